@@ -1,0 +1,1 @@
+"""spark_mq (the public API is assembled once the log manager lands)."""

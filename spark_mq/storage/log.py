@@ -1,0 +1,756 @@
+"""The log of one partition: an ordered list of segments and the offsets that matter.
+
+Offsets, always ``log_start_offset <= high_watermark <= log_end_offset``:
+
+- ``log_start_offset``: first offset a reader may ask for; moved by retention and
+  ``delete_records_before``; kept across restarts by the LogManager's checkpoint.
+- ``high_watermark``: readers see records below it. On a single node it follows the log end
+  after every append (``high_watermark_follows_log_end``); replication turns that off and
+  moves it itself.
+- ``log_end_offset``: the offset the next appended record gets.
+- ``recovery_point``: everything below it is fsynced; crash recovery starts there.
+
+The log assigns offsets on append (patching each batch's baseOffset, which is outside the
+CRC), stamps the leader epoch, rolls segments (``segment.bytes``, ``segment.ms``, full
+indexes), flushes by ``flush.messages`` / ``flush.ms`` (by default never: the OS decides, as
+in Kafka), and applies retention by time, size and log start offset, deleting whole
+segments.
+
+Threads: every public method is thread-safe. One lock serialises appends, rolls,
+truncation, retention and the locating phase of reads; the bytes of a read are fetched
+outside the lock through a :class:`~spark_mq.storage.file_records.FileRange`, which holds its
+own descriptor and so survives a concurrent segment deletion.
+
+    >>> import tempfile, pyarrow as pa
+    >>> from spark_mq.storage.record_batch import encode_batch
+    >>> log = PartitionLog.open(tempfile.mkdtemp(), LogConfig(), topic="t", partition=0)
+    >>> log.append(encode_batch(pa.array([b"a", b"b"]))).last_offset
+    1
+    >>> log.read_records(0).column("value").to_pylist()
+    [b'a', b'b']
+    >>> log.close()
+"""
+
+from __future__ import annotations
+
+import bisect
+import concurrent.futures
+import dataclasses
+import enum
+import logging
+import os
+import shutil
+import struct
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import crc32c
+import pyarrow as pa
+
+from spark_mq.errors import (
+    InvalidRecordError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from spark_mq.storage.codecs import Bytes
+from spark_mq.storage.file_records import FileRange
+from spark_mq.storage.log_config import LogConfig
+from spark_mq.storage.log_loader import load_log
+from spark_mq.storage.record_batch import (
+    ATTR_TIMESTAMP_TYPE,
+    CRC_START,
+    NO_PARTITION_LEADER_EPOCH,
+    RECORD_SCHEMA,
+    BatchHeader,
+    decode_records,
+    validate_batch,
+)
+from spark_mq.storage.segment import BatchPosition, LogSegment, TimestampAndOffset
+
+log = logging.getLogger(__name__)
+
+_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: not in the CRC
+_PREFIX_SIZE: Final = 16
+
+#: Special timestamps of ListOffsets, as in Kafka.
+EARLIEST_TIMESTAMP: Final = -2
+LATEST_TIMESTAMP: Final = -1
+MAX_TIMESTAMP: Final = -3
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class FetchIsolation(enum.Enum):
+    """How far a read may go: Kafka's FetchIsolation."""
+
+    LOG_END = "log_end"  # followers replicating the log
+    HIGH_WATERMARK = "high_watermark"  # consumers, read_uncommitted
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What an append did: offsets assigned, timestamps, sizes."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp_ms: int
+    offset_of_max_timestamp: int
+    log_append_time_ms: int
+    log_start_offset: int
+    num_batches: int
+    num_records: int
+    valid_bytes: int
+    batches: tuple[BatchHeader, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    """The result of :meth:`PartitionLog.read`: a file range of whole batches (or none)."""
+
+    fetch_offset: int
+    records: FileRange | None
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+    @property
+    def size_bytes(self) -> int:
+        return 0 if self.records is None else self.records.size
+
+
+class PartitionLog:
+    """The log of one topic partition in its own directory (``<topic>-<partition>``)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        topic: str,
+        partition: int,
+        segments: list[LogSegment],
+        log_start_offset: int,
+        log_end_offset: int,
+        recovery_point: int,
+        time_ms: Callable[[], int],
+        flush_executor: concurrent.futures.Executor | None,
+        high_watermark_follows_log_end: bool,
+    ) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.leader_epoch = NO_PARTITION_LEADER_EPOCH
+        self._config = config
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._log_start_offset = log_start_offset
+        self._log_end_offset = log_end_offset
+        self._high_watermark = log_end_offset
+        self._recovery_point = recovery_point
+        self._time_ms = time_ms
+        self._flush_executor = flush_executor
+        self._hw_follows_leo = high_watermark_follows_log_end
+        self._lock = threading.RLock()
+        self._closed = False
+        self._unflushed_records = 0
+        self._last_flush_ms = time_ms()
+        self._pending_flushes: list[concurrent.futures.Future[None]] = []
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        config: LogConfig | None = None,
+        *,
+        topic: str,
+        partition: int,
+        recovery_point: int = 0,
+        log_start_offset: int | None = None,
+        had_clean_shutdown: bool = False,
+        time_ms: Callable[[], int] = wall_clock_ms,
+        flush_executor: concurrent.futures.Executor | None = None,
+        high_watermark_follows_log_end: bool = True,
+    ) -> PartitionLog:
+        """Open (creating if needed) the log in ``directory``, recovering it if necessary.
+
+        Without ``had_clean_shutdown`` every segment from ``recovery_point`` on is validated,
+        which is always safe and only slower. ``flush_executor`` runs the fsync of rolled
+        segments off the append path; without one it runs inline.
+        """
+        config = config or LogConfig()
+        path = Path(directory)
+        loaded = load_log(
+            path,
+            config,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            had_clean_shutdown=had_clean_shutdown,
+            now_ms=time_ms(),
+        )
+        if loaded.recovered_bytes_truncated:
+            log.warning(
+                "%s-%d: recovery removed %d bytes of invalid or unflushed data; log end is now %d",
+                topic, partition, loaded.recovered_bytes_truncated, loaded.log_end_offset,
+            )
+        return cls(
+            path,
+            config,
+            topic=topic,
+            partition=partition,
+            segments=loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            log_end_offset=loaded.log_end_offset,
+            recovery_point=loaded.recovery_point,
+            time_ms=time_ms,
+            flush_executor=flush_executor,
+            high_watermark_follows_log_end=high_watermark_follows_log_end,
+        )
+
+    # -----------------------------------------------------------------------------------------
+    # State
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size_bytes for s in self._segments)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        with self._lock:
+            return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def update_config(self, config: LogConfig) -> None:
+        """New settings apply from the next append (and the next segment's indexes)."""
+        with self._lock:
+            self._config = config
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to ``[log_start_offset, log_end_offset]``."""
+        with self._lock:
+            self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+            return self._high_watermark
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log of {self.topic}-{self.partition} is closed")
+
+    # -----------------------------------------------------------------------------------------
+    # Append
+
+    def append(
+        self,
+        records: Bytes,
+        *,
+        leader_epoch: int | None = None,
+        assign_offsets: bool = True,
+    ) -> LogAppendInfo:
+        """Validate and append one or more batches; the log assigns their offsets.
+
+        Every batch is checked before anything is written (size, magic, CRC, counts,
+        ``max.message.bytes``), so a bad batch rejects the whole append and writes nothing.
+        With ``assign_offsets=False`` (a follower copying its leader) the batches keep their
+        offsets, which must start at or after the log end.
+        """
+        view = memoryview(records).cast("B")
+        config = self._config
+        headers: list[tuple[BatchHeader, int]] = []
+        pos = 0
+        while pos < len(view):
+            header = validate_batch(view, pos)
+            if header.size > config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {header.size} bytes exceeds max.message.bytes="
+                    f"{config.max_message_bytes} of {self.topic}-{self.partition}; split it or "
+                    "raise the topic's max.message.bytes",
+                    size_bytes=header.size,
+                    max_bytes=config.max_message_bytes,
+                )
+            if assign_offsets and header.record_count == 0:
+                raise InvalidRecordError("a produced batch must hold at least one record")
+            headers.append((header, pos))
+            pos += header.size
+        if not headers:
+            raise InvalidRecordError("append of no record batches")
+        if len(view) > config.segment_bytes:
+            raise RecordTooLargeError(
+                f"append of {len(view)} bytes exceeds segment.bytes={config.segment_bytes} of "
+                f"{self.topic}-{self.partition}",
+                size_bytes=len(view),
+                max_bytes=config.segment_bytes,
+            )
+
+        with self._lock:
+            self._check_open()
+            now_ms = self._time_ms()
+            epoch = self.leader_epoch if leader_epoch is None else leader_epoch
+            log_append_time = config.message_timestamp_type == "LogAppendTime"
+            chunks, batches = self._assign(view, headers, assign_offsets, epoch, now_ms if log_append_time else None)
+            first = batches[0].header
+            last = batches[-1].header
+            segment = self._maybe_roll(len(view), last.last_offset, now_ms)
+            segment.append(chunks, batches, len(view))
+            self._log_end_offset = last.next_offset
+            if self._hw_follows_leo:
+                self._high_watermark = self._log_end_offset
+            max_ts, offset_of_max = -1, first.base_offset
+            num_records = 0
+            for b in batches:
+                num_records += b.header.record_count
+                if b.header.max_timestamp > max_ts:
+                    max_ts, offset_of_max = b.header.max_timestamp, b.header.last_offset
+            self._unflushed_records += num_records
+            self._maybe_flush(now_ms)
+            return LogAppendInfo(
+                first_offset=first.base_offset,
+                last_offset=last.last_offset,
+                max_timestamp_ms=max_ts,
+                offset_of_max_timestamp=offset_of_max,
+                log_append_time_ms=now_ms if log_append_time else -1,
+                log_start_offset=self._log_start_offset,
+                num_batches=len(batches),
+                num_records=num_records,
+                valid_bytes=len(view),
+                batches=tuple(b.header for b in batches),
+            )
+
+    def _assign(
+        self,
+        view: memoryview,
+        headers: list[tuple[BatchHeader, int]],
+        assign_offsets: bool,
+        epoch: int,
+        log_append_time_ms: int | None,
+    ) -> tuple[list[Bytes], list[BatchPosition]]:
+        """Give each batch its offset and epoch; return the chunks to write and the batches."""
+        next_offset = self._log_end_offset
+        out: list[BatchPosition] = []
+        for header, pos in headers:
+            if assign_offsets:
+                base = next_offset
+            else:
+                base = header.base_offset
+                if base < next_offset:
+                    raise InvalidRecordError(
+                        f"batch at offset {base} is below the log end {next_offset} of "
+                        f"{self.topic}-{self.partition}"
+                    )
+            new_header = header._replace(base_offset=base, partition_leader_epoch=epoch)
+            if log_append_time_ms is not None:
+                new_header = new_header._replace(
+                    attributes=header.attributes | ATTR_TIMESTAMP_TYPE, max_timestamp=log_append_time_ms
+                )
+            out.append(BatchPosition(new_header, pos))
+            next_offset = new_header.next_offset
+        if len(out) == 1 and log_append_time_ms is None:
+            # One batch (the common case): write a patched 16-byte prefix and the rest as is,
+            # without copying the body.
+            h = out[0].header
+            return [_PREFIX.pack(h.base_offset, h.batch_length, h.partition_leader_epoch), view[_PREFIX_SIZE:]], out
+        buf = bytearray(view)
+        for batch in out:
+            h, pos = batch.header, batch.position
+            _PREFIX.pack_into(buf, pos, h.base_offset, h.batch_length, h.partition_leader_epoch)
+            if log_append_time_ms is not None:
+                # Attributes and maxTimestamp are inside the CRC: rewrite them, then the CRC.
+                struct.pack_into(">h", buf, pos + 21, h.attributes)
+                struct.pack_into(">q", buf, pos + 35, h.max_timestamp)
+                crc = crc32c.crc32c(memoryview(buf)[pos + CRC_START : pos + h.size])
+                struct.pack_into(">I", buf, pos + 17, crc)
+        return [buf], out
+
+    def _maybe_roll(self, append_size_bytes: int, last_offset: int, now_ms: int) -> LogSegment:
+        segment = self._segments[-1]
+        config = self._config
+        if segment.should_roll(
+            append_size_bytes=append_size_bytes,
+            last_offset=last_offset,
+            now_ms=now_ms,
+            segment_bytes=config.segment_bytes,
+            segment_ms=config.segment_ms,
+        ):
+            return self._roll(now_ms)
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end (no-op if the active one is empty)."""
+        with self._lock:
+            self._check_open()
+            return self._roll(self._time_ms())
+
+    def _roll(self, now_ms: int) -> LogSegment:
+        active = self._segments[-1]
+        if active.size_bytes == 0:
+            return active
+        new_base = self._log_end_offset
+        active.on_become_inactive()
+        config = self._config
+        segment = LogSegment(
+            self.directory,
+            new_base,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size_bytes=config.segment_index_bytes,
+            rolling_jitter_ms=0,
+            created_ms=now_ms,
+        )
+        self._segments.append(segment)
+        self._bases.append(new_base)
+        # Kafka flushes the finished segment asynchronously so appends never wait for it.
+        if self._flush_executor is not None:
+            self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
+            self._pending_flushes.append(self._flush_executor.submit(self._flush_quietly, new_base))
+        else:
+            self._flush_up_to(new_base)
+        return segment
+
+    # -----------------------------------------------------------------------------------------
+    # Flush
+
+    def _maybe_flush(self, now_ms: int) -> None:
+        config = self._config
+        if self._unflushed_records >= config.flush_messages or now_ms - self._last_flush_ms >= config.flush_ms:
+            self._flush_up_to(self._log_end_offset)
+
+    def flush_if_due(self) -> None:
+        """Apply ``flush.ms`` when no append comes to do it (the broker's scheduler calls this)."""
+        with self._lock:
+            if not self._closed:
+                self._maybe_flush(self._time_ms())
+
+    def flush(self) -> None:
+        """fsync everything appended so far and move the recovery point to the log end."""
+        with self._lock:
+            self._check_open()
+            self._flush_up_to(self._log_end_offset)
+
+    def _flush_quietly(self, offset: int) -> None:
+        with self._lock:
+            if not self._closed:
+                self._flush_up_to(offset)
+
+    def _flush_up_to(self, offset: int) -> None:
+        if offset <= self._recovery_point:
+            return
+        i = max(0, bisect.bisect_right(self._bases, self._recovery_point) - 1)
+        for segment in self._segments[i:]:
+            if segment.base_offset >= offset:
+                break
+            segment.flush()
+        self._recovery_point = offset
+        self._last_flush_ms = self._time_ms()
+        if offset >= self._log_end_offset:
+            self._unflushed_records = 0
+
+    # -----------------------------------------------------------------------------------------
+    # Read
+
+    def _upper_bound(self, isolation: FetchIsolation) -> int:
+        if isolation is FetchIsolation.LOG_END:
+            return self._log_end_offset
+        return self._high_watermark
+
+    def _check_range(self, offset: int) -> None:
+        if offset < self._log_start_offset or offset > self._log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.topic}-{self.partition}: valid offsets "
+                f"are {self._log_start_offset}..{self._log_end_offset}; seek to the beginning or "
+                "the end (auto.offset.reset)",
+                topic=self.topic,
+                partition=self.partition,
+                offset=offset,
+                log_start_offset=self._log_start_offset,
+                log_end_offset=self._log_end_offset,
+            )
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int = 1024 * 1024,
+        *,
+        isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """Whole batches from the one holding ``start_offset``, as a file range.
+
+        The range stops before the first batch that reaches the isolation bound (or
+        ``max_offset`` if lower) and after at most ``max_bytes`` (the first batch is whole even
+        if larger, with ``min_one_message``). The first batch may start before
+        ``start_offset``: readers skip its head, as with Kafka. The caller closes the range.
+        """
+        with self._lock:
+            self._check_open()
+            self._check_range(start_offset)
+            bound = self._upper_bound(isolation)
+            if max_offset is not None:
+                bound = min(bound, max_offset)
+            result_range: FileRange | None = None
+            if start_offset < bound:
+                i = bisect.bisect_right(self._bases, start_offset) - 1
+                for segment in self._segments[max(i, 0) :]:
+                    if segment.base_offset >= bound:
+                        break
+                    max_position = None
+                    if bound < segment.next_offset():
+                        boundary = segment.translate_offset(bound)
+                        max_position = None if boundary is None else boundary.position
+                    result_range = segment.read(
+                        start_offset, max_bytes, max_position=max_position, min_one_message=min_one_message
+                    )
+                    if result_range is not None:
+                        break
+            return FetchDataInfo(
+                fetch_offset=start_offset,
+                records=result_range,
+                high_watermark=self._high_watermark,
+                log_start_offset=self._log_start_offset,
+                log_end_offset=self._log_end_offset,
+            )
+
+    def read_records(
+        self,
+        start_offset: int,
+        max_bytes: int = 1024 * 1024,
+        *,
+        isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
+        max_offset: int | None = None,
+    ) -> pa.Table:
+        """The decoding reader: records from ``start_offset`` as an Arrow table.
+
+        Columns as :data:`~spark_mq.storage.record_batch.RECORD_SCHEMA`. Every batch is CRC
+        checked on the way out; control records are dropped.
+        """
+        info = self.read(start_offset, max_bytes, isolation=isolation, max_offset=max_offset)
+        if info.records is None:
+            return RECORD_SCHEMA.empty_table()
+        with info.records as file_range:
+            data = file_range.read()
+        end = info.high_watermark if isolation is FetchIsolation.HIGH_WATERMARK else info.log_end_offset
+        if max_offset is not None:
+            end = min(end, max_offset)
+        return decode_records(data, start_offset=start_offset, end_offset=end)
+
+    def find_offset_by_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets: earliest offset whose timestamp is >= ``timestamp_ms``.
+
+        ``EARLIEST_TIMESTAMP`` (-2) gives the log start offset, ``LATEST_TIMESTAMP`` (-1) the
+        high watermark, ``MAX_TIMESTAMP`` (-3) the record with the largest timestamp. None if
+        no record below the high watermark qualifies.
+        """
+        with self._lock:
+            self._check_open()
+            hw = self._high_watermark
+            if timestamp_ms == EARLIEST_TIMESTAMP:
+                return TimestampAndOffset(-1, self._log_start_offset)
+            if timestamp_ms == LATEST_TIMESTAMP:
+                return TimestampAndOffset(-1, hw)
+            segments = list(self._segments)
+            start = self._log_start_offset
+        if timestamp_ms == MAX_TIMESTAMP:
+            best: TimestampAndOffset | None = None
+            for segment in segments:
+                for header, _ in segment.records.headers():
+                    if header.last_offset >= hw:
+                        break
+                    if not header.is_control and header.last_offset >= start and (
+                        best is None or header.max_timestamp > best.timestamp_ms
+                    ):
+                        best = TimestampAndOffset(header.max_timestamp, header.last_offset)
+            return best
+        for segment in segments:
+            if segment.max_timestamp_so_far < timestamp_ms:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp_ms, start)
+            if found is not None:
+                return found if found.offset < hw else None
+        return None
+
+    # -----------------------------------------------------------------------------------------
+    # Truncation, deletion, retention
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at ``offset`` or later (whole batches: a straddling batch goes).
+
+        Replication uses it to drop a divergent tail. The log end may end up below ``offset``
+        if a batch straddled it; truncating below the log start empties the log and restarts
+        it at ``offset``.
+        """
+        with self._lock:
+            self._check_open()
+            if offset >= self._log_end_offset:
+                return
+            if offset < self._log_start_offset:
+                self._truncate_fully_and_start_at(offset)
+                return
+            # The floor segment of the cut is truncated (possibly to empty, then it stays as the
+            # active segment); every later one is deleted whole.
+            keep = bisect.bisect_right(self._bases, offset) - 1
+            for segment in self._segments[keep + 1 :]:
+                self._delete_segment(segment)
+            del self._segments[keep + 1 :]
+            del self._bases[keep + 1 :]
+            self._segments[keep].truncate_to(offset)
+            self._log_end_offset = self._segments[keep].next_offset()
+            self._high_watermark = min(self._high_watermark, self._log_end_offset)
+            self._recovery_point = min(self._recovery_point, self._log_end_offset)
+            self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
+        for segment in self._segments:
+            self._delete_segment(segment)
+        config = self._config
+        segment = LogSegment(
+            self.directory,
+            offset,
+            index_interval_bytes=config.index_interval_bytes,
+            max_index_size_bytes=config.segment_index_bytes,
+            created_ms=self._time_ms(),
+        )
+        self._segments = [segment]
+        self._bases = [offset]
+        self._log_start_offset = self._log_end_offset = self._high_watermark = offset
+        self._recovery_point = offset
+
+    def delete_records_before(self, offset: int) -> int:
+        """Kafka's DeleteRecords: move the log start to ``offset`` (at most the high watermark).
+
+        Whole segments below the new start are deleted at once; returns the new log start.
+        """
+        with self._lock:
+            self._check_open()
+            if offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before {offset} in {self.topic}-{self.partition}: "
+                    f"the high watermark is {self._high_watermark}",
+                    topic=self.topic,
+                    partition=self.partition,
+                    offset=offset,
+                    log_start_offset=self._log_start_offset,
+                    log_end_offset=self._log_end_offset,
+                )
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+                self._delete_segments_below_start()
+            return self._log_start_offset
+
+    def apply_retention(self) -> int:
+        """Delete whole segments past ``retention.ms`` or ``retention.bytes`` or below the log
+        start; returns how many were deleted. Only segments wholly below the high watermark go.
+        """
+        with self._lock:
+            if self._closed:
+                return 0
+            deleted = self._delete_segments_below_start()
+            config = self._config
+            if not config.delete:
+                return deleted
+            now_ms = self._time_ms()
+            if config.retention_ms >= 0:
+                deleted += self._delete_oldest(lambda seg, _: now_ms - seg.largest_timestamp_ms > config.retention_ms)
+            if config.retention_bytes >= 0:
+                excess = [self.size_bytes - config.retention_bytes]
+
+                def over_size(seg: LogSegment, _: int) -> bool:
+                    if excess[0] - seg.size_bytes >= 0:
+                        excess[0] -= seg.size_bytes
+                        return True
+                    return False
+
+                deleted += self._delete_oldest(over_size)
+            return deleted
+
+    def _delete_segments_below_start(self) -> int:
+        return self._delete_oldest(lambda seg, upper: upper <= self._log_start_offset, allow_active=False)
+
+    def _delete_oldest(self, predicate: Callable[[LogSegment, int], bool], *, allow_active: bool = True) -> int:
+        """Delete the longest prefix of segments matching ``predicate(segment, upper_offset)``."""
+        doomed: list[LogSegment] = []
+        for i, segment in enumerate(self._segments):
+            is_active = i == len(self._segments) - 1
+            upper = self._log_end_offset if is_active else self._bases[i + 1]
+            if upper > self._high_watermark or (is_active and (not allow_active or segment.size_bytes == 0)):
+                break
+            if not predicate(segment, upper):
+                break
+            doomed.append(segment)
+        if not doomed:
+            return 0
+        if len(doomed) == len(self._segments):
+            self._roll(self._time_ms())  # Kafka keeps an active segment: roll before deleting all.
+        for segment in doomed:
+            self._delete_segment(segment)
+        del self._segments[: len(doomed)]
+        del self._bases[: len(doomed)]
+        self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+        self._recovery_point = max(self._recovery_point, self._log_start_offset)
+        return len(doomed)
+
+    def _delete_segment(self, segment: LogSegment) -> None:
+        # Rename first: a crash between rename and removal leaves .deleted files, which the
+        # loader removes, never a half-deleted segment that would be served. Readers holding a
+        # FileRange keep their own descriptor, so removal need not wait for them.
+        segment.rename_to_deleted()
+        segment.delete()
+
+    # -----------------------------------------------------------------------------------------
+    # Lifecycle
+
+    def close(self) -> None:
+        """Flush, write the final index entries and close every segment. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._flush_up_to(self._log_end_offset)
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+        for future in self._pending_flushes:
+            future.cancel()
+
+    def delete(self) -> None:
+        """Close the log and remove its directory and every file in it."""
+        with self._lock:
+            if not self._closed:
+                for segment in self._segments:
+                    segment.close()
+                self._closed = True
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.topic}-{self.partition}, start={self._log_start_offset}, "
+            f"hw={self._high_watermark}, end={self._log_end_offset}, segments={len(self._segments)})"
+        )

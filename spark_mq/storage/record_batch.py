@@ -1,0 +1,773 @@
+"""Record batches: a Kafka v2 style header over a columnar Arrow body.
+
+A batch is the unit the producer compresses, the log appends, indexes and serves, and the
+reader decodes. Its header mirrors Kafka's record batch v2 field for field (big-endian)::
+
+     offset  size  field                 notes
+     ------  ----  --------------------  ------------------------------------------------
+          0     8  baseOffset            assigned by the log on append (outside the CRC)
+          8     4  batchLength           bytes after this field: total size - 12
+         12     4  partitionLeaderEpoch  stamped by the leader on append (outside the CRC)
+         16     1  magic                 MAGIC (83, 'S'): not Kafka's 2, the body differs
+         17     4  crc                   CRC-32C (Castagnoli) of bytes 21 .. end of batch
+         21     2  attributes            bits 0-2 codec, 3 timestamp type, 4 transactional,
+                                         5 control; the rest are zero
+         23     4  lastOffsetDelta       offset of the last record - baseOffset
+         27     8  baseTimestamp         timestamp of the first record (ms since epoch)
+         35     8  maxTimestamp          largest timestamp in the batch (ms)
+         43     8  producerId            -1 when not idempotent
+         51     2  producerEpoch         -1 when not idempotent
+         53     4  baseSequence          -1 when not idempotent
+         57     4  recordCount           number of records in the body
+         61     -  body                  Arrow IPC record-batch message, compressed as a
+                                         whole by the codec of the attributes
+
+The body's Arrow schema is fixed (:data:`BODY_SCHEMA`): ``offset_delta int32``,
+``timestamp int64`` (ms), ``key binary``, ``value binary``, ``headers
+list<struct<key: string, value: binary>>``. Keys, values and header lists may be null. A
+control batch (bit 5, always transactional) holds exactly one record whose key is
+``version int16, type int16`` (0 abort, 1 commit) and whose value is ``version int16,
+coordinatorEpoch int32``, as in Kafka.
+
+Encoding works on whole Arrow arrays and decoding yields Arrow arrays: no Python code runs per
+record. The full byte layout with examples is in ``docs/format.md``.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Final, NamedTuple
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_mq.errors import CorruptRecordError, InvalidRecordError
+from spark_mq.storage.codecs import CODEC_NAMES, Bytes, Codec, codec_for_id, codec_for_name
+
+MAGIC: Final = 83
+HEADER_SIZE: Final = 61
+#: baseOffset + batchLength: the bytes that precede what batchLength counts.
+LOG_OVERHEAD: Final = 12
+#: First byte covered by the CRC (attributes).
+CRC_START: Final = 21
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_LENGTH_AND_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+_BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
+assert _HEADER.size == HEADER_SIZE
+
+ATTR_CODEC_MASK: Final = 0x07
+ATTR_TIMESTAMP_TYPE: Final = 0x08
+ATTR_TRANSACTIONAL: Final = 0x10
+ATTR_CONTROL: Final = 0x20
+_ATTR_KNOWN: Final = ATTR_CODEC_MASK | ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL
+_KNOWN_CODEC_IDS: Final = frozenset(range(len(CODEC_NAMES)))
+
+NO_PRODUCER_ID: Final = -1
+NO_PRODUCER_EPOCH: Final = -1
+NO_SEQUENCE: Final = -1
+NO_PARTITION_LEADER_EPOCH: Final = -1
+
+#: A decoded body may not exceed this unless the caller allows more.
+DEFAULT_MAX_BODY_BYTES: Final = 512 * 1024 * 1024
+
+
+class TimestampType(enum.IntEnum):
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class ControlType(enum.IntEnum):
+    ABORT = 0
+    COMMIT = 1
+
+
+HEADER_TYPE: Final = pa.list_(
+    pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+)
+
+BODY_SCHEMA: Final = pa.schema(
+    [
+        pa.field("offset_delta", pa.int32(), nullable=False),
+        pa.field("timestamp", pa.int64(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADER_TYPE),
+    ]
+)
+
+#: What the decoding reader returns: absolute offsets and the batch's timestamp type.
+RECORD_SCHEMA: Final = pa.schema(
+    [
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", pa.int64(), nullable=False),
+        pa.field("timestamp_type", pa.int8(), nullable=False),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADER_TYPE),
+    ]
+)
+
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+
+
+class BatchHeader(NamedTuple):
+    """The 61 header bytes of a batch, unpacked."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @classmethod
+    def unpack_from(cls, buf: Bytes, pos: int = 0) -> BatchHeader:
+        return cls._make(_HEADER.unpack_from(buf, pos))
+
+    def pack(self) -> bytes:
+        return _HEADER.pack(*self)
+
+    @property
+    def size(self) -> int:
+        """Total bytes of the batch, header included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def codec_id(self) -> int:
+        return self.attributes & ATTR_CODEC_MASK
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return TimestampType(1 if self.attributes & ATTR_TIMESTAMP_TYPE else 0)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the last record, wrapping at 2^31-1 as Kafka's does."""
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % (2**31)
+
+
+class ControlRecord(NamedTuple):
+    type: ControlType
+    coordinator_epoch: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+
+def _as_binary(name: str, array: Any, length: int | None) -> pa.Array:
+    """Coerce a key or value column to ``binary`` without copying data where Arrow allows."""
+    if array is None:
+        if length is None:
+            raise InvalidRecordError(f"{name} column is required")
+        return pa.nulls(length, pa.binary())
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if not isinstance(array, pa.Array):
+        try:
+            array = pa.array(array, type=pa.binary())
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise InvalidRecordError(f"{name} column is not convertible to binary: {exc}") from exc
+    if array.type == pa.binary():
+        return array
+    if array.type in (
+        pa.string(),
+        pa.large_binary(),
+        pa.large_string(),
+        pa.binary_view(),
+        pa.string_view(),
+    ):
+        try:
+            return array.cast(pa.binary())
+        except pa.ArrowException as exc:  # a large_binary column over 2 GiB
+            raise InvalidRecordError(f"{name} column does not fit in a batch: {exc}") from exc
+    if pa.types.is_null(array.type):
+        return pa.nulls(len(array), pa.binary())
+    raise InvalidRecordError(f"{name} column must be binary or string, got Arrow type {array.type}")
+
+
+def _timestamps(timestamp: Any, length: int, now_ms: int | None) -> pa.Array:
+    if timestamp is None:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return pa.array(np.full(length, now, dtype=np.int64))
+    if isinstance(timestamp, pa.ChunkedArray):
+        timestamp = timestamp.combine_chunks()
+    if not isinstance(timestamp, pa.Array):
+        # Let Arrow infer the type rather than forcing int64 through numpy: numpy datetime64
+        # values must keep their unit (not be read as ms), and None entries mean "now".
+        try:
+            timestamp = pa.array(timestamp)
+        except (pa.ArrowException, TypeError, ValueError) as exc:
+            raise InvalidRecordError(f"timestamp column is not convertible: {exc}") from exc
+    try:
+        if pa.types.is_timestamp(timestamp.type):
+            timestamp = timestamp.cast(pa.timestamp("ms", tz=timestamp.type.tz), safe=False)
+            timestamp = timestamp.view(pa.int64())
+        elif pa.types.is_integer(timestamp.type) or pa.types.is_null(timestamp.type):
+            timestamp = timestamp.cast(pa.int64())
+        else:
+            raise InvalidRecordError(
+                f"timestamp column must be int64 milliseconds or an Arrow timestamp, got "
+                f"{timestamp.type}"
+            )
+    except pa.ArrowException as exc:  # an unsigned value past 2**63
+        raise InvalidRecordError(f"timestamp column does not fit int64: {exc}") from exc
+    if timestamp.null_count:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        timestamp = timestamp.fill_null(now)
+    return timestamp
+
+
+def _headers(headers: Any, length: int) -> pa.Array:
+    if headers is None:
+        return pa.nulls(length, HEADER_TYPE)
+    if isinstance(headers, pa.ChunkedArray):
+        headers = headers.combine_chunks()
+    if isinstance(headers, pa.Array):
+        if headers.type != HEADER_TYPE:
+            try:
+                headers = headers.cast(HEADER_TYPE)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise InvalidRecordError(
+                    f"headers column must be {HEADER_TYPE}, got {headers.type}"
+                ) from exc
+        return headers
+    # A Python list of per-record header lists ([(key, value), ...] or None): the convenience
+    # path for single records. Bulk producers pass Arrow arrays and never reach this line.
+    try:
+        rows = [
+            None if row is None else [{"key": k, "value": v} for k, v in row] for row in headers
+        ]
+        return pa.array(rows, type=HEADER_TYPE)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise InvalidRecordError(
+            f"headers must be a list of [(str key, bytes value), ...] or None per record: {exc}"
+        ) from exc
+
+
+def _offset_deltas(offset_delta: Any, length: int) -> pa.Array:
+    if offset_delta is None:
+        return pa.array(np.arange(length, dtype=np.int32))
+    try:
+        if isinstance(offset_delta, pa.ChunkedArray):
+            offset_delta = offset_delta.combine_chunks()
+        if not isinstance(offset_delta, pa.Array):
+            offset_delta = pa.array(offset_delta, pa.int32())
+        deltas = offset_delta.cast(pa.int32())
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise InvalidRecordError(f"offset_delta column is not convertible to int32: {exc}") from exc
+    # Readers find offsets by binary search and the log derives the next offset from the last
+    # delta, so the deltas must be known, start at 0 or later and strictly increase.
+    if deltas.null_count:
+        raise InvalidRecordError("offset_delta column has nulls")
+    if len(deltas) and not _deltas_ok(deltas.to_numpy()):
+        raise InvalidRecordError("offset_delta column must be non-negative and strictly increasing")
+    return deltas
+
+
+def _deltas_ok(deltas: np.ndarray[Any, Any]) -> bool:
+    return bool(deltas[0] >= 0 and np.all(deltas[1:] > deltas[:-1]))
+
+
+def encode_batch(
+    value: Any,
+    key: Any = None,
+    timestamp: Any = None,
+    headers: Any = None,
+    *,
+    codec: Codec | str = "none",
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    offset_delta: Any = None,
+    now_ms: int | None = None,
+) -> bytes:
+    """Encode one batch from columns (Arrow arrays, or sequences that Arrow can convert).
+
+    ``value`` is required (its entries may be null); ``key``, ``timestamp`` (int64 ms or an
+    Arrow timestamp), and ``headers`` default to null / now / null. ``offset_delta`` is only
+    for rewriting batches with gaps (compaction); by default records get deltas 0..n-1.
+
+    >>> data = encode_batch(pa.array([b"v1", b"v2"]), key=pa.array([b"k", None]), now_ms=5)
+    >>> decode_records(data).column("value").to_pylist()
+    [b'v1', b'v2']
+    """
+    values = _as_binary("value", value, None)
+    n = len(values)
+    keys = _as_binary("key", key, n)
+    stamps = _timestamps(timestamp, n, now_ms)
+    header_col = _headers(headers, n)
+    deltas = _offset_deltas(offset_delta, n)
+    for name, col in (
+        ("key", keys),
+        ("timestamp", stamps),
+        ("headers", header_col),
+        ("offset_delta", deltas),
+    ):
+        if len(col) != n:
+            raise InvalidRecordError(f"{name} column has {len(col)} entries but value has {n}")
+    codec_obj = codec_for_name(codec) if isinstance(codec, str) else codec
+    body = pa.RecordBatch.from_arrays(
+        [deltas, stamps, keys, values, header_col], schema=BODY_SCHEMA
+    )
+    payload = codec_obj.compress(body.serialize())
+
+    if n:
+        bounds = pc.min_max(stamps)
+        base_timestamp = stamps[0].as_py()
+        max_timestamp = bounds["max"].as_py()
+        last_offset_delta = deltas[n - 1].as_py()
+    else:
+        base_timestamp = max_timestamp = -1
+        last_offset_delta = -1
+    attributes = codec_obj.id | (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
+    if is_transactional:
+        attributes |= ATTR_TRANSACTIONAL
+    return _assemble(
+        payload,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        record_count=n,
+    )
+
+
+def _assemble(
+    payload: Bytes | pa.Buffer,
+    *,
+    base_offset: int,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    record_count: int,
+) -> bytes:
+    payload_view = memoryview(payload)
+    header = bytearray(
+        _HEADER.pack(
+            base_offset,
+            HEADER_SIZE - LOG_OVERHEAD + payload_view.nbytes,
+            partition_leader_epoch,
+            MAGIC,
+            0,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            record_count,
+        )
+    )
+    crc = crc32c.crc32c(payload_view, crc32c.crc32c(memoryview(header)[CRC_START:]))
+    struct.pack_into(">I", header, 17, crc)
+    return b"".join((header, payload_view))
+
+
+def encode_control_batch(
+    control_type: ControlType,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    timestamp_ms: int | None = None,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """A commit or abort marker: one control record, transactional and control bits set."""
+    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    body = pa.RecordBatch.from_arrays(
+        [
+            pa.array([0], pa.int32()),
+            pa.array([ts], pa.int64()),
+            pa.array([_CONTROL_KEY.pack(0, int(control_type))], pa.binary()),
+            pa.array([_CONTROL_VALUE.pack(0, coordinator_epoch)], pa.binary()),
+            pa.nulls(1, HEADER_TYPE),
+        ],
+        schema=BODY_SCHEMA,
+    )
+    return _assemble(
+        body.serialize(),
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        attributes=ATTR_CONTROL | ATTR_TRANSACTIONAL,
+        last_offset_delta=0,
+        base_timestamp=ts,
+        max_timestamp=ts,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=NO_SEQUENCE,
+        record_count=1,
+    )
+
+
+def parse_control_record(key: bytes, value: bytes) -> ControlRecord:
+    """The marker in a control batch's single record; malformed bytes raise CorruptRecordError."""
+    # Both come from decoded (untrusted) bodies, where a null key or value reads as None.
+    if key is None or value is None:
+        raise CorruptRecordError("control record has a null key or value")
+    if len(key) != _CONTROL_KEY.size or len(value) < _CONTROL_VALUE.size:
+        raise CorruptRecordError(
+            f"control record has a {len(key)}-byte key and {len(value)}-byte value; expected "
+            f"{_CONTROL_KEY.size} and at least {_CONTROL_VALUE.size}"
+        )
+    _, kind = _CONTROL_KEY.unpack(key)
+    _, coordinator_epoch = _CONTROL_VALUE.unpack_from(value)
+    if kind not in (0, 1):
+        raise CorruptRecordError(f"control record of unknown type {kind}")
+    return ControlRecord(ControlType(kind), coordinator_epoch)
+
+
+# ---------------------------------------------------------------------------------------------
+# Patching the fields outside the CRC (done by the log on append)
+
+
+def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
+    _BASE_OFFSET.pack_into(buf, pos, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    _LEADER_EPOCH.pack_into(buf, pos + 12, epoch)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation and iteration
+
+
+def peek_size(buf: Bytes, pos: int = 0) -> int | None:
+    """Total size of the batch at ``pos`` per its length field; None if under 12 bytes remain."""
+    if len(buf) - pos < LOG_OVERHEAD:
+        return None
+    _, length, _ = _LENGTH_AND_EPOCH.unpack_from(buf, pos)
+    return int(length) + LOG_OVERHEAD
+
+
+def validate_batch(
+    buf: Bytes,
+    pos: int = 0,
+    *,
+    verify_crc: bool = True,
+    path: str | None = None,
+    file_position: int | None = None,
+) -> BatchHeader:
+    """Check the batch at ``pos`` (size, magic, CRC, counts, attributes) and return its header.
+
+    Raises :class:`CorruptRecordError` naming what failed and where; ``file_position`` is the
+    position of ``buf[0]`` in ``path`` so the error can point at the bad bytes on disk.
+    """
+    where = (file_position or 0) + pos
+    available = len(buf) - pos
+    if available < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"truncated batch: {available} bytes left, a header needs {HEADER_SIZE}",
+            path=path,
+            position=where,
+        )
+    header = BatchHeader.unpack_from(buf, pos)
+    if header.magic != MAGIC:
+        raise CorruptRecordError(
+            f"batch magic byte is {header.magic}, expected {MAGIC}", path=path, position=where
+        )
+    size = header.size
+    if size < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"batch length {header.batch_length} is smaller than the header",
+            path=path,
+            position=where,
+        )
+    if size > available:
+        raise CorruptRecordError(
+            f"truncated batch: header says {size} bytes, only {available} present",
+            path=path,
+            position=where,
+            offset=header.base_offset,
+        )
+    if verify_crc:
+        actual = crc32c.crc32c(memoryview(buf)[pos + CRC_START : pos + size])
+        if actual != header.crc:
+            raise CorruptRecordError(
+                f"batch CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}",
+                path=path,
+                position=where,
+                offset=header.base_offset,
+            )
+    if header.attributes & ~_ATTR_KNOWN:
+        raise CorruptRecordError(
+            f"batch attributes {header.attributes:#06x} set unknown bits", path=path, position=where
+        )
+    if header.codec_id not in _KNOWN_CODEC_IDS:
+        raise CorruptRecordError(
+            f"batch attributes name unknown compression codec id {header.codec_id}",
+            path=path,
+            position=where,
+            offset=header.base_offset,
+        )
+    if (
+        header.record_count < 0
+        or header.last_offset_delta < -1
+        or (header.record_count > header.last_offset_delta + 1)
+    ):
+        raise CorruptRecordError(
+            f"batch record count {header.record_count} does not fit last offset delta "
+            f"{header.last_offset_delta}",
+            path=path,
+            position=where,
+            offset=header.base_offset,
+        )
+    if header.is_control and (header.record_count != 1 or not header.is_transactional):
+        raise CorruptRecordError(
+            "control batch must be transactional and hold exactly one record",
+            path=path,
+            position=where,
+            offset=header.base_offset,
+        )
+    return header
+
+
+def iter_batches(
+    buf: Bytes,
+    *,
+    verify_crc: bool = True,
+    path: str | None = None,
+    file_position: int | None = None,
+) -> Iterator[tuple[BatchHeader, int]]:
+    """Validate and yield ``(header, position)`` for every whole batch in ``buf``.
+
+    A trailing partial batch (a fetch cut by ``max_bytes``) is ignored, as Kafka's consumer
+    ignores it; corrupt bytes raise.
+    """
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        size = peek_size(buf, pos)
+        if size is None or pos + size > end:
+            return
+        header = validate_batch(
+            buf, pos, verify_crc=verify_crc, path=path, file_position=file_position
+        )
+        yield header, pos
+        pos += size
+
+
+def decode_body(
+    buf: Bytes, pos: int, header: BatchHeader, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> pa.RecordBatch:
+    """The Arrow body of a validated batch (zero-copy when uncompressed).
+
+    The body is untrusted even when the CRC matches (the CRC only proves that the producer's
+    bytes arrived intact), so everything a reader relies on is checked: the Arrow structure in
+    full, no Arrow-level buffer compression (which would bypass ``max_body_bytes``), the row
+    count, and offset deltas that start at 0 or later, strictly increase and stay within
+    lastOffsetDelta. Any failure raises :class:`CorruptRecordError`.
+    """
+    payload = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
+    raw = codec_for_id(header.codec_id).decompress(payload, max_output_bytes=max_body_bytes)
+    try:
+        message = pa.ipc.read_message(pa.py_buffer(raw))
+        if message.type != "record batch":
+            raise CorruptRecordError(
+                f"batch at offset {header.base_offset} has an Arrow {message.type} message as "
+                "its body, not a record batch",
+                offset=header.base_offset,
+            )
+        if _ipc_body_is_compressed(memoryview(message.metadata)):
+            raise CorruptRecordError(
+                f"batch at offset {header.base_offset} uses Arrow IPC buffer compression, "
+                "which the format does not allow (the batch codec compresses the body)",
+                offset=header.base_offset,
+            )
+        body = pa.ipc.read_record_batch(message, BODY_SCHEMA)
+        body.validate(full=True)
+    except (pa.ArrowException, struct.error) as exc:
+        raise CorruptRecordError(
+            f"batch at offset {header.base_offset} has an unreadable Arrow body: {exc}",
+            offset=header.base_offset,
+        ) from exc
+    if body.num_rows != header.record_count:
+        raise CorruptRecordError(
+            f"batch at offset {header.base_offset} declares {header.record_count} records but its "
+            f"body holds {body.num_rows}",
+            offset=header.base_offset,
+        )
+    deltas = body.column(0)
+    if deltas.null_count or body.column(1).null_count:
+        raise CorruptRecordError(
+            f"batch at offset {header.base_offset} has null offset deltas or timestamps",
+            offset=header.base_offset,
+        )
+    if body.num_rows:
+        values = deltas.to_numpy()
+        if not _deltas_ok(values) or int(values[-1]) > header.last_offset_delta:
+            raise CorruptRecordError(
+                f"batch at offset {header.base_offset} has offset deltas that are negative, not "
+                f"increasing, or past its lastOffsetDelta {header.last_offset_delta}",
+                offset=header.base_offset,
+            )
+    return body
+
+
+# Flatbuffer field slots of the Arrow IPC schema (format/Message.fbs): Message.header is field
+# 2 and RecordBatch.compression field 3.
+_FB_UOFFSET = struct.Struct("<I")
+_FB_SOFFSET = struct.Struct("<i")
+_FB_VOFFSET = struct.Struct("<H")
+
+
+def _fb_field(meta: memoryview, table: int, index: int) -> int | None:
+    """Position of field ``index`` of the flatbuffer table at ``table``, None when absent."""
+    vtable = table - _fb_unpack(_FB_SOFFSET, meta, table)
+    vtable_size = _fb_unpack(_FB_VOFFSET, meta, vtable)
+    slot = 4 + 2 * index
+    if slot + 2 > vtable_size:
+        return None
+    field = _fb_unpack(_FB_VOFFSET, meta, vtable + slot)
+    return table + field if field else None
+
+
+def _fb_unpack(fmt: struct.Struct, meta: memoryview, at: int) -> int:
+    # struct reads negative positions from the end; a corrupt flatbuffer must not get there.
+    if at < 0 or at + fmt.size > len(meta):
+        raise struct.error(f"flatbuffer position {at} is outside the {len(meta)}-byte metadata")
+    value: int = fmt.unpack_from(meta, at)[0]
+    return value
+
+
+def _ipc_body_is_compressed(meta: memoryview) -> bool:
+    """Whether an IPC record-batch message declares Arrow buffer compression.
+
+    pyarrow decompresses such buffers inside ``read_record_batch`` to whatever size their
+    prefixes claim, past any limit of ours, so they are refused before decoding.
+    """
+    header = _fb_field(meta, _fb_unpack(_FB_UOFFSET, meta, 0), 2)
+    if header is None:
+        return False
+    return _fb_field(meta, header + _fb_unpack(_FB_UOFFSET, meta, header), 3) is not None
+
+
+def read_control_record(buf: Bytes, pos: int, header: BatchHeader) -> ControlRecord:
+    body = decode_body(buf, pos, header)
+    return parse_control_record(body.column(2)[0].as_py(), body.column(3)[0].as_py())
+
+
+def validate_batch_body(
+    buf: Bytes, pos: int, header: BatchHeader, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> None:
+    """Check the body of a batch that passed :func:`validate_batch`; raise CorruptRecordError.
+
+    :func:`validate_batch` checks the header and the CRC only, which is all that recovery and
+    serving need. A CRC recomputed by a buggy or hostile producer can still cover a body no
+    reader can decode, so whoever accepts batches from the outside (the broker on produce)
+    calls this too: it decompresses and decodes the body with every check of
+    :func:`decode_body`, and parses the marker of a control batch.
+    """
+    body = decode_body(buf, pos, header, max_body_bytes=max_body_bytes)
+    if header.is_control:
+        parse_control_record(body.column(2)[0].as_py(), body.column(3)[0].as_py())
+
+
+def _to_records(body: pa.RecordBatch, header: BatchHeader) -> pa.RecordBatch:
+    n = body.num_rows
+    offsets = pc.add(body.column(0).cast(pa.int64()), pa.scalar(header.base_offset, pa.int64()))
+    stamps = body.column(1)
+    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        # With LogAppendTime the broker's time is the batch's maxTimestamp, for every record.
+        stamps = pa.array(np.full(n, header.max_timestamp, dtype=np.int64))
+    ts_type = pa.array(np.full(n, int(header.timestamp_type), dtype=np.int8))
+    return pa.RecordBatch.from_arrays(
+        [offsets, stamps, ts_type, body.column(2), body.column(3), body.column(4)],
+        schema=RECORD_SCHEMA,
+    )
+
+
+def decode_records(
+    buf: Bytes,
+    *,
+    start_offset: int | None = None,
+    end_offset: int | None = None,
+    verify_crc: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    skip_batch: Sequence[int] | None = None,
+) -> pa.Table:
+    """Decode every whole data batch in ``buf`` into one table of :data:`RECORD_SCHEMA`.
+
+    Records below ``start_offset`` (the head of the first batch) and at or past ``end_offset``
+    are cut off by slicing, control batches are skipped, and a partial trailing batch is
+    ignored. The work per batch is constant; nothing runs per record in Python.
+    """
+    del skip_batch  # reserved for aborted-transaction filtering (storage transactions issue)
+    pieces: list[pa.RecordBatch] = []
+    for header, pos in iter_batches(buf, verify_crc=verify_crc):
+        if header.is_control or header.record_count == 0:
+            continue
+        if end_offset is not None and header.base_offset >= end_offset:
+            break
+        if start_offset is not None and header.last_offset < start_offset:
+            continue
+        records = _to_records(decode_body(buf, pos, header, max_body_bytes=max_body_bytes), header)
+        cut_head = start_offset is not None and header.base_offset < start_offset
+        cut_tail = end_offset is not None and header.last_offset >= end_offset
+        if cut_head or cut_tail:
+            offsets = records.column(0).to_numpy()
+            lo = int(np.searchsorted(offsets, start_offset)) if start_offset is not None else 0
+            hi = (
+                int(np.searchsorted(offsets, end_offset))
+                if end_offset is not None
+                else len(offsets)
+            )
+            # An end at or before the start selects nothing (not a negative-length slice).
+            records = records.slice(lo, max(hi - lo, 0))
+        if records.num_rows:
+            pieces.append(records)
+    return pa.Table.from_batches(pieces, schema=RECORD_SCHEMA)

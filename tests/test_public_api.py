@@ -1,0 +1,69 @@
+"""The public API is pinned: adding or removing a name must be a deliberate change here."""
+
+import doctest
+
+import spark_mq
+import spark_mq.config
+import spark_mq.storage.codecs
+import spark_mq.storage.log
+import spark_mq.storage.log_config
+import spark_mq.storage.record_batch
+
+EXPECTED = {
+    "RECORD_SCHEMA",
+    "ConfigError",
+    "ControlType",
+    "CorruptIndexError",
+    "CorruptRecordError",
+    "FetchDataInfo",
+    "FetchIsolation",
+    "InvalidPartitionsError",
+    "InvalidRecordError",
+    "InvalidTopicError",
+    "LogAppendInfo",
+    "LogClosedError",
+    "LogConfig",
+    "LogDirectoryFullError",
+    "LogDirectoryLockedError",
+    "LogManager",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "ProtocolError",
+    "RecordTooLargeError",
+    "SparkMQError",
+    "StorageError",
+    "TimestampType",
+    "TopicExistsError",
+    "UnknownTopicOrPartitionError",
+    "UsageError",
+    "__version__",
+    "decode_records",
+    "encode_batch",
+    "encode_control_batch",
+}
+
+
+def test_all_is_pinned() -> None:
+    assert set(spark_mq.__all__) == EXPECTED
+    for name in spark_mq.__all__:
+        assert hasattr(spark_mq, name), name
+
+
+def test_every_error_derives_from_the_root() -> None:
+    for name in spark_mq.__all__:
+        obj = getattr(spark_mq, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, spark_mq.SparkMQError), name
+
+
+def test_docstring_examples_run() -> None:
+    for module in (
+        spark_mq,
+        spark_mq.config,
+        spark_mq.storage.codecs,
+        spark_mq.storage.log,
+        spark_mq.storage.log_config,
+        spark_mq.storage.record_batch,
+    ):
+        result = doctest.testmod(module)
+        assert result.failed == 0, module.__name__
