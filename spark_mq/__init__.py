@@ -1,1 +1,81 @@
-"""spark_mq (the public API is assembled once the log manager lands)."""
+"""spark_mq: a Kafka-style partitioned commit log in Python, with a PySpark source and sink.
+
+The storage engine is usable on its own::
+
+    >>> import tempfile, pyarrow as pa
+    >>> from spark_mq import LogManager, encode_batch
+    >>> with LogManager(tempfile.mkdtemp()) as logs:
+    ...     _ = logs.create_topic("events", partitions=2, config={"retention.ms": 3_600_000})
+    ...     log = logs.get_log("events", 0)
+    ...     _ = log.append(encode_batch(pa.array([b"hello", b"world"]), key=pa.array([b"k1", b"k2"])))
+    ...     log.read_records(0).column("value").to_pylist()
+    [b'hello', b'world']
+
+The broker, clients and Spark integration build on this layer (see ``docs/``).
+"""
+
+from spark_mq.errors import (
+    ConfigError,
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidPartitionsError,
+    InvalidRecordError,
+    InvalidTopicError,
+    LogClosedError,
+    LogDirectoryFullError,
+    LogDirectoryLockedError,
+    OffsetOutOfRangeError,
+    ProtocolError,
+    RecordTooLargeError,
+    SparkMQError,
+    StorageError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+    UsageError,
+)
+from spark_mq.storage.log import FetchDataInfo, FetchIsolation, LogAppendInfo, PartitionLog
+from spark_mq.storage.log_config import LogConfig
+from spark_mq.storage.log_manager import LogManager
+from spark_mq.storage.record_batch import (
+    RECORD_SCHEMA,
+    ControlType,
+    TimestampType,
+    decode_records,
+    encode_batch,
+    encode_control_batch,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "RECORD_SCHEMA",
+    "ConfigError",
+    "ControlType",
+    "CorruptIndexError",
+    "CorruptRecordError",
+    "FetchDataInfo",
+    "FetchIsolation",
+    "InvalidPartitionsError",
+    "InvalidRecordError",
+    "InvalidTopicError",
+    "LogAppendInfo",
+    "LogClosedError",
+    "LogConfig",
+    "LogDirectoryFullError",
+    "LogDirectoryLockedError",
+    "LogManager",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "ProtocolError",
+    "RecordTooLargeError",
+    "SparkMQError",
+    "StorageError",
+    "TimestampType",
+    "TopicExistsError",
+    "UnknownTopicOrPartitionError",
+    "UsageError",
+    "__version__",
+    "decode_records",
+    "encode_batch",
+    "encode_control_batch",
+]

@@ -9,12 +9,16 @@ deleting and renaming. :mod:`spark_mq.storage.offset_index` and
 
 Life of an index file
 ---------------------
-The index of the active segment is *writable*: its file is preallocated to
-``max_index_size_bytes`` (rounded down to a whole number of entries) with
+The index of the active segment is *writable*. A writable index that creates its file
+preallocates it to ``max_index_size_bytes`` (rounded down to a whole number of entries) with
 ``posix_fallocate``, so that a full disk shows up as :class:`LogDirectoryFullError` when the
 segment is created instead of as a SIGBUS on a later write into a hole of a sparse file. When
 the segment rolls or closes, :meth:`AbstractIndex.trim_to_valid_size` shrinks the file to
-exactly ``entries * ENTRY_SIZE`` bytes; older segments then open their indexes read-only.
+exactly ``entries * ENTRY_SIZE`` bytes. An existing file is mapped at the size it has, as in
+Kafka: a trimmed index reopened writable is full until the log gives the active segment's
+indexes room again with :meth:`AbstractIndex.resize` (Kafka's ``resizeIndexes`` on load) or
+:meth:`AbstractIndex.reset`. Segments that will not be appended to again are best opened
+read-only.
 
 Opening an existing file
 ------------------------
@@ -25,19 +29,21 @@ entry that has a nonzero byte. Truncation zeroes the slots it frees, so stale en
 reappear after a crash. Which all-zero entries could be real is up to the entry layout; both
 indexes are built so that only slot 0 can legitimately be all zeros, and dropping it loses no
 answer (see each subclass for why). Whatever a crash of the whole machine leaves behind (torn
-pages, zeros in the middle) is caught by :meth:`AbstractIndex.sanity_check`; the owning log
-runs it on every existing file it opens and rebuilds the index from the log on
-:class:`CorruptIndexError`, as Kafka does.
+pages, zeros in the middle: an all-zero entry after slot 0 breaks the order of the keys) is
+caught by :meth:`AbstractIndex.sanity_check`. The owning log is expected to run it on every
+existing file it opens and to rebuild the index from the log on :class:`CorruptIndexError`,
+as Kafka does.
 
 Thread contract
 ---------------
-Exactly one thread writes (``append``/``maybe_append``, ``truncate*``, ``resize``,
-``trim_to_valid_size``, ``flush``, ``rename``, ``close``, ``delete``). Lookups may run on other
-threads while that thread appends: an append writes the entry's bytes into the mapping before
-it publishes the new entry count, and a lookup reads the count once and only looks at slots
-below it. Truncation, resizing, closing, deleting and renaming change or unmap bytes a reader
-could be looking at, so the owning log serialises them with readers (Kafka uses a
-read-write lock for this; here it is the caller's job, the index holds no lock).
+Exactly one thread changes the index (``append``/``maybe_append``, ``truncate*``, ``reset``,
+``resize``, ``trim_to_valid_size``, ``rename``, ``close``, ``delete``). Lookups (``lookup``,
+``entry``, the properties) and ``flush`` may run on other threads while that thread appends:
+an append writes the entry's bytes into the mapping before it publishes the new entry count,
+and a lookup reads the count once and only looks at slots below it. Truncation, resizing,
+closing, deleting and renaming change or unmap bytes a reader could be looking at, so the
+owning log serialises them with readers and flushes (Kafka uses a read-write lock for this;
+here it is the caller's job, the index holds no lock).
 """
 
 from __future__ import annotations
@@ -104,11 +110,12 @@ class AbstractIndex(abc.ABC):
         max_index_size_bytes: int = DEFAULT_MAX_INDEX_SIZE_BYTES,
         writable: bool = True,
     ) -> None:
-        """Open (and, if writable and missing, create and preallocate) the index at ``path``.
+        """Open the index at ``path``; if writable and missing, create and preallocate it.
 
-        A read-only index maps the file read-only and refuses every change. A missing file
-        raises :class:`FileNotFoundError` when read-only: whether to rebuild it is the log's
-        decision. Call :meth:`sanity_check` after opening a file that already existed.
+        An existing file is mapped at its current size (see the module docstring). A
+        read-only index maps the file read-only and refuses every change; a missing file then
+        raises :class:`FileNotFoundError`, as whether to rebuild it is the log's decision. Call
+        :meth:`sanity_check` after opening a file that already existed.
         """
         if base_offset < 0:
             raise UsageError(f"base offset of an index must be >= 0, got {base_offset}")
@@ -441,16 +448,13 @@ class AbstractIndex(abc.ABC):
         try:
             existing_bytes = os.fstat(fd).st_size
             length_bytes = existing_bytes
-            target_bytes = self._target_length_bytes()
-            # A file of a size that is not a whole number of entries is left exactly as found,
-            # so that sanity_check() reports it instead of the padding hiding it.
-            if (
-                self._writable
-                and existing_bytes % self.ENTRY_SIZE == 0
-                and existing_bytes < target_bytes
-            ):
-                self._allocate(fd, target_bytes)
-                length_bytes = target_bytes
+            # Only a new file is preallocated. An existing one is mapped at its size, as Kafka
+            # does: growing every reopened segment's indexes would reserve max_index_size_bytes
+            # per old segment, and a file of a bad size must reach sanity_check() unchanged.
+            # The log grows the active segment's indexes with resize() or reset().
+            if created:
+                length_bytes = self._target_length_bytes()
+                self._allocate(fd, length_bytes)
             self._mmap = self._map(fd, length_bytes)
         except BaseException:
             os.close(fd)
@@ -459,7 +463,6 @@ class AbstractIndex(abc.ABC):
             raise
         os.close(fd)
         self._length_bytes = length_bytes
-        # Only the bytes that were in the file before it was grown can hold entries.
         self._entries = _count_entries_before_zero_tail(
             self._mmap, existing_bytes // self.ENTRY_SIZE, self.ENTRY_SIZE
         )

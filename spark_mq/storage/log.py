@@ -66,6 +66,7 @@ from spark_mq.storage.record_batch import (
     NO_PARTITION_LEADER_EPOCH,
     RECORD_SCHEMA,
     BatchHeader,
+    decode_body,
     decode_records,
     validate_batch,
 )
@@ -84,6 +85,16 @@ MAX_TIMESTAMP: Final = -3
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _max_timestamp_from(
+    segment: LogSegment, header: BatchHeader, position: int, start_offset: int
+) -> int | None:
+    """Largest CreateTime timestamp of the batch's records at or after ``start_offset``."""
+    body = decode_body(segment.records.read(position, header.size), 0, header)
+    offsets = body.column(0).to_numpy().astype("int64") + header.base_offset
+    stamps = body.column(1).to_numpy()[offsets >= start_offset]
+    return int(stamps.max()) if len(stamps) else None
 
 
 class FetchIsolation(enum.Enum):
@@ -580,16 +591,25 @@ class PartitionLog:
             segments = list(self._segments)
             start = self._log_start_offset
         if timestamp_ms == MAX_TIMESTAMP:
-            best: TimestampAndOffset | None = None
+            # The answer is the record holding the largest timestamp (as in Kafka since
+            # KAFKA-16310), not the last offset of its batch: find that timestamp among the
+            # records from the log start, then search for it like for any other timestamp.
+            largest: int | None = None
             for segment in segments:
-                for header, _ in segment.records.headers():
+                for header, pos in segment.records.headers():
                     if header.last_offset >= hw:
                         break
-                    if not header.is_control and header.last_offset >= start and (
-                        best is None or header.max_timestamp > best.timestamp_ms
-                    ):
-                        best = TimestampAndOffset(header.max_timestamp, header.last_offset)
-            return best
+                    if header.is_control or header.last_offset < start:
+                        continue
+                    batch_max: int | None = header.max_timestamp
+                    if header.base_offset < start and not header.timestamp_type:
+                        # The batch holding the log start: its maximum may lie below it.
+                        batch_max = _max_timestamp_from(segment, header, pos, start)
+                    if batch_max is not None and (largest is None or batch_max > largest):
+                        largest = batch_max
+            if largest is None:
+                return None
+            timestamp_ms = largest
         for segment in segments:
             if segment.max_timestamp_so_far < timestamp_ms:
                 continue

@@ -6,11 +6,15 @@ What a crash can leave in a partition directory, and what loading does about it:
   point): after an unclean shutdown every segment from the one holding the recovery point is
   re-read, every batch validated (size, magic, CRC, Arrow body framing is checked lazily by
   readers, offsets increasing), and the log is cut at the first invalid byte. Segments after a
-  cut are deleted: nothing after a hole is served. Recovered segments are fsynced, and the
-  recovery point moves to the new log end.
+  cut are deleted: nothing after a hole is served. They are deleted *before* the cut is made,
+  so a crash during recovery leaves the same cut for the next recovery to find, never a hole.
+  Recovered segments are fsynced, and the recovery point moves to the new log end.
 - **Missing or insane indexes** (a crash while they were being written or resized): an index
   that is absent or fails ``sanity_check`` is deleted and rebuilt from its ``.log`` file, in any
-  segment, clean shutdown or not. Indexes are never trusted over the log.
+  segment, clean shutdown or not. Indexes are never trusted over the log. A rebuild does not
+  cut the log by itself: invalid bytes it finds are cut by recovery as above, or, after a clean
+  shutdown, at the end of the last segment; below the recovery point they stay, and the
+  decoding reader refuses them.
 - **Files marked ``.deleted``**: a segment deletion that had renamed its files but not yet
   removed them; loading finishes the deletion.
 - **Stray index files with no ``.log``**: removed.
@@ -27,6 +31,7 @@ import os
 from pathlib import Path
 
 from spark_mq.errors import CorruptIndexError
+from spark_mq.storage.checkpoint_file import fsync_directory
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.segment import (
     DELETED_SUFFIX,
@@ -66,8 +71,15 @@ def _remove_index_files(directory: Path, base_offset: int) -> None:
         (directory / segment_file_name(base_offset, suffix)).unlink(missing_ok=True)
 
 
-def _open_segment(directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> LogSegment:
-    """Open an existing segment; rebuild its indexes if they are missing or fail the check."""
+def _open_segment(
+    directory: Path, base_offset: int, config: LogConfig, now_ms: int
+) -> tuple[LogSegment, int]:
+    """Open an existing segment; rebuild its indexes if they are missing or fail the check.
+
+    Returns the segment and the number of invalid bytes the rebuild found at the end of its
+    ``.log`` file (0 when the indexes were fine). Those bytes are left in place: only
+    :func:`_cut` removes them, after the segments that follow.
+    """
     indexes_present = all(
         (directory / segment_file_name(base_offset, suffix)).exists()
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
@@ -80,15 +92,41 @@ def _open_segment(directory: Path, base_offset: int, config: LogConfig, now_ms: 
             )
         segment = _new_segment(directory, base_offset, config, now_ms)
         segment.sanity_check()
-        return segment
+        return segment, 0
     except CorruptIndexError as exc:
         log.warning("rebuilding indexes of segment %d in %s: %s", base_offset, directory, exc)
         if segment is not None:
-            segment.close()
+            # Not segment.close(): that appends a final entry to the time index that has just
+            # failed its check (and fails itself if that index is full or misaligned).
+            segment.offset_index.delete()
+            segment.time_index.delete()
+            segment.records.close()
         _remove_index_files(directory, base_offset)
         segment = _new_segment(directory, base_offset, config, now_ms)
-        segment.recover(max_message_bytes=config.max_message_bytes)
-        return segment
+        invalid_bytes = segment.recover(max_message_bytes=config.max_message_bytes, truncate=False)
+        return segment, invalid_bytes
+
+
+def _cut(segments: list[LogSegment], i: int, invalid_bytes: int) -> int:
+    """Cut the log inside ``segments[i]``, dropping its last ``invalid_bytes``; returns the
+    bytes removed in all.
+
+    The later segments go first (newest first, and the directory is fsynced), the invalid
+    tail last: a crash part way through leaves segment ``i`` still invalid, so the next
+    recovery finds the same cut and finishes it. Cutting first would let a crash leave a hole
+    between segment ``i`` and a later segment that survived.
+    """
+    removed = 0
+    for later in reversed(segments[i + 1 :]):
+        log.warning("deleting segment %s after a corrupt tail", later.log_path)
+        removed += later.size_bytes
+        later.delete()
+    del segments[i + 1 :]
+    segment = segments[i]
+    fsync_directory(segment.directory)
+    segment.records.truncate_to(segment.size_bytes - invalid_bytes)
+    segment.flush()
+    return removed + invalid_bytes
 
 
 def _clean_directory(directory: Path) -> list[int]:
@@ -126,7 +164,8 @@ def load_log(
     """Open every segment of ``directory`` and recover what needs recovering (module doc)."""
     directory.mkdir(parents=True, exist_ok=True)
     bases = _clean_directory(directory)
-    segments = [_open_segment(directory, base, config, now_ms) for base in bases]
+    opened = [_open_segment(directory, base, config, now_ms) for base in bases]
+    segments = [segment for segment, _ in opened]
     truncated_total = 0
 
     if not had_clean_shutdown and segments:
@@ -135,25 +174,36 @@ def load_log(
         for i, segment in enumerate(segments):
             if segment.base_offset <= recovery_point:
                 first = i
-        i = first
-        while i < len(segments):
+        for i in range(first, len(segments)):
             segment = segments[i]
-            truncated = segment.recover(max_message_bytes=config.max_message_bytes)
-            truncated_total += truncated
-            segment.flush()
-            if truncated:
-                for later in segments[i + 1 :]:
-                    log.warning("deleting segment %s after a corrupt tail", later.log_path)
-                    truncated_total += later.size_bytes
-                    later.delete()
-                del segments[i + 1 :]
+            invalid_bytes = segment.recover(
+                max_message_bytes=config.max_message_bytes, truncate=False
+            )
+            if invalid_bytes:
+                truncated_total += _cut(segments, i, invalid_bytes)
                 break
-            i += 1
+            segment.flush()
+    elif segments and opened[-1][1]:
+        # A clean shutdown, yet rebuilding the last segment's indexes found a bad tail: cut
+        # it, or appends would land after it.
+        truncated_total += _cut(segments, len(segments) - 1, opened[-1][1])
+    # Cuts only ever drop a suffix, so these are the segments kept before the last one.
+    for segment, invalid_bytes in opened[: len(segments) - 1]:
+        if invalid_bytes:
+            # Below the recovery point nothing is cut (that would delete every later
+            # segment); the decoding reader refuses these bytes when it reaches them.
+            log.warning(
+                "segment %s has %d invalid bytes at its end, below the recovery point",
+                segment.log_path,
+                invalid_bytes,
+            )
 
     if not segments:
         base = max(log_start_offset or 0, 0)
         segments = [_new_segment(directory, base, config, now_ms)]
 
+    # The active segment's indexes were trimmed at close; give them room for new entries.
+    segments[-1].resize_indexes(config.segment_index_bytes)
     log_end_offset = segments[-1].next_offset()
     start = segments[0].base_offset if log_start_offset is None else max(log_start_offset, segments[0].base_offset)
     start = min(start, log_end_offset)

@@ -57,10 +57,12 @@ LOG_OVERHEAD: Final = 12
 CRC_START: Final = 21
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-_LENGTH_AND_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+#: baseOffset and batchLength: exactly the LOG_OVERHEAD bytes that locate the next batch.
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
 _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
 assert _HEADER.size == HEADER_SIZE
+assert _OFFSET_AND_LENGTH.size == LOG_OVERHEAD
 
 ATTR_CODEC_MASK: Final = 0x07
 ATTR_TIMESTAMP_TYPE: Final = 0x08
@@ -203,7 +205,7 @@ def _as_binary(name: str, array: Any, length: int | None) -> pa.Array:
     if not isinstance(array, pa.Array):
         try:
             array = pa.array(array, type=pa.binary())
-        except (pa.ArrowException, TypeError, ValueError) as exc:
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise InvalidRecordError(f"{name} column is not convertible to binary: {exc}") from exc
     if array.type == pa.binary():
         return array
@@ -234,7 +236,7 @@ def _timestamps(timestamp: Any, length: int, now_ms: int | None) -> pa.Array:
         # values must keep their unit (not be read as ms), and None entries mean "now".
         try:
             timestamp = pa.array(timestamp)
-        except (pa.ArrowException, TypeError, ValueError) as exc:
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise InvalidRecordError(f"timestamp column is not convertible: {exc}") from exc
     try:
         if pa.types.is_timestamp(timestamp.type):
@@ -276,7 +278,7 @@ def _headers(headers: Any, length: int) -> pa.Array:
             None if row is None else [{"key": k, "value": v} for k, v in row] for row in headers
         ]
         return pa.array(rows, type=HEADER_TYPE)
-    except (pa.ArrowException, TypeError, ValueError) as exc:
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
         raise InvalidRecordError(
             f"headers must be a list of [(str key, bytes value), ...] or None per record: {exc}"
         ) from exc
@@ -291,7 +293,7 @@ def _offset_deltas(offset_delta: Any, length: int) -> pa.Array:
         if not isinstance(offset_delta, pa.Array):
             offset_delta = pa.array(offset_delta, pa.int32())
         deltas = offset_delta.cast(pa.int32())
-    except (pa.ArrowException, TypeError, ValueError) as exc:
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
         raise InvalidRecordError(f"offset_delta column is not convertible to int32: {exc}") from exc
     # Readers find offsets by binary search and the log derives the next offset from the last
     # delta, so the deltas must be known, start at 0 or later and strictly increase.
@@ -490,7 +492,7 @@ def peek_size(buf: Bytes, pos: int = 0) -> int | None:
     """Total size of the batch at ``pos`` per its length field; None if under 12 bytes remain."""
     if len(buf) - pos < LOG_OVERHEAD:
         return None
-    _, length, _ = _LENGTH_AND_EPOCH.unpack_from(buf, pos)
+    _, length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)
     return int(length) + LOG_OVERHEAD
 
 
@@ -630,9 +632,10 @@ def decode_body(
             )
         body = pa.ipc.read_record_batch(message, BODY_SCHEMA)
         body.validate(full=True)
-    except (pa.ArrowException, struct.error) as exc:
+    except (pa.ArrowException, OSError, EOFError, struct.error) as exc:
+        # pyarrow reports a malformed IPC stream as OSError and an empty one as EOFError.
         raise CorruptRecordError(
-            f"batch at offset {header.base_offset} has an unreadable Arrow body: {exc}",
+            f"batch at offset {header.base_offset} has an unreadable Arrow body: {exc!r}",
             offset=header.base_offset,
         ) from exc
     if body.num_rows != header.record_count:

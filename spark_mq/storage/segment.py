@@ -167,13 +167,21 @@ class LogSegment:
             if header.max_timestamp > self._max_timestamp_so_far:
                 self._max_timestamp_so_far = header.max_timestamp
                 self._offset_of_max_timestamp_so_far = header.last_offset
-            if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            due = self._bytes_since_last_index_entry > self.index_interval_bytes
+            if due and self._indexes_have_room():
                 self.offset_index.append(header.base_offset, start + batch.position)
                 self.time_index.maybe_append(self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far)
                 self._bytes_since_last_index_entry = 0
             self._bytes_since_last_index_entry += header.size
         self._next_offset = batches[-1].header.next_offset
         del append_size_bytes  # Equal to the sum of the batch sizes; kept for call-site clarity.
+
+    def _indexes_have_room(self) -> bool:
+        # The log checks for full indexes only before an append, so a multi-batch append (or a
+        # rebuild into index files trimmed at an earlier roll) can fill one part-way. Skipping
+        # the entry then only makes the index sparser, which lookups tolerate; raising would
+        # leave written batches unaccounted for. The next append rolls the segment.
+        return not (self.offset_index.is_full or self.time_index.is_full)
 
     def should_roll(self, *, append_size_bytes: int, last_offset: int, now_ms: int,
                     segment_bytes: int, segment_ms: int) -> bool:
@@ -191,6 +199,11 @@ class LogSegment:
             or self.time_index.is_full
             or not self.can_hold(last_offset)
         )
+
+    def resize_indexes(self, size_bytes: int) -> None:
+        """Give the indexes room again (an active segment reopened after a trim is full)."""
+        self.offset_index.resize(max(size_bytes, self.offset_index.size_bytes))
+        self.time_index.resize(max(size_bytes, self.time_index.size_bytes))
 
     def on_become_inactive(self) -> None:
         """Called when a new segment takes over: final time index entry, indexes trimmed."""
@@ -296,15 +309,22 @@ class LogSegment:
             self._rolling_based_timestamp = header.max_timestamp
             break
 
-    def recover(self, *, max_message_bytes: int | None = None) -> int:
+    def recover(self, *, max_message_bytes: int | None = None, truncate: bool = True) -> int:
         """Validate every batch, rebuild both indexes, cut the file at the first bad byte.
 
         Returns the number of bytes truncated (0 for a healthy segment). A batch is bad if it
         fails :func:`~spark_mq.storage.record_batch.validate_batch`, if its offsets go
         backwards or fall outside this segment, or if it exceeds ``max_message_bytes``.
+
+        With ``truncate=False`` the bad bytes stay in the file and the count says how many
+        there are: the loader first deletes the segments after this one, then cuts, so that
+        a crash in between cannot leave a hole in the log (see ``log_loader.py``).
         """
-        self.offset_index.truncate()
-        self.time_index.truncate()
+        # As Kafka's recover(): the index files may have been trimmed at a roll or close, so
+        # they get their full size back for the rebuild (else it would come out sparser, and
+        # sparser again on every recovery) and are trimmed to their entries at the end.
+        self.offset_index.reset()
+        self.time_index.reset()
         self._bytes_since_last_index_entry = 0
         self._max_timestamp_so_far = -1
         self._offset_of_max_timestamp_so_far = self.base_offset - 1
@@ -327,7 +347,8 @@ class LogSegment:
                 if header.max_timestamp > self._max_timestamp_so_far:
                     self._max_timestamp_so_far = header.max_timestamp
                     self._offset_of_max_timestamp_so_far = header.last_offset
-                if self._bytes_since_last_index_entry > self.index_interval_bytes:
+                due = self._bytes_since_last_index_entry > self.index_interval_bytes
+                if due and self._indexes_have_room():
                     self.offset_index.append(header.base_offset, pos)
                     self.time_index.maybe_append(self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far)
                     self._bytes_since_last_index_entry = 0
@@ -337,12 +358,14 @@ class LogSegment:
         except (CorruptRecordError, InvalidRecordError) as exc:
             log.warning("recovery of %s stops at byte %d: %s", self.records.path, valid_bytes, exc)
         truncated = self.records.size_bytes - valid_bytes
-        if truncated:
+        if truncated and truncate:
             self.records.truncate_to(valid_bytes)
         if self._max_timestamp_so_far >= 0:
             self.time_index.maybe_append(
                 self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far, skip_full_check=True
             )
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
         self._next_offset = expected_min_offset
         return truncated
 
@@ -366,7 +389,11 @@ class LogSegment:
         self.time_index.flush()
 
     def close(self) -> None:
-        if self._max_timestamp_so_far >= 0:
+        # An old segment's time index is opened at its trimmed size. If it lacks the final
+        # entry (a sane but sparser file), there is no slot for it: skipping it only makes the
+        # index sparser, while appending would raise and leave the log half closed.
+        has_slot = self.time_index.entries < self.time_index.max_entries
+        if self._max_timestamp_so_far >= 0 and has_slot:
             self.time_index.maybe_append(
                 self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far, skip_full_check=True
             )

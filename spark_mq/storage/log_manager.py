@@ -1,0 +1,786 @@
+"""The log directory of one node: its topics, their partition logs and its checkpoints.
+
+Layout of a log directory (``root``)::
+
+    .lock                              DirLock: the owning process holds flock on it
+    .clean_shutdown                    present only between a clean close() and the next open
+    recovery-point-offset-checkpoint   per partition: everything below is fsynced
+    log-start-offset-checkpoint        per partition: first offset readers may ask for
+    __meta/topics/<topic>.json         one file per topic: the topic exists iff this exists
+    __meta/deleting/<topic_id>.json    a committed topic deletion still being carried out
+    <topic>-<partition>/               one partition log (owned by PartitionLog)
+    <topic>-<partition>.<uuid>.deleted/  a partition directory being removed
+
+The topic metadata file is described in :mod:`~spark_mq.storage.topic_metadata`. A topic's
+effective config is the manager's default config with the topic's overrides applied, so
+changing the default changes every topic that does not override the key. The checkpoint files use Kafka's format
+(:class:`~spark_mq.storage.checkpoint_file.OffsetCheckpointFile`). ``.clean_shutdown`` holds
+``{"version": 0, "shutdown_ms": ...}``; only its existence matters.
+
+The metadata file is the commit point of every topic change, and the crash story follows:
+
+- **create_topic**: partition directories are created (and fsynced into ``root``) first, the
+  metadata file last. A crash before the metadata leaves empty partition directories and no
+  topic; startup leaves them alone with a warning, and the next create (or add_partitions) of
+  that name adopts them, because they hold no data. A leftover directory that *does* hold
+  records is never adopted or removed: the create fails with :class:`TopicExistsError` saying
+  to move it away. Before committing, the checkpoints are rewritten without the new topic, so
+  no offsets of an earlier topic of the same name can be applied to the new one.
+- **add_partitions**: same as create: new directories first, then the metadata with the new
+  count. A crash in between leaves empty directories that the next attempt adopts.
+- **alter_topic_config**: the metadata is rewritten, then open logs get the new config. A
+  crash in between is harmless: the logs are opened with the new config at startup.
+- **delete_topic**: the metadata file is *renamed* into ``__meta/deleting/`` (one atomic
+  step that commits the deletion: the topic no longer exists), the logs are closed, each
+  partition directory is renamed to ``<dir>.<uuid>.deleted``, the deletion record removed,
+  and the directories deleted. Startup finishes whatever a crash interrupted: it renames the
+  partition directories named by records in ``__meta/deleting/``, removes those records, and
+  removes every ``*.deleted`` directory.
+- **checkpoint**: each file is replaced atomically; a crash leaves the old or the new one.
+  Old values are safe: a low recovery point only means more recovery work.
+- **close**: logs flushed and closed, both checkpoints written, then ``.clean_shutdown``
+  written and fsynced, then the lock released. A crash before the marker is durable makes
+  the next start an unclean one.
+
+Startup, in order: take the lock (:class:`~spark_mq.storage.dir_lock.DirLock`); read and delete
+``.clean_shutdown`` (deleted at once and the deletion fsynced, so any later crash counts as
+unclean); read the checkpoints (a corrupt one is logged and ignored, like Kafka does; a corrupt
+recovery-point checkpoint also makes the start unclean); remove ``*.tmp`` leftovers; load the
+topic metadata; finish interrupted deletions; remove ``*.deleted`` directories; warn about
+orphan partition directories (no metadata claims them: left untouched); open every partition
+log with its checkpointed offsets and ``had_clean_shutdown``. A metadata file whose partition
+directory is missing gets a new, empty partition (with a warning: that data is lost).
+
+Threads: one ``threading.RLock`` serialises every change of topic metadata (create, add
+partitions, alter, delete), the checkpoint writes (two writers would share the ``.tmp``
+file), ``flush_all``, ``apply_retention`` and ``close``, so no log is closed under one of them.
+The topic table is replaced, never mutated, under that lock, so ``get_log``, ``logs``,
+``list_topics``, ``topic_exists`` and ``describe_topic`` read a consistent snapshot without
+taking it, and the produce and fetch paths never wait for an admin operation. Each
+:class:`PartitionLog` is thread-safe on its own; a log obtained before ``delete_topic`` or
+``close`` raises :class:`~spark_mq.errors.LogClosedError` afterwards.
+
+    >>> import tempfile
+    >>> with LogManager(tempfile.mkdtemp()) as manager:
+    ...     info = manager.create_topic("events", partitions=2, config={"retention.ms": 60000})
+    ...     (info.partition_count, dict(info.config_overrides))
+    (2, {'retention.ms': '60000'})
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import difflib
+import errno
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import MappingProxyType, TracebackType
+from typing import Final, Self
+
+from spark_mq.errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    InvalidPartitionsError,
+    LogClosedError,
+    LogDirectoryFullError,
+    StorageError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from spark_mq.storage.checkpoint_file import (
+    OffsetCheckpointFile,
+    atomic_write_bytes,
+    fsync_directory,
+)
+from spark_mq.storage.dir_lock import DirLock
+from spark_mq.storage.log import PartitionLog
+from spark_mq.storage.log_config import LogConfig
+from spark_mq.storage.segment import LOG_SUFFIX
+from spark_mq.storage.topic_metadata import (
+    MAX_PARTITIONS_PER_TOPIC,
+    PartitionInfo,
+    TopicInfo,
+    TopicMetadata,
+)
+from spark_mq.storage.topic_names import (
+    MAX_FILE_NAME_BYTES,
+    parse_partition_dir_name,
+    partition_dir_name,
+    validate_topic_name,
+)
+
+logger = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE: Final = ".clean_shutdown"
+RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
+META_DIR: Final = "__meta"
+DELETED_DIR_SUFFIX: Final = ".deleted"
+TMP_SUFFIX: Final = ".tmp"
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class _Topic:
+    """A live topic: its metadata, effective config and open logs (index = partition)."""
+
+    meta: TopicMetadata
+    config: LogConfig
+    logs: tuple[PartitionLog, ...]
+
+
+@contextlib.contextmanager
+def _io_errors(what: str, root: Path) -> Iterator[None]:
+    """Map an OSError from the filesystem to the storage error a caller can act on."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise LogDirectoryFullError(
+                f"{what} failed: the disk holding {root} is full ({exc}); free space and retry",
+                path=str(root),
+            ) from exc
+        raise StorageError(f"{what} failed in log directory {root}: {exc}") from exc
+
+
+def _kafka_key(name: str) -> str:
+    """The Kafka key of a LogConfig setting given as ``retention.ms`` or ``retention_ms``."""
+    settings = LogConfig.settings()
+    for candidate in (name, name.replace("_", ".")):
+        if candidate in settings:
+            return candidate
+    for key, field in settings.items():
+        if field.name == name:
+            return key
+    close = difflib.get_close_matches(name.replace("_", "."), list(settings), n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(
+        f"unknown topic setting {name!r}{hint} (valid keys: {', '.join(sorted(settings))})",
+        key=name,
+    )
+
+
+def _has_records(directory: Path) -> bool:
+    """Whether a partition directory holds any record bytes (its segment ``.log`` files)."""
+    return any(
+        entry.name.endswith(LOG_SUFFIX) and entry.stat().st_size > 0
+        for entry in os.scandir(directory)
+    )
+
+
+class LogManager:
+    """Owns one log directory: creates, opens, alters and deletes topics and their logs.
+
+    ``time_ms`` is the clock given to every log (tests inject one); ``owner`` is recorded in
+    the lock file so that a refused opener can say who holds the directory; ``flush_executor``
+    is passed to every log for its background fsyncs. Opening takes the directory's lock:
+    a second manager on the same directory, in any process, gets
+    :class:`~spark_mq.errors.LogDirectoryLockedError`.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        default_config: LogConfig | None = None,
+        *,
+        time_ms: Callable[[], int] = _wall_clock_ms,
+        owner: str | None = None,
+        flush_executor: concurrent.futures.Executor | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.default_config = default_config if default_config is not None else LogConfig()
+        self._time_ms = time_ms
+        self._flush_executor = flush_executor
+        self._topics_dir = self.root / META_DIR / "topics"
+        self._deleting_dir = self.root / META_DIR / "deleting"
+        self._recovery_checkpoint = OffsetCheckpointFile(self.root / RECOVERY_POINT_CHECKPOINT)
+        self._start_checkpoint = OffsetCheckpointFile(self.root / LOG_START_OFFSET_CHECKPOINT)
+        self._lock = threading.RLock()
+        self._closed = False
+        self._topics: Mapping[str, _Topic] = MappingProxyType({})
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create log directory {self.root}: {exc}") from exc
+        self._dir_lock = DirLock(self.root, owner=owner, time_ms=time_ms)
+        try:
+            with _io_errors("opening the log directory", self.root):
+                self.had_clean_shutdown = self._startup()
+        except BaseException:
+            # Leave nothing open and the directory unlocked, so the caller can fix and retry.
+            self._closed = True
+            for topic in self._topics.values():
+                self._discard([(log, False) for log in topic.logs])
+            self._topics = MappingProxyType({})
+            self._dir_lock.release()
+            raise
+
+    # -----------------------------------------------------------------------------------------
+    # Startup
+
+    def _startup(self) -> bool:
+        had_clean_shutdown = self._consume_clean_shutdown_marker()
+        self._topics_dir.mkdir(parents=True, exist_ok=True)
+        self._deleting_dir.mkdir(parents=True, exist_ok=True)
+        recovery_points = self._read_checkpoint(self._recovery_checkpoint)
+        if recovery_points is None:
+            # Without recovery points every log is recovered from its start: slower, but safe.
+            had_clean_shutdown = False
+        log_start_offsets = self._read_checkpoint(self._start_checkpoint)
+        self._remove_tmp_files()
+        metas: dict[str, TopicMetadata] = {}
+        for path in sorted(self._topics_dir.glob("*.json")):
+            meta = TopicMetadata.read(path)
+            if path.name != f"{meta.name}.json":
+                raise CorruptCheckpointError(
+                    f"topic metadata file {path} describes topic {meta.name!r}; the file name "
+                    "must be <topic>.json. Rename or remove it",
+                    path=str(path),
+                )
+            metas[meta.name] = meta
+        self._finish_deletions(live=set(metas))
+        self._remove_deleted_dirs()
+        self._warn_about_orphans(metas)
+
+        topics: dict[str, _Topic] = {}
+        for name, meta in metas.items():
+            try:
+                config = self.default_config.with_overrides(meta.config)
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"topic {name!r} in {self._metadata_path(name)}: {exc}",
+                    key=exc.key,
+                    value=exc.value,
+                ) from exc
+            logs = []
+            try:
+                for p in range(meta.partitions):
+                    logs.append(
+                        self._open_existing(
+                            meta,
+                            p,
+                            config=config,
+                            recovery_points=recovery_points or {},
+                            log_start_offsets=log_start_offsets or {},
+                            had_clean_shutdown=had_clean_shutdown,
+                        )
+                    )
+            finally:
+                # Published even when a later partition fails, so the error path closes them.
+                topics[name] = _Topic(meta, config, tuple(logs))
+                self._topics = MappingProxyType(dict(topics))
+        return had_clean_shutdown
+
+    def _consume_clean_shutdown_marker(self) -> bool:
+        marker = self.root / CLEAN_SHUTDOWN_FILE
+        try:
+            marker.unlink()
+        except FileNotFoundError:
+            return False
+        # The removal must be durable before any log is touched: if it came back after a power
+        # failure, the next start would skip recovery of logs written after this one.
+        fsync_directory(self.root)
+        return True
+
+    def _read_checkpoint(
+        self, checkpoint: OffsetCheckpointFile
+    ) -> dict[tuple[str, int], int] | None:
+        try:
+            return checkpoint.read()
+        except CorruptCheckpointError as exc:
+            # As Kafka does: checkpoints are an optimisation, so a damaged one is reported and
+            # ignored (recovery starts from offset 0, log start offsets from the segments).
+            logger.warning("%s; ignoring it", exc)
+            return None
+
+    def _remove_tmp_files(self) -> None:
+        """Torn outputs of interrupted atomic writes: never read, so simply removed."""
+        for directory in (self.root, self._topics_dir):
+            for path in directory.glob(f"*{TMP_SUFFIX}"):
+                if path.is_file():
+                    path.unlink(missing_ok=True)
+
+    def _open_existing(
+        self,
+        meta: TopicMetadata,
+        partition: int,
+        *,
+        config: LogConfig,
+        recovery_points: Mapping[tuple[str, int], int],
+        log_start_offsets: Mapping[tuple[str, int], int],
+        had_clean_shutdown: bool,
+    ) -> PartitionLog:
+        directory = self.root / partition_dir_name(meta.name, partition)
+        key = (meta.name, partition)
+        if directory.is_dir():
+            recovery_point, log_start = recovery_points.get(key, 0), log_start_offsets.get(key)
+        else:
+            logger.warning(
+                "partition directory %s of topic %r is missing; creating an empty partition "
+                "(any records it held are lost)",
+                directory,
+                meta.name,
+            )
+            recovery_point, log_start = 0, None
+        return PartitionLog.open(
+            directory,
+            config,
+            topic=meta.name,
+            partition=partition,
+            recovery_point=recovery_point,
+            log_start_offset=log_start,
+            had_clean_shutdown=had_clean_shutdown,
+            time_ms=self._time_ms,
+            flush_executor=self._flush_executor,
+        )
+
+    def _finish_deletions(self, live: set[str]) -> None:
+        """Carry out deletions committed to ``__meta/deleting/`` but interrupted."""
+        for record in sorted(self._deleting_dir.glob("*.json")):
+            meta = TopicMetadata.read(record)
+            if meta.name in live:
+                # Cannot happen through this class (a create first finishes pending deletions);
+                # the directories belong to the live topic, so only the record goes.
+                logger.warning(
+                    "deletion record %s names live topic %r; removing the record only",
+                    record,
+                    meta.name,
+                )
+                record.unlink()
+            else:
+                logger.info("finishing the interrupted deletion of topic %r", meta.name)
+                self._carry_out_deletion(meta, record)
+
+    def _carry_out_deletion(self, meta: TopicMetadata, record: Path) -> None:
+        doomed = []
+        for p in range(meta.partitions):
+            directory = self.root / partition_dir_name(meta.name, p)
+            if directory.exists():
+                doomed.append(self._rename_to_deleted(directory))
+        fsync_directory(self.root)
+        record.unlink()
+        fsync_directory(self._deleting_dir)
+        for directory in doomed:
+            self._remove_tree(directory)
+
+    def _rename_to_deleted(self, directory: Path) -> Path:
+        suffix = f".{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}"
+        # Like Kafka, shorten the name so that it fits the filesystem's limit; only the suffix
+        # matters to startup, and the uuid keeps names unique.
+        stem = directory.name[: MAX_FILE_NAME_BYTES - len(suffix)]
+        target = directory.with_name(stem + suffix)
+        os.rename(directory, target)
+        return target
+
+    @staticmethod
+    def _remove_tree(directory: Path) -> None:
+        try:
+            shutil.rmtree(directory)
+        except OSError as exc:
+            # The directory is already out of the log (renamed); the next startup retries.
+            logger.warning(
+                "could not remove %s (%s); it is removed at the next start", directory, exc
+            )
+
+    def _remove_deleted_dirs(self) -> None:
+        for entry in os.scandir(self.root):
+            if entry.name.endswith(DELETED_DIR_SUFFIX) and entry.is_dir(follow_symlinks=False):
+                self._remove_tree(Path(entry.path))
+
+    def _warn_about_orphans(self, metas: Mapping[str, TopicMetadata]) -> None:
+        for entry in os.scandir(self.root):
+            parsed = parse_partition_dir_name(entry.name)
+            if parsed is None or not entry.is_dir():
+                continue
+            topic, partition = parsed
+            meta = metas.get(topic)
+            if meta is None or partition >= meta.partitions:
+                # Never removed automatically: it may hold data we know nothing about.
+                logger.warning(
+                    "orphan partition directory %s: no topic metadata claims it; leaving it "
+                    "alone. If an interrupted create left it, it is empty and is reused when "
+                    "that partition is created; otherwise move it out of %s",
+                    entry.path,
+                    self.root,
+                )
+
+    # -----------------------------------------------------------------------------------------
+    # Helpers
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"the log manager of {self.root} is closed")
+
+    def _metadata_path(self, name: str) -> Path:
+        return self._topics_dir / f"{name}.json"
+
+    def _write_metadata(self, meta: TopicMetadata) -> None:
+        # "<topic>.json.tmp" could exceed 255 bytes for a 249-character name; "<topic>.tmp"
+        # cannot, and never collides with a metadata file because those end in ".json".
+        atomic_write_bytes(
+            self._metadata_path(meta.name),
+            meta.to_json(),
+            tmp_path=self._topics_dir / f"{meta.name}{TMP_SUFFIX}",
+        )
+
+    def _require_topic(self, name: str) -> _Topic:
+        topics = self._topics
+        topic = topics.get(name)
+        if topic is None:
+            names = sorted(topics)
+            shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if names[10:] else "")
+            raise UnknownTopicOrPartitionError(
+                f"topic {name!r} does not exist in log directory {self.root}; create it first "
+                f"(existing topics: {shown or 'none'})",
+                topic=name,
+            )
+        return topic
+
+    def _publish(self, name: str, topic: _Topic | None) -> None:
+        topics = dict(self._topics)
+        if topic is None:
+            del topics[name]
+        else:
+            topics[name] = topic
+        self._topics = MappingProxyType(topics)
+
+    def _normalize_overrides(self, config: Mapping[str, object]) -> dict[str, str]:
+        """Validate settings against the default config; return them as Kafka key -> string."""
+        effective = self.default_config.with_overrides(config)  # ConfigError names a bad key
+        properties = effective.to_properties()
+        return {_kafka_key(k): properties[_kafka_key(k)] for k in config}
+
+    def _check_count(self, name: str, requested: object, current: int | None) -> int:
+        if type(requested) is not int or not 1 <= requested <= MAX_PARTITIONS_PER_TOPIC:
+            raise InvalidPartitionsError(
+                f"topic {name!r}: the number of partitions must be an int from 1 to "
+                f"{MAX_PARTITIONS_PER_TOPIC}, got {requested!r}",
+                topic=name,
+                current=current,
+                requested=requested if type(requested) is int else -1,
+            )
+        return requested
+
+    def _open_new_partitions(
+        self, name: str, partitions: range, config: LogConfig
+    ) -> list[tuple[PartitionLog, bool]]:
+        """Open empty logs for new partitions: ``(log, created)``; leftovers with data refuse."""
+        opened: list[tuple[PartitionLog, bool]] = []
+        try:
+            for p in partitions:
+                directory = self.root / partition_dir_name(name, p)
+                existed = directory.exists()
+                if existed and (not directory.is_dir() or _has_records(directory)):
+                    raise TopicExistsError(
+                        f"cannot create partition {p} of topic {name!r}: {directory} already "
+                        "exists and holds data, but no topic metadata claims it (an orphan, "
+                        "perhaps copied in or left by lost metadata). Move it out of the log "
+                        "directory, or delete it, and try again",
+                        topic=name,
+                    )
+                if existed:
+                    logger.info("reusing empty leftover directory %s", directory)
+                log = PartitionLog.open(
+                    directory,
+                    config,
+                    topic=name,
+                    partition=p,
+                    had_clean_shutdown=not existed,
+                    time_ms=self._time_ms,
+                    flush_executor=self._flush_executor,
+                )
+                opened.append((log, not existed))
+            # The new directory entries must be durable before the metadata that names them.
+            fsync_directory(self.root)
+        except BaseException:
+            self._discard(opened)
+            raise
+        return opened
+
+    @staticmethod
+    def _discard(opened: list[tuple[PartitionLog, bool]]) -> None:
+        """Undo _open_new_partitions after a failure: remove what it created, close the rest."""
+        for log, created in opened:
+            try:
+                if created:
+                    log.delete()
+                else:
+                    log.close()
+            except Exception as exc:  # the original failure is the one to raise
+                logger.warning("cleaning up %s after a failed change: %s", log.directory, exc)
+
+    # -----------------------------------------------------------------------------------------
+    # Topic administration
+
+    def create_topic(
+        self, name: str, partitions: int = 1, config: Mapping[str, object] | None = None
+    ) -> TopicInfo:
+        """Create a topic with ``partitions`` empty partitions and config overrides.
+
+        Raises InvalidTopicError, InvalidPartitionsError, ConfigError (naming the key) or
+        TopicExistsError. Crash-safe: see the module docstring.
+        """
+        validate_topic_name(name)
+        with self._lock:
+            self._check_open()
+            count = self._check_count(name, partitions, None)
+            overrides = self._normalize_overrides(config or {})
+            effective = self.default_config.with_overrides(overrides)
+            if name in self._topics:
+                raise TopicExistsError(
+                    f"topic {name!r} already exists in {self.root}; delete it first or use "
+                    "add_partitions / alter_topic_config to change it",
+                    topic=name,
+                )
+            with _io_errors(f"creating topic {name!r}", self.root):
+                self._finish_deletions(live=set(self._topics))
+                opened = self._open_new_partitions(name, range(count), effective)
+                meta = TopicMetadata(
+                    name, uuid.uuid4().hex, count, MappingProxyType(overrides), self._time_ms()
+                )
+                try:
+                    # Offsets checkpointed for an earlier topic of this name must not be applied
+                    # to this one after a crash, so the checkpoints are rewritten without it.
+                    self._write_checkpoints()
+                    self._write_metadata(meta)
+                except BaseException:
+                    self._discard(opened)
+                    # If only the final directory fsync failed, the metadata may be in place.
+                    with contextlib.suppress(OSError):
+                        self._metadata_path(name).unlink()
+                    raise
+            self._publish(name, _Topic(meta, effective, tuple(log for log, _ in opened)))
+            return self.describe_topic(name)
+
+    def add_partitions(self, name: str, total: int) -> TopicInfo:
+        """Grow topic ``name`` to ``total`` partitions (Kafka's CreatePartitions).
+
+        Partitions can only be added: removing one would move its keys to other partitions and
+        lose its records and its consumers' offsets, so Kafka does not allow it either.
+        """
+        with self._lock:
+            self._check_open()
+            topic = self._require_topic(name)
+            current = topic.meta.partitions
+            if type(total) is int and total <= current:
+                raise InvalidPartitionsError(
+                    f"topic {name!r} has {current} partitions and {total} were requested: "
+                    "partitions can only be added, never removed (keys would move to other "
+                    "partitions and records and offsets would be lost). Request a total above "
+                    f"{current}",
+                    topic=name,
+                    current=current,
+                    requested=total,
+                )
+            count = self._check_count(name, total, current)
+            with _io_errors(f"adding partitions to topic {name!r}", self.root):
+                opened = self._open_new_partitions(name, range(current, count), topic.config)
+                meta = dataclasses.replace(topic.meta, partitions=count)
+                try:
+                    self._write_metadata(meta)
+                except BaseException:
+                    self._discard(opened)
+                    raise
+            logs = topic.logs + tuple(log for log, _ in opened)
+            self._publish(name, _Topic(meta, topic.config, logs))
+            return self.describe_topic(name)
+
+    def alter_topic_config(self, name: str, config: Mapping[str, object | None]) -> TopicInfo:
+        """Set (or with a ``None`` value, remove) config overrides of topic ``name``.
+
+        Incremental, like Kafka's IncrementalAlterConfigs: keys not given keep their values.
+        The open logs get the new config at once.
+        """
+        with self._lock:
+            self._check_open()
+            topic = self._require_topic(name)
+            removed = {_kafka_key(k) for k, v in config.items() if v is None}
+            merged: dict[str, object] = {
+                k: v for k, v in topic.meta.config.items() if k not in removed
+            }
+            for key, value in config.items():
+                if value is not None:
+                    merged[_kafka_key(key)] = value
+            overrides = self._normalize_overrides(merged)
+            effective = self.default_config.with_overrides(overrides)
+            meta = dataclasses.replace(topic.meta, config=MappingProxyType(overrides))
+            with _io_errors(f"altering the config of topic {name!r}", self.root):
+                self._write_metadata(meta)
+            for log in topic.logs:
+                log.update_config(effective)
+            self._publish(name, _Topic(meta, effective, topic.logs))
+            return self.describe_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete topic ``name`` and all its data. Crash-safe: see the module docstring."""
+        with self._lock:
+            self._check_open()
+            topic = self._require_topic(name)
+            record = self._deleting_dir / f"{topic.meta.topic_id}.json"
+            with _io_errors(f"deleting topic {name!r}", self.root):
+                # The commit point: from this rename on, the topic does not exist.
+                os.replace(self._metadata_path(name), record)
+                self._publish(name, None)
+                fsync_directory(self._deleting_dir)
+                fsync_directory(self._topics_dir)
+                for log in topic.logs:
+                    log.close()
+                self._carry_out_deletion(topic.meta, record)
+
+    # -----------------------------------------------------------------------------------------
+    # Queries
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        """A snapshot of topic ``name``: identity, config and per-partition offsets."""
+        self._check_open()
+        topic = self._require_topic(name)
+        partitions = tuple(
+            PartitionInfo(
+                topic=name,
+                partition=p,
+                log_start_offset=log.log_start_offset,
+                log_end_offset=log.log_end_offset,
+                high_watermark=log.high_watermark,
+                recovery_point=log.recovery_point,
+                size_bytes=log.size_bytes,
+                num_segments=log.num_segments,
+            )
+            for p, log in enumerate(topic.logs)
+        )
+        meta = topic.meta
+        return TopicInfo(
+            name, meta.topic_id, partitions, meta.config, topic.config, meta.created_ms
+        )
+
+    def list_topics(self) -> list[str]:
+        self._check_open()
+        return sorted(self._topics)
+
+    def topic_exists(self, name: str) -> bool:
+        self._check_open()
+        return name in self._topics
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog:
+        """The log of one partition; UnknownTopicOrPartitionError names what does not exist."""
+        self._check_open()
+        live = self._require_topic(topic)
+        if type(partition) is not int or not 0 <= partition < len(live.logs):
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has partitions 0 to {len(live.logs) - 1}; partition "
+                f"{partition!r} does not exist (add_partitions adds more)",
+                topic=topic,
+                partition=partition if type(partition) is int else None,
+            )
+        return live.logs[partition]
+
+    def logs(self) -> Iterator[PartitionLog]:
+        """Every open partition log, by topic name then partition."""
+        self._check_open()
+        topics = self._topics
+        return iter([log for name in sorted(topics) for log in topics[name].logs])
+
+    # -----------------------------------------------------------------------------------------
+    # Maintenance
+
+    def _write_checkpoints(self) -> None:
+        logs = [log for topic in self._topics.values() for log in topic.logs]
+        self._recovery_checkpoint.write({(x.topic, x.partition): x.recovery_point for x in logs})
+        self._start_checkpoint.write({(x.topic, x.partition): x.log_start_offset for x in logs})
+
+    def checkpoint(self) -> None:
+        """Write every log's recovery point and log start offset to the checkpoint files."""
+        with self._lock:
+            self._check_open()
+            with _io_errors("writing the checkpoints", self.root):
+                self._write_checkpoints()
+
+    def apply_retention(self) -> int:
+        """Apply every log's retention; returns how many segments were deleted in total."""
+        with self._lock:
+            self._check_open()
+            return sum(log.apply_retention() for log in self.logs())
+
+    def flush_all(self) -> None:
+        """fsync every log up to its end (moving its recovery point there)."""
+        with self._lock:
+            self._check_open()
+            for log in self.logs():
+                log.flush()
+
+    def close(self) -> None:
+        """Flush and close every log, write the checkpoints and the clean-shutdown marker, and
+        release the directory. Idempotent.
+
+        If any step fails, the rest still runs (except the marker, so the next start recovers)
+        and the first error is raised; the directory is unlocked either way.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                with _io_errors("closing the log directory", self.root):
+                    self._close_logs_and_mark_clean()
+            finally:
+                self._topics = MappingProxyType({})
+                self._dir_lock.release()
+
+    def _close_logs_and_mark_clean(self) -> None:
+        logs = [log for topic in self._topics.values() for log in topic.logs]
+        failures: list[Exception] = []
+        # Broad catches on purpose: one failing log must not keep the others open or unflushed.
+        for log in logs:
+            try:
+                log.close()  # flushes first
+            except Exception as exc:
+                logger.error("closing %s failed: %s", log.directory, exc)
+                failures.append(exc)
+        try:
+            self._write_checkpoints()
+        except Exception as exc:
+            logger.error("writing the checkpoints of %s failed: %s", self.root, exc)
+            failures.append(exc)
+        if failures:
+            raise failures[0]
+        marker = json.dumps({"version": 0, "shutdown_ms": self._time_ms()}).encode()
+        atomic_write_bytes(self.root / CLEAN_SHUTDOWN_FILE, marker)
+
+    def _simulate_crash(self) -> None:
+        """Test hook: stop as if the process had died. Nothing is flushed, closed, checkpointed
+        or marked clean; only the directory lock is released so another manager can open it.
+        """
+        with self._lock:
+            self._closed = True
+            self._topics = MappingProxyType({})
+            self._dir_lock.release()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._topics)} topics"
+        return f"LogManager({str(self.root)!r}, {state})"
