@@ -35,15 +35,22 @@ def make_events(start: int, count: int, rng: np.random.Generator, start_ms: int)
     actions = ACTIONS[rng.integers(0, len(ACTIONS), count)]
     keys = pa.array([b"user-%04d" % u for u in users], pa.binary())
     values = pa.array(
-        [b'{"n":%d,"user":%d,"action":"%s"}' % (start + i, u, a) for i, (u, a) in enumerate(zip(users, actions, strict=True))],
+        [
+            b'{"n":%d,"user":%d,"action":"%s"}' % (start + i, u, a)
+            for i, (u, a) in enumerate(zip(users, actions, strict=True))
+        ],
         pa.binary(),
     )
     stamps = pa.array(start_ms + np.arange(count, dtype=np.int64))  # 1 event per ms
-    return pa.table({"key": keys, "value": values, "timestamp": stamps, "partition": users % PARTITIONS})
+    return pa.table(
+        {"key": keys, "value": values, "timestamp": stamps, "partition": users % PARTITIONS}
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--path", default="demo-data", help="log directory (default ./demo-data)")
     parser.add_argument("--records", type=int, default=1_000_000, help="events to write")
     parser.add_argument("--fresh", action="store_true", help="delete the directory first")
@@ -54,7 +61,9 @@ def main() -> None:
 
     with LogManager(root) as logs:
         if not logs.topic_exists(TOPIC):
-            logs.create_topic(TOPIC, partitions=PARTITIONS, config={"segment.bytes": 32 * 1024 * 1024})
+            logs.create_topic(
+                TOPIC, partitions=PARTITIONS, config={"segment.bytes": 32 * 1024 * 1024}
+            )
             print(f"created topic {TOPIC!r} with {PARTITIONS} partitions in {root}/")
         else:
             ends = [logs.get_log(TOPIC, p).log_end_offset for p in range(PARTITIONS)]
@@ -71,10 +80,15 @@ def main() -> None:
             log = logs.get_log(TOPIC, p)
             for lo in range(0, part.num_rows, BATCH_RECORDS):
                 chunk = part.slice(lo, BATCH_RECORDS)
-                batch = encode_batch(chunk["value"], key=chunk["key"], timestamp=chunk["timestamp"], codec="zstd")
+                batch = encode_batch(
+                    chunk["value"], key=chunk["key"], timestamp=chunk["timestamp"], codec="zstd"
+                )
                 appended += log.append(batch).num_records
         produce_s = time.perf_counter() - started
-        print(f"appended {appended:,} records in {produce_s:.2f} s ({appended / produce_s:,.0f} records/s, zstd)")
+        print(
+            f"appended {appended:,} records in {produce_s:.2f} s "
+            f"({appended / produce_s:,.0f} records/s, zstd)"
+        )
 
         # Consume: read every partition from its start through the decoding reader.
         started = time.perf_counter()
@@ -88,21 +102,38 @@ def main() -> None:
                 offset = table["offset"][-1].as_py() + 1
         everything = pa.concat_tables(tables)
         read_s = time.perf_counter() - started
-        print(f"read {everything.num_rows:,} records in {read_s:.2f} s ({everything.num_rows / read_s:,.0f} records/s)")
+        print(
+            f"read {everything.num_rows:,} records in {read_s:.2f} s "
+            f"({everything.num_rows / read_s:,.0f} records/s)"
+        )
 
-        top = everything.group_by("key").aggregate([("key", "count")]).sort_by([("key_count", "descending")])
-        print("busiest users:", ", ".join(f"{k.decode()}={c}" for k, c in zip(top["key"][:3].to_pylist(), top["key_count"][:3].to_pylist(), strict=True)))
+        top = (
+            everything.group_by("key")
+            .aggregate([("key", "count")])
+            .sort_by([("key_count", "descending")])
+        )
+        print(
+            "busiest users:",
+            ", ".join(
+                f"{k.decode()}={c}"
+                for k, c in zip(
+                    top["key"][:3].to_pylist(), top["key_count"][:3].to_pylist(), strict=True
+                )
+            ),
+        )
 
         # Offsets by timestamp, as Kafka's offsetsForTimes: where does the last minute start?
         cutoff = start_ms + args.records - 60_000
         for p in range(PARTITIONS):
             found = logs.get_log(TOPIC, p).find_offset_by_timestamp(cutoff)
-            print(f"  partition {p}: first event of the last minute at offset {found.offset if found else 'none'}")
+            where = found.offset if found else "none"
+            print(f"  partition {p}: first event of the last minute at offset {where}")
 
         info = logs.describe_topic(TOPIC)
         for part in info.partitions:
             print(
-                f"  partition {part.partition}: offsets {part.log_start_offset:,}..{part.log_end_offset:,}, "
+                f"  partition {part.partition}: offsets "
+                f"{part.log_start_offset:,}..{part.log_end_offset:,}, "
                 f"{part.size_bytes / 1e6:.1f} MB in {part.num_segments} segment(s)"
             )
     print(f"closed cleanly; run again to reopen {root}/ and append after the existing data")

@@ -7,7 +7,8 @@ The storage engine is usable on its own::
     >>> with LogManager(tempfile.mkdtemp()) as logs:
     ...     _ = logs.create_topic("events", partitions=2, config={"retention.ms": 3_600_000})
     ...     log = logs.get_log("events", 0)
-    ...     _ = log.append(encode_batch(pa.array([b"hello", b"world"]), key=pa.array([b"k1", b"k2"])))
+    ...     batch = encode_batch(pa.array([b"hello", b"world"]), key=pa.array([b"k1", b"k2"]))
+    ...     _ = log.append(batch)
     ...     log.read_records(0).column("value").to_pylist()
     [b'hello', b'world']
 

@@ -180,7 +180,9 @@ class FileRecords:
         """A :class:`FileRange` over ``[position, position+size)`` with a duplicated fd."""
         return FileRange(os.dup(self.fd), str(self._path), position, size)
 
-    def headers(self, start_position: int = 0, end_position: int | None = None) -> Iterator[tuple[BatchHeader, int]]:
+    def headers(
+        self, start_position: int = 0, end_position: int | None = None
+    ) -> Iterator[tuple[BatchHeader, int]]:
         """``(header, position)`` of each batch from ``start_position``, without CRC checks.
 
         Reads the file in ``SCAN_BLOCK_BYTES`` blocks, so scanning many small batches costs one
@@ -208,7 +210,9 @@ class FileRecords:
             yield header, pos
             pos += size
 
-    def validated_batches(self, start_position: int = 0, *, chunk_bytes: int = 8 * 1024 * 1024) -> Iterator[tuple[BatchHeader, int]]:
+    def validated_batches(
+        self, start_position: int = 0, *, chunk_bytes: int = 8 * 1024 * 1024
+    ) -> Iterator[tuple[BatchHeader, int]]:
         """Like :meth:`headers` but reads every byte and validates every batch (recovery).
 
         Raises CorruptRecordError at the first invalid batch; the caller truncates there. A

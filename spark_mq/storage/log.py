@@ -207,7 +207,10 @@ class PartitionLog:
         if loaded.recovered_bytes_truncated:
             log.warning(
                 "%s-%d: recovery removed %d bytes of invalid or unflushed data; log end is now %d",
-                topic, partition, loaded.recovered_bytes_truncated, loaded.log_end_offset,
+                topic,
+                partition,
+                loaded.recovered_bytes_truncated,
+                loaded.log_end_offset,
             )
         return cls(
             path,
@@ -329,7 +332,9 @@ class PartitionLog:
             now_ms = self._time_ms()
             epoch = self.leader_epoch if leader_epoch is None else leader_epoch
             log_append_time = config.message_timestamp_type == "LogAppendTime"
-            chunks, batches = self._assign(view, headers, assign_offsets, epoch, now_ms if log_append_time else None)
+            chunks, batches = self._assign(
+                view, headers, assign_offsets, epoch, now_ms if log_append_time else None
+            )
             first = batches[0].header
             last = batches[-1].header
             segment = self._maybe_roll(len(view), last.last_offset, now_ms)
@@ -382,7 +387,8 @@ class PartitionLog:
             new_header = header._replace(base_offset=base, partition_leader_epoch=epoch)
             if log_append_time_ms is not None:
                 new_header = new_header._replace(
-                    attributes=header.attributes | ATTR_TIMESTAMP_TYPE, max_timestamp=log_append_time_ms
+                    attributes=header.attributes | ATTR_TIMESTAMP_TYPE,
+                    max_timestamp=log_append_time_ms,
                 )
             out.append(BatchPosition(new_header, pos))
             next_offset = new_header.next_offset
@@ -390,7 +396,10 @@ class PartitionLog:
             # One batch (the common case): write a patched 16-byte prefix and the rest as is,
             # without copying the body.
             h = out[0].header
-            return [_PREFIX.pack(h.base_offset, h.batch_length, h.partition_leader_epoch), view[_PREFIX_SIZE:]], out
+            return [
+                _PREFIX.pack(h.base_offset, h.batch_length, h.partition_leader_epoch),
+                view[_PREFIX_SIZE:],
+            ], out
         buf = bytearray(view)
         for batch in out:
             h, pos = batch.header, batch.position
@@ -452,7 +461,10 @@ class PartitionLog:
 
     def _maybe_flush(self, now_ms: int) -> None:
         config = self._config
-        if self._unflushed_records >= config.flush_messages or now_ms - self._last_flush_ms >= config.flush_ms:
+        if (
+            self._unflushed_records >= config.flush_messages
+            or now_ms - self._last_flush_ms >= config.flush_ms
+        ):
             self._flush_up_to(self._log_end_offset)
 
     def flush_if_due(self) -> None:
@@ -539,7 +551,10 @@ class PartitionLog:
                         boundary = segment.translate_offset(bound)
                         max_position = None if boundary is None else boundary.position
                     result_range = segment.read(
-                        start_offset, max_bytes, max_position=max_position, min_one_message=min_one_message
+                        start_offset,
+                        max_bytes,
+                        max_position=max_position,
+                        min_one_message=min_one_message,
                     )
                     if result_range is not None:
                         break
@@ -569,7 +584,11 @@ class PartitionLog:
             return RECORD_SCHEMA.empty_table()
         with info.records as file_range:
             data = file_range.read()
-        end = info.high_watermark if isolation is FetchIsolation.HIGH_WATERMARK else info.log_end_offset
+        end = (
+            info.high_watermark
+            if isolation is FetchIsolation.HIGH_WATERMARK
+            else info.log_end_offset
+        )
         if max_offset is not None:
             end = min(end, max_offset)
         return decode_records(data, start_offset=start_offset, end_offset=end)
@@ -643,6 +662,8 @@ class PartitionLog:
             del self._segments[keep + 1 :]
             del self._bases[keep + 1 :]
             self._segments[keep].truncate_to(offset)
+            # An older segment that becomes active again had its indexes trimmed when it rolled.
+            self._segments[keep].resize_indexes(self._config.segment_index_bytes)
             self._log_end_offset = self._segments[keep].next_offset()
             self._high_watermark = min(self._high_watermark, self._log_end_offset)
             self._recovery_point = min(self._recovery_point, self._log_end_offset)
@@ -699,7 +720,9 @@ class PartitionLog:
                 return deleted
             now_ms = self._time_ms()
             if config.retention_ms >= 0:
-                deleted += self._delete_oldest(lambda seg, _: now_ms - seg.largest_timestamp_ms > config.retention_ms)
+                deleted += self._delete_oldest(
+                    lambda seg, _: now_ms - seg.largest_timestamp_ms > config.retention_ms
+                )
             if config.retention_bytes >= 0:
                 excess = [self.size_bytes - config.retention_bytes]
 
@@ -713,15 +736,21 @@ class PartitionLog:
             return deleted
 
     def _delete_segments_below_start(self) -> int:
-        return self._delete_oldest(lambda seg, upper: upper <= self._log_start_offset, allow_active=False)
+        return self._delete_oldest(
+            lambda seg, upper: upper <= self._log_start_offset, allow_active=False
+        )
 
-    def _delete_oldest(self, predicate: Callable[[LogSegment, int], bool], *, allow_active: bool = True) -> int:
+    def _delete_oldest(
+        self, predicate: Callable[[LogSegment, int], bool], *, allow_active: bool = True
+    ) -> int:
         """Delete the longest prefix of segments matching ``predicate(segment, upper_offset)``."""
         doomed: list[LogSegment] = []
         for i, segment in enumerate(self._segments):
             is_active = i == len(self._segments) - 1
             upper = self._log_end_offset if is_active else self._bases[i + 1]
-            if upper > self._high_watermark or (is_active and (not allow_active or segment.size_bytes == 0)):
+            if upper > self._high_watermark or (
+                is_active and (not allow_active or segment.size_bytes == 0)
+            ):
                 break
             if not predicate(segment, upper):
                 break
@@ -772,5 +801,6 @@ class PartitionLog:
     def __repr__(self) -> str:
         return (
             f"PartitionLog({self.topic}-{self.partition}, start={self._log_start_offset}, "
-            f"hw={self._high_watermark}, end={self._log_end_offset}, segments={len(self._segments)})"
+            f"hw={self._high_watermark}, end={self._log_end_offset}, "
+            f"segments={len(self._segments)})"
         )

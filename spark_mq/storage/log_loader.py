@@ -88,7 +88,8 @@ def _open_segment(
     try:
         if not indexes_present:
             raise CorruptIndexError(
-                "index file missing", path=str(directory / segment_file_name(base_offset, INDEX_SUFFIX))
+                "index file missing",
+                path=str(directory / segment_file_name(base_offset, INDEX_SUFFIX)),
             )
         segment = _new_segment(directory, base_offset, config, now_ms)
         segment.sanity_check()
@@ -205,7 +206,11 @@ def load_log(
     # The active segment's indexes were trimmed at close; give them room for new entries.
     segments[-1].resize_indexes(config.segment_index_bytes)
     log_end_offset = segments[-1].next_offset()
-    start = segments[0].base_offset if log_start_offset is None else max(log_start_offset, segments[0].base_offset)
+    start = (
+        segments[0].base_offset
+        if log_start_offset is None
+        else max(log_start_offset, segments[0].base_offset)
+    )
     start = min(start, log_end_offset)
     # After a clean shutdown everything was flushed; after recovery everything left was
     # validated and fsynced above. Either way the whole log is now durable.

@@ -13,9 +13,9 @@ Layout of a log directory (``root``)::
 
 The topic metadata file is described in :mod:`~spark_mq.storage.topic_metadata`. A topic's
 effective config is the manager's default config with the topic's overrides applied, so
-changing the default changes every topic that does not override the key. The checkpoint files use Kafka's format
-(:class:`~spark_mq.storage.checkpoint_file.OffsetCheckpointFile`). ``.clean_shutdown`` holds
-``{"version": 0, "shutdown_ms": ...}``; only its existence matters.
+changing the default changes every topic that does not override the key. The checkpoint
+files use Kafka's format (:class:`~spark_mq.storage.checkpoint_file.OffsetCheckpointFile`).
+``.clean_shutdown`` holds ``{"version": 0, "shutdown_ms": ...}``; only its existence matters.
 
 The metadata file is the commit point of every topic change, and the crash story follows:
 

@@ -143,7 +143,9 @@ class LogSegment:
     def can_hold(self, last_offset: int) -> bool:
         return last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
 
-    def append(self, chunks: Sequence[Bytes], batches: Sequence[BatchPosition], append_size_bytes: int) -> None:
+    def append(
+        self, chunks: Sequence[Bytes], batches: Sequence[BatchPosition], append_size_bytes: int
+    ) -> None:
         """Append ``chunks`` (the batches' bytes, offsets already assigned) and index them.
 
         ``batches`` give each batch's header and its position relative to the start of the
@@ -154,7 +156,9 @@ class LogSegment:
             return
         start = self.records.size_bytes
         first = batches[0].header
-        if first.base_offset < self.base_offset or not self.can_hold(batches[-1].header.last_offset):
+        if first.base_offset < self.base_offset or not self.can_hold(
+            batches[-1].header.last_offset
+        ):
             raise InvalidRecordError(
                 f"batch offsets {first.base_offset}..{batches[-1].header.last_offset} do not fit "
                 f"segment {self.base_offset}"
@@ -170,7 +174,9 @@ class LogSegment:
             due = self._bytes_since_last_index_entry > self.index_interval_bytes
             if due and self._indexes_have_room():
                 self.offset_index.append(header.base_offset, start + batch.position)
-                self.time_index.maybe_append(self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far)
+                self.time_index.maybe_append(
+                    self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far
+                )
                 self._bytes_since_last_index_entry = 0
             self._bytes_since_last_index_entry += header.size
         self._next_offset = batches[-1].header.next_offset
@@ -183,8 +189,15 @@ class LogSegment:
         # leave written batches unaccounted for. The next append rolls the segment.
         return not (self.offset_index.is_full or self.time_index.is_full)
 
-    def should_roll(self, *, append_size_bytes: int, last_offset: int, now_ms: int,
-                    segment_bytes: int, segment_ms: int) -> bool:
+    def should_roll(
+        self,
+        *,
+        append_size_bytes: int,
+        last_offset: int,
+        now_ms: int,
+        segment_bytes: int,
+        segment_ms: int,
+    ) -> bool:
         """Kafka's roll rule: size, age (segment.ms minus jitter), full indexes, offset range."""
         if self.size_bytes == 0:
             return False
@@ -209,7 +222,9 @@ class LogSegment:
         """Called when a new segment takes over: final time index entry, indexes trimmed."""
         if self._max_timestamp_so_far >= 0:
             self.time_index.maybe_append(
-                self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far, skip_full_check=True
+                self._max_timestamp_so_far,
+                self._offset_of_max_timestamp_so_far,
+                skip_full_check=True,
             )
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
@@ -225,8 +240,14 @@ class LogSegment:
                 return BatchPosition(header, pos)
         return None
 
-    def read(self, start_offset: int, max_size_bytes: int, *, max_position: int | None = None,
-             min_one_message: bool = True) -> FileRange | None:
+    def read(
+        self,
+        start_offset: int,
+        max_size_bytes: int,
+        *,
+        max_position: int | None = None,
+        min_one_message: bool = True,
+    ) -> FileRange | None:
         """Whole batches from the one holding ``start_offset``, at most ``max_size_bytes``.
 
         ``max_position`` bounds the range (the high watermark's position); with
@@ -246,12 +267,18 @@ class LogSegment:
             return None
         return self.records.range(first.position, size)
 
-    def find_offset_by_timestamp(self, timestamp_ms: int, starting_offset: int) -> TimestampAndOffset | None:
-        """Earliest record at or after ``starting_offset`` whose timestamp is >= ``timestamp_ms``."""
+    def find_offset_by_timestamp(
+        self, timestamp_ms: int, starting_offset: int
+    ) -> TimestampAndOffset | None:
+        """Earliest record at or after ``starting_offset`` with a timestamp >= ``timestamp_ms``."""
         entry = self.time_index.lookup(timestamp_ms)
         position = self.offset_index.lookup(max(entry.offset, starting_offset)).position
         for header, pos in self.records.headers(position):
-            if header.is_control or header.max_timestamp < timestamp_ms or header.last_offset < starting_offset:
+            if (
+                header.is_control
+                or header.max_timestamp < timestamp_ms
+                or header.last_offset < starting_offset
+            ):
                 continue
             data = self.records.read(pos, header.size)
             body = decode_body(data, 0, header)
@@ -333,7 +360,9 @@ class LogSegment:
         expected_min_offset = self.base_offset
         try:
             for header, pos in self.records.validated_batches(0):
-                if header.base_offset < expected_min_offset or not self.can_hold(header.last_offset):
+                if header.base_offset < expected_min_offset or not self.can_hold(
+                    header.last_offset
+                ):
                     raise InvalidRecordError(
                         f"batch at position {pos} of {self.records.path} has offsets "
                         f"{header.base_offset}..{header.last_offset}, expected at least "
@@ -350,7 +379,9 @@ class LogSegment:
                 due = self._bytes_since_last_index_entry > self.index_interval_bytes
                 if due and self._indexes_have_room():
                     self.offset_index.append(header.base_offset, pos)
-                    self.time_index.maybe_append(self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far)
+                    self.time_index.maybe_append(
+                        self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far
+                    )
                     self._bytes_since_last_index_entry = 0
                 self._bytes_since_last_index_entry += header.size
                 expected_min_offset = header.next_offset
@@ -362,7 +393,9 @@ class LogSegment:
             self.records.truncate_to(valid_bytes)
         if self._max_timestamp_so_far >= 0:
             self.time_index.maybe_append(
-                self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far, skip_full_check=True
+                self._max_timestamp_so_far,
+                self._offset_of_max_timestamp_so_far,
+                skip_full_check=True,
             )
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
@@ -374,7 +407,9 @@ class LogSegment:
         self.offset_index.sanity_check()
         self.time_index.sanity_check()
         end = self.records.size_bytes
-        if self.offset_index.entries and self.offset_index.lookup(2**63 - 1).position >= max(end, 1):
+        if self.offset_index.entries and self.offset_index.lookup(2**63 - 1).position >= max(
+            end, 1
+        ):
             raise CorruptIndexError(
                 f"offset index {self.offset_index.path} points past the end of its log file",
                 path=str(self.offset_index.path),
@@ -395,7 +430,9 @@ class LogSegment:
         has_slot = self.time_index.entries < self.time_index.max_entries
         if self._max_timestamp_so_far >= 0 and has_slot:
             self.time_index.maybe_append(
-                self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far, skip_full_check=True
+                self._max_timestamp_so_far,
+                self._offset_of_max_timestamp_so_far,
+                skip_full_check=True,
             )
         self.offset_index.close()
         self.time_index.close()

@@ -805,3 +805,25 @@ def test_delete_removes_the_directory(open_log: OpenLog) -> None:
     assert not directory.exists()
     with pytest.raises(LogClosedError):
         log.append(batch(1))
+
+
+def test_truncation_into_an_older_segment_does_not_force_a_roll(tmp_path) -> None:
+    """A re-activated segment gets index room back, so the next append stays in it."""
+    import pyarrow as pa
+
+    from spark_mq.storage.log import PartitionLog
+    from spark_mq.storage.log_config import LogConfig
+    from spark_mq.storage.record_batch import encode_batch
+
+    config = LogConfig(segment_bytes=4000, index_interval_bytes=0)
+    log = PartitionLog.open(tmp_path / "t-0", config, topic="t", partition=0, time_ms=lambda: 0)
+    for i in range(12):
+        log.append(encode_batch(pa.array([b"%d" % i]), now_ms=0))
+    assert log.num_segments > 2
+    first_next = log.segments[0].next_offset()
+    log.truncate_to(first_next - 1)
+    assert log.num_segments == 1
+    log.append(encode_batch(pa.array([b"again"]), now_ms=0))
+    assert log.num_segments == 1
+    assert log.read_records(first_next - 1)["value"].to_pylist() == [b"again"]
+    log.close()
