@@ -3,7 +3,7 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_storage.py                            # ~4-5 minutes
+    .venv/bin/python benchmarks/bench_storage.py                            # ~4 minutes
     .venv/bin/python benchmarks/bench_storage.py --quick                    # ~30 s smoke run
     .venv/bin/python benchmarks/bench_storage.py --out docs/benchmarks.md   # also write the doc
 
@@ -25,10 +25,12 @@ bytes, the same number of writes), reads with a plain ``os.pread`` of the segmen
 MB/s always counts stored bytes (the batches as they are in the file, header and Arrow framing
 included, compressed when the codec compresses), MB = 10^6 bytes.
 
-Each case is warmed up once and then run ``--runs`` times; the table shows medians. Log and
-ceiling runs alternate (the order rotates per run), each on new files after ``os.sync()`` (and a
-page-cache drop when permitted), so neither side inherits the other's dirty pages. No timed
-run includes an fsync: the log's defaults never fsync on append, and neither does the ceiling.
+Each case is warmed up once and then run at least ``--runs`` times (short rows get more runs,
+up to twice as many); the tables show medians, the number of runs and their spread. Log and
+ceiling runs interleave (a write-ceiling run before every append run; the order rotates), each
+write run on new files after ``os.sync()`` so that neither side inherits the other's dirty
+pages; the page cache is dropped (when permitted) before cold reads and recovery runs only. No
+timed run includes an fsync: the log's defaults never fsync on append, nor does the ceiling.
 
 The goals of the issue are printed as PASS/MISS lines; a benchmark never fails a build, so the
 exit status is 0 either way.
@@ -103,6 +105,7 @@ class Settings:
     case_bytes: int  # raw value bytes per case (before the batch cap)
     max_batches: int  # at most this many batches per case (bounds the 1-record cases)
     runs: int
+    min_timed: float  # more runs (up to 2x) until the log runs of a case add up to this
     fetch_bytes: int
     recovery_bytes: int
     drop_caches: bool
@@ -116,9 +119,18 @@ class Row:
     codec: str
     records: int
     stored_bytes: int
-    seconds: float  # median
+    samples: list[float]  # seconds of each timed run
     ceiling_seconds: float  # median of the ceiling of this row (same bytes)
     ceiling_name: str
+
+    @property
+    def seconds(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def spread(self) -> float:
+        """(slowest - fastest) / median of the runs: how noisy the row is."""
+        return (max(self.samples) - min(self.samples)) / self.seconds
 
     @property
     def rps(self) -> float:
@@ -174,12 +186,20 @@ def drop_page_cache() -> bool:
 
 
 def settle(settings: Settings) -> None:
-    """Make the next timed run start from the same state: no dirty pages, no garbage."""
+    """Before a cold run: no dirty pages, no garbage, and (if permitted) no page cache."""
     gc.collect()
     if settings.drop_caches:
         drop_page_cache()
     else:
         os.sync()
+
+
+def settle_writes() -> None:
+    """Before a write run: no dirty pages left over and no garbage. The page cache is not
+    dropped: on this VM freshly freed memory costs a host page fault on first touch, which made
+    write throughput after a drop vary 2-5x from run to run (for the ceiling as for the log)."""
+    gc.collect()
+    os.sync()
 
 
 def filesystem_of(path: Path) -> str:
@@ -242,7 +262,8 @@ def machine_facts(
 ) -> list[tuple[str, str]]:
     same_fs = os.stat(work_dir).st_dev == os.stat(REPO).st_dev
     cache = (
-        "dropped before every timed run (sync; echo 3 > /proc/sys/vm/drop_caches)"
+        "dropped (sync; echo 3 > /proc/sys/vm/drop_caches) before every cold read and every "
+        "recovery run; before write runs only os.sync()"
         if settings.drop_caches
         else (
             "NOT dropped (--no-drop-caches)"
@@ -265,7 +286,7 @@ def machine_facts(
         ),
         (
             "bench directory",
-            f"{work_dir} on {filesystem_of(work_dir)}; "
+            f"{work_dir} (deleted at the end) on {filesystem_of(work_dir)}; "
             f"{'same' if same_fs else 'NOT the same'} file system as the repository",
         ),
         ("page cache", cache),
@@ -466,37 +487,33 @@ def run_case(
     config = LogConfig(max_message_bytes=MAX_MESSAGE_BYTES)
     runs = RunDir(work)
 
-    # --- appends: ceiling, append, encode+append; warm-up once, then rotate the order per run
+    # --- appends: a ceiling run right before every log run (the write ceiling is the noisiest
+    # number on a VM, so it gets twice the samples); warm-up once; the order rotates per run.
     ops: dict[str, Callable[[Path], float]] = {
-        "ceiling": lambda d: write_ceiling(d, ready),
         "append": lambda d: append_ready(d, config, ready),
         "encode+append": lambda d: encode_append(d, config, arrays, codec),
     }
     names = list(ops)
+    times: dict[str, list[float]] = {name: [] for name in [*names, "ceiling"]}
     for name in names:
-        settle(settings)
+        settle_writes()
+        write_ceiling(runs.fresh(), ready)
+        settle_writes()
         ops[name](runs.fresh())
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(settings.runs):
-        for name in names[r % 3 :] + names[: r % 3]:
-            settle(settings)
+    for r in range(2 * settings.runs):
+        for name in names[r % 2 :] + names[: r % 2]:
+            if r >= settings.runs and sum(times[name]) >= settings.min_timed:
+                continue  # enough samples of this one; only the short ones get more runs
+            settle_writes()
+            times["ceiling"].append(write_ceiling(runs.fresh(), ready))
+            settle_writes()
             times[name].append(ops[name](runs.fresh()))
     # The log of the last "append" run is re-made below for reading: same bytes, clean close.
     runs.discard()
     ceiling_w = statistics.median(times["ceiling"])
 
-    def row(op: str, seconds: list[float], ceiling: float, ceiling_name: str, n: int) -> Row:
-        return Row(
-            op,
-            value_size,
-            batch_size,
-            codec,
-            n,
-            stored,
-            statistics.median(seconds),
-            ceiling,
-            ceiling_name,
-        )
+    def row(op: str, samples: list[float], ceiling: float, ceiling_name: str, n: int) -> Row:
+        return Row(op, value_size, batch_size, codec, n, stored, samples, ceiling, ceiling_name)
 
     rows = [
         row("append", times["append"], ceiling_w, "write", records),
@@ -520,24 +537,30 @@ def run_case(
             return elapsed
 
         chunks = fetch_chunks(log, fetch)
+
+        def timed_decode() -> float:
+            elapsed, n = decode_chunks(chunks)
+            assert n == records, (n, records)
+            return elapsed
+
         read_ops: dict[str, Callable[[], float]] = {
             "ceiling warm": lambda: read_ceiling(seg, fetch),
             "read_records warm": timed_read,
-            "decode_records": lambda: decode_chunks(chunks)[0],
+            "decode_records": timed_decode,
         }
         if settings.drop_caches:
             read_ops["ceiling cold"] = lambda: (drop_page_cache(), read_ceiling(seg, fetch))[1]
             read_ops["read_records cold"] = lambda: (drop_page_cache(), timed_read())[1]
-        _, decoded = decode_chunks(chunks)
-        assert decoded == records
         read_names = list(read_ops)
         for name in read_names:  # warm-up (also brings the file into the page cache)
             gc.collect()
             read_ops[name]()
         read_times: dict[str, list[float]] = {name: [] for name in read_names}
         k = len(read_names)
-        for r in range(settings.runs):
+        for r in range(2 * settings.runs):
             for name in read_names[r % k :] + read_names[: r % k]:
+                if r >= settings.runs and sum(read_times[name]) >= settings.min_timed:
+                    continue
                 gc.collect()
                 if not name.endswith("cold"):
                     read_ceiling(seg, 64 * MIB)  # make sure the file is cached again
@@ -699,6 +722,8 @@ HEADERS = (
     "ceiling",
     "ceiling MB/s",
     "fraction",
+    "runs",
+    "spread",
 )
 
 
@@ -712,6 +737,8 @@ def row_cells(r: Row) -> tuple[str, ...]:
         r.ceiling_name,
         f"{r.ceiling_mbps:,.1f}",
         f"{r.fraction:.2f}",
+        str(len(r.samples)),
+        f"{r.spread:.0%}",
     )
 
 
@@ -740,10 +767,14 @@ def method_lines(settings: Settings, recovery: Recovery | None) -> list[str]:
     lines = [
         f"Each case: {settings.case_bytes // MIB} MiB of values or at most "
         f"{settings.max_batches:,} batches, whichever is less (so batches of 1 record hold "
-        f"{settings.max_batches:,} records); one warm-up, then the median of {settings.runs} "
-        "runs, log and ceiling runs alternating.",
+        f"{settings.max_batches:,} records); one warm-up, then the median of at least "
+        f"{settings.runs} runs (more, up to {2 * settings.runs}, until the runs of a row add up to "
+        f"{settings.min_timed:g} s; `runs` column), log and ceiling runs interleaved; a "
+        "write-ceiling run precedes every append run, so the write ceiling has twice the "
+        "samples; os.sync() before every write run. `spread` = (slowest - fastest) / median of "
+        "the row's runs: the noise of this VM (other sessions' tests shared its 2 cores).",
         "Values: slices of a text pool (random words from a 4,000-word vocabulary); keys and "
-        "headers null; timestamps now.",
+        "headers null; timestamps now, 1 ms apart from batch to batch.",
         f"Config: LogConfig() defaults (segment.bytes {LogConfig().segment_bytes:,} = 1 GiB, "
         f"no fsync on append) except max.message.bytes = {MAX_MESSAGE_BYTES:,} (a batch of "
         "10,000 records is over the 1 MiB default).",
@@ -873,8 +904,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
         help="parent of the temporary bench directory (default: %(default)s)",
     )
     p.add_argument("--runs", type=int, help="timed runs per case (default 3, --quick 2)")
-    p.add_argument("--case-mib", type=int, help="MiB of values per case (default 256, quick 16)")
-    p.add_argument("--max-batches", type=int, help="batch cap per case (default 10000, quick 1000)")
+    p.add_argument("--case-mib", type=int, help="MiB of values per case (default 256, quick 8)")
+    p.add_argument("--max-batches", type=int, help="batch cap per case (default 5000, quick 1000)")
     p.add_argument("--fetch-bytes", type=int, default=MIB, help="bytes per read (default 1 MiB)")
     p.add_argument("--recovery-mib", type=int, help="recovery data (default 1024, quick 64)")
     p.add_argument("--no-recovery", action="store_true", help="skip the recovery measurement")
@@ -887,9 +918,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
     quick = args.quick
     settings = Settings(
         quick=quick,
-        case_bytes=(args.case_mib or (16 if quick else 256)) * MIB,
-        max_batches=args.max_batches or (1000 if quick else 10_000),
+        case_bytes=(args.case_mib or (8 if quick else 256)) * MIB,
+        max_batches=args.max_batches or (1000 if quick else 5_000),
         runs=args.runs or (2 if quick else 3),
+        min_timed=0.1 if quick else 0.5,
         fetch_bytes=args.fetch_bytes,
         recovery_bytes=(args.recovery_mib or (64 if quick else 1024)) * MIB,
         drop_caches=False,

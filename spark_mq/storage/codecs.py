@@ -133,7 +133,12 @@ class Lz4Codec:
     def decompress(self, data: Bytes, *, max_output_bytes: int) -> Bytes:
         decompressor = lz4.frame.LZ4FrameDecompressor()
         try:
-            out = decompressor.decompress(data, max_length=max_output_bytes)
+            # The frame records its content size (compress() stores it): size the output
+            # buffer from it instead of allocating max_output_bytes for every batch.
+            content_size = lz4.frame.get_frame_info(data)["content_size"]
+            if content_size > max_output_bytes:
+                raise _too_large(self.name, max_output_bytes)
+            out = decompressor.decompress(data, max_length=content_size or max_output_bytes)
         except RuntimeError as exc:
             raise CorruptRecordError(f"lz4 body does not decompress: {exc}") from exc
         if not decompressor.eof:

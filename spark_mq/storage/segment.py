@@ -23,7 +23,7 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from spark_mq.errors import CorruptIndexError, CorruptRecordError, InvalidRecordError
 from spark_mq.storage.codecs import Bytes
@@ -55,8 +55,7 @@ def parse_base_offset(name: str) -> int | None:
     return None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class BatchPosition:
+class BatchPosition(NamedTuple):
     """Where a batch sits: its header and its byte position in the segment's ``.log``."""
 
     header: BatchHeader
