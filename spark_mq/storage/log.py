@@ -39,6 +39,7 @@ import dataclasses
 import enum
 import logging
 import os
+import random
 import shutil
 import struct
 import threading
@@ -155,6 +156,7 @@ class PartitionLog:
         time_ms: Callable[[], int],
         flush_executor: concurrent.futures.Executor | None,
         high_watermark_follows_log_end: bool,
+        rng: random.Random | None = None,
     ) -> None:
         self.directory = directory
         self.topic = topic
@@ -170,6 +172,7 @@ class PartitionLog:
         self._time_ms = time_ms
         self._flush_executor = flush_executor
         self._hw_follows_leo = high_watermark_follows_log_end
+        self._rng = rng or random.Random()
         self._lock = threading.RLock()
         self._closed = False
         self._unflushed_records = 0
@@ -190,6 +193,7 @@ class PartitionLog:
         time_ms: Callable[[], int] = wall_clock_ms,
         flush_executor: concurrent.futures.Executor | None = None,
         high_watermark_follows_log_end: bool = True,
+        rng: random.Random | None = None,
     ) -> PartitionLog:
         """Open (creating if needed) the log in ``directory``, recovering it if necessary.
 
@@ -227,6 +231,7 @@ class PartitionLog:
             time_ms=time_ms,
             flush_executor=flush_executor,
             high_watermark_follows_log_end=high_watermark_follows_log_end,
+            rng=rng,
         )
 
     # -----------------------------------------------------------------------------------------
@@ -434,6 +439,12 @@ class PartitionLog:
             self._check_open()
             return self._roll(self._time_ms())
 
+    def _roll_jitter_ms(self) -> int:
+        """Kafka's segment.jitter.ms: a random part of segment.ms taken off each new segment's
+        age limit, so that partitions created together do not all roll at the same moment."""
+        jitter = min(self._config.segment_jitter_ms, self._config.segment_ms)
+        return self._rng.randrange(jitter) if jitter > 0 else 0
+
     def _roll(self, now_ms: int) -> LogSegment:
         active = self._segments[-1]
         if active.size_bytes == 0:
@@ -446,7 +457,7 @@ class PartitionLog:
             new_base,
             index_interval_bytes=config.index_interval_bytes,
             max_index_size_bytes=config.segment_index_bytes,
-            rolling_jitter_ms=0,
+            rolling_jitter_ms=self._roll_jitter_ms(),
             created_ms=now_ms,
         )
         self._segments.append(segment)
@@ -681,6 +692,7 @@ class PartitionLog:
             offset,
             index_interval_bytes=config.index_interval_bytes,
             max_index_size_bytes=config.segment_index_bytes,
+            rolling_jitter_ms=self._roll_jitter_ms(),
             created_ms=self._time_ms(),
         )
         self._segments = [segment]

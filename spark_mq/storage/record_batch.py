@@ -38,7 +38,7 @@ from __future__ import annotations
 import enum
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any, Final, NamedTuple
 
 import crc32c
@@ -744,7 +744,6 @@ def decode_records(
     end_offset: int | None = None,
     verify_crc: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    skip_batch: Sequence[int] | None = None,
 ) -> pa.Table:
     """Decode every whole data batch in ``buf`` into one table of :data:`RECORD_SCHEMA`.
 
@@ -752,7 +751,6 @@ def decode_records(
     are cut off by slicing, control batches are skipped, and a partial trailing batch is
     ignored. The work per batch is constant; nothing runs per record in Python.
     """
-    del skip_batch  # reserved for aborted-transaction filtering (storage transactions issue)
     pieces: list[pa.RecordBatch] = []
     for header, pos in iter_batches(buf, verify_crc=verify_crc):
         if header.is_control or header.record_count == 0:

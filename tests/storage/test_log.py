@@ -827,3 +827,33 @@ def test_truncation_into_an_older_segment_does_not_force_a_roll(tmp_path) -> Non
     assert log.num_segments == 1
     assert log.read_records(first_next - 1)["value"].to_pylist() == [b"again"]
     log.close()
+
+
+def test_segment_jitter_makes_rolls_happen_earlier_than_segment_ms(tmp_path) -> None:
+    """segment.jitter.ms takes a random part (seeded here) off each new segment's age limit."""
+    import random
+
+    import pyarrow as pa
+
+    from spark_mq.storage.log import PartitionLog
+    from spark_mq.storage.log_config import LogConfig
+    from spark_mq.storage.record_batch import encode_batch
+
+    now = [0]
+    config = LogConfig(segment_ms=1000, segment_jitter_ms=1000)
+    rng = random.Random(3)
+    expected_jitter = random.Random(3).randrange(1000)
+    log = PartitionLog.open(
+        tmp_path / "t-0", config, topic="t", partition=0, time_ms=lambda: now[0], rng=rng
+    )
+    log.append(encode_batch(pa.array([b"a"]), now_ms=0))
+    log.roll()  # the new active segment draws its jitter from the seeded rng
+    log.append(encode_batch(pa.array([b"b"]), now_ms=0))
+    assert log.num_segments == 2
+    now[0] = 1000 - expected_jitter  # not past the jittered limit yet
+    log.append(encode_batch(pa.array([b"c"]), now_ms=now[0]))
+    assert log.num_segments == 2
+    now[0] = 1000 - expected_jitter + 1  # past segment.ms - jitter, though not past segment.ms
+    log.append(encode_batch(pa.array([b"d"]), now_ms=now[0]))
+    assert log.num_segments == 3
+    log.close()
