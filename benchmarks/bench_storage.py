@@ -15,7 +15,7 @@ codecs none, lz4 and zstd:
 - ``read_records cold`` / ``read_records warm``: ``PartitionLog.read_records`` from offset 0 to
   the log end, ``--fetch-bytes`` per call, after dropping the page cache (cold, only when
   ``/proc/sys/vm/drop_caches`` is writable) or with the file in the page cache (warm).
-- ``decode_records``: the raw decoder (``record_batch.decode_records``) over the bytes of the
+- ``decode_records``: the raw decoder (``batch_decoder.decode_records``) over the bytes of the
   same ``FileRange`` fetches, already in memory: CRC, decompression and Arrow decoding only.
 
 Every result is compared with a ceiling measured in the same run, in the same directory, on the
@@ -67,13 +67,10 @@ except ImportError:
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
+from spark_mq.storage.batch_decoder import decode_records, iter_batches  # noqa: E402
 from spark_mq.storage.log import PartitionLog  # noqa: E402
 from spark_mq.storage.log_config import LogConfig  # noqa: E402
-from spark_mq.storage.record_batch import (  # noqa: E402
-    decode_records,
-    encode_batch,
-    iter_batches,
-)
+from spark_mq.storage.record_batch import encode_batch  # noqa: E402
 
 STORAGE_DIR = Path(spark_mq.storage.__file__).resolve().parent
 
@@ -784,7 +781,7 @@ def method_lines(settings: Settings, recovery: Recovery | None) -> list[str]:
         f"directory; `pread` = os.pread of the segment file in {settings.fetch_bytes // KIB} "
         "KiB chunks (cold: page cache dropped first; warm: file cached). read_records fetches "
         f"{settings.fetch_bytes // KIB} KiB per call (at least one whole batch).",
-        "decode_records = record_batch.decode_records over the bytes of the same FileRange "
+        "decode_records = batch_decoder.decode_records over the bytes of the same FileRange "
         "fetches, already in memory (CRC, decompression, Arrow decoding; no file access).",
     ]
     if recovery is not None:

@@ -34,6 +34,7 @@ from spark_mq.errors import (
     UnknownTopicOrPartitionError,
     UsageError,
 )
+from spark_mq.storage.batch_decoder import decode_records
 from spark_mq.storage.log import FetchDataInfo, FetchIsolation, LogAppendInfo, PartitionLog
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.log_manager import LogManager
@@ -41,7 +42,6 @@ from spark_mq.storage.record_batch import (
     RECORD_SCHEMA,
     ControlType,
     TimestampType,
-    decode_records,
     encode_batch,
     encode_control_batch,
 )

@@ -4,6 +4,7 @@ import doctest
 
 import spark_mq
 import spark_mq.config
+import spark_mq.storage.batch_decoder
 import spark_mq.storage.codecs
 import spark_mq.storage.log
 import spark_mq.storage.log_config
@@ -64,6 +65,7 @@ def test_docstring_examples_run() -> None:
         spark_mq.storage.log,
         spark_mq.storage.log_config,
         spark_mq.storage.record_batch,
+        spark_mq.storage.batch_decoder,
     ):
         result = doctest.testmod(module)
         assert result.failed == 0, module.__name__

@@ -2,7 +2,8 @@
 
 Modules, one concept each (see ``docs/format.md`` for every byte on disk):
 
-- ``record_batch``: the batch format (61-byte header, Arrow body), encode and decode.
+- ``record_batch``: the batch format (61-byte header, Arrow body) and encoding.
+- ``batch_decoder``: validation (header, CRC, Arrow body) and decoding to Arrow.
 - ``codecs``: none, gzip, snappy, lz4, zstd.
 - ``file_records``: a segment's ``.log`` file and file ranges for zero-copy sends.
 - ``abstract_index`` / ``offset_index`` / ``time_index``: sparse memory-mapped indexes.

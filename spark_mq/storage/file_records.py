@@ -23,13 +23,9 @@ from pathlib import Path
 from typing import Final
 
 from spark_mq.errors import LogClosedError, LogDirectoryFullError, StorageError
+from spark_mq.storage.batch_decoder import peek_size, validate_batch
 from spark_mq.storage.codecs import Bytes
-from spark_mq.storage.record_batch import (
-    HEADER_SIZE,
-    BatchHeader,
-    peek_size,
-    validate_batch,
-)
+from spark_mq.storage.record_batch import HEADER_SIZE, BatchHeader
 
 #: Header scans read the file in blocks of this size, so small batches cost no syscall each.
 SCAN_BLOCK_BYTES: Final = 64 * 1024

@@ -57,6 +57,7 @@ from spark_mq.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from spark_mq.storage.batch_decoder import decode_body, decode_records, validate_batch
 from spark_mq.storage.codecs import Bytes
 from spark_mq.storage.file_records import FileRange
 from spark_mq.storage.log_config import LogConfig
@@ -67,9 +68,6 @@ from spark_mq.storage.record_batch import (
     NO_PARTITION_LEADER_EPOCH,
     RECORD_SCHEMA,
     BatchHeader,
-    decode_body,
-    decode_records,
-    validate_batch,
 )
 from spark_mq.storage.segment import BatchPosition, LogSegment, TimestampAndOffset
 

@@ -29,8 +29,9 @@ control batch (bit 5, always transactional) holds exactly one record whose key i
 ``version int16, type int16`` (0 abort, 1 commit) and whose value is ``version int16,
 coordinatorEpoch int32``, as in Kafka.
 
-Encoding works on whole Arrow arrays and decoding yields Arrow arrays: no Python code runs per
-record. The full byte layout with examples is in ``docs/format.md``.
+Encoding works on whole Arrow arrays, with no Python code per record. Validation and decoding
+live in :mod:`spark_mq.storage.batch_decoder`. The full byte layout with examples is in
+``docs/format.md``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from __future__ import annotations
 import enum
 import struct
 import time
-from collections.abc import Iterator
 from typing import Any, Final, NamedTuple
 
 import crc32c
@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mq.errors import CorruptRecordError, InvalidRecordError
-from spark_mq.storage.codecs import CODEC_NAMES, Bytes, Codec, codec_for_id, codec_for_name
+from spark_mq.storage.codecs import CODEC_NAMES, Bytes, Codec, codec_for_name
 
 MAGIC: Final = 83
 HEADER_SIZE: Final = 61
@@ -57,19 +57,16 @@ LOG_OVERHEAD: Final = 12
 CRC_START: Final = 21
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-#: baseOffset and batchLength: exactly the LOG_OVERHEAD bytes that locate the next batch.
-_OFFSET_AND_LENGTH = struct.Struct(">qi")
 _BASE_OFFSET = struct.Struct(">q")
 _LEADER_EPOCH = struct.Struct(">i")
 assert _HEADER.size == HEADER_SIZE
-assert _OFFSET_AND_LENGTH.size == LOG_OVERHEAD
 
 ATTR_CODEC_MASK: Final = 0x07
 ATTR_TIMESTAMP_TYPE: Final = 0x08
 ATTR_TRANSACTIONAL: Final = 0x10
 ATTR_CONTROL: Final = 0x20
-_ATTR_KNOWN: Final = ATTR_CODEC_MASK | ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL
-_KNOWN_CODEC_IDS: Final = frozenset(range(len(CODEC_NAMES)))
+ATTR_KNOWN: Final = ATTR_CODEC_MASK | ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL
+KNOWN_CODEC_IDS: Final = frozenset(range(len(CODEC_NAMES)))
 
 NO_PRODUCER_ID: Final = -1
 NO_PRODUCER_EPOCH: Final = -1
@@ -299,12 +296,12 @@ def _offset_deltas(offset_delta: Any, length: int) -> pa.Array:
     # delta, so the deltas must be known, start at 0 or later and strictly increase.
     if deltas.null_count:
         raise InvalidRecordError("offset_delta column has nulls")
-    if len(deltas) and not _deltas_ok(deltas.to_numpy()):
+    if len(deltas) and not offset_deltas_valid(deltas.to_numpy()):
         raise InvalidRecordError("offset_delta column must be non-negative and strictly increasing")
     return deltas
 
 
-def _deltas_ok(deltas: np.ndarray[Any, Any]) -> bool:
+def offset_deltas_valid(deltas: np.ndarray[Any, Any]) -> bool:
     return bool(deltas[0] >= 0 and np.all(deltas[1:] > deltas[:-1]))
 
 
@@ -332,6 +329,7 @@ def encode_batch(
     for rewriting batches with gaps (compaction); by default records get deltas 0..n-1.
 
     >>> data = encode_batch(pa.array([b"v1", b"v2"]), key=pa.array([b"k", None]), now_ms=5)
+    >>> from spark_mq.storage.batch_decoder import decode_records
     >>> decode_records(data).column("value").to_pylist()
     [b'v1', b'v2']
     """
@@ -482,296 +480,3 @@ def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> 
 
 def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
     _LEADER_EPOCH.pack_into(buf, pos + 12, epoch)
-
-
-# ---------------------------------------------------------------------------------------------
-# Validation and iteration
-
-
-def peek_size(buf: Bytes, pos: int = 0) -> int | None:
-    """Total size of the batch at ``pos`` per its length field; None if under 12 bytes remain."""
-    if len(buf) - pos < LOG_OVERHEAD:
-        return None
-    _, length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)
-    return int(length) + LOG_OVERHEAD
-
-
-def validate_batch(
-    buf: Bytes,
-    pos: int = 0,
-    *,
-    verify_crc: bool = True,
-    path: str | None = None,
-    file_position: int | None = None,
-) -> BatchHeader:
-    """Check the batch at ``pos`` (size, magic, CRC, counts, attributes) and return its header.
-
-    Raises :class:`CorruptRecordError` naming what failed and where; ``file_position`` is the
-    position of ``buf[0]`` in ``path`` so the error can point at the bad bytes on disk.
-    """
-    where = (file_position or 0) + pos
-    available = len(buf) - pos
-    if available < HEADER_SIZE:
-        raise CorruptRecordError(
-            f"truncated batch: {available} bytes left, a header needs {HEADER_SIZE}",
-            path=path,
-            position=where,
-        )
-    header = BatchHeader.unpack_from(buf, pos)
-    if header.magic != MAGIC:
-        raise CorruptRecordError(
-            f"batch magic byte is {header.magic}, expected {MAGIC}", path=path, position=where
-        )
-    size = header.size
-    if size < HEADER_SIZE:
-        raise CorruptRecordError(
-            f"batch length {header.batch_length} is smaller than the header",
-            path=path,
-            position=where,
-        )
-    if size > available:
-        raise CorruptRecordError(
-            f"truncated batch: header says {size} bytes, only {available} present",
-            path=path,
-            position=where,
-            offset=header.base_offset,
-        )
-    if verify_crc:
-        actual = crc32c.crc32c(memoryview(buf)[pos + CRC_START : pos + size])
-        if actual != header.crc:
-            raise CorruptRecordError(
-                f"batch CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}",
-                path=path,
-                position=where,
-                offset=header.base_offset,
-            )
-    if header.attributes & ~_ATTR_KNOWN:
-        raise CorruptRecordError(
-            f"batch attributes {header.attributes:#06x} set unknown bits", path=path, position=where
-        )
-    if header.codec_id not in _KNOWN_CODEC_IDS:
-        raise CorruptRecordError(
-            f"batch attributes name unknown compression codec id {header.codec_id}",
-            path=path,
-            position=where,
-            offset=header.base_offset,
-        )
-    if (
-        header.record_count < 0
-        or header.last_offset_delta < -1
-        or (header.record_count > header.last_offset_delta + 1)
-    ):
-        raise CorruptRecordError(
-            f"batch record count {header.record_count} does not fit last offset delta "
-            f"{header.last_offset_delta}",
-            path=path,
-            position=where,
-            offset=header.base_offset,
-        )
-    if header.is_control and (header.record_count != 1 or not header.is_transactional):
-        raise CorruptRecordError(
-            "control batch must be transactional and hold exactly one record",
-            path=path,
-            position=where,
-            offset=header.base_offset,
-        )
-    return header
-
-
-def iter_batches(
-    buf: Bytes,
-    *,
-    verify_crc: bool = True,
-    path: str | None = None,
-    file_position: int | None = None,
-) -> Iterator[tuple[BatchHeader, int]]:
-    """Validate and yield ``(header, position)`` for every whole batch in ``buf``.
-
-    A trailing partial batch (a fetch cut by ``max_bytes``) is ignored, as Kafka's consumer
-    ignores it; corrupt bytes raise.
-    """
-    pos = 0
-    end = len(buf)
-    while pos < end:
-        size = peek_size(buf, pos)
-        if size is None or pos + size > end:
-            return
-        header = validate_batch(
-            buf, pos, verify_crc=verify_crc, path=path, file_position=file_position
-        )
-        yield header, pos
-        pos += size
-
-
-def decode_body(
-    buf: Bytes, pos: int, header: BatchHeader, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-) -> pa.RecordBatch:
-    """The Arrow body of a validated batch (zero-copy when uncompressed).
-
-    The body is untrusted even when the CRC matches (the CRC only proves that the producer's
-    bytes arrived intact), so everything a reader relies on is checked: the Arrow structure in
-    full, no Arrow-level buffer compression (which would bypass ``max_body_bytes``), the row
-    count, and offset deltas that start at 0 or later, strictly increase and stay within
-    lastOffsetDelta. Any failure raises :class:`CorruptRecordError`.
-    """
-    payload = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
-    raw = codec_for_id(header.codec_id).decompress(payload, max_output_bytes=max_body_bytes)
-    try:
-        message = pa.ipc.read_message(pa.py_buffer(raw))
-        if message.type != "record batch":
-            raise CorruptRecordError(
-                f"batch at offset {header.base_offset} has an Arrow {message.type} message as "
-                "its body, not a record batch",
-                offset=header.base_offset,
-            )
-        if _ipc_body_is_compressed(memoryview(message.metadata)):
-            raise CorruptRecordError(
-                f"batch at offset {header.base_offset} uses Arrow IPC buffer compression, "
-                "which the format does not allow (the batch codec compresses the body)",
-                offset=header.base_offset,
-            )
-        body = pa.ipc.read_record_batch(message, BODY_SCHEMA)
-        body.validate(full=True)
-    except (pa.ArrowException, OSError, EOFError, struct.error) as exc:
-        # pyarrow reports a malformed IPC stream as OSError and an empty one as EOFError.
-        raise CorruptRecordError(
-            f"batch at offset {header.base_offset} has an unreadable Arrow body: {exc!r}",
-            offset=header.base_offset,
-        ) from exc
-    if body.num_rows != header.record_count:
-        raise CorruptRecordError(
-            f"batch at offset {header.base_offset} declares {header.record_count} records but its "
-            f"body holds {body.num_rows}",
-            offset=header.base_offset,
-        )
-    deltas = body.column(0)
-    if deltas.null_count or body.column(1).null_count:
-        raise CorruptRecordError(
-            f"batch at offset {header.base_offset} has null offset deltas or timestamps",
-            offset=header.base_offset,
-        )
-    if body.num_rows:
-        values = deltas.to_numpy()
-        if not _deltas_ok(values) or int(values[-1]) > header.last_offset_delta:
-            raise CorruptRecordError(
-                f"batch at offset {header.base_offset} has offset deltas that are negative, not "
-                f"increasing, or past its lastOffsetDelta {header.last_offset_delta}",
-                offset=header.base_offset,
-            )
-    return body
-
-
-# Flatbuffer field slots of the Arrow IPC schema (format/Message.fbs): Message.header is field
-# 2 and RecordBatch.compression field 3.
-_FB_UOFFSET = struct.Struct("<I")
-_FB_SOFFSET = struct.Struct("<i")
-_FB_VOFFSET = struct.Struct("<H")
-
-
-def _fb_field(meta: memoryview, table: int, index: int) -> int | None:
-    """Position of field ``index`` of the flatbuffer table at ``table``, None when absent."""
-    vtable = table - _fb_unpack(_FB_SOFFSET, meta, table)
-    vtable_size = _fb_unpack(_FB_VOFFSET, meta, vtable)
-    slot = 4 + 2 * index
-    if slot + 2 > vtable_size:
-        return None
-    field = _fb_unpack(_FB_VOFFSET, meta, vtable + slot)
-    return table + field if field else None
-
-
-def _fb_unpack(fmt: struct.Struct, meta: memoryview, at: int) -> int:
-    # struct reads negative positions from the end; a corrupt flatbuffer must not get there.
-    if at < 0 or at + fmt.size > len(meta):
-        raise struct.error(f"flatbuffer position {at} is outside the {len(meta)}-byte metadata")
-    value: int = fmt.unpack_from(meta, at)[0]
-    return value
-
-
-def _ipc_body_is_compressed(meta: memoryview) -> bool:
-    """Whether an IPC record-batch message declares Arrow buffer compression.
-
-    pyarrow decompresses such buffers inside ``read_record_batch`` to whatever size their
-    prefixes claim, past any limit of ours, so they are refused before decoding.
-    """
-    header = _fb_field(meta, _fb_unpack(_FB_UOFFSET, meta, 0), 2)
-    if header is None:
-        return False
-    return _fb_field(meta, header + _fb_unpack(_FB_UOFFSET, meta, header), 3) is not None
-
-
-def read_control_record(buf: Bytes, pos: int, header: BatchHeader) -> ControlRecord:
-    body = decode_body(buf, pos, header)
-    return parse_control_record(body.column(2)[0].as_py(), body.column(3)[0].as_py())
-
-
-def validate_batch_body(
-    buf: Bytes, pos: int, header: BatchHeader, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-) -> None:
-    """Check the body of a batch that passed :func:`validate_batch`; raise CorruptRecordError.
-
-    :func:`validate_batch` checks the header and the CRC only, which is all that recovery and
-    serving need. A CRC recomputed by a buggy or hostile producer can still cover a body no
-    reader can decode, so whoever accepts batches from the outside (the broker on produce)
-    calls this too: it decompresses and decodes the body with every check of
-    :func:`decode_body`, and parses the marker of a control batch.
-    """
-    body = decode_body(buf, pos, header, max_body_bytes=max_body_bytes)
-    if header.is_control:
-        parse_control_record(body.column(2)[0].as_py(), body.column(3)[0].as_py())
-
-
-def _to_records(body: pa.RecordBatch, header: BatchHeader) -> pa.RecordBatch:
-    n = body.num_rows
-    # numpy, not pyarrow.compute: a compute call costs ~15 us of dispatch, which dominates
-    # small batches (measured in benchmarks/bench_storage.py).
-    offsets = pa.array(np.add(body.column(0).to_numpy(), header.base_offset, dtype=np.int64))
-    stamps = body.column(1)
-    log_append_time = bool(header.attributes & ATTR_TIMESTAMP_TYPE)
-    if log_append_time:
-        # With LogAppendTime the broker's time is the batch's maxTimestamp, for every record.
-        stamps = pa.array(np.full(n, header.max_timestamp, dtype=np.int64))
-    ts_type = pa.array(np.full(n, int(log_append_time), dtype=np.int8))
-    return pa.RecordBatch.from_arrays(
-        [offsets, stamps, ts_type, body.column(2), body.column(3), body.column(4)],
-        schema=RECORD_SCHEMA,
-    )
-
-
-def decode_records(
-    buf: Bytes,
-    *,
-    start_offset: int | None = None,
-    end_offset: int | None = None,
-    verify_crc: bool = True,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-) -> pa.Table:
-    """Decode every whole data batch in ``buf`` into one table of :data:`RECORD_SCHEMA`.
-
-    Records below ``start_offset`` (the head of the first batch) and at or past ``end_offset``
-    are cut off by slicing, control batches are skipped, and a partial trailing batch is
-    ignored. The work per batch is constant; nothing runs per record in Python.
-    """
-    pieces: list[pa.RecordBatch] = []
-    for header, pos in iter_batches(buf, verify_crc=verify_crc):
-        if header.is_control or header.record_count == 0:
-            continue
-        if end_offset is not None and header.base_offset >= end_offset:
-            break
-        if start_offset is not None and header.last_offset < start_offset:
-            continue
-        records = _to_records(decode_body(buf, pos, header, max_body_bytes=max_body_bytes), header)
-        cut_head = start_offset is not None and header.base_offset < start_offset
-        cut_tail = end_offset is not None and header.last_offset >= end_offset
-        if cut_head or cut_tail:
-            offsets = records.column(0).to_numpy()
-            lo = int(np.searchsorted(offsets, start_offset)) if start_offset is not None else 0
-            hi = (
-                int(np.searchsorted(offsets, end_offset))
-                if end_offset is not None
-                else len(offsets)
-            )
-            # An end at or before the start selects nothing (not a negative-length slice).
-            records = records.slice(lo, max(hi - lo, 0))
-        if records.num_rows:
-            pieces.append(records)
-    return pa.Table.from_batches(pieces, schema=RECORD_SCHEMA)

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 from spark_mq.errors import CorruptIndexError, CorruptRecordError, InvalidRecordError
+from spark_mq.storage.batch_decoder import decode_body
 from spark_mq.storage.codecs import Bytes
 from spark_mq.storage.file_records import FileRange, FileRecords
 from spark_mq.storage.offset_index import OffsetIndex
-from spark_mq.storage.record_batch import BatchHeader, decode_body
+from spark_mq.storage.record_batch import BatchHeader
 from spark_mq.storage.time_index import TimeIndex
 
 log = logging.getLogger(__name__)
@@ -339,7 +340,7 @@ class LogSegment:
         """Validate every batch, rebuild both indexes, cut the file at the first bad byte.
 
         Returns the number of bytes truncated (0 for a healthy segment). A batch is bad if it
-        fails :func:`~spark_mq.storage.record_batch.validate_batch`, if its offsets go
+        fails :func:`~spark_mq.storage.batch_decoder.validate_batch`, if its offsets go
         backwards or fall outside this segment, or if it exceeds ``max_message_bytes``.
 
         With ``truncate=False`` the bad bytes stay in the file and the count says how many

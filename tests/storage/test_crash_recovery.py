@@ -56,15 +56,11 @@ import pytest
 from spark_mq.config import LONG_MAX
 from spark_mq.errors import CorruptRecordError
 from spark_mq.storage import abstract_index, file_records
+from spark_mq.storage.batch_decoder import iter_batches, validate_batch_body
 from spark_mq.storage.codecs import codec_for_name
 from spark_mq.storage.log import MAX_TIMESTAMP, FetchIsolation, PartitionLog
 from spark_mq.storage.log_config import LogConfig
-from spark_mq.storage.record_batch import (
-    BatchHeader,
-    encode_batch,
-    iter_batches,
-    validate_batch_body,
-)
+from spark_mq.storage.record_batch import BatchHeader, encode_batch
 from spark_mq.storage.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TimestampAndOffset
 
 WRITER_PATH = Path(__file__).with_name("crash_writer.py")

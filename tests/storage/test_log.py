@@ -22,6 +22,7 @@ from spark_mq.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from spark_mq.storage.batch_decoder import iter_batches
 from spark_mq.storage.log import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -30,13 +31,7 @@ from spark_mq.storage.log import (
     PartitionLog,
 )
 from spark_mq.storage.log_config import LogConfig
-from spark_mq.storage.record_batch import (
-    HEADER_SIZE,
-    BatchHeader,
-    TimestampType,
-    encode_batch,
-    iter_batches,
-)
+from spark_mq.storage.record_batch import HEADER_SIZE, BatchHeader, TimestampType, encode_batch
 from spark_mq.storage.segment import LOG_SUFFIX, TimestampAndOffset, segment_file_name
 
 START_MS = 1_000_000

@@ -24,10 +24,11 @@ import pytest
 
 from spark_mq.config import LONG_MAX
 from spark_mq.errors import CorruptRecordError
+from spark_mq.storage.batch_decoder import iter_batches
 from spark_mq.storage.log import PartitionLog
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.log_loader import LoadedLog, load_log
-from spark_mq.storage.record_batch import BatchHeader, encode_batch, iter_batches
+from spark_mq.storage.record_batch import BatchHeader, encode_batch
 from spark_mq.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX
 
 BASE_TIMESTAMP_MS = 1_700_000_000_000

@@ -23,6 +23,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_mq.errors import CorruptRecordError, InvalidRecordError
+from spark_mq.storage.batch_decoder import (
+    decode_body,
+    decode_records,
+    iter_batches,
+    peek_size,
+    read_control_record,
+    validate_batch,
+    validate_batch_body,
+)
 from spark_mq.storage.codecs import CODEC_NAMES, codec_for_name
 from spark_mq.storage.record_batch import (
     ATTR_CONTROL,
@@ -43,18 +52,11 @@ from spark_mq.storage.record_batch import (
     ControlRecord,
     ControlType,
     TimestampType,
-    decode_body,
-    decode_records,
     encode_batch,
     encode_control_batch,
-    iter_batches,
     parse_control_record,
-    peek_size,
-    read_control_record,
     set_base_offset,
     set_partition_leader_epoch,
-    validate_batch,
-    validate_batch_body,
 )
 
 FORMAT_DOC = Path(__file__).resolve().parents[2] / "docs" / "format.md"

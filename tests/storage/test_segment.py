@@ -12,14 +12,9 @@ import pyarrow as pa
 import pytest
 
 from spark_mq.errors import CorruptIndexError, InvalidRecordError
+from spark_mq.storage.batch_decoder import decode_records, iter_batches
 from spark_mq.storage.offset_index import OffsetPosition
-from spark_mq.storage.record_batch import (
-    HEADER_SIZE,
-    BatchHeader,
-    decode_records,
-    encode_batch,
-    iter_batches,
-)
+from spark_mq.storage.record_batch import HEADER_SIZE, BatchHeader, encode_batch
 from spark_mq.storage.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
