@@ -21,7 +21,12 @@ operation again may succeed::
     │   ├── TopicExistsError             create of a topic that already exists
     │   ├── InvalidPartitionsError       a partition count that is not allowed (e.g. a decrease)
     │   ├── LogDirectoryFullError        the disk is full: nothing past the failed write is kept
-    │   └── LogClosedError               use of a log after close()
+    │   ├── LogClosedError               use of a log after close()
+    │   └── ProducerStateError           an idempotent or transactional write breaks a rule
+    │       ├── OutOfOrderSequenceError        a sequence gap or reordering
+    │       ├── InvalidProducerEpochError      a producer epoch older than the known one
+    │       ├── TransactionCoordinatorFencedError  a marker from an older coordinator epoch
+    │       └── InvalidTxnStateError           a non-transactional write inside a transaction
     └── ProtocolError                    reserved for the wire protocol and broker responses
 
 Lower-layer errors (``OSError``, codec errors) are mapped to the most specific of these with
@@ -204,6 +209,37 @@ class LogDirectoryFullError(StorageError):
 
 class LogClosedError(StorageError):
     """An operation on a log, segment or index after it was closed."""
+
+
+class ProducerStateError(StorageError):
+    """An idempotent or transactional batch that the partition's producer state rejects.
+
+    ``producer_id`` and ``producer_epoch`` name the producer; nothing of the append was written.
+    """
+
+    def __init__(self, message: str, *, producer_id: int, producer_epoch: int) -> None:
+        super().__init__(message)
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+
+
+class OutOfOrderSequenceError(ProducerStateError):
+    """A batch whose first sequence does not follow the producer's last one (Kafka's
+    OUT_OF_ORDER_SEQUENCE_NUMBER): a batch was lost or reordered in flight."""
+
+
+class InvalidProducerEpochError(ProducerStateError):
+    """A batch or marker from an epoch older than the partition knows: a newer incarnation of
+    the producer exists (Kafka's INVALID_PRODUCER_EPOCH / producer fenced)."""
+
+
+class TransactionCoordinatorFencedError(ProducerStateError):
+    """A transaction marker written with an older coordinator epoch than one already seen."""
+
+
+class InvalidTxnStateError(ProducerStateError):
+    """A write that does not fit the producer's transaction state, such as a
+    non-transactional batch while its transaction is open."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ and skipping control batches. Nothing here runs Python code per record.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import crc32c
 import numpy as np
@@ -33,9 +35,21 @@ from spark_mq.storage.record_batch import (
     RECORD_SCHEMA,
     BatchHeader,
     ControlRecord,
+    ControlType,
     offset_deltas_valid,
     parse_control_record,
 )
+
+
+class AbortedTxnLike(Protocol):
+    """What the decoder needs of an aborted transaction (see ``txn_index.AbortedTxn``)."""
+
+    @property
+    def producer_id(self) -> int: ...
+
+    @property
+    def first_offset(self) -> int: ...
+
 
 #: baseOffset and batchLength: exactly the LOG_OVERHEAD bytes that locate the next batch.
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
@@ -298,15 +312,31 @@ def decode_records(
     end_offset: int | None = None,
     verify_crc: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    aborted_transactions: Sequence[AbortedTxnLike] | None = None,
 ) -> pa.Table:
     """Decode every whole data batch in ``buf`` into one table of :data:`RECORD_SCHEMA`.
 
     Records below ``start_offset`` (the head of the first batch) and at or past ``end_offset``
     are cut off by slicing, control batches are skipped, and a partial trailing batch is
-    ignored. The work per batch is constant; nothing runs per record in Python.
+    ignored. With ``aborted_transactions`` (a ``read_committed`` fetch) the batches of those
+    transactions are dropped, as Kafka's consumer does: a producer becomes "aborted" once the
+    reader reaches its transaction's first offset and stops being so at its abort marker.
+    Transactions are whole batches, so the decision is per batch; nothing runs per record.
     """
     pieces: list[pa.RecordBatch] = []
+    pending = deque(sorted(aborted_transactions or (), key=lambda txn: txn.first_offset))
+    aborted_producers: set[int] = set()
     for header, pos in iter_batches(buf, verify_crc=verify_crc):
+        if aborted_transactions is not None:
+            while pending and pending[0].first_offset <= header.last_offset:
+                aborted_producers.add(pending.popleft().producer_id)
+            if header.producer_id in aborted_producers:
+                if header.is_control:
+                    if read_control_record(buf, pos, header).type is ControlType.ABORT:
+                        aborted_producers.discard(header.producer_id)
+                    continue
+                if header.is_transactional:
+                    continue
         if header.is_control or header.record_count == 0:
             continue
         if end_offset is not None and header.base_offset >= end_offset:

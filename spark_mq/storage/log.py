@@ -57,19 +57,35 @@ from spark_mq.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from spark_mq.storage.batch_decoder import decode_body, decode_records, validate_batch
+from spark_mq.storage.batch_decoder import (
+    decode_body,
+    decode_records,
+    read_control_record,
+    validate_batch,
+)
 from spark_mq.storage.codecs import Bytes
 from spark_mq.storage.file_records import FileRange
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.log_loader import load_log
+from spark_mq.storage.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    AppendOrigin,
+    CompletedTxn,
+    ProducerAppendInfo,
+    ProducerStateManager,
+)
+from spark_mq.storage.producer_state_replay import collect_aborted_txns, rebuild_producer_state
 from spark_mq.storage.record_batch import (
     ATTR_TIMESTAMP_TYPE,
     CRC_START,
     NO_PARTITION_LEADER_EPOCH,
     RECORD_SCHEMA,
     BatchHeader,
+    ControlType,
+    encode_control_batch,
 )
 from spark_mq.storage.segment import BatchPosition, LogSegment, TimestampAndOffset
+from spark_mq.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +117,7 @@ class FetchIsolation(enum.Enum):
 
     LOG_END = "log_end"  # followers replicating the log
     HIGH_WATERMARK = "high_watermark"  # consumers, read_uncommitted
+    TXN_COMMITTED = "txn_committed"  # consumers, read_committed: up to the last stable offset
 
 
 class LogAppendInfo(NamedTuple):
@@ -120,6 +137,9 @@ class LogAppendInfo(NamedTuple):
     num_records: int
     valid_bytes: int
     batches: tuple[BatchHeader, ...]
+    #: True when the batch was a retried duplicate: nothing was written and the offsets are
+    #: those of the original append.
+    is_duplicate: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -131,6 +151,10 @@ class FetchDataInfo:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    last_stable_offset: int = -1
+    #: For TXN_COMMITTED reads: the aborted transactions overlapping the range, whose data
+    #: the reader must drop (None for other isolation levels).
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
 
     @property
     def size_bytes(self) -> int:
@@ -154,6 +178,7 @@ class PartitionLog:
         time_ms: Callable[[], int],
         flush_executor: concurrent.futures.Executor | None,
         high_watermark_follows_log_end: bool,
+        producer_state: ProducerStateManager,
         rng: random.Random | None = None,
     ) -> None:
         self.directory = directory
@@ -171,6 +196,7 @@ class PartitionLog:
         self._flush_executor = flush_executor
         self._hw_follows_leo = high_watermark_follows_log_end
         self._rng = rng or random.Random()
+        self._producer_state = producer_state
         self._lock = threading.RLock()
         self._closed = False
         self._unflushed_records = 0
@@ -192,6 +218,7 @@ class PartitionLog:
         flush_executor: concurrent.futures.Executor | None = None,
         high_watermark_follows_log_end: bool = True,
         rng: random.Random | None = None,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> PartitionLog:
         """Open (creating if needed) the log in ``directory``, recovering it if necessary.
 
@@ -217,11 +244,22 @@ class PartitionLog:
                 loaded.recovered_bytes_truncated,
                 loaded.log_end_offset,
             )
+        producer_state = ProducerStateManager(
+            path, producer_id_expiration_ms=producer_id_expiration_ms
+        )
+        rebuild_producer_state(
+            producer_state,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            log_end_offset=loaded.log_end_offset,
+            txn_rebuild_from=loaded.txn_rebuild_from,
+        )
         return cls(
             path,
             config,
             topic=topic,
             partition=partition,
+            producer_state=producer_state,
             segments=loaded.segments,
             log_start_offset=loaded.log_start_offset,
             log_end_offset=loaded.log_end_offset,
@@ -254,6 +292,19 @@ class PartitionLog:
     @property
     def recovery_point(self) -> int:
         return self._recovery_point
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Readers of committed data stop here: the first offset of the oldest open
+        transaction, capped by the high watermark."""
+        first_unstable = self._producer_state.first_unstable_offset()
+        if first_unstable is None:
+            return self._high_watermark
+        return min(first_unstable, self._high_watermark)
+
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        return self._producer_state
 
     @property
     def size_bytes(self) -> int:
@@ -297,14 +348,21 @@ class PartitionLog:
         *,
         leader_epoch: int | None = None,
         assign_offsets: bool = True,
+        origin: AppendOrigin | None = None,
     ) -> LogAppendInfo:
         """Validate and append one or more batches; the log assigns their offsets.
 
         Every batch is checked before anything is written (size, magic, CRC, counts,
-        ``max.message.bytes``), so a bad batch rejects the whole append and writes nothing.
-        With ``assign_offsets=False`` (a follower copying its leader) the batches keep their
-        offsets, which must start at or after the log end.
+        ``max.message.bytes``, and the producer state rules of
+        :mod:`~spark_mq.storage.producer_state`), so a bad batch rejects the whole append and
+        writes nothing. A retried duplicate of one of a producer's last five batches writes
+        nothing and returns the original offsets (``is_duplicate``). With
+        ``assign_offsets=False`` (a follower copying its leader) the batches keep their
+        offsets, which must start at or after the log end. ``origin`` defaults to a client
+        (or replication without offset assignment); only the coordinator writes markers.
         """
+        if origin is None:
+            origin = AppendOrigin.CLIENT if assign_offsets else AppendOrigin.REPLICATION
         view = memoryview(records).cast("B")
         config = self._config
         headers: list[tuple[BatchHeader, int]] = []
@@ -321,10 +379,25 @@ class PartitionLog:
                 )
             if assign_offsets and header.record_count == 0:
                 raise InvalidRecordError("a produced batch must hold at least one record")
+            if header.is_control and origin is AppendOrigin.CLIENT:
+                raise InvalidRecordError(
+                    "control batches (transaction markers) are written by the transaction "
+                    "coordinator, not by producers"
+                )
             headers.append((header, pos))
             pos += header.size
         if not headers:
             raise InvalidRecordError("append of no record batches")
+        if (
+            origin is AppendOrigin.CLIENT
+            and len(headers) > 1
+            and any(h.has_producer_id for h, _ in headers)
+        ):
+            # Kafka's rule: duplicate detection and sequence checks work per batch.
+            raise InvalidRecordError(
+                "an idempotent or transactional producer must send one batch per partition "
+                f"per request; got {len(headers)}"
+            )
         if len(view) > config.segment_bytes:
             raise RecordTooLargeError(
                 f"append of {len(view)} bytes exceeds segment.bytes={config.segment_bytes} of "
@@ -335,12 +408,17 @@ class PartitionLog:
 
         with self._lock:
             self._check_open()
+            if origin is AppendOrigin.CLIENT:
+                duplicate = self._find_duplicate(headers[0][0])
+                if duplicate is not None:
+                    return duplicate
             now_ms = self._time_ms()
             epoch = self.leader_epoch if leader_epoch is None else leader_epoch
             log_append_time = config.message_timestamp_type == "LogAppendTime"
             chunks, batches = self._assign(
                 view, headers, assign_offsets, epoch, now_ms if log_append_time else None
             )
+            infos, completed = self._validate_producer_state(view, batches, origin)
             first = batches[0].header
             last = batches[-1].header
             segment = self._maybe_roll(len(view), last.last_offset, now_ms)
@@ -348,6 +426,8 @@ class PartitionLog:
             self._log_end_offset = last.next_offset
             if self._hw_follows_leo:
                 self._high_watermark = self._log_end_offset
+            if infos:
+                self._apply_producer_state(segment, infos, completed)
             max_ts, offset_of_max = -1, first.base_offset
             num_records = 0
             for b in batches:
@@ -368,6 +448,101 @@ class PartitionLog:
                 valid_bytes=len(view),
                 batches=tuple(b.header for b in batches),
             )
+
+    def _find_duplicate(self, header: BatchHeader) -> LogAppendInfo | None:
+        if not header.has_producer_id or header.base_sequence < 0:
+            return None
+        duplicate = self._producer_state.find_duplicate_batch(header)
+        if duplicate is None:
+            return None
+        return LogAppendInfo(
+            first_offset=duplicate.first_offset,
+            last_offset=duplicate.last_offset,
+            max_timestamp_ms=duplicate.timestamp_ms,
+            offset_of_max_timestamp=duplicate.last_offset,
+            log_append_time_ms=-1,
+            log_start_offset=self._log_start_offset,
+            num_batches=0,
+            num_records=0,
+            valid_bytes=0,
+            batches=(),
+            is_duplicate=True,
+        )
+
+    def _validate_producer_state(
+        self, view: memoryview, batches: list[BatchPosition], origin: AppendOrigin
+    ) -> tuple[dict[int, ProducerAppendInfo], list[CompletedTxn]]:
+        """Stage every batch's effect on its producer's state; raises before any write."""
+        infos: dict[int, ProducerAppendInfo] = {}
+        completed: list[CompletedTxn] = []
+        for batch in batches:
+            header = batch.header
+            if not header.has_producer_id:
+                continue
+            info = infos.get(header.producer_id)
+            if info is None:
+                info = self._producer_state.prepare_update(header.producer_id, origin)
+                infos[header.producer_id] = info
+            if header.is_control:
+                marker = read_control_record(view, batch.position, header)
+                completed.append(
+                    info.append_end_txn_marker(
+                        marker,
+                        producer_epoch=header.producer_epoch,
+                        offset=header.base_offset,
+                        timestamp_ms=header.max_timestamp,
+                    )
+                )
+            else:
+                info.append_data_batch(header)
+        return infos, completed
+
+    def _apply_producer_state(
+        self,
+        segment: LogSegment,
+        infos: dict[int, ProducerAppendInfo],
+        completed: list[CompletedTxn],
+    ) -> None:
+        """After the write: apply staged state, index aborted transactions, close them."""
+        state = self._producer_state
+        for info in infos.values():
+            state.update(info)
+        for txn in completed:
+            if txn.is_aborted:
+                segment.txn_index.append(
+                    AbortedTxn(
+                        txn.producer_id,
+                        txn.first_offset,
+                        txn.last_offset,
+                        state.last_stable_offset(txn),
+                    )
+                )
+            state.complete_txn(txn)
+        state.update_map_end_offset(self._log_end_offset)
+
+    def append_transaction_marker(
+        self,
+        control_type: ControlType,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        leader_epoch: int | None = None,
+    ) -> LogAppendInfo:
+        """Write a commit or abort marker for ``producer_id`` (the coordinator's call)."""
+        marker = encode_control_batch(
+            control_type,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            timestamp_ms=self._time_ms(),
+        )
+        return self.append(marker, leader_epoch=leader_epoch, origin=AppendOrigin.COORDINATOR)
+
+    def remove_expired_producers(self) -> int:
+        """Forget producers idle for ``producer.id.expiration.ms`` (the broker schedules it)."""
+        with self._lock:
+            return self._producer_state.remove_expired_producers(self._time_ms())
 
     def _assign(
         self,
@@ -460,6 +635,11 @@ class PartitionLog:
         )
         self._segments.append(segment)
         self._bases.append(new_base)
+        # A producer state snapshot at every roll bounds the replay after a crash to the
+        # segments after it (Kafka does the same). With no producers there is nothing to save.
+        self._producer_state.update_map_end_offset(new_base)
+        if self._producer_state.producers:
+            self._producer_state.take_snapshot()
         # Kafka flushes the finished segment asynchronously so appends never wait for it.
         if self._flush_executor is not None:
             self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
@@ -515,6 +695,8 @@ class PartitionLog:
     def _upper_bound(self, isolation: FetchIsolation) -> int:
         if isolation is FetchIsolation.LOG_END:
             return self._log_end_offset
+        if isolation is FetchIsolation.TXN_COMMITTED:
+            return self.last_stable_offset
         return self._high_watermark
 
     def _check_range(self, offset: int) -> None:
@@ -570,12 +752,21 @@ class PartitionLog:
                     )
                     if result_range is not None:
                         break
+            aborted = None
+            if isolation is FetchIsolation.TXN_COMMITTED:
+                aborted = (
+                    collect_aborted_txns(self._segments, start_offset, bound)
+                    if result_range is not None
+                    else ()
+                )
             return FetchDataInfo(
                 fetch_offset=start_offset,
                 records=result_range,
                 high_watermark=self._high_watermark,
                 log_start_offset=self._log_start_offset,
                 log_end_offset=self._log_end_offset,
+                last_stable_offset=self.last_stable_offset,
+                aborted_transactions=aborted,
             )
 
     def read_records(
@@ -596,14 +787,19 @@ class PartitionLog:
             return RECORD_SCHEMA.empty_table()
         with info.records as file_range:
             data = file_range.read()
-        end = (
-            info.high_watermark
-            if isolation is FetchIsolation.HIGH_WATERMARK
-            else info.log_end_offset
-        )
+        end = {
+            FetchIsolation.HIGH_WATERMARK: info.high_watermark,
+            FetchIsolation.TXN_COMMITTED: info.last_stable_offset,
+            FetchIsolation.LOG_END: info.log_end_offset,
+        }[isolation]
         if max_offset is not None:
             end = min(end, max_offset)
-        return decode_records(data, start_offset=start_offset, end_offset=end)
+        return decode_records(
+            data,
+            start_offset=start_offset,
+            end_offset=end,
+            aborted_transactions=info.aborted_transactions,
+        )
 
     def find_offset_by_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
         """Kafka's ListOffsets: earliest offset whose timestamp is >= ``timestamp_ms``.
@@ -680,6 +876,14 @@ class PartitionLog:
             self._high_watermark = min(self._high_watermark, self._log_end_offset)
             self._recovery_point = min(self._recovery_point, self._log_end_offset)
             self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
+            # Producer state past the cut is gone with it: rebuild from a snapshot below it.
+            rebuild_producer_state(
+                self._producer_state,
+                self._segments,
+                log_start_offset=self._log_start_offset,
+                log_end_offset=self._log_end_offset,
+                txn_rebuild_from=self._log_end_offset,
+            )
 
     def _truncate_fully_and_start_at(self, offset: int) -> None:
         for segment in self._segments:
@@ -697,6 +901,9 @@ class PartitionLog:
         self._bases = [offset]
         self._log_start_offset = self._log_end_offset = self._high_watermark = offset
         self._recovery_point = offset
+        self._producer_state.reset()
+        self._producer_state.delete_snapshots_after(-1)
+        self._producer_state.update_map_end_offset(offset)
 
     def delete_records_before(self, offset: int) -> int:
         """Kafka's DeleteRecords: move the log start to ``offset`` (at most the high watermark).
@@ -778,6 +985,7 @@ class PartitionLog:
         del self._bases[: len(doomed)]
         self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
         self._recovery_point = max(self._recovery_point, self._log_start_offset)
+        self._producer_state.truncate_head(self._log_start_offset)
         return len(doomed)
 
     def _delete_segment(self, segment: LogSegment) -> None:
@@ -796,6 +1004,9 @@ class PartitionLog:
             if self._closed:
                 return
             self._flush_up_to(self._log_end_offset)
+            # A snapshot at the log end lets a clean reopen skip the producer state replay.
+            self._producer_state.update_map_end_offset(self._log_end_offset)
+            self._producer_state.take_snapshot()
             for segment in self._segments:
                 segment.close()
             self._closed = True

@@ -38,6 +38,7 @@ from spark_mq.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     parse_base_offset,
     segment_file_name,
@@ -53,6 +54,10 @@ class LoadedLog:
     log_end_offset: int
     recovery_point: int
     recovered_bytes_truncated: int
+    #: Transaction indexes of segments from this offset on were emptied (recovered segments,
+    #: or a failed sanity check): the log rebuilds them while replaying producer state. The
+    #: log end offset when there is nothing to rebuild.
+    txn_rebuild_from: int
 
 
 def _new_segment(directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> LogSegment:
@@ -144,7 +149,7 @@ def _clean_directory(directory: Path) -> list[int]:
             continue
         if name.endswith(LOG_SUFFIX):
             bases.add(base)
-        elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+        elif name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)):
             orphans.append(Path(entry.path))
     for path in orphans:
         base = parse_base_offset(path.name)
@@ -168,6 +173,16 @@ def load_log(
     opened = [_open_segment(directory, base, config, now_ms) for base in bases]
     segments = [segment for segment, _ in opened]
     truncated_total = 0
+    txn_rebuild_from: int | None = None
+    for segment in segments:
+        try:
+            segment.txn_index.sanity_check()
+        except CorruptIndexError as exc:
+            log.warning(
+                "rebuilding transaction indexes from segment %d: %s", segment.base_offset, exc
+            )
+            txn_rebuild_from = segment.base_offset
+            break
 
     if not had_clean_shutdown and segments:
         # Recover from the segment holding the recovery point (or the first one after it).
@@ -175,6 +190,9 @@ def load_log(
         for i, segment in enumerate(segments):
             if segment.base_offset <= recovery_point:
                 first = i
+        txn_rebuild_from = min(
+            segments[first].base_offset, txn_rebuild_from or segments[first].base_offset
+        )
         for i in range(first, len(segments)):
             segment = segments[i]
             invalid_bytes = segment.recover(
@@ -203,6 +221,10 @@ def load_log(
         base = max(log_start_offset or 0, 0)
         segments = [_new_segment(directory, base, config, now_ms)]
 
+    if txn_rebuild_from is not None:
+        for segment in segments:
+            if segment.base_offset >= txn_rebuild_from:
+                segment.txn_index.reset()
     # The active segment's indexes were trimmed at close; give them room for new entries.
     segments[-1].resize_indexes(config.segment_index_bytes)
     log_end_offset = segments[-1].next_offset()
@@ -220,4 +242,7 @@ def load_log(
         log_end_offset=log_end_offset,
         recovery_point=log_end_offset,
         recovered_bytes_truncated=truncated_total,
+        txn_rebuild_from=log_end_offset
+        if txn_rebuild_from is None
+        else min(txn_rebuild_from, log_end_offset),
     )

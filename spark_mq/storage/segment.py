@@ -32,12 +32,14 @@ from spark_mq.storage.file_records import FileRange, FileRecords
 from spark_mq.storage.offset_index import OffsetIndex
 from spark_mq.storage.record_batch import BatchHeader
 from spark_mq.storage.time_index import TimeIndex
+from spark_mq.storage.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
 TIME_INDEX_SUFFIX: Final = ".timeindex"
+TXN_INDEX_SUFFIX: Final = ".txnindex"
 DELETED_SUFFIX: Final = ".deleted"
 
 #: Relative offsets are int32 in the indexes, so a segment spans at most this many offsets.
@@ -97,6 +99,11 @@ class LogSegment:
             directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
             base_offset,
             max_index_size_bytes=max_index_size_bytes,
+        )
+        # Aborted transactions whose abort marker is in this segment (read_committed readers
+        # skip their data). Maintained by the log, which knows the producer state.
+        self.txn_index = TxnIndex(
+            directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX), base_offset
         )
         self._bytes_since_last_index_entry = 0
         self._max_timestamp_so_far = -1
@@ -308,6 +315,7 @@ class LogSegment:
         cut_offset = found.header.base_offset
         self.offset_index.truncate_to(cut_offset)
         self.time_index.truncate_to(cut_offset)
+        self.txn_index.truncate_to(cut_offset)
         removed = self.records.size_bytes - found.position
         self.records.truncate_to(found.position)
         self._bytes_since_last_index_entry = 0
@@ -422,6 +430,7 @@ class LogSegment:
         self.records.flush()
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         # An old segment's time index is opened at its trimmed size. If it lacks the final
@@ -436,16 +445,18 @@ class LogSegment:
             )
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         self.records.close()
 
     def rename_to_deleted(self) -> None:
         """First step of deletion: the files leave the log (a crash after this finishes it)."""
-        for item in (self.records, self.offset_index, self.time_index):
+        for item in (self.records, self.offset_index, self.time_index, self.txn_index):
             item.rename(str(item.path) + DELETED_SUFFIX)
 
     def delete(self) -> None:
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self.records.delete()
 
     def __repr__(self) -> str:

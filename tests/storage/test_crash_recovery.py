@@ -255,7 +255,8 @@ def all_files(directory: Path) -> dict[str, bytes]:
 
 
 def segment_file_names(directory: Path) -> set[str]:
-    return {p.name for p in directory.iterdir()}
+    """Segment files only: producer state snapshots are named by offset, not segment base."""
+    return {p.name for p in directory.iterdir() if not p.name.endswith(".snapshot")}
 
 
 def open_log(directory: Path, config: LogConfig, **kwargs: object) -> PartitionLog:
@@ -288,7 +289,7 @@ def recover_and_check(
     finally:
         log.close()
     names = segment_file_names(directory)
-    assert all(n.endswith((".log", INDEX_SUFFIX, TIME_INDEX_SUFFIX)) for n in names), (
+    assert all(n.endswith((".log", INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")) for n in names), (
         f"{ctx}: stray files left after recovery: {sorted(names)}"
     )
     assert {n.split(".")[0] for n in names} == {
