@@ -101,7 +101,7 @@ class CorruptRecordError(StorageError):
 
 
 class CorruptIndexError(StorageError):
-    """An offset or time index failed its sanity check: it is rebuilt from the log."""
+    """An offset, time or transaction index failed its sanity check: it is rebuilt from the log."""
 
     def __init__(self, message: str, *, path: str) -> None:
         super().__init__(message)

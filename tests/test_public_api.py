@@ -11,6 +11,12 @@ import spark_mq.storage.log_config
 import spark_mq.storage.record_batch
 
 EXPECTED = {
+    "CorruptCheckpointError",
+    "InvalidProducerEpochError",
+    "InvalidTxnStateError",
+    "OutOfOrderSequenceError",
+    "ProducerStateError",
+    "TransactionCoordinatorFencedError",
     "RECORD_SCHEMA",
     "ConfigError",
     "ControlType",

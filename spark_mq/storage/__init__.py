@@ -7,6 +7,9 @@ Modules, one concept each (see ``docs/format.md`` for every byte on disk):
 - ``codecs``: none, gzip, snappy, lz4, zstd.
 - ``file_records``: a segment's ``.log`` file and file ranges for zero-copy sends.
 - ``abstract_index`` / ``offset_index`` / ``time_index``: sparse memory-mapped indexes.
+- ``txn_index``: a segment's aborted transactions (``.txnindex``).
+- ``producer_state`` / ``producer_state_replay``: idempotence and transaction state, its
+  snapshots, and rebuilding it (and transaction indexes) from the log.
 - ``segment``: one ``.log`` with its indexes.
 - ``log``: the partition log (append, read, roll, retention, truncation, flush).
 - ``log_loader``: opening a partition directory and crash recovery.

@@ -384,6 +384,19 @@ class PartitionLog:
                     "control batches (transaction markers) are written by the transaction "
                     "coordinator, not by producers"
                 )
+            # Compaction keeps the newest record per key, so a record without a key could never
+            # be cleaned; Kafka refuses it at produce time too. Only compacted topics pay for
+            # decoding the body here.
+            if (
+                config.compact
+                and origin is AppendOrigin.CLIENT
+                and not header.is_control
+                and decode_body(view, pos, header).column(2).null_count
+            ):
+                raise InvalidRecordError(
+                    f"{self.topic} is a compacted topic (cleanup.policy="
+                    f"{','.join(config.cleanup_policy)}): every record needs a key"
+                )
             headers.append((header, pos))
             pos += header.size
         if not headers:

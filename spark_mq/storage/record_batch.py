@@ -321,12 +321,17 @@ def encode_batch(
     timestamp_type: TimestampType = TimestampType.CREATE_TIME,
     offset_delta: Any = None,
     now_ms: int | None = None,
+    last_offset_delta: int | None = None,
 ) -> bytes:
     """Encode one batch from columns (Arrow arrays, or sequences that Arrow can convert).
 
     ``value`` is required (its entries may be null); ``key``, ``timestamp`` (int64 ms or an
     Arrow timestamp), and ``headers`` default to null / now / null. ``offset_delta`` is only
     for rewriting batches with gaps (compaction); by default records get deltas 0..n-1.
+    ``last_offset_delta`` overrides the header's lastOffsetDelta (by default the last record's
+    delta, -1 when empty): compaction keeps a rewritten batch's original span, as Kafka does,
+    so the producer's last sequence and the batch's last offset survive removed records. It
+    must be at least the last record's delta.
 
     >>> data = encode_batch(pa.array([b"v1", b"v2"]), key=pa.array([b"k", None]), now_ms=5)
     >>> from spark_mq.storage.batch_decoder import decode_records
@@ -357,10 +362,17 @@ def encode_batch(
         bounds = pc.min_max(stamps)
         base_timestamp = stamps[0].as_py()
         max_timestamp = bounds["max"].as_py()
-        last_offset_delta = deltas[n - 1].as_py()
+        records_delta: int = deltas[n - 1].as_py()
     else:
         base_timestamp = max_timestamp = -1
-        last_offset_delta = -1
+        records_delta = -1
+    if last_offset_delta is None:
+        last_offset_delta = records_delta
+    elif last_offset_delta < records_delta:
+        raise InvalidRecordError(
+            f"last_offset_delta {last_offset_delta} is below the last record's offset delta "
+            f"{records_delta}"
+        )
     attributes = codec_obj.id | (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
     if is_transactional:
         attributes |= ATTR_TRANSACTIONAL

@@ -88,11 +88,14 @@ def batch(
     tag: int = 0,
     codec: str = "none",
     base_offset: int = 0,
+    keyed: bool = False,
 ) -> bytes:
     stamps = timestamps if timestamps is not None else [START_MS] * n
     values = [f"{tag}:{i}:".encode().ljust(value_bytes, b".") for i in range(len(stamps))]
+    keys = [b"k%d" % i for i in range(len(stamps))] if keyed else None
     return encode_batch(
         pa.array(values, type=pa.binary()),
+        key=None if keys is None else pa.array(keys, type=pa.binary()),
         timestamp=pa.array(stamps, type=pa.int64()),
         codec=codec,
         base_offset=base_offset,
@@ -575,12 +578,12 @@ def test_flush_on_roll_runs_on_the_flush_executor(open_log: OpenLog) -> None:
 # Retention and deletion
 
 
-def _segments_with_timestamps(log: PartitionLog, stamps: list[int]) -> None:
+def _segments_with_timestamps(log: PartitionLog, stamps: list[int], *, keyed: bool = False) -> None:
     """One segment of two records per timestamp; the last one is the active segment."""
     for i, ts in enumerate(stamps):
         if i:
             log.roll()
-        log.append(batch(2, timestamps=[ts - 5, ts], tag=i))
+        log.append(batch(2, timestamps=[ts - 5, ts], tag=i, keyed=keyed))
 
 
 def test_retention_by_time_deletes_whole_old_segments(open_log: OpenLog, clock: Clock) -> None:
@@ -653,7 +656,7 @@ def test_retention_by_size_zero_keeps_only_an_empty_active_segment(open_log: Ope
 
 def test_compact_only_topics_are_not_deleted_by_retention(open_log: OpenLog, clock: Clock) -> None:
     log = open_log(config(retention_ms=1, retention_bytes=0, cleanup_policy="compact"))
-    _segments_with_timestamps(log, [1, 2])
+    _segments_with_timestamps(log, [1, 2], keyed=True)
     clock.now_ms += 10**9
     assert log.apply_retention() == 0
     assert all_offsets(log) == [0, 1, 2, 3]
@@ -851,4 +854,23 @@ def test_segment_jitter_makes_rolls_happen_earlier_than_segment_ms(tmp_path) -> 
     now[0] = 1000 - expected_jitter + 1  # past segment.ms - jitter, though not past segment.ms
     log.append(encode_batch(pa.array([b"d"]), now_ms=now[0]))
     assert log.num_segments == 3
+    log.close()
+
+
+def test_compacted_topic_refuses_records_without_a_key(tmp_path) -> None:
+    import pyarrow as pa
+    import pytest
+
+    from spark_mq.errors import InvalidRecordError
+    from spark_mq.storage.log import PartitionLog
+    from spark_mq.storage.log_config import LogConfig
+    from spark_mq.storage.record_batch import encode_batch
+
+    config = LogConfig.from_properties({"cleanup.policy": "compact"})
+    log = PartitionLog.open(tmp_path / "t-0", config, topic="t", partition=0)
+    with pytest.raises(InvalidRecordError, match="needs a key"):
+        log.append(encode_batch(pa.array([b"v1", b"v2"]), key=pa.array([b"k", None])))
+    assert log.log_end_offset == 0
+    log.append(encode_batch(pa.array([b"v1", None]), key=pa.array([b"k", b"k"])))
+    assert log.log_end_offset == 2
     log.close()
