@@ -63,6 +63,7 @@ from spark_mq.storage.batch_decoder import (
     read_control_record,
     validate_batch,
 )
+from spark_mq.storage.cleaner_swap import swap_in
 from spark_mq.storage.codecs import Bytes
 from spark_mq.storage.file_records import FileRange
 from spark_mq.storage.log_config import LogConfig
@@ -296,11 +297,12 @@ class PartitionLog:
     @property
     def last_stable_offset(self) -> int:
         """Readers of committed data stop here: the first offset of the oldest open
-        transaction, capped by the high watermark."""
+        transaction, capped by the high watermark, and never below the log start (deleting
+        records may remove the head of an open transaction; Kafka clamps it the same way)."""
         first_unstable = self._producer_state.first_unstable_offset()
         if first_unstable is None:
             return self._high_watermark
-        return min(first_unstable, self._high_watermark)
+        return min(max(first_unstable, self._log_start_offset), self._high_watermark)
 
     @property
     def producer_state(self) -> ProducerStateManager:
@@ -748,6 +750,7 @@ class PartitionLog:
             if max_offset is not None:
                 bound = min(bound, max_offset)
             result_range: FileRange | None = None
+            range_segment: LogSegment | None = None
             if start_offset < bound:
                 i = bisect.bisect_right(self._bases, start_offset) - 1
                 for segment in self._segments[max(i, 0) :]:
@@ -764,14 +767,14 @@ class PartitionLog:
                         min_one_message=min_one_message,
                     )
                     if result_range is not None:
+                        range_segment = segment
                         break
-            aborted = None
+            aborted: tuple[AbortedTxn, ...] | None = None
             if isolation is FetchIsolation.TXN_COMMITTED:
-                aborted = (
-                    collect_aborted_txns(self._segments, start_offset, bound)
-                    if result_range is not None
-                    else ()
-                )
+                aborted = ()
+                if result_range is not None and range_segment is not None:
+                    upper = self._offset_after(range_segment, result_range, start_offset, bound)
+                    aborted = collect_aborted_txns(self._segments, start_offset, upper)
             return FetchDataInfo(
                 fetch_offset=start_offset,
                 records=result_range,
@@ -781,6 +784,24 @@ class PartitionLog:
                 last_stable_offset=self.last_stable_offset,
                 aborted_transactions=aborted,
             )
+
+    @staticmethod
+    def _offset_after(segment: LogSegment, file_range: FileRange, start: int, bound: int) -> int:
+        """The offset after the batches of ``file_range``, at most ``bound``.
+
+        It bounds the aborted transactions a fetch collects, as in Kafka: bounded by the LSO
+        instead, every fetch would collect every aborted transaction after it, which made a
+        read_committed scan of a log quadratic in its aborted transactions.
+        """
+        upper = min(bound, segment.next_offset())
+        end = file_range.position + file_range.size
+        if end + _PREFIX_SIZE <= segment.size_bytes:
+            next_base = _PREFIX.unpack(segment.records.read(end, _PREFIX_SIZE))[0]
+            # A batch follows the range (one the fetch had no room for, or the one at the
+            # bound); anything else would be damage, where the wider bound stays correct.
+            if start < next_base < upper:
+                upper = next_base
+        return upper
 
     def read_records(
         self,
@@ -1007,6 +1028,46 @@ class PartitionLog:
         # FileRange keep their own descriptor, so removal need not wait for them.
         segment.rename_to_deleted()
         segment.delete()
+
+    # -----------------------------------------------------------------------------------------
+    # Compaction: swapping cleaned segments in (for spark_mq.storage.log_cleaner only)
+
+    def replace_segments(
+        self, new_segments: list[LogSegment], old_segments: list[LogSegment]
+    ) -> bool:
+        """Replace ``old_segments`` by the cleaned ``new_segments``; False if they changed.
+
+        ``old_segments`` must still be consecutive inactive segments of this log and
+        ``new_segments`` (whose files are flushed ``*.cleaned`` files) must hold their offsets.
+        If retention, truncation or a concurrent clean changed those segments since the
+        cleaner read them, nothing happens and False is returned. Otherwise, under the lock,
+        the renames of :func:`~spark_mq.storage.cleaner_swap.swap_in` commit the swap (its
+        docstring tells what a crash at each step leaves and how loading finishes it), the
+        segment list changes in one step, so readers see the old or the new segments and
+        never a mix, and the old segments' files are deleted. Offsets, the log start, the log
+        end and the recovery point do not change.
+        """
+        with self._lock:
+            self._check_open()
+            if not old_segments or not new_segments:
+                return False
+            first = next((i for i, s in enumerate(self._segments) if s is old_segments[0]), -1)
+            last = first + len(old_segments)
+            if (
+                first < 0
+                or last >= len(self._segments)  # the active segment is never replaced
+                or any(
+                    a is not b
+                    for a, b in zip(self._segments[first:last], old_segments, strict=True)
+                )
+            ):
+                return False
+            swap_in(self.directory, new_segments, old_segments)
+            self._segments[first:last] = new_segments
+            self._bases[first:last] = [s.base_offset for s in new_segments]
+            for segment in old_segments:
+                segment.delete()  # already renamed to .deleted by swap_in
+            return True
 
     # -----------------------------------------------------------------------------------------
     # Lifecycle

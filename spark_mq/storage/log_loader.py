@@ -18,6 +18,12 @@ What a crash can leave in a partition directory, and what loading does about it:
 - **Files marked ``.deleted``**: a segment deletion that had renamed its files but not yet
   removed them; loading finishes the deletion.
 - **Stray index files with no ``.log``**: removed.
+- **Files of an interrupted compaction** (:mod:`~spark_mq.storage.cleaner_swap`): ``*.cleaned``
+  files (and a ``<base>.cleaned/`` directory) were never committed and are deleted, leaving
+  the old segments as they were. A ``<base>.log.swap`` file is a committed clean: every old
+  segment file whose base offset lies in ``[base, next offset of the swap)`` is deleted and
+  the ``*.swap`` files of that base get their final names; missing indexes are then rebuilt
+  like any others.
 
 After a clean shutdown (the log directory's marker, managed by the LogManager) only the index
 sanity checks run, so opening a large log is fast.
@@ -28,10 +34,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 from pathlib import Path
 
 from spark_mq.errors import CorruptIndexError
 from spark_mq.storage.checkpoint_file import fsync_directory
+from spark_mq.storage.cleaner_swap import (
+    CLEANED_SUFFIX,
+    SEGMENT_FILE_SUFFIXES,
+    SWAP_SUFFIX,
+    swapped_segment_end,
+)
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.segment import (
     DELETED_SUFFIX,
@@ -144,6 +157,14 @@ def _clean_directory(directory: Path) -> list[int]:
         if name.endswith(DELETED_SUFFIX) or name.endswith(".tmp"):
             Path(entry.path).unlink(missing_ok=True)
             continue
+        if name.endswith(CLEANED_SUFFIX):  # a compaction that never committed
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                Path(entry.path).unlink(missing_ok=True)
+            continue
+        if name.endswith(SWAP_SUFFIX):  # a committed compaction: _complete_swaps finishes it
+            continue
         base = parse_base_offset(name)
         if base is None:
             continue
@@ -158,6 +179,41 @@ def _clean_directory(directory: Path) -> list[int]:
     return sorted(bases)
 
 
+def _complete_swaps(directory: Path, bases: list[int]) -> list[int]:
+    """Finish compactions that committed (``<base>.log.swap``) before a crash.
+
+    Called right after :func:`_clean_directory`, which already removed ``*.deleted`` and
+    ``*.cleaned`` files; returns the segment base offsets afterwards. The crash story is in
+    :mod:`~spark_mq.storage.cleaner_swap`.
+    """
+    swaps = sorted(directory.glob("*" + SWAP_SUFFIX))
+    if not swaps:
+        return bases
+    committed: set[int | None] = set()
+    for path in swaps:
+        base = parse_base_offset(path.name)
+        if base is None or not path.name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+            continue
+        committed.add(base)
+        # The old segment with this base is replaced whatever its size, hence the + 1.
+        end = max(swapped_segment_end(path), base + 1)
+        log.warning("finishing the compaction swap of %s (offsets %d to %d)", path, base, end)
+        for entry in os.scandir(directory):
+            old = parse_base_offset(entry.name)
+            if old is not None and base <= old < end and entry.name.endswith(SEGMENT_FILE_SUFFIXES):
+                Path(entry.path).unlink()
+    fsync_directory(directory)
+    for path in swaps:
+        if parse_base_offset(path.name) in committed:
+            path.rename(path.with_name(path.name[: -len(SWAP_SUFFIX)]))
+        else:
+            # An index .swap without its .log.swap cannot come from swap_in (it renames the
+            # .log last); indexes are caches, so a stray one is dropped and rebuilt.
+            path.unlink()
+    fsync_directory(directory)
+    return _clean_directory(directory)
+
+
 def load_log(
     directory: Path,
     config: LogConfig,
@@ -169,7 +225,7 @@ def load_log(
 ) -> LoadedLog:
     """Open every segment of ``directory`` and recover what needs recovering (module doc)."""
     directory.mkdir(parents=True, exist_ok=True)
-    bases = _clean_directory(directory)
+    bases = _complete_swaps(directory, _clean_directory(directory))
     opened = [_open_segment(directory, base, config, now_ms) for base in bases]
     segments = [segment for segment, _ in opened]
     truncated_total = 0
@@ -190,9 +246,9 @@ def load_log(
         for i, segment in enumerate(segments):
             if segment.base_offset <= recovery_point:
                 first = i
-        txn_rebuild_from = min(
-            segments[first].base_offset, txn_rebuild_from or segments[first].base_offset
-        )
+        # Not ``txn_rebuild_from or ...``: a failed check of the index at offset 0 is 0.
+        if txn_rebuild_from is None or segments[first].base_offset < txn_rebuild_from:
+            txn_rebuild_from = segments[first].base_offset
         for i in range(first, len(segments)):
             segment = segments[i]
             invalid_bytes = segment.recover(

@@ -6,6 +6,7 @@ Layout of a log directory (``root``)::
     .clean_shutdown                    present only between a clean close() and the next open
     recovery-point-offset-checkpoint   per partition: everything below is fsynced
     log-start-offset-checkpoint        per partition: first offset readers may ask for
+    cleaner-offset-checkpoint          per compacted partition: its first dirty offset
     __meta/topics/<topic>.json         one file per topic: the topic exists iff this exists
     __meta/deleting/<topic_id>.json    a committed topic deletion still being carried out
     <topic>-<partition>/               one partition log (owned by PartitionLog)
@@ -103,6 +104,7 @@ from spark_mq.storage.checkpoint_file import (
 )
 from spark_mq.storage.dir_lock import DirLock
 from spark_mq.storage.log import PartitionLog
+from spark_mq.storage.log_cleaner import CleanerStats, LogCleaner
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.segment import LOG_SUFFIX
 from spark_mq.storage.topic_metadata import (
@@ -123,6 +125,7 @@ logger = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE: Final = ".clean_shutdown"
 RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT: Final = "cleaner-offset-checkpoint"
 META_DIR: Final = "__meta"
 DELETED_DIR_SUFFIX: Final = ".deleted"
 TMP_SUFFIX: Final = ".tmp"
@@ -207,6 +210,9 @@ class LogManager:
         self._deleting_dir = self.root / META_DIR / "deleting"
         self._recovery_checkpoint = OffsetCheckpointFile(self.root / RECOVERY_POINT_CHECKPOINT)
         self._start_checkpoint = OffsetCheckpointFile(self.root / LOG_START_OFFSET_CHECKPOINT)
+        self._cleaner_checkpoint = OffsetCheckpointFile(self.root / CLEANER_OFFSET_CHECKPOINT)
+        # One cleaning pass at a time; cleaning does not hold _lock, so admin calls go on.
+        self._cleaning_lock = threading.Lock()
         self._lock = threading.RLock()
         self._closed = False
         self._topics: Mapping[str, _Topic] = MappingProxyType({})
@@ -698,6 +704,12 @@ class LogManager:
         logs = [log for topic in self._topics.values() for log in topic.logs]
         self._recovery_checkpoint.write({(x.topic, x.partition): x.recovery_point for x in logs})
         self._start_checkpoint.write({(x.topic, x.partition): x.log_start_offset for x in logs})
+        if self._cleaner_checkpoint.path.exists():
+            # Like the two above, rewritten without topics that are gone or being created, so
+            # a new topic never inherits the first dirty offset of an old one of its name.
+            cleaned = self._read_checkpoint(self._cleaner_checkpoint) or {}
+            live = {(x.topic, x.partition) for x in logs}
+            self._cleaner_checkpoint.write({k: v for k, v in cleaned.items() if k in live})
 
     def checkpoint(self) -> None:
         """Write every log's recovery point and log start offset to the checkpoint files."""
@@ -705,6 +717,46 @@ class LogManager:
             self._check_open()
             with _io_errors("writing the checkpoints", self.root):
                 self._write_checkpoints()
+
+    def clean_logs(self, now_ms: int | None = None) -> CleanerStats:
+        """Compact every log whose ``cleanup.policy`` has ``compact``; the stats' total.
+
+        Each log is cleaned from its first dirty offset in ``cleaner-offset-checkpoint``
+        (Kafka's format; a log without an entry starts at its log start) if it qualifies
+        (rules in :mod:`~spark_mq.storage.log_cleaner`), and the file is rewritten with the new
+        offsets. The pass runs without the manager's lock; a log closed or deleted meanwhile
+        is skipped, and a log whose cleaning fails is logged and skipped. ``now_ms``
+        overrides the clock.
+        """
+        with self._cleaning_lock:
+            with self._lock:
+                self._check_open()
+                logs = [log for log in self.logs() if log.config.compact]
+                checkpoint = self._read_checkpoint(self._cleaner_checkpoint) or {}
+            cleaner = LogCleaner(time_ms=self._time_ms)
+            passes = []
+            for log in logs:
+                key = (log.topic, log.partition)
+                first_dirty = checkpoint.get(key, log.log_start_offset)
+                try:
+                    stats = cleaner.clean(log, first_dirty_offset=first_dirty, now_ms=now_ms)
+                except StorageError as exc:
+                    # As Kafka: one log that cannot be cleaned (a corrupt batch, a full disk)
+                    # must not stop the others; it is retried on the next call.
+                    logger.error("cleaning %s-%d failed: %s", log.topic, log.partition, exc)
+                    continue
+                if stats is not None:
+                    checkpoint[key] = stats.first_dirty_offset
+                    passes.append(stats)
+            with self._lock:
+                if not self._closed:
+                    # Entries of topics deleted since are dropped with them.
+                    live = {(x.topic, x.partition) for x in self.logs() if x.config.compact}
+                    with _io_errors("writing the cleaner checkpoint", self.root):
+                        self._cleaner_checkpoint.write(
+                            {k: v for k, v in checkpoint.items() if k in live}
+                        )
+            return CleanerStats.total(passes)
 
     def apply_retention(self) -> int:
         """Apply every log's retention; returns how many segments were deleted in total."""

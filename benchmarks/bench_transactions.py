@@ -1,0 +1,653 @@
+#!/usr/bin/env python
+"""Transactions benchmark: read_committed against read_uncommitted on the same log, same run.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_transactions.py                            # ~1.5 minutes
+    .venv/bin/python benchmarks/bench_transactions.py --quick                    # ~10 s smoke run
+    .venv/bin/python benchmarks/bench_transactions.py --out docs/benchmarks.md   # also the doc
+
+Each case builds one log of transactional batches (100 records of 100 B per batch by default)
+written by several producers whose transactions interleave; each transaction holds a random
+number of batches and ends with a commit marker or, for the case's fraction of transactions,
+an abort marker (which also adds a ``.txnindex`` entry). Every transaction is closed at the
+end, so the last stable offset equals the high watermark and both isolation levels cover the
+same offsets. Then, on that log and in the same run:
+
+- ``read_uncommitted``: ``PartitionLog.read_records`` from offset 0 to the high watermark with
+  ``FetchIsolation.HIGH_WATERMARK``, ``--fetch-bytes`` per call;
+- ``read_committed``: the same with ``FetchIsolation.TXN_COMMITTED``: up to the LSO, with the
+  aborted transactions collected from the transaction indexes and their batches dropped.
+
+Each call continues after the last record the previous one returned, as a consumer's position
+does; a call that returns no record although it is below the bound (a fetch of nothing but
+aborted batches and markers) moves past the batches that ``PartitionLog.read`` handed out.
+
+``records/s`` counts the records a read returns; ``log records/s`` counts the data records of
+the log range it covered (aborted ones included), so it compares the two isolation levels per
+unit of log read. The goal of the issue is the ratio of read_committed to read_uncommitted
+``records/s`` in the 10%-aborted case, printed as a PASS/MISS line. Reads are warm: the log
+was just written, so its file is in the page cache for both. Runs of the two isolation levels
+alternate (the order flips every run); medians are reported with their spread. A benchmark
+never fails a build: the exit status is 0 either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import functools
+import gc
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+# Machine facts and the value pool are shared with the storage benchmark next to this file,
+# whose import also makes spark_mq importable from the repository when it is not installed.
+from bench_storage import (
+    batch_arrays,
+    command_line,
+    cpu_model,
+    filesystem_of,
+    loadavg,
+    mem_total,
+    sources_digest,
+    text_pool,
+    version,
+)
+
+from spark_mq.storage.batch_decoder import iter_batches
+from spark_mq.storage.log import FetchIsolation, PartitionLog
+from spark_mq.storage.log_config import LogConfig
+from spark_mq.storage.record_batch import ControlType, encode_batch
+
+REPO = Path(__file__).resolve().parent.parent
+
+MIB = 1024 * 1024
+START_MS = 1_700_000_000_000
+
+GOAL_RATIO = 0.8
+GOAL_ABORT_FRACTION = 0.10
+
+SECTION_BEGIN = "<!-- BEGIN transactions -->"
+SECTION_END = "<!-- END transactions -->"
+
+TOPIC = "bench"
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    abort_fraction: float
+    #: Each transaction holds 1 .. 2 * mean - 1 batches (uniform): ``mean`` on average.
+    mean_txn_batches: int
+    codec: str
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.abort_fraction:.0%} aborted, txns of ~{self.mean_txn_batches} batches, "
+            f"{self.codec}"
+        )
+
+    @property
+    def is_goal(self) -> bool:
+        return (self.abort_fraction, self.mean_txn_batches, self.codec) == (
+            GOAL_ABORT_FRACTION,
+            5,
+            "none",
+        )
+
+
+CASES = (
+    Case(GOAL_ABORT_FRACTION, 5, "none"),
+    Case(GOAL_ABORT_FRACTION, 5, "lz4"),
+    Case(0.0, 5, "none"),
+    Case(0.5, 5, "none"),
+    Case(GOAL_ABORT_FRACTION, 1, "none"),
+    Case(0.5, 1, "none"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    quick: bool
+    records: int  # data records per case
+    batch_records: int
+    value_bytes: int
+    producers: int
+    runs: int
+    fetch_bytes: int
+    segment_bytes: int
+
+
+@dataclasses.dataclass
+class BuiltLog:
+    data_records: int
+    committed_records: int
+    batches: int
+    transactions: int
+    aborted_transactions: int
+    markers: int
+    log_bytes: int
+    segments: int
+    build_seconds: float
+
+
+@dataclasses.dataclass
+class Row:
+    case: Case
+    isolation: str
+    returned: int  # records one read of the whole log returns
+    covered: int  # data records of the log range it covers
+    log_bytes: int
+    samples: list[float]
+    fetches: int
+    empty_fetches: int
+
+    @property
+    def seconds(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def rps(self) -> float:
+        return self.returned / self.seconds
+
+    @property
+    def log_rps(self) -> float:
+        return self.covered / self.seconds
+
+    @property
+    def mbps(self) -> float:
+        return self.log_bytes / self.seconds / 1e6
+
+    @property
+    def spread(self) -> float:
+        return (max(self.samples) - min(self.samples)) / self.seconds
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the log
+
+
+def build_log(directory: Path, settings: Settings, case: Case, pool: np.ndarray) -> BuiltLog:
+    """Interleaved transactions of ``settings.producers`` producers, all closed at the end."""
+    rng = random.Random(f"bench-transactions:{case.label}")
+    num_batches = settings.records // settings.batch_records
+    arrays = batch_arrays(
+        pool, rng.randrange(2**32), settings.value_bytes, settings.batch_records, num_batches
+    )
+    config = LogConfig(segment_bytes=settings.segment_bytes)
+    log = PartitionLog.open(directory, config, topic=TOPIC, partition=0, time_ms=lambda: START_MS)
+    sequences = [0] * settings.producers
+    in_txn = [0] * settings.producers  # batches written in the open transaction
+    txn_size = [0] * settings.producers  # batches the open transaction will hold
+    pending = [0] * settings.producers  # records of the open transaction
+    committed = transactions = aborted = markers = 0
+
+    def end_txn(p: int) -> None:
+        nonlocal committed, transactions, aborted, markers
+        abort = rng.random() < case.abort_fraction
+        log.append_transaction_marker(
+            ControlType.ABORT if abort else ControlType.COMMIT,
+            producer_id=p,
+            producer_epoch=0,
+            coordinator_epoch=0,
+        )
+        transactions += 1
+        markers += 1
+        aborted += abort
+        committed += 0 if abort else pending[p]
+        in_txn[p] = pending[p] = 0
+
+    t0 = time.perf_counter()
+    try:
+        for values in arrays:
+            p = rng.randrange(settings.producers)
+            if in_txn[p] == 0:
+                txn_size[p] = rng.randint(1, 2 * case.mean_txn_batches - 1)
+            log.append(
+                encode_batch(
+                    values,
+                    codec=case.codec,
+                    producer_id=p,
+                    producer_epoch=0,
+                    base_sequence=sequences[p],
+                    is_transactional=True,
+                    now_ms=START_MS,
+                )
+            )
+            sequences[p] += len(values)
+            in_txn[p] += 1
+            pending[p] += len(values)
+            if in_txn[p] == txn_size[p]:
+                end_txn(p)
+        for p in range(settings.producers):
+            if in_txn[p]:
+                end_txn(p)
+        assert log.last_stable_offset == log.high_watermark == log.log_end_offset
+        built = BuiltLog(
+            data_records=num_batches * settings.batch_records,
+            committed_records=committed,
+            batches=num_batches,
+            transactions=transactions,
+            aborted_transactions=aborted,
+            markers=markers,
+            log_bytes=log.size_bytes,
+            segments=log.num_segments,
+            build_seconds=time.perf_counter() - t0,
+        )
+    finally:
+        log.close()
+    return built
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_everything(
+    log: PartitionLog, isolation: FetchIsolation, fetch_bytes: int
+) -> tuple[int, int, int]:
+    """Read from offset 0 to the isolation's bound; returns (records, fetches, empty fetches)."""
+    end = (
+        log.last_stable_offset if isolation is FetchIsolation.TXN_COMMITTED else log.high_watermark
+    )
+    read_records = log.read_records
+    offset = records = fetches = empty = 0
+    while offset < end:
+        table = read_records(offset, fetch_bytes, isolation=isolation)
+        fetches += 1
+        n = table.num_rows
+        if n:
+            records += n
+            offset = table.column(0)[n - 1].as_py() + 1
+            continue
+        # Nothing but aborted batches and markers in this fetch: move past its batches.
+        empty += 1
+        info = log.read(offset, fetch_bytes, isolation=isolation)
+        if info.records is None:
+            break
+        with info.records as file_range:
+            data = file_range.read()
+        offset = max(header.next_offset for header, _ in iter_batches(data, verify_crc=False))
+    return records, fetches, empty
+
+
+def timed(fn: Callable[[], tuple[int, int, int]]) -> tuple[float, tuple[int, int, int]]:
+    gc.collect()
+    t0 = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - t0, result
+
+
+def run_case(settings: Settings, work: Path, case: Case, pool: np.ndarray) -> list[Row]:
+    directory = work / f"case-{CASES.index(case)}"
+    built = build_log(directory, settings, case, pool)
+    log = PartitionLog.open(
+        directory,
+        LogConfig(segment_bytes=settings.segment_bytes),
+        topic=TOPIC,
+        partition=0,
+        had_clean_shutdown=True,
+        recovery_point=2**62,
+        time_ms=lambda: START_MS,
+    )
+    try:
+        isolations = {
+            "read_uncommitted": FetchIsolation.HIGH_WATERMARK,
+            "read_committed": FetchIsolation.TXN_COMMITTED,
+        }
+        expected = {
+            "read_uncommitted": built.data_records,
+            "read_committed": built.committed_records,
+        }
+        samples: dict[str, list[float]] = {name: [] for name in isolations}
+        counts: dict[str, tuple[int, int, int]] = {}
+        # One warm-up of each (also the correctness check), then alternating timed runs.
+        for name, isolation in isolations.items():
+            counts[name] = read_everything(log, isolation, settings.fetch_bytes)
+            if counts[name][0] != expected[name]:
+                raise AssertionError(
+                    f"{case.label}: {name} returned {counts[name][0]} records, expected "
+                    f"{expected[name]}"
+                )
+        names = list(isolations)
+        for run in range(settings.runs):
+            for name in names if run % 2 == 0 else reversed(names):
+                seconds, result = timed(
+                    functools.partial(read_everything, log, isolations[name], settings.fetch_bytes)
+                )
+                assert result == counts[name]
+                samples[name].append(seconds)
+    finally:
+        log.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    rows = [
+        Row(
+            case=case,
+            isolation=name,
+            returned=counts[name][0],
+            covered=built.data_records,
+            log_bytes=built.log_bytes,
+            samples=samples[name],
+            fetches=counts[name][1],
+            empty_fetches=counts[name][2],
+        )
+        for name in isolations
+    ]
+    print(
+        f"case {case.label}: {built.batches:,} batches, {built.transactions:,} transactions "
+        f"({built.aborted_transactions:,} aborted), {built.segments} segments, "
+        f"{built.log_bytes / 1e6:,.1f} MB; built in {built.build_seconds:.1f} s",
+        flush=True,
+    )
+    for r in rows:
+        print("   " + "  ".join(row_cells(r)), flush=True)
+    BUILT[case] = built
+    return rows
+
+
+BUILT: dict[Case, BuiltLog] = {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reporting
+
+
+def fmt_int(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+HEADERS = (
+    "case",
+    "isolation",
+    "records",
+    "records/s",
+    "log records/s",
+    "MB/s",
+    "fetches",
+    "runs",
+    "spread",
+)
+
+
+def row_cells(r: Row) -> tuple[str, ...]:
+    return (
+        r.case.label,
+        r.isolation,
+        fmt_int(r.returned),
+        fmt_int(r.rps),
+        fmt_int(r.log_rps),
+        f"{r.mbps:,.1f}",
+        f"{r.fetches:,}" + (f" ({r.empty_fetches} empty)" if r.empty_fetches else ""),
+        str(len(r.samples)),
+        f"{r.spread:.0%}",
+    )
+
+
+def text_table(rows: list[Row]) -> str:
+    cells = [HEADERS, *(row_cells(r) for r in rows)]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(HEADERS))]
+    out = []
+    for n, c in enumerate(cells):
+        parts = [c[i].ljust(widths[i]) for i in range(2)]
+        parts += [c[i].rjust(widths[i]) for i in range(2, len(c))]
+        out.append("  ".join(parts))
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def markdown_table(rows: list[Row]) -> str:
+    out = [
+        "| " + " | ".join(HEADERS) + " |",
+        "|" + "|".join(["---", "---"] + ["---:"] * (len(HEADERS) - 2)) + "|",
+    ]
+    out.extend("| " + " | ".join(row_cells(r)) + " |" for r in rows)
+    return "\n".join(out)
+
+
+def pair(rows: list[Row], case: Case) -> tuple[Row, Row]:
+    by_name = {r.isolation: r for r in rows if r.case == case}
+    return by_name["read_committed"], by_name["read_uncommitted"]
+
+
+def goal_lines(rows: list[Row]) -> list[str]:
+    lines = []
+    for case in CASES:
+        if not any(r.case == case for r in rows):
+            continue
+        committed, uncommitted = pair(rows, case)
+        ratio = committed.rps / uncommitted.rps
+        per_log = committed.log_rps / uncommitted.log_rps
+        detail = (
+            f"read_committed {fmt_int(committed.rps)} records/s vs read_uncommitted "
+            f"{fmt_int(uncommitted.rps)}: ratio {ratio:.2f} (per record of the log read: "
+            f"{per_log:.2f})"
+        )
+        if case.is_goal:
+            verdict = "PASS" if ratio >= GOAL_RATIO else "MISS"
+            lines.append(
+                f"{verdict} goal, read_committed >= {GOAL_RATIO} of read_uncommitted "
+                f"records/s ({case.label}): {detail}"
+            )
+        else:
+            lines.append(f"INFO {case.label}: {detail}")
+    return lines
+
+
+def machine_facts(work: Path) -> list[tuple[str, str]]:
+    same_fs = os.stat(work).st_dev == os.stat(REPO).st_dev
+    return [
+        ("nproc", str(len(os.sched_getaffinity(0)))),
+        ("CPU", cpu_model()),
+        ("RAM", mem_total()),
+        ("kernel", platform.release()),
+        ("Python", platform.python_version()),
+        (
+            "packages",
+            ", ".join(f"{d} {version(d)}" for d in ("pyarrow", "numpy", "lz4", "crc32c")),
+        ),
+        (
+            "bench directory",
+            f"{work} (deleted at the end) on {filesystem_of(work)}; "
+            f"{'same' if same_fs else 'NOT the same'} file system as the repository",
+        ),
+        ("page cache", "warm: each log is read right after it was written; never dropped"),
+        ("storage sources sha256", sources_digest()),
+    ]
+
+
+def method_lines(settings: Settings) -> list[str]:
+    return [
+        f"Each case: {settings.records:,} records of {settings.value_bytes} B in batches of "
+        f"{settings.batch_records} ({settings.records // settings.batch_records:,} "
+        f"transactional batches), written by {settings.producers} producers picked at random "
+        "batch by batch, so their transactions interleave; a transaction of ~N batches holds "
+        "1 .. 2N-1 of them (uniform); each ends with a commit or abort marker (abort with the "
+        "case's probability); all are closed at the end (LSO = high watermark = log end).",
+        "Values: slices of a text pool (random words from a 4,000-word vocabulary); keys and "
+        "headers null; producer ids 0..N-1, epoch 0, sequences from 0.",
+        f"Config: LogConfig() defaults except segment.bytes = {settings.segment_bytes:,} (so "
+        "the log has several segments and several transaction indexes).",
+        "Reads: PartitionLog.read_records from offset 0 to the bound, "
+        f"{settings.fetch_bytes // 1024} KiB per call (at least one whole batch), each call "
+        "from the offset after the last record returned. The same log, reopened clean, serves "
+        f"both isolation levels; one warm-up run each (which checks the record counts), then "
+        f"{settings.runs} timed runs each, alternating; medians. `spread` = (slowest - "
+        "fastest) / median.",
+        "records/s = records returned per second; log records/s = data records of the log "
+        "range read (aborted ones included) per second; MB/s = bytes of the log (markers "
+        "included) per second, MB = 10^6 bytes.",
+        "fetches = read_records calls of one run; an `empty` one returned no record although "
+        "below the bound (only markers or aborted batches: at a segment's end or the log's "
+        "end) and was followed by a PartitionLog.read to move past those batches, all timed.",
+    ]
+
+
+def render_markdown(
+    *,
+    command: str,
+    started: datetime.datetime,
+    elapsed: float,
+    facts: list[tuple[str, str]],
+    load: tuple[str, str],
+    settings: Settings,
+    rows: list[Row],
+    goals: list[str],
+) -> str:
+    built_lines = [
+        f"- {case.label}: {b.batches:,} batches, {b.transactions:,} transactions "
+        f"({b.aborted_transactions:,} aborted, holding "
+        f"{b.data_records - b.committed_records:,} records), {b.segments} segments, "
+        f"{b.log_bytes / 1e6:,.1f} MB"
+        for case, b in BUILT.items()
+    ]
+    out = [
+        SECTION_BEGIN,
+        "## Transactions: read_committed vs read_uncommitted",
+        "",
+        f"Command (from the repository root): `{command}`"
+        + (" (**--quick smoke run: small logs**)" if settings.quick else ""),
+        "",
+        f"Date: {started.strftime('%Y-%m-%d %H:%M %Z')}; the run took {elapsed:.0f} s.",
+        "",
+        "Machine:",
+        "",
+        *(f"- {k}: {v}" for k, v in facts),
+        f"- load average (1/5/15 min) at start: {load[0]}; at end: {load[1]}",
+        "",
+        "Method:",
+        "",
+        *(f"- {line}" for line in method_lines(settings)),
+        "",
+        "Logs:",
+        "",
+        *built_lines,
+        "",
+        "### Goal",
+        "",
+        "```",
+        *goals,
+        "```",
+        "",
+        "### Reads",
+        "",
+        markdown_table(rows),
+        "",
+        SECTION_END,
+    ]
+    return "\n".join(out) + "\n"
+
+
+def write_section(path: Path, section: str) -> None:
+    """Replace this benchmark's section of ``path`` (between the markers), keeping the rest."""
+    text = path.read_text() if path.exists() else ""
+    begin, end = text.find(SECTION_BEGIN), text.find(SECTION_END)
+    if begin >= 0 and end > begin:
+        text = text[:begin] + section.rstrip("\n") + text[end + len(SECTION_END) :]
+    elif text:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        text = (
+            "# Benchmarks\n\n"
+            "Each component's benchmark writes its own section between its own markers; the "
+            "rest of this file is kept as is.\n\n" + section
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="~10 s smoke run (small logs)")
+    p.add_argument("--out", type=Path, help="write the results section into this Markdown file")
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()),
+        help="parent of the temporary bench directory (default: %(default)s)",
+    )
+    p.add_argument(
+        "--records", type=int, help="records per case (default 2,000,000; quick 200,000)"
+    )
+    p.add_argument("--runs", type=int, help="timed runs per isolation level (default 5, quick 3)")
+    p.add_argument("--producers", type=int, default=8, help="producers (default %(default)s)")
+    p.add_argument("--fetch-bytes", type=int, default=MIB, help="bytes per read (default 1 MiB)")
+    args = p.parse_args(argv)
+    quick = args.quick
+    settings = Settings(
+        quick=quick,
+        records=args.records or (200_000 if quick else 2_000_000),
+        batch_records=100,
+        value_bytes=100,
+        producers=args.producers,
+        runs=args.runs or (3 if quick else 5),
+        fetch_bytes=args.fetch_bytes,
+        segment_bytes=(16 if quick else 64) * MIB,
+    )
+    return args, settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, settings = parse_args(argv)
+    started = datetime.datetime.now(datetime.UTC).astimezone()
+    t_start = time.perf_counter()
+    load_start = loadavg()
+    args.dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench_transactions_", dir=args.dir))
+    command = command_line()
+    print(f"command: {command}")
+    facts = machine_facts(work)
+    for k, v in facts:
+        print(f"{k}: {v}")
+    print(f"load average at start: {load_start}")
+    for line in method_lines(settings):
+        print(line)
+    print(flush=True)
+
+    rows: list[Row] = []
+    try:
+        pool = text_pool(random.Random(42), 8 * MIB)
+        for case in CASES:
+            rows.extend(run_case(settings, work, case, pool))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    elapsed = time.perf_counter() - t_start
+    load_end = loadavg()
+    goals = goal_lines(rows)
+    print()
+    print(text_table(rows))
+    print()
+    for line in goals:
+        print(line)
+    print(f"\nload average at end: {load_end}; total {elapsed:.0f} s")
+    if args.out is not None:
+        section = render_markdown(
+            command=command,
+            started=started,
+            elapsed=elapsed,
+            facts=facts,
+            load=(load_start, load_end),
+            settings=settings,
+            rows=rows,
+            goals=goals,
+        )
+        write_section(args.out, section)
+        print(f"wrote the transactions section of {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,666 @@
+"""Key-based log compaction: Kafka's log cleaner, one partition log per call.
+
+A topic whose ``cleanup.policy`` contains ``compact`` keeps, per key, at least the newest
+record. :class:`LogCleaner` cleans one :class:`~spark_mq.storage.log.PartitionLog` at a time
+(the :class:`~spark_mq.storage.log_manager.LogManager` calls it for every compacted log and
+keeps each log's first dirty offset in ``cleaner-offset-checkpoint``). The rules, exactly:
+
+- **Sections.** ``[log start, first dirty)`` is the *clean* section, already deduplicated;
+  ``[first dirty, first uncleanable)`` the *dirty* one. The first dirty offset is the log's
+  checkpoint, reset to the log start when it lies outside ``[log start, log end]``. The first
+  uncleanable offset is the smallest of the active segment's base offset (the active segment
+  is never cleaned), the last stable offset (the high watermark when there are no open
+  transactions), and, when ``min.compaction.lag.ms`` > 0, the base offset of the first
+  segment holding dirty data whose largest timestamp is newer than ``now - min.compaction
+  .lag.ms``.
+- **When.** A log is cleaned when its dirty section is not empty and the dirty ratio (dirty
+  bytes / (clean + dirty bytes), counted in whole batches) is at least
+  ``min.cleanable.dirty.ratio``, or when it is *forced*: the oldest dirty segment's first
+  batch (its maxTimestamp, as Kafka) is older than ``now - max.compaction.lag.ms``.
+- **Offset map.** The newest offset of every key in the dirty section, built from whole Arrow
+  columns (:class:`OffsetMap`) within ``dedupe_buffer_bytes`` (Kafka's
+  ``log.cleaner.dedupe.buffer.size``). If the dirty section does not fit, the map covers the
+  prefix that does and only that prefix counts as cleaned: the map's end offset becomes the
+  next first dirty offset (:attr:`CleanerStats.first_dirty_offset`).
+- **Rewrite.** Every segment from the first one up to the map's end is rewritten, in groups
+  of consecutive segments whose sizes add up to at most ``segment.bytes`` (and whose indexes
+  and offset range fit one segment), one new segment per group. A record is kept iff its
+  offset is at or past the map's end, or it has no key (left in place and reported: Kafka
+  refuses such records on compacted topics at produce time), or its offset is at least the
+  newest offset of its key in the map (absent keys count as -1) and it is not an expired
+  tombstone.
+- **Tombstones** (null values) expire by Kafka's classic rule, with segments' largest
+  timestamps in place of file modification times: the *delete horizon* is the largest
+  timestamp of the last segment whose base offset is below the first dirty offset, minus
+  ``delete.retention.ms``; a tombstone goes when the segment it is read from has a largest
+  timestamp at or below the horizon (and, like any record, when its key has a newer record).
+  With no such segment (a first clean) no tombstone expires. When timestamps grow with
+  offsets, a tombstone thus survives the pass that first cleans it and goes once the clean
+  section holds data ``delete.retention.ms`` newer than its segment; merging its segment
+  with newer ones delays that, as in Kafka.
+- **Batches** keep their offsets, order, base offset, lastOffsetDelta, producer id, epoch,
+  base sequence, attributes, leader epoch and codec. A batch whose records are all kept is
+  copied byte for byte; one that keeps some is re-encoded with the survivors; one that keeps
+  none is dropped; a group that keeps nothing becomes an empty segment (as in Kafka, so the
+  segment bases, and the log start, stay). Offsets, the log start and the log end never
+  change; the offsets of removed records become gaps, which every reader skips.
+
+What phase 1 leaves to phase 2 (transactions), by construction safe meanwhile: transactional
+and control batches are never added to the map and are copied unchanged, and each old
+segment's ``.txnindex`` entries are carried into the new segment. Phase 2 replaces
+:class:`CleanerFilter` (aborted data, markers kept until their data is gone, the last batch
+of each producer) and already gets the last stable offset through
+:func:`first_uncleanable_offset`.
+
+Crash safety is by renames (``*.cleaned`` -> ``*.swap`` -> final names), one group at a
+time; :mod:`~spark_mq.storage.cleaner_swap` tells each crash point and what loading does.
+Whatever the crash, the log loads as the cleaned log below some segment boundary and the
+uncleaned log above it: valid, with the same newest record per key, and the next clean (from
+the unchanged checkpoint) finishes the job.
+
+Threads: a :class:`LogCleaner` cleans on the caller's thread, one pass per log at a time
+(a second pass on a log being cleaned returns None). It reads the inactive segments without
+the log's lock (appends only touch the active segment) and takes the lock only to swap a
+group in; if retention, truncation or a close changed those segments meanwhile, the swap is
+refused and the pass abandoned.
+
+    >>> import tempfile, pyarrow as pa
+    >>> from spark_mq.storage.log import PartitionLog
+    >>> from spark_mq.storage.log_config import LogConfig
+    >>> from spark_mq.storage.record_batch import encode_batch
+    >>> config = LogConfig.from_properties({"cleanup.policy": "compact", "segment.bytes": 1000})
+    >>> log = PartitionLog.open(tempfile.mkdtemp(), config, topic="t", partition=0)
+    >>> for value in (b"v1", b"v2", b"v3"):
+    ...     _ = log.append(encode_batch(pa.array([value]), key=pa.array([b"k"])))
+    >>> stats = LogCleaner().clean(log, first_dirty_offset=0)
+    >>> stats.records_removed, stats.first_dirty_offset  # v3 is in the active segment
+    (1, 2)
+    >>> [log.read_records(offset).column("value").to_pylist() for offset in (0, 2)]
+    [[b'v2'], [b'v3']]
+    >>> log.close()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_mq.errors import ConfigError, LogClosedError, StorageError
+from spark_mq.storage.batch_decoder import decode_body, validate_batch
+from spark_mq.storage.cleaner_swap import (
+    BatchRetention,
+    CleanerFilter,
+    RecordsToDecide,
+    RewriteCounters,
+    RewriteRules,
+    clean_group,
+    discard_cleaned_segment,
+    group_segments,
+    read_runs,
+)
+from spark_mq.storage.segment import LogSegment
+
+if TYPE_CHECKING:
+    from spark_mq.storage.log import PartitionLog
+
+__all__ = [
+    "BatchRetention",
+    "CleanableSection",
+    "CleanerFilter",
+    "CleanerStats",
+    "LogCleaner",
+    "OffsetMap",
+    "RecordsToDecide",
+    "cleanable_section",
+    "dirty_ratio",
+    "first_uncleanable_offset",
+]
+
+logger = logging.getLogger(__name__)
+
+MIB: Final = 1024 * 1024
+#: Kafka's log.cleaner.dedupe.buffer.size default.
+DEFAULT_DEDUPE_BUFFER_BYTES: Final = 128 * MIB
+#: Bytes of whole batches read and decided together. Kafka's 512 KiB suits a per-record loop;
+#: vectorised decisions need larger runs to amortise their fixed cost per run.
+DEFAULT_IO_BUFFER_BYTES: Final = 4 * MIB
+#: Memory counted per offset map entry besides its key bytes: the key's Arrow offset (4), its
+#: newest offset (8), its hash (8), and slack for the sorted copy made when the map is frozen.
+MAP_ENTRY_OVERHEAD_BYTES: Final = 32
+#: The map counts as full when this share of its buffer is used (Kafka's dedupe load factor).
+_LOAD_FACTOR: Final = 0.9
+
+Int64Array = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+# Logs being cleaned, by directory (Kafka's in-progress set): two passes on one log would
+# write the same *.cleaned files.
+_in_progress: set[str] = set()
+_in_progress_lock = threading.Lock()
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# ---------------------------------------------------------------------------------------------
+# Results and sections
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CleanerStats:
+    """What one cleaning pass did (or, from :meth:`total`, several)."""
+
+    bytes_read: int  # batches read while rewriting (the input of the clean)
+    map_bytes_read: int  # batches read while building the offset map
+    bytes_written: int
+    records_read: int
+    records_kept: int
+    tombstones_removed: int  # superseded or expired
+    null_key_records: int  # records without a key, left in place
+    segments_before: int  # segments rewritten
+    segments_after: int  # segments that replaced them
+    map_keys: int
+    map_seconds: float  # building the offset map
+    elapsed_seconds: float  # the whole pass
+    #: Where the next clean starts: the end of the section this pass cleaned (-1 in a total).
+    first_dirty_offset: int
+
+    @property
+    def records_removed(self) -> int:
+        return self.records_read - self.records_kept
+
+    @property
+    def mb_per_second(self) -> float:
+        """Input bytes read per second of cleaning, MB = 10^6 bytes."""
+        return self.bytes_read / 1e6 / self.elapsed_seconds if self.elapsed_seconds else 0.0
+
+    @staticmethod
+    def total(stats: Sequence[CleanerStats]) -> CleanerStats:
+        fields = [f.name for f in dataclasses.fields(CleanerStats)]
+        sums = {name: sum(getattr(s, name) for s in stats) for name in fields}
+        sums["first_dirty_offset"] = -1
+        return CleanerStats(**sums)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CleanableSection:
+    """The dirty section of a log and what decides whether to clean it now."""
+
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int
+    dirty_bytes: int
+    #: The oldest first-batch timestamp of the dirty segments (-1 if none), for max lag.
+    earliest_dirty_timestamp_ms: int
+    #: The oldest dirty data is past max.compaction.lag.ms: clean whatever the ratio.
+    forced: bool
+
+    @property
+    def dirty_ratio(self) -> float:
+        return dirty_ratio(self.clean_bytes, self.dirty_bytes)
+
+
+def dirty_ratio(clean_bytes: int, dirty_bytes: int) -> float:
+    """Kafka's cleanable ratio: dirty bytes over the bytes of both sections (0 when empty)."""
+    total = clean_bytes + dirty_bytes
+    return dirty_bytes / total if total else 0.0
+
+
+def _bytes_before(segments: Sequence[LogSegment], offset: int) -> int:
+    """Bytes of whole batches below ``offset`` (a batch holding it counts as above)."""
+    total = 0
+    for i, segment in enumerate(segments):
+        upper = segments[i + 1].base_offset if i + 1 < len(segments) else None
+        if upper is not None and upper <= offset:
+            total += segment.size_bytes
+            continue
+        found = segment.translate_offset(offset)
+        total += segment.size_bytes if found is None else found.position
+        break
+    return total
+
+
+def first_uncleanable_offset(
+    log: PartitionLog,
+    first_dirty: int,
+    now_ms: int,
+    segments: Sequence[LogSegment] | None = None,
+) -> int:
+    """Where cleaning must stop (module docstring); at least ``first_dirty``.
+
+    ``segments`` is a snapshot of ``log.segments`` when the caller already has one.
+    """
+    if segments is None:
+        segments = log.segments
+    # Phase 2 plugs in here: never clean past the last stable offset. Read through getattr so
+    # that a log without transaction support bounds cleaning by its high watermark instead.
+    stable = getattr(log, "last_stable_offset", None)
+    if callable(stable):
+        stable = stable()
+    upper = min(log.high_watermark if stable is None else stable, segments[-1].base_offset)
+    lag_ms = log.config.min_compaction_lag_ms
+    if lag_ms > 0:
+        for i, segment in enumerate(segments[:-1]):
+            if segments[i + 1].base_offset <= first_dirty:
+                continue  # wholly clean
+            if segment.largest_timestamp_ms > now_ms - lag_ms:
+                upper = min(upper, segment.base_offset)
+                break
+    return max(upper, first_dirty)
+
+
+def cleanable_section(
+    log: PartitionLog, *, first_dirty_offset: int, now_ms: int
+) -> CleanableSection:
+    """The clean and dirty sections of ``log`` given its checkpointed first dirty offset."""
+    segments = log.segments
+    start, end = log.log_start_offset, log.log_end_offset
+    first_dirty = first_dirty_offset
+    if not start <= first_dirty <= end:
+        # As Kafka: a checkpoint below the log start (retention moved it) or past the log end
+        # (a truncation) means the whole log is treated as dirty.
+        if first_dirty > end or not log.config.delete:
+            logger.warning(
+                "%s: cleaner checkpoint %d is outside the log [%d, %d]; cleaning from the start",
+                log.directory,
+                first_dirty,
+                start,
+                end,
+            )
+        first_dirty = start
+    uncleanable = first_uncleanable_offset(log, first_dirty, now_ms, segments)
+    before_dirty = _bytes_before(segments, first_dirty)
+    dirty_bytes = _bytes_before(segments, uncleanable) - before_dirty
+    earliest = -1
+    for i, segment in enumerate(segments[:-1]):
+        if segments[i + 1].base_offset <= first_dirty or segment.base_offset >= uncleanable:
+            continue
+        first = segment.translate_offset(max(first_dirty, segment.base_offset))
+        stamp = -1 if first is None else first.header.max_timestamp
+        if stamp > 0 and (earliest < 0 or stamp < earliest):
+            earliest = stamp
+    lag_ms = log.config.max_compaction_lag_ms
+    forced = dirty_bytes > 0 and 0 <= earliest < now_ms - lag_ms
+    return CleanableSection(first_dirty, uncleanable, before_dirty, dirty_bytes, earliest, forced)
+
+
+# ---------------------------------------------------------------------------------------------
+# The offset map
+
+
+def _hash_keys(keys: pa.Array) -> Int64Array:
+    """A 64-bit hash per key (null keys get some value; callers mask them).
+
+    Python's own bytes hash, run by ``map`` in C over the column's values: about 0.1 us per
+    key, several times faster than calling a hash library per key. It is randomised per
+    process, which does not matter: a map lives for one cleaning pass. Equal hashes are
+    always confirmed by comparing the keys, so collisions cost time, never correctness.
+    """
+    return np.fromiter(map(hash, keys.to_pylist()), dtype=np.int64, count=len(keys))
+
+
+def _key_bytes(keys: pa.Array) -> int:
+    return int(pc.sum(pc.binary_length(keys)).as_py() or 0)
+
+
+class OffsetMap:
+    """The newest offset of every key of the dirty section (Kafka's SkimpyOffsetMap).
+
+    Built by :meth:`add` (records in offset order), then :meth:`freeze`-d for
+    :meth:`latest_offsets`. Keys are kept exactly, not as hashes. Added records are buffered
+    and merged into the map (one Arrow dictionary encoding of the keys, then the largest offset
+    per code) when the buffer is full or the map is frozen. Frozen, the map is sorted by
+    64-bit key hash; a lookup hashes the probe keys, sorts them (so the binary search walks
+    the map in order), and confirms every hash match by comparing the keys themselves.
+
+    Memory is bounded by ``max_bytes``: each entry counts as its key bytes plus
+    :data:`MAP_ENTRY_OVERHEAD_BYTES`, and buffered records count the same. When a run of
+    records does not fit even after merging, :meth:`add` takes the longest prefix whose *new*
+    keys fit, and the map is :attr:`full` (also once it uses 90% of the buffer, as Kafka's);
+    the dirty section then ends after the last record taken.
+
+    >>> offset_map = OffsetMap(max_bytes=1 << 20)
+    >>> offset_map.add(pa.array([b"a", b"b", b"a"]), np.array([5, 6, 7]))
+    3
+    >>> offset_map.freeze()
+    >>> offset_map.latest_offsets(pa.array([b"a", b"c", None], pa.binary())).tolist()
+    [7, -1, -1]
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._keys: pa.Array = pa.array([], pa.binary())
+        self._offsets: Int64Array = np.empty(0, np.int64)
+        self._bytes = 0
+        self._pending: list[tuple[pa.Array, Int64Array]] = []
+        self._pending_rows = 0
+        self._pending_bytes = 0
+        self._hashes: Int64Array | None = None
+        self.full = False
+        self._collisions: dict[bytes, int] = {}
+        self._collision_hashes: Int64Array = np.empty(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self._keys) + self._pending_rows
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes + self._pending_bytes
+
+    def add(self, keys: pa.Array, offsets: Int64Array) -> int:
+        """Add records (non-null keys, increasing offsets); return how many were taken.
+
+        Fewer than all means the map is full, and so does :attr:`full` afterwards.
+        """
+        assert self._hashes is None, "the map is frozen"
+        n = len(keys)
+        if n == 0:
+            return 0
+        cost = _key_bytes(keys) + MAP_ENTRY_OVERHEAD_BYTES * n
+        if self.size_bytes + cost > self.max_bytes:
+            self._merge()
+        if self._bytes + cost <= self.max_bytes:
+            # Buffered as they are (the caller's concat_arrays copied them out of the read
+            # buffer): merging costs the map's size, so it waits for the buffer to fill.
+            self._pending.append((keys, offsets))
+            self._pending_rows += n
+            self._pending_bytes += cost
+            return n
+        taken = self._fitting_prefix(keys)
+        if taken:
+            self._pending.append((keys[:taken], offsets[:taken]))
+            self._pending_rows += taken
+            self._merge()
+        # As Kafka's map fills at 90% of its slots: with under a tenth of the buffer free,
+        # exact fitting would run for every further run of records.
+        self.full = taken < n or self._bytes > self.max_bytes * _LOAD_FACTOR
+        return taken
+
+    def _fitting_prefix(self, keys: pa.Array) -> int:
+        """How many leading records fit, counting only keys new to the map, once each."""
+        n = len(keys)
+        new = ~pc.is_in(keys, value_set=self._keys).to_numpy(zero_copy_only=False)
+        codes = pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False)
+        first = np.zeros(n, np.bool_)
+        first[np.unique(codes, return_index=True)[1]] = True
+        lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False).astype(np.int64)
+        costs = np.where(new & first, lengths + MAP_ENTRY_OVERHEAD_BYTES, 0)
+        taken = int(np.searchsorted(np.cumsum(costs), self.max_bytes - self._bytes, "right"))
+        if taken == 0 and len(self._keys) == 0:
+            # A single key larger than the whole buffer: take it anyway, or no clean could
+            # ever make progress. Its size is bounded by max.message.bytes.
+            logger.warning("a %d-byte key exceeds the dedupe buffer; cleaning it anyway", costs[0])
+            taken = 1
+        return taken
+
+    def _merge(self) -> None:
+        if not self._pending:
+            return
+        parts = [(self._keys, self._offsets), *self._pending]
+        parts = [(k, o) for k, o in parts if len(k)]
+        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
+        if not parts:
+            return
+        # One hash table over every part: the chunks of the result share one dictionary, the
+        # distinct keys in order of first appearance.
+        encoded = pc.dictionary_encode(pa.chunked_array([k for k, _ in parts], pa.binary()))
+        codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in encoded.chunks])
+        self._keys = encoded.chunks[-1].dictionary
+        self._offsets = np.full(len(self._keys), -1, np.int64)
+        np.maximum.at(self._offsets, codes, np.concatenate([o for _, o in parts]))
+        self._bytes = _key_bytes(self._keys) + MAP_ENTRY_OVERHEAD_BYTES * len(self._keys)
+
+    def freeze(self) -> None:
+        """End building: sort the entries by key hash for lookups."""
+        self._merge()
+        hashes = _hash_keys(self._keys)
+        order = np.argsort(hashes, kind="stable")
+        self._hashes = hashes[order]
+        self._offsets = self._offsets[order]
+        self._keys = self._keys.take(pa.array(order))
+        same = np.flatnonzero(self._hashes[1:] == self._hashes[:-1])
+        if len(same):
+            # Distinct keys with one hash: a binary search finds only the first of them, so
+            # these few go to a dict instead.
+            clashing = np.union1d(same, same + 1)
+            self._collision_hashes = np.unique(self._hashes[clashing])
+            values = self._keys.take(pa.array(clashing)).to_pylist()
+            self._collisions = dict(zip(values, self._offsets[clashing].tolist(), strict=True))
+
+    def latest_offsets(self, keys: pa.Array) -> Int64Array:
+        """The newest offset of each key in the map; -1 for absent and null keys."""
+        assert self._hashes is not None, "freeze() the map first"
+        n = len(keys)
+        result = np.full(n, -1, np.int64)
+        if n == 0 or len(self._hashes) == 0:
+            return result
+        probe = _hash_keys(keys)
+        order = np.argsort(probe)
+        found = np.searchsorted(self._hashes, probe[order])
+        found[found == len(self._hashes)] = 0
+        hit = self._hashes[found] == probe[order]
+        rows, entries = order[hit], found[hit]
+        same_key = pc.equal(keys.take(pa.array(rows)), self._keys.take(pa.array(entries)))
+        confirmed = pc.fill_null(same_key, False).to_numpy(zero_copy_only=False)
+        result[rows[confirmed]] = self._offsets[entries[confirmed]]
+        if len(self._collision_hashes):
+            for row in np.flatnonzero(np.isin(probe, self._collision_hashes)).tolist():
+                key = keys[row].as_py()
+                if key is not None:
+                    result[row] = self._collisions.get(key, -1)
+        return result
+
+
+# ---------------------------------------------------------------------------------------------
+# The cleaner
+
+
+class LogCleaner:
+    """Cleans compacted partition logs (rules and crash story in the module docstring).
+
+    ``dedupe_buffer_bytes`` bounds the offset map (Kafka's ``log.cleaner.dedupe.buffer
+    .size``, default 128 MiB); ``io_buffer_bytes`` is how many bytes of batches are read and
+    decided at once (memory per run is a few times this). ``time_ms`` is the clock
+    (injected by tests). ``filter_factory`` makes the retention rules of each pass.
+    """
+
+    def __init__(
+        self,
+        *,
+        time_ms: Callable[[], int] = wall_clock_ms,
+        dedupe_buffer_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES,
+        io_buffer_bytes: int = DEFAULT_IO_BUFFER_BYTES,
+        filter_factory: Callable[[PartitionLog], CleanerFilter] | None = None,
+    ) -> None:
+        for key, value in (
+            ("log.cleaner.dedupe.buffer.size", dedupe_buffer_bytes),
+            ("log.cleaner.io.buffer.size", io_buffer_bytes),
+        ):
+            if type(value) is not int or value < 1024:
+                raise ConfigError(
+                    f"{key} must be an int of at least 1024 bytes, got {value!r}",
+                    key=key,
+                    value=value,
+                )
+        self._time_ms = time_ms
+        self.dedupe_buffer_bytes = dedupe_buffer_bytes
+        self.io_buffer_bytes = io_buffer_bytes
+        self._filter_factory = filter_factory or (lambda _log: CleanerFilter())
+
+    def clean(
+        self,
+        log: PartitionLog,
+        *,
+        first_dirty_offset: int,
+        now_ms: int | None = None,
+        force: bool = False,
+    ) -> CleanerStats | None:
+        """Clean ``log`` if it qualifies; None if it does not (or the pass was abandoned).
+
+        ``first_dirty_offset`` is the log's checkpoint (its log start if it has none);
+        ``force`` ignores ``min.cleanable.dirty.ratio``. The returned stats' first dirty
+        offset is the next checkpoint. Raises CorruptRecordError if a segment to rewrite
+        holds an invalid batch, and StorageError (LogDirectoryFullError for a full disk) if
+        the file system fails; what was not swapped in yet is left as it was. At most one
+        pass runs per log at a time: a second one returns None.
+        """
+        config = log.config
+        if not config.compact:
+            return None
+        now = self._time_ms() if now_ms is None else now_ms
+        section = cleanable_section(log, first_dirty_offset=first_dirty_offset, now_ms=now)
+        if section.dirty_bytes == 0:
+            return None
+        ratio = section.dirty_ratio
+        if not (force or section.forced or ratio >= config.min_cleanable_dirty_ratio):
+            return None
+        directory = str(log.directory)
+        with _in_progress_lock:
+            if directory in _in_progress:
+                logger.info("%s is already being cleaned", directory)
+                return None
+            _in_progress.add(directory)
+        try:
+            return self._clean(log, section, now)
+        except LogClosedError as exc:
+            logger.info("cleaning of %s abandoned: %s", directory, exc)
+            return None
+        except OSError as exc:
+            raise StorageError(f"cleaning {directory} failed: {exc}") from exc
+        finally:
+            with _in_progress_lock:
+                _in_progress.discard(directory)
+
+    def _clean(
+        self, log: PartitionLog, section: CleanableSection, now_ms: int
+    ) -> CleanerStats | None:
+        started = time.perf_counter()
+        config = log.config
+        segments = log.segments
+        cleaner_filter = self._filter_factory(log)
+        offset_map = OffsetMap(self.dedupe_buffer_bytes)
+        map_end, map_bytes_read = self._build_offset_map(
+            segments, section, offset_map, cleaner_filter
+        )
+        offset_map.freeze()
+        map_seconds = time.perf_counter() - started
+        # Kafka's classic delete horizon, from the last segment of the clean section.
+        clean_segments = [s for s in segments if s.base_offset < section.first_dirty_offset]
+        horizon = None
+        if clean_segments:
+            horizon = clean_segments[-1].largest_timestamp_ms - config.delete_retention_ms
+        rules = RewriteRules(cleaner_filter, offset_map, map_end, horizon)
+        counters = RewriteCounters()
+        to_clean = [s for s in segments[:-1] if s.base_offset < map_end]
+        groups = group_segments(to_clean, segments[len(to_clean)].base_offset, config)
+        for group in groups:
+            new = clean_group(
+                group,
+                config=config,
+                rules=rules,
+                counters=counters,
+                io_buffer_bytes=self.io_buffer_bytes,
+                now_ms=now_ms,
+            )
+            if new is None:
+                continue
+            try:
+                swapped = log.replace_segments([new], group)
+            except BaseException:
+                discard_cleaned_segment(new)
+                raise
+            if not swapped:
+                discard_cleaned_segment(new)
+                logger.info("cleaning of %s abandoned: its segments changed", log.directory)
+                return None
+        if counters.null_key_records:
+            logger.warning(
+                "%s: %d records without a key were left in place; a compacted topic should "
+                "refuse them at produce time",
+                log.directory,
+                counters.null_key_records,
+            )
+        stats = CleanerStats(
+            bytes_read=counters.bytes_read,
+            map_bytes_read=map_bytes_read,
+            bytes_written=counters.bytes_written,
+            records_read=counters.records_read,
+            records_kept=counters.records_kept,
+            tombstones_removed=counters.tombstones_removed,
+            null_key_records=counters.null_key_records,
+            segments_before=len(to_clean),
+            segments_after=len(groups),
+            map_keys=len(offset_map),
+            map_seconds=map_seconds,
+            elapsed_seconds=time.perf_counter() - started,
+            first_dirty_offset=map_end,
+        )
+        logger.info("cleaned %s: %s", log.directory, stats)
+        return stats
+
+    def _build_offset_map(
+        self,
+        segments: Sequence[LogSegment],
+        section: CleanableSection,
+        offset_map: OffsetMap,
+        cleaner_filter: CleanerFilter,
+    ) -> tuple[int, int]:
+        """Fill the map from the dirty section; return where it ends and the bytes read."""
+        first_dirty, end = section.first_dirty_offset, section.first_uncleanable_offset
+        bytes_read = 0
+        for i, segment in enumerate(segments[:-1]):
+            if segments[i + 1].base_offset <= first_dirty:
+                continue
+            if segment.base_offset >= end:
+                break
+            first = segment.translate_offset(first_dirty)
+            if first is None:
+                continue
+            for data, batches, file_position in read_runs(
+                segment, first.position, self.io_buffer_bytes
+            ):
+                bytes_read += len(data)
+                keys: list[pa.Array] = []
+                offsets: list[Int64Array] = []
+                for header, pos in batches:
+                    if header.base_offset >= end:
+                        break
+                    validate_batch(
+                        data, pos, path=str(segment.log_path), file_position=file_position
+                    )
+                    if (
+                        header.last_offset < first_dirty
+                        or header.record_count == 0
+                        or not cleaner_filter.include_in_map(header)
+                    ):
+                        continue
+                    body = decode_body(data, pos, header)
+                    batch_offsets = body.column(0).to_numpy().astype(np.int64) + header.base_offset
+                    batch_keys = body.column(2)
+                    wanted = (batch_offsets >= first_dirty) & (batch_offsets < end)
+                    wanted &= batch_keys.is_valid().to_numpy(zero_copy_only=False)
+                    if not wanted.all():
+                        batch_keys = batch_keys.filter(pa.array(wanted))
+                        batch_offsets = batch_offsets[wanted]
+                    keys.append(batch_keys)
+                    offsets.append(batch_offsets)
+                if keys:
+                    run_keys, run_offsets = pa.concat_arrays(keys), np.concatenate(offsets)
+                    taken = offset_map.add(run_keys, run_offsets)
+                    if taken < len(run_keys):
+                        return int(run_offsets[taken]), bytes_read
+                    if offset_map.full:
+                        return int(run_offsets[-1]) + 1, bytes_read
+                if batches and batches[-1][0].base_offset >= end:
+                    return end, bytes_read
+        return end, bytes_read
