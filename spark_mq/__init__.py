@@ -42,6 +42,7 @@ from spark_mq.errors import (
 )
 from spark_mq.storage.batch_decoder import decode_records
 from spark_mq.storage.log import FetchDataInfo, FetchIsolation, LogAppendInfo, PartitionLog
+from spark_mq.storage.log_cleaner import CleanerStats, LogCleaner
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.log_manager import LogManager
 from spark_mq.storage.record_batch import (
@@ -56,6 +57,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "RECORD_SCHEMA",
+    "CleanerStats",
     "ConfigError",
     "ControlType",
     "CorruptCheckpointError",
@@ -69,6 +71,7 @@ __all__ = [
     "InvalidTopicError",
     "InvalidTxnStateError",
     "LogAppendInfo",
+    "LogCleaner",
     "LogClosedError",
     "LogConfig",
     "LogDirectoryFullError",

@@ -11,6 +11,8 @@ import spark_mq.storage.log_config
 import spark_mq.storage.record_batch
 
 EXPECTED = {
+    "CleanerStats",
+    "LogCleaner",
     "CorruptCheckpointError",
     "InvalidProducerEpochError",
     "InvalidTxnStateError",

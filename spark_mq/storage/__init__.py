@@ -13,6 +13,8 @@ Modules, one concept each (see ``docs/format.md`` for every byte on disk):
 - ``segment``: one ``.log`` with its indexes.
 - ``log``: the partition log (append, read, roll, retention, truncation, flush).
 - ``log_loader``: opening a partition directory and crash recovery.
+- ``log_cleaner`` / ``cleaner_swap``: key-based compaction and the crash-safe swap of cleaned
+  segments.
 - ``log_config``: per-topic settings with Kafka's keys.
 - ``log_manager``: every topic of a directory, its lock and checkpoints.
 - ``dir_lock``, ``checkpoint_file``, ``topic_names``: the manager's parts.
