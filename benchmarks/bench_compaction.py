@@ -31,7 +31,6 @@ import datetime
 import importlib.metadata
 import os
 import platform
-import shlex
 import shutil
 import sys
 import tempfile
@@ -47,6 +46,11 @@ except ImportError:
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
+# Machine facts, the command line and the docs section writer are shared with the storage
+# benchmark next to this file (run from the repository root, as the docs say).
+from bench_storage import command_line, cpu_model, mem_total  # noqa: E402
+from bench_storage import write_section as shared_write_section  # noqa: E402
+
 from spark_mq.storage.log import PartitionLog  # noqa: E402
 from spark_mq.storage.log_cleaner import CleanerStats, LogCleaner  # noqa: E402
 from spark_mq.storage.log_config import LogConfig  # noqa: E402
@@ -55,37 +59,6 @@ from spark_mq.storage.record_batch import encode_batch  # noqa: E402
 SECTION_BEGIN = "<!-- BEGIN compaction -->"
 SECTION_END = "<!-- END compaction -->"
 MIB = 1024 * 1024
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def mem_total() -> str:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
-    except OSError:
-        pass
-    return "unknown"
-
-
-def command_line() -> str:
-    """The command as typed from the repository root (relative paths where possible)."""
-    parts = []
-    for arg in (sys.executable, sys.argv[0]):
-        try:
-            parts.append(str(Path(arg).relative_to(Path.cwd())))
-        except ValueError:
-            parts.append(arg)
-    return shlex.join([*parts, *sys.argv[1:]])
 
 
 def build_log(directory: Path, args: argparse.Namespace, rng: np.random.Generator) -> PartitionLog:
@@ -259,14 +232,7 @@ def render(
 
 
 def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section of ``path`` (between the markers), keeping the rest."""
-    text = path.read_text() if path.exists() else ""
-    begin, end = text.find(SECTION_BEGIN), text.find(SECTION_END)
-    if begin >= 0 and end > begin:
-        text = text[:begin] + section.rstrip("\n") + text[end + len(SECTION_END) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+    shared_write_section(path, section, begin_marker=SECTION_BEGIN, end_marker=SECTION_END)
 
 
 if __name__ == "__main__":

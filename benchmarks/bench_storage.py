@@ -850,12 +850,17 @@ def render_markdown(
     return "\n".join(out) + "\n"
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section of ``path`` (between the markers), keeping the rest."""
+def write_section(
+    path: Path, section: str, *, begin_marker: str = SECTION_BEGIN, end_marker: str = SECTION_END
+) -> None:
+    """Replace one benchmark's section of ``path`` (between its markers), keeping the rest.
+
+    Every benchmark in this folder writes its own section of docs/benchmarks.md through this.
+    """
     text = path.read_text() if path.exists() else ""
-    begin, end = text.find(SECTION_BEGIN), text.find(SECTION_END)
+    begin, end = text.find(begin_marker), text.find(end_marker)
     if begin >= 0 and end > begin:
-        after = text[end + len(SECTION_END) :]
+        after = text[end + len(end_marker) :]
         text = text[:begin] + section.rstrip("\n") + after
     elif text:
         text = text.rstrip("\n") + "\n\n" + section

@@ -65,6 +65,7 @@ from bench_storage import (
     text_pool,
     version,
 )
+from bench_storage import write_section as shared_write_section
 
 from spark_mq.storage.batch_decoder import iter_batches
 from spark_mq.storage.log import FetchIsolation, PartitionLog
@@ -551,21 +552,7 @@ def render_markdown(
 
 
 def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section of ``path`` (between the markers), keeping the rest."""
-    text = path.read_text() if path.exists() else ""
-    begin, end = text.find(SECTION_BEGIN), text.find(SECTION_END)
-    if begin >= 0 and end > begin:
-        text = text[:begin] + section.rstrip("\n") + text[end + len(SECTION_END) :]
-    elif text:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        text = (
-            "# Benchmarks\n\n"
-            "Each component's benchmark writes its own section between its own markers; the "
-            "rest of this file is kept as is.\n\n" + section
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    shared_write_section(path, section, begin_marker=SECTION_BEGIN, end_marker=SECTION_END)
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:

@@ -288,7 +288,7 @@ def clean_group(
                 changed |= run_changed
                 if pieces:
                     size = sum(len(p) for p in pieces)
-                    new.append(pieces, positions, size)
+                    new.append(pieces, positions)
                     counters.bytes_written += size
         for segment in group:
             # Phase 1 copies every control batch, so every abort marker and its entry stay.

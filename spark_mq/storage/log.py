@@ -437,7 +437,7 @@ class PartitionLog:
             first = batches[0].header
             last = batches[-1].header
             segment = self._maybe_roll(len(view), last.last_offset, now_ms)
-            segment.append(chunks, batches, len(view))
+            segment.append(chunks, batches)
             self._log_end_offset = last.next_offset
             if self._hw_follows_leo:
                 self._high_watermark = self._log_end_offset

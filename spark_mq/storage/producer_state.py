@@ -159,7 +159,6 @@ class ProducerAppendInfo:
         self.producer_id = producer_id
         self.origin = origin
         self._known = current is not None
-        self.current_epoch = current.producer_epoch if current else NO_PRODUCER_EPOCH
         self.updated = current.copy() if current else ProducerStateEntry(producer_id)
         self.started_txn_first_offsets: list[int] = []
 

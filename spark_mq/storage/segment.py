@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, NamedTuple
 
+import numpy as np
+
 from spark_mq.errors import CorruptIndexError, CorruptRecordError, InvalidRecordError
 from spark_mq.storage.batch_decoder import decode_body
 from spark_mq.storage.codecs import Bytes
@@ -150,9 +152,7 @@ class LogSegment:
     def can_hold(self, last_offset: int) -> bool:
         return last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
 
-    def append(
-        self, chunks: Sequence[Bytes], batches: Sequence[BatchPosition], append_size_bytes: int
-    ) -> None:
+    def append(self, chunks: Sequence[Bytes], batches: Sequence[BatchPosition]) -> None:
         """Append ``chunks`` (the batches' bytes, offsets already assigned) and index them.
 
         ``batches`` give each batch's header and its position relative to the start of the
@@ -187,7 +187,6 @@ class LogSegment:
                 self._bytes_since_last_index_entry = 0
             self._bytes_since_last_index_entry += header.size
         self._next_offset = batches[-1].header.next_offset
-        del append_size_bytes  # Equal to the sum of the batch sizes; kept for call-site clarity.
 
     def _indexes_have_room(self) -> bool:
         # The log checks for full indexes only before an append, so a multi-batch append (or a
@@ -292,7 +291,7 @@ class LogSegment:
             deltas = body.column(0).to_numpy()
             stamps = body.column(1).to_numpy()
             if header.timestamp_type:  # LogAppendTime: every record carries maxTimestamp.
-                stamps = stamps * 0 + header.max_timestamp
+                stamps = np.full_like(stamps, header.max_timestamp)
             offsets = deltas.astype("int64") + header.base_offset
             hits = ((stamps >= timestamp_ms) & (offsets >= starting_offset)).nonzero()[0]
             if len(hits):

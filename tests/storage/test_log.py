@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import pyarrow as pa
 import pytest
+from log_testing import START_MS, Clock, OpenLog
 
 from spark_mq.errors import (
     CorruptRecordError,
@@ -34,7 +34,6 @@ from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.record_batch import HEADER_SIZE, BatchHeader, TimestampType, encode_batch
 from spark_mq.storage.segment import LOG_SUFFIX, TimestampAndOffset, segment_file_name
 
-START_MS = 1_000_000
 T = TypeVar("T")
 
 
@@ -42,42 +41,6 @@ def present(value: T | None) -> T:
     """``value``, which the test expects to be there."""
     assert value is not None
     return value
-
-
-class Clock:
-    """A clock that moves only when told to."""
-
-    def __init__(self, now_ms: int = START_MS) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
-OpenLog = Callable[..., PartitionLog]
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def open_log(tmp_path: Path, clock: Clock) -> Iterator[OpenLog]:
-    """Open the log in ``tmp_path/t-0`` with config overrides; closes every log at the end."""
-    opened: list[PartitionLog] = []
-
-    def _open(config: LogConfig | None = None, /, **kwargs: Any) -> PartitionLog:
-        options = {"time_ms": clock, **kwargs}
-        log = PartitionLog.open(
-            tmp_path / "t-0", config or LogConfig(), topic="t", partition=0, **options
-        )
-        opened.append(log)
-        return log
-
-    yield _open
-    for log in opened:
-        log.close()
 
 
 def batch(

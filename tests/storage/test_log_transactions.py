@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from log_testing import START_MS, OpenLog
 
 from spark_mq.errors import (
     InvalidProducerEpochError,
@@ -44,45 +45,9 @@ from spark_mq.storage.producer_state import MAX_BATCHES_PER_PRODUCER, SNAPSHOT_S
 from spark_mq.storage.record_batch import NO_PRODUCER_EPOCH, ControlType, encode_batch
 from spark_mq.storage.txn_index import AbortedTxn
 
-START_MS = 1_000_000
 COMMIT = ControlType.COMMIT
 ABORT = ControlType.ABORT
 BIG = 64 * 1024 * 1024
-
-
-class Clock:
-    """A clock that moves only when told to."""
-
-    def __init__(self, now_ms: int = START_MS) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
-OpenLog = Callable[..., PartitionLog]
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def open_log(tmp_path: Path, clock: Clock) -> Iterator[OpenLog]:
-    """Open a log (``tmp_path/t-0`` unless ``directory=`` says otherwise); closes them all."""
-    opened: list[PartitionLog] = []
-
-    def _open(config: LogConfig | None = None, /, **kwargs: Any) -> PartitionLog:
-        directory = kwargs.pop("directory", tmp_path / "t-0")
-        options = {"time_ms": clock, **kwargs}
-        log = PartitionLog.open(directory, config or LogConfig(), topic="t", partition=0, **options)
-        opened.append(log)
-        return log
-
-    yield _open
-    for log in opened:
-        log.close()
 
 
 class Writer:

@@ -22,7 +22,6 @@ import dataclasses
 import random
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +29,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from log_testing import START_MS, Clock, OpenLog
 
 from spark_mq.errors import (
     InvalidProducerEpochError,
@@ -52,45 +52,9 @@ from spark_mq.storage.producer_state import (
 )
 from spark_mq.storage.record_batch import ControlType, encode_batch, encode_control_batch
 
-START_MS = 1_000_000
 INT32_MAX = 2**31 - 1
 PID = 1000
 EPOCH = 3
-
-
-class Clock:
-    """A clock that moves only when told to."""
-
-    def __init__(self, now_ms: int = START_MS) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-
-OpenLog = Callable[..., PartitionLog]
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def open_log(tmp_path: Path, clock: Clock) -> Iterator[OpenLog]:
-    """Open a log (``tmp_path/t-0`` unless ``directory=`` says otherwise); closes them all."""
-    opened: list[PartitionLog] = []
-
-    def _open(config: LogConfig | None = None, /, **kwargs: Any) -> PartitionLog:
-        directory = kwargs.pop("directory", tmp_path / "t-0")
-        options = {"time_ms": clock, **kwargs}
-        log = PartitionLog.open(directory, config or LogConfig(), topic="t", partition=0, **options)
-        opened.append(log)
-        return log
-
-    yield _open
-    for log in opened:
-        log.close()
 
 
 def batch(

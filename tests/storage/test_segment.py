@@ -84,7 +84,7 @@ def append(segment: LogSegment, batches: list[bytes]) -> None:
     for data in batches:
         positions.append(BatchPosition(BatchHeader.unpack_from(data), pos))
         pos += len(data)
-    segment.append(batches, positions, pos)
+    segment.append(batches, positions)
 
 
 def random_batches(

@@ -1,0 +1,24 @@
+"""Helpers shared by the partition log tests (fixtures built on them are in conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from spark_mq.storage.log import PartitionLog
+
+#: Default start of the injected clocks, in ms.
+START_MS = 1_000_000
+
+
+class Clock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, now_ms: int = START_MS) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+#: ``open_log(config=None, /, directory=..., **PartitionLog.open options) -> PartitionLog``
+OpenLog = Callable[..., PartitionLog]
