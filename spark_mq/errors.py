@@ -27,7 +27,26 @@ operation again may succeed::
     │       ├── InvalidProducerEpochError      a producer epoch older than the known one
     │       ├── TransactionCoordinatorFencedError  a marker from an older coordinator epoch
     │       └── InvalidTxnStateError           a non-transactional write inside a transaction
-    └── ProtocolError                    reserved for the wire protocol and broker responses
+    └── ProtocolError                    the wire protocol and errors reported by a broker
+        ├── UnknownServerError                 the broker failed unclassified (-1)
+        ├── CorruptFrameError                  bytes that are not a valid frame (42)
+        ├── InvalidRequestError                a request field that breaks a rule (42)
+        ├── UnsupportedVersionError            an API key or version not implemented (35)
+        ├── NetworkError  (retriable)          the connection failed mid-request (13)
+        │   └── BrokerNotAvailableError        no broker reachable or startable (8)
+        ├── RequestTimedOutError (retriable)   (7)
+        ├── LeaderNotAvailableError, NotLeaderOrFollowerError,
+        │   FencedLeaderEpochError, UnknownLeaderEpochError (retriable; 5, 6, 74, 75)
+        ├── InvalidRequiredAcksError, InvalidReplicationFactorError (21, 38)
+        ├── NotEnoughReplicasError, NotEnoughReplicasAfterAppendError (retriable; 19, 20)
+        ├── KafkaStorageError (retriable)      the broker's disk failed (56)
+        ├── DuplicateSequenceError, UnknownProducerIdError, ProducerFencedError,
+        │   InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
+        │   ConcurrentTransactionsError        producers and transactions (46, 59, 90, 49, 50, 51)
+        └── Coordinator and group errors       (14, 15, 16, 22-27, 68, 69, 79, 82)
+
+Every class has ``error_code``, Kafka's numeric code for the same concept (-1 when there is
+none); storage errors that a broker reports keep their class on the client side.
 
 Lower-layer errors (``OSError``, codec errors) are mapped to the most specific of these with
 ``raise ... from exc`` so the original cause stays attached.
@@ -42,6 +61,9 @@ class SparkMQError(Exception):
     """Root of every error spark_mq raises on purpose."""
 
     retriable: ClassVar[bool] = False
+    #: Kafka's error code for the concept, carried in broker responses; -1 is
+    #: UNKNOWN_SERVER_ERROR, used for errors that have no wire equivalent.
+    error_code: ClassVar[int] = -1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -53,6 +75,8 @@ class ConfigError(SparkMQError, ValueError):
 
     ``key`` is the user-facing (Kafka-style) key, ``value`` what was given.
     """
+
+    error_code: ClassVar[int] = 40
 
     def __init__(self, message: str, *, key: str | None = None, value: object = None) -> None:
         super().__init__(message)
@@ -66,6 +90,8 @@ class UsageError(SparkMQError):
 
 class InvalidTopicError(UsageError, ValueError):
     """A topic name that Kafka would refuse: ``[a-zA-Z0-9._-]``, 1-249 chars, not ``.``/``..``."""
+
+    error_code: ClassVar[int] = 17
 
     def __init__(self, message: str, *, topic: str) -> None:
         super().__init__(message)
@@ -85,6 +111,8 @@ class CorruptRecordError(StorageError):
 
     ``path`` and ``position`` locate the bad bytes when they came from a file.
     """
+
+    error_code: ClassVar[int] = 2
 
     def __init__(
         self,
@@ -124,6 +152,8 @@ class CorruptCheckpointError(StorageError):
 class OffsetOutOfRangeError(StorageError):
     """A read or truncation at an offset outside ``[log_start_offset, log_end_offset]``."""
 
+    error_code: ClassVar[int] = 1
+
     def __init__(
         self,
         message: str,
@@ -145,6 +175,8 @@ class OffsetOutOfRangeError(StorageError):
 class RecordTooLargeError(StorageError):
     """A batch larger than ``max.message.bytes`` (or a producer's ``max.request.size``)."""
 
+    error_code: ClassVar[int] = 10
+
     def __init__(self, message: str, *, size_bytes: int, max_bytes: int) -> None:
         super().__init__(message)
         self.size_bytes = size_bytes
@@ -153,6 +185,8 @@ class RecordTooLargeError(StorageError):
 
 class InvalidRecordError(StorageError):
     """A well-formed batch that breaks a rule of the log (for example offsets going backwards)."""
+
+    error_code: ClassVar[int] = 87
 
 
 class LogDirectoryLockedError(StorageError):
@@ -167,6 +201,8 @@ class LogDirectoryLockedError(StorageError):
 class UnknownTopicOrPartitionError(StorageError):
     """A topic or partition that does not exist in this log directory."""
 
+    error_code: ClassVar[int] = 3
+
     retriable = True  # Kafka treats it as retriable: metadata may simply be stale.
 
     def __init__(self, message: str, *, topic: str, partition: int | None = None) -> None:
@@ -178,6 +214,8 @@ class UnknownTopicOrPartitionError(StorageError):
 class TopicExistsError(StorageError):
     """Creation of a topic that already exists."""
 
+    error_code: ClassVar[int] = 36
+
     def __init__(self, message: str, *, topic: str) -> None:
         super().__init__(message)
         self.topic = topic
@@ -185,6 +223,8 @@ class TopicExistsError(StorageError):
 
 class InvalidPartitionsError(StorageError):
     """A partition count that is not allowed (zero, negative, or a decrease)."""
+
+    error_code: ClassVar[int] = 37
 
     def __init__(self, message: str, *, topic: str, current: int | None, requested: int) -> None:
         super().__init__(message)
@@ -199,6 +239,8 @@ class LogDirectoryFullError(StorageError):
     The log is rolled back to the last complete batch before this error is raised, so no torn
     batch is left behind; free space and retry.
     """
+
+    error_code: ClassVar[int] = 56
 
     retriable = True
 
@@ -227,29 +269,263 @@ class OutOfOrderSequenceError(ProducerStateError):
     """A batch whose first sequence does not follow the producer's last one (Kafka's
     OUT_OF_ORDER_SEQUENCE_NUMBER): a batch was lost or reordered in flight."""
 
+    error_code: ClassVar[int] = 45
+
 
 class InvalidProducerEpochError(ProducerStateError):
     """A batch or marker from an epoch older than the partition knows: a newer incarnation of
     the producer exists (Kafka's INVALID_PRODUCER_EPOCH / producer fenced)."""
 
+    error_code: ClassVar[int] = 47
+
 
 class TransactionCoordinatorFencedError(ProducerStateError):
     """A transaction marker written with an older coordinator epoch than one already seen."""
+
+    error_code: ClassVar[int] = 52
 
 
 class InvalidTxnStateError(ProducerStateError):
     """A write that does not fit the producer's transaction state, such as a
     non-transactional batch while its transaction is open."""
 
+    error_code: ClassVar[int] = 48
+
 
 # ---------------------------------------------------------------------------------------------
-# Protocol
+# Protocol and broker responses
 
 
 class ProtocolError(SparkMQError):
-    """Base of wire-protocol errors and of errors reported by a broker in a response.
+    """Base of wire-protocol errors and of errors a broker reports in a response.
 
-    Subclasses set ``error_code`` (Kafka's numbering where the concept is the same).
+    Errors whose concept already exists in the storage family (offset out of range, unknown
+    topic, record too large, ...) are raised as that same class whether the log is local or
+    behind a broker, so one ``except`` clause serves both. ``spark_mq.protocol.error_codes``
+    maps every code to its class.
     """
 
     error_code: ClassVar[int] = -1
+
+
+class UnknownServerError(ProtocolError):
+    """The broker failed in a way it could not classify (code -1); its log has the details."""
+
+
+class CorruptFrameError(ProtocolError):
+    """Bytes on a connection that do not form a valid frame: a bad length, a truncated or
+    undecodable body, or records whose sizes do not add up. The connection is closed."""
+
+    error_code = 42  # INVALID_REQUEST
+
+
+class InvalidRequestError(ProtocolError):
+    """A well-formed request the broker refuses because a field breaks a rule."""
+
+    error_code = 42
+
+
+class UnsupportedVersionError(ProtocolError):
+    """An API key or version the broker does not implement."""
+
+    error_code = 35
+
+
+class NetworkError(ProtocolError):
+    """The connection to a broker failed or closed mid-request; the broker may be restarting."""
+
+    retriable = True
+    error_code = 13
+
+
+class BrokerNotAvailableError(NetworkError):
+    """No broker could be reached at the configured address (or started for a directory)."""
+
+    error_code = 8
+
+
+class RequestTimedOutError(ProtocolError):
+    """A request did not complete within its timeout."""
+
+    retriable = True
+    error_code = 7
+
+
+class LeaderNotAvailableError(ProtocolError):
+    """The partition has no leader right now (an election is in progress)."""
+
+    retriable = True
+    error_code = 5
+
+
+class NotLeaderOrFollowerError(ProtocolError):
+    """The broker asked is not the partition's leader: refresh metadata and retry."""
+
+    retriable = True
+    error_code = 6
+
+
+class InvalidRequiredAcksError(ProtocolError):
+    """``acks`` other than 0, 1 or -1 (all)."""
+
+    error_code = 21
+
+
+class InvalidReplicationFactorError(ProtocolError):
+    """A replication factor larger than the number of live brokers, or below 1."""
+
+    error_code = 38
+
+
+class NotEnoughReplicasError(ProtocolError):
+    """Fewer in-sync replicas than ``min.insync.replicas``: the write was refused."""
+
+    retriable = True
+    error_code = 19
+
+
+class NotEnoughReplicasAfterAppendError(ProtocolError):
+    """The write was appended by the leader but the in-sync set shrank before it was
+    replicated: it may or may not be kept."""
+
+    retriable = True
+    error_code = 20
+
+
+class KafkaStorageError(ProtocolError):
+    """The broker could not read or write its log directory (I/O error)."""
+
+    retriable = True
+    error_code = 56
+
+
+class DuplicateSequenceError(ProtocolError):
+    """The broker saw this batch's sequence numbers already (the write is a duplicate)."""
+
+    error_code = 46
+
+
+class UnknownProducerIdError(ProtocolError):
+    """The broker no longer knows the producer id (its state expired): re-initialize."""
+
+    error_code = 59
+
+
+class ProducerFencedError(ProtocolError):
+    """A newer producer with the same transactional id exists: this one must close."""
+
+    error_code = 90
+
+
+class InvalidProducerIdMappingError(ProtocolError):
+    """The producer id does not belong to the transactional id given."""
+
+    error_code = 49
+
+
+class InvalidTransactionTimeoutError(ProtocolError):
+    """A transaction timeout above ``transaction.max.timeout.ms`` or below 1."""
+
+    error_code = 50
+
+
+class ConcurrentTransactionsError(ProtocolError):
+    """The previous transaction of this transactional id is still completing: retry."""
+
+    retriable = True
+    error_code = 51
+
+
+class CoordinatorNotAvailableError(ProtocolError):
+    """The group or transaction coordinator is not available yet."""
+
+    retriable = True
+    error_code = 15
+
+
+class NotCoordinatorError(ProtocolError):
+    """The broker asked is not the coordinator for the group or transactional id."""
+
+    retriable = True
+    error_code = 16
+
+
+class CoordinatorLoadInProgressError(ProtocolError):
+    """The coordinator is still loading its state: retry shortly."""
+
+    retriable = True
+    error_code = 14
+
+
+class IllegalGenerationError(ProtocolError):
+    """A group request from an older generation: the member must rejoin."""
+
+    error_code = 22
+
+
+class InconsistentGroupProtocolError(ProtocolError):
+    """A member's protocol type or assignors do not match the group's."""
+
+    error_code = 23
+
+
+class InvalidGroupIdError(ProtocolError):
+    """An empty or otherwise invalid ``group.id``."""
+
+    error_code = 24
+
+
+class UnknownMemberIdError(ProtocolError):
+    """The group does not know this member id (it was removed): rejoin."""
+
+    error_code = 25
+
+
+class InvalidSessionTimeoutError(ProtocolError):
+    """A ``session.timeout.ms`` outside the broker's allowed range."""
+
+    error_code = 26
+
+
+class RebalanceInProgressError(ProtocolError):
+    """The group is rebalancing: rejoin."""
+
+    error_code = 27
+
+
+class MemberIdRequiredError(ProtocolError):
+    """The first join of a dynamic member: rejoin with the member id the broker assigned."""
+
+    error_code = 79
+
+
+class FencedInstanceIdError(ProtocolError):
+    """Another member joined with the same ``group.instance.id``: this one is fenced."""
+
+    error_code = 82
+
+
+class GroupIdNotFoundError(ProtocolError):
+    """The group does not exist."""
+
+    error_code = 69
+
+
+class NonEmptyGroupError(ProtocolError):
+    """A group with active members cannot be deleted."""
+
+    error_code = 68
+
+
+class FencedLeaderEpochError(ProtocolError):
+    """The leader epoch in the request is older than the broker's: refresh metadata."""
+
+    retriable = True
+    error_code = 74
+
+
+class UnknownLeaderEpochError(ProtocolError):
+    """The leader epoch in the request is newer than the broker's: retry."""
+
+    retriable = True
+    error_code = 75

@@ -1,0 +1,193 @@
+"""The API registry: every API key with its request and response types and versions,
+and the functions that turn messages into frames and back.
+
+>>> from spark_mq.protocol.metadata import MetadataRequest
+>>> head, body = encode_request(MetadataRequest(topics=["t"]), correlation_id=7)
+>>> from spark_mq.protocol.framing import SIZE, decode_request
+>>> frame = decode_request((head + body)[SIZE.size:])
+>>> request, records = decode_request_body(frame)
+>>> request.topics, frame.header.correlation_id
+(['t'], 7)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from spark_mq.errors import CorruptFrameError, UnsupportedVersionError
+from spark_mq.protocol import admin, api_versions, fetch, metadata, offsets, produce, producer_id
+from spark_mq.protocol.framing import (
+    RequestFrame,
+    RequestHeader,
+    ResponseFrame,
+    encode_request_head,
+    encode_response_head,
+)
+
+
+class ApiKey(enum.IntEnum):
+    """Kafka's API keys for the APIs spark_mq implements."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
+
+
+class FrameErrorBody(msgspec.Struct, array_like=True):
+    """The body of a response whose ``frame_error`` is not 0."""
+
+    error_message: str
+
+
+Req = TypeVar("Req", bound=msgspec.Struct)
+Resp = TypeVar("Resp", bound=msgspec.Struct)
+
+
+@dataclass(frozen=True)
+class ApiSpec(Generic[Req, Resp]):
+    """One API: its key, message types and the versions implemented."""
+
+    key: ApiKey
+    request_type: type[Req]
+    response_type: type[Resp]
+    min_version: int = 0
+    max_version: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_req_decoder", msgspec.msgpack.Decoder(self.request_type))
+        object.__setattr__(self, "_resp_decoder", msgspec.msgpack.Decoder(self.response_type))
+
+    def decode_request(self, body: memoryview | bytes) -> Req:
+        try:
+            return self._req_decoder.decode(body)  # type: ignore[attr-defined,no-any-return]
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise CorruptFrameError(f"{self.key.name} request body: {exc}") from exc
+
+    def decode_response(self, body: memoryview | bytes) -> Resp:
+        try:
+            return self._resp_decoder.decode(body)  # type: ignore[attr-defined,no-any-return]
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise CorruptFrameError(f"{self.key.name} response body: {exc}") from exc
+
+
+APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
+    spec.key: spec
+    for spec in (
+        ApiSpec(ApiKey.PRODUCE, produce.ProduceRequest, produce.ProduceResponse),
+        ApiSpec(ApiKey.FETCH, fetch.FetchRequest, fetch.FetchResponse),
+        ApiSpec(ApiKey.LIST_OFFSETS, offsets.ListOffsetsRequest, offsets.ListOffsetsResponse),
+        ApiSpec(ApiKey.METADATA, metadata.MetadataRequest, metadata.MetadataResponse),
+        ApiSpec(
+            ApiKey.API_VERSIONS,
+            api_versions.ApiVersionsRequest,
+            api_versions.ApiVersionsResponse,
+        ),
+        ApiSpec(ApiKey.CREATE_TOPICS, admin.CreateTopicsRequest, admin.CreateTopicsResponse),
+        ApiSpec(ApiKey.DELETE_TOPICS, admin.DeleteTopicsRequest, admin.DeleteTopicsResponse),
+        ApiSpec(ApiKey.DELETE_RECORDS, offsets.DeleteRecordsRequest, offsets.DeleteRecordsResponse),
+        ApiSpec(
+            ApiKey.INIT_PRODUCER_ID,
+            producer_id.InitProducerIdRequest,
+            producer_id.InitProducerIdResponse,
+        ),
+        ApiSpec(
+            ApiKey.DESCRIBE_CONFIGS,
+            admin.DescribeConfigsRequest,
+            admin.DescribeConfigsResponse,
+        ),
+        ApiSpec(ApiKey.ALTER_CONFIGS, admin.AlterConfigsRequest, admin.AlterConfigsResponse),
+        ApiSpec(
+            ApiKey.CREATE_PARTITIONS,
+            admin.CreatePartitionsRequest,
+            admin.CreatePartitionsResponse,
+        ),
+    )
+}
+
+_SPEC_BY_REQUEST_TYPE: dict[type[msgspec.Struct], ApiSpec[Any, Any]] = {
+    spec.request_type: spec for spec in APIS.values()
+}
+_ENCODER = msgspec.msgpack.Encoder()
+_FRAME_ERROR_DECODER = msgspec.msgpack.Decoder(FrameErrorBody)
+
+
+def spec_for_request(request: msgspec.Struct) -> ApiSpec[Any, Any]:
+    """The API a request message belongs to."""
+    try:
+        return _SPEC_BY_REQUEST_TYPE[type(request)]
+    except KeyError:
+        raise TypeError(f"{type(request).__name__} is not a request type") from None
+
+
+def spec_for(api_key: int, api_version: int) -> ApiSpec[Any, Any]:
+    """The API for a request header, or UnsupportedVersionError."""
+    try:
+        spec = APIS[ApiKey(api_key)]
+    except ValueError:
+        raise UnsupportedVersionError(f"unknown API key {api_key}") from None
+    if not spec.min_version <= api_version <= spec.max_version:
+        raise UnsupportedVersionError(
+            f"{spec.key.name} version {api_version} is not supported "
+            f"(this broker implements {spec.min_version}..{spec.max_version})"
+        )
+    return spec
+
+
+def encode_request(
+    request: msgspec.Struct,
+    *,
+    correlation_id: int,
+    client_id: str | None = None,
+    records_len: int = 0,
+    api_version: int | None = None,
+) -> tuple[bytes, bytes]:
+    """Encode a request: returns (head, body). The caller sends head, body, then the
+    ``records_len`` bytes of record batches the body announces."""
+    spec = spec_for_request(request)
+    body = _ENCODER.encode(request)
+    version = spec.max_version if api_version is None else api_version
+    head = encode_request_head(
+        RequestHeader(spec.key, version, correlation_id, client_id), len(body), records_len
+    )
+    return head, body
+
+
+def decode_request_body(frame: RequestFrame) -> tuple[Any, memoryview]:
+    """Decode a request frame's body into its request type; returns (request, records)."""
+    spec = spec_for(frame.header.api_key, frame.header.api_version)
+    return spec.decode_request(frame.body), frame.records
+
+
+def encode_response(
+    response: msgspec.Struct, *, correlation_id: int, records_len: int = 0
+) -> tuple[bytes, bytes]:
+    """Encode a response: returns (head, body); the records follow."""
+    body = _ENCODER.encode(response)
+    return encode_response_head(correlation_id, len(body), records_len), body
+
+
+def encode_frame_error(correlation_id: int, error_code: int, message: str) -> bytes:
+    """A whole response frame reporting that a request could not be parsed."""
+    body = _ENCODER.encode(FrameErrorBody(message))
+    return encode_response_head(correlation_id, len(body), 0, error_code) + body
+
+
+def decode_frame_error(frame: ResponseFrame) -> FrameErrorBody:
+    """The body of a response frame with a non-zero ``frame_error``."""
+    try:
+        return _FRAME_ERROR_DECODER.decode(frame.body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise CorruptFrameError(f"frame error body: {exc}") from exc

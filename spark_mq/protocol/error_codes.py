@@ -1,0 +1,191 @@
+"""Error codes on the wire: Kafka's numbering, each mapped to one exception class.
+
+A response carries ``error_code`` (an ``int16``; 0 means success) and an optional
+``error_message``. The broker turns an exception into a code with :func:`code_for`; a client
+turns a code back into the same exception class with :func:`error_from_code`, so code that
+catches :class:`~spark_mq.errors.OffsetOutOfRangeError` works the same whether the log is
+local or behind a broker.
+
+>>> from spark_mq.errors import UnknownTopicOrPartitionError
+>>> exc = error_from_code(3, "unknown topic 'x'", topic="x", partition=0)
+>>> isinstance(exc, UnknownTopicOrPartitionError), exc.retriable, exc.topic
+(True, True, 'x')
+>>> ErrorCode(3).name
+'UNKNOWN_TOPIC_OR_PARTITION'
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+
+from spark_mq import errors as e
+
+
+class ErrorCode(enum.IntEnum):
+    """Kafka's error codes for the concepts spark_mq shares with Kafka."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    BROKER_NOT_AVAILABLE = 8
+    MESSAGE_TOO_LARGE = 10
+    NETWORK_EXCEPTION = 13
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_TOPIC_EXCEPTION = 17
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    INVALID_REQUIRED_ACKS = 21
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_CONFIG = 40
+    INVALID_REQUEST = 42
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    MEMBER_ID_REQUIRED = 79
+    FENCED_INSTANCE_ID = 82
+    INVALID_RECORD = 87
+    PRODUCER_FENCED = 90
+
+    @property
+    def retriable(self) -> bool:
+        """Whether a client may retry the same request after this error."""
+        return self is not ErrorCode.NONE and _CLASS_BY_CODE[self].retriable
+
+
+#: The class a client raises for each code. Where two classes share a code (42 is both a
+#: corrupt frame and an invalid request), the one listed here is what the client raises.
+_CLASS_BY_CODE: dict[ErrorCode, type[e.SparkMQError]] = {
+    ErrorCode.UNKNOWN_SERVER_ERROR: e.UnknownServerError,
+    ErrorCode.OFFSET_OUT_OF_RANGE: e.OffsetOutOfRangeError,
+    ErrorCode.CORRUPT_MESSAGE: e.CorruptRecordError,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: e.UnknownTopicOrPartitionError,
+    ErrorCode.LEADER_NOT_AVAILABLE: e.LeaderNotAvailableError,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: e.NotLeaderOrFollowerError,
+    ErrorCode.REQUEST_TIMED_OUT: e.RequestTimedOutError,
+    ErrorCode.BROKER_NOT_AVAILABLE: e.BrokerNotAvailableError,
+    ErrorCode.MESSAGE_TOO_LARGE: e.RecordTooLargeError,
+    ErrorCode.NETWORK_EXCEPTION: e.NetworkError,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: e.CoordinatorLoadInProgressError,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: e.CoordinatorNotAvailableError,
+    ErrorCode.NOT_COORDINATOR: e.NotCoordinatorError,
+    ErrorCode.INVALID_TOPIC_EXCEPTION: e.InvalidTopicError,
+    ErrorCode.NOT_ENOUGH_REPLICAS: e.NotEnoughReplicasError,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: e.NotEnoughReplicasAfterAppendError,
+    ErrorCode.INVALID_REQUIRED_ACKS: e.InvalidRequiredAcksError,
+    ErrorCode.ILLEGAL_GENERATION: e.IllegalGenerationError,
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: e.InconsistentGroupProtocolError,
+    ErrorCode.INVALID_GROUP_ID: e.InvalidGroupIdError,
+    ErrorCode.UNKNOWN_MEMBER_ID: e.UnknownMemberIdError,
+    ErrorCode.INVALID_SESSION_TIMEOUT: e.InvalidSessionTimeoutError,
+    ErrorCode.REBALANCE_IN_PROGRESS: e.RebalanceInProgressError,
+    ErrorCode.UNSUPPORTED_VERSION: e.UnsupportedVersionError,
+    ErrorCode.TOPIC_ALREADY_EXISTS: e.TopicExistsError,
+    ErrorCode.INVALID_PARTITIONS: e.InvalidPartitionsError,
+    ErrorCode.INVALID_REPLICATION_FACTOR: e.InvalidReplicationFactorError,
+    ErrorCode.INVALID_CONFIG: e.ConfigError,
+    ErrorCode.INVALID_REQUEST: e.InvalidRequestError,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: e.OutOfOrderSequenceError,
+    ErrorCode.DUPLICATE_SEQUENCE_NUMBER: e.DuplicateSequenceError,
+    ErrorCode.INVALID_PRODUCER_EPOCH: e.InvalidProducerEpochError,
+    ErrorCode.INVALID_TXN_STATE: e.InvalidTxnStateError,
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: e.InvalidProducerIdMappingError,
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: e.InvalidTransactionTimeoutError,
+    ErrorCode.CONCURRENT_TRANSACTIONS: e.ConcurrentTransactionsError,
+    ErrorCode.TRANSACTION_COORDINATOR_FENCED: e.TransactionCoordinatorFencedError,
+    ErrorCode.KAFKA_STORAGE_ERROR: e.KafkaStorageError,
+    ErrorCode.UNKNOWN_PRODUCER_ID: e.UnknownProducerIdError,
+    ErrorCode.NON_EMPTY_GROUP: e.NonEmptyGroupError,
+    ErrorCode.GROUP_ID_NOT_FOUND: e.GroupIdNotFoundError,
+    ErrorCode.FENCED_LEADER_EPOCH: e.FencedLeaderEpochError,
+    ErrorCode.UNKNOWN_LEADER_EPOCH: e.UnknownLeaderEpochError,
+    ErrorCode.MEMBER_ID_REQUIRED: e.MemberIdRequiredError,
+    ErrorCode.FENCED_INSTANCE_ID: e.FencedInstanceIdError,
+    ErrorCode.INVALID_RECORD: e.InvalidRecordError,
+    ErrorCode.PRODUCER_FENCED: e.ProducerFencedError,
+}
+
+
+def exception_class(code: int) -> type[e.SparkMQError]:
+    """The class a client raises for ``code``; unknown codes map to UnknownServerError."""
+    try:
+        return _CLASS_BY_CODE[ErrorCode(code)]
+    except (ValueError, KeyError):
+        return e.UnknownServerError
+
+
+def code_for(exc: BaseException) -> ErrorCode:
+    """The code a broker sends for ``exc``.
+
+    Storage failures that are not the client's fault (an I/O error, a full disk, a corrupt
+    index) become KAFKA_STORAGE_ERROR; anything unclassified is UNKNOWN_SERVER_ERROR.
+    """
+    if isinstance(exc, e.LogDirectoryFullError | e.CorruptIndexError | e.CorruptCheckpointError):
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    if isinstance(exc, e.SparkMQError):
+        try:
+            return ErrorCode(exc.error_code)
+        except ValueError:
+            return ErrorCode.UNKNOWN_SERVER_ERROR
+    if isinstance(exc, OSError):
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def error_from_code(
+    code: int,
+    message: str | None = None,
+    *,
+    topic: str | None = None,
+    partition: int | None = None,
+) -> e.SparkMQError:
+    """Build the exception a client raises for a response's ``error_code``.
+
+    The exception's keyword attributes that the response does not carry (for example
+    ``log_end_offset`` of an out-of-range error) are set to None; ``topic`` and
+    ``partition`` are filled in when the class has them.
+    """
+    cls = exception_class(code)
+    if message is None:
+        try:
+            name = ErrorCode(code).name
+        except ValueError:
+            name = f"error code {code}"
+        message = f"broker returned {name}"
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, message)
+    for name, param in inspect.signature(cls.__init__).parameters.items():
+        if param.kind is inspect.Parameter.KEYWORD_ONLY:
+            setattr(exc, name, None)
+    if hasattr(exc, "topic"):
+        exc.topic = topic
+    if hasattr(exc, "partition"):
+        exc.partition = partition
+    return exc
