@@ -65,6 +65,21 @@ class SparkMQError(Exception):
     #: UNKNOWN_SERVER_ERROR, used for errors that have no wire equivalent.
     error_code: ClassVar[int] = -1
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Errors travel between processes (Spark executors to the driver, brokers to the
+        # CLI); the default reduce calls __init__ with the message only, which fails for
+        # subclasses with required keyword arguments, so rebuild from the attributes.
+        return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild_error(
+    cls: type[SparkMQError], args: tuple[object, ...], state: dict[str, object]
+) -> SparkMQError:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(state)
+    return exc
+
 
 # ---------------------------------------------------------------------------------------------
 # Configuration and usage

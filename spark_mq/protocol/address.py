@@ -38,13 +38,21 @@ class BrokerAddress:
                 )
             return cls(unix_path=path)
         host, sep, port_text = text.rpartition(":")
-        if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        # str.isdigit() accepts non-ASCII digits ("²", "٩") that int() refuses or misreads.
+        port_ok = port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536
+        bracketed = host.startswith("[") and host.endswith("]")
+        if bracketed:
+            host = host[1:-1]
+        # An IPv6 host needs its brackets: in "fe80::1:9092" the port cannot be told apart.
+        host_ok = bool(host) and "[" not in host and "]" not in host
+        if not sep or not port_ok or not host_ok or (":" in host and not bracketed):
             raise ConfigError(
-                f"broker address {text!r} is not host:port (for example localhost:9092)",
+                f"broker address {text!r} is not host:port (for example localhost:9092, "
+                "or [::1]:9092 for IPv6)",
                 key="bootstrap.servers",
                 value=text,
             )
-        return cls(host=host.strip("[]"), port=int(port_text))
+        return cls(host=host, port=int(port_text))
 
     @classmethod
     def parse_list(cls, text: str | list[str] | tuple[str, ...]) -> list[BrokerAddress]:

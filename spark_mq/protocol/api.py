@@ -52,6 +52,10 @@ class FrameErrorBody(msgspec.Struct, array_like=True):
     error_message: str
 
 
+#: What decoding a body can raise. msgspec raises UnicodeDecodeError, not DecodeError, for
+#: a MessagePack string that is not valid UTF-8; all of them mean a corrupt frame.
+_BODY_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
+
 Req = TypeVar("Req", bound=msgspec.Struct)
 Resp = TypeVar("Resp", bound=msgspec.Struct)
 
@@ -73,13 +77,13 @@ class ApiSpec(Generic[Req, Resp]):
     def decode_request(self, body: memoryview | bytes) -> Req:
         try:
             return self._req_decoder.decode(body)  # type: ignore[attr-defined,no-any-return]
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except _BODY_ERRORS as exc:
             raise CorruptFrameError(f"{self.key.name} request body: {exc}") from exc
 
     def decode_response(self, body: memoryview | bytes) -> Resp:
         try:
             return self._resp_decoder.decode(body)  # type: ignore[attr-defined,no-any-return]
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except _BODY_ERRORS as exc:
             raise CorruptFrameError(f"{self.key.name} response body: {exc}") from exc
 
 
@@ -189,5 +193,5 @@ def decode_frame_error(frame: ResponseFrame) -> FrameErrorBody:
     """The body of a response frame with a non-zero ``frame_error``."""
     try:
         return _FRAME_ERROR_DECODER.decode(frame.body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except _BODY_ERRORS as exc:
         raise CorruptFrameError(f"frame error body: {exc}") from exc

@@ -16,8 +16,9 @@ Every message is one length-prefixed frame. All integers are big-endian (network
     +--------+----------------+-------------+----------+------+---------+
 
 ``size`` counts the bytes after itself. ``body`` is the MessagePack encoding of the API's
-request or response type (``spark_mq.protocol.messages``). ``records`` is everything after
-the body up to the end of the frame: the record batch bytes of every partition the body
+request or response type (one module per API family, registered in
+``spark_mq.protocol.api``). ``records`` is everything after the body up to the end of the
+frame: the record batch bytes of every partition the body
 names, in the body's order, each partition's ``records_size`` bytes long, exactly as stored
 in the log. Keeping them out of the MessagePack body lets the broker send a fetch response
 straight from its segment files (``sendfile``) and append produced bytes with no copy.
