@@ -5,6 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh dev
+# The client benchmark's smoke tests compare against Redis Streams (Debian's redis-server).
+# Install it where we may (CI runs as root); elsewhere those few tests say they were skipped.
+if ! command -v redis-server >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "== installing redis-server (Debian package) for the benchmark smoke tests"
+  (apt-get install -y -q redis-server >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q redis-server >/dev/null 2>&1; }) ||
+    echo "   could not install redis-server; the Redis smoke tests will be skipped"
+fi
 echo "== ruff"
 "$PY" -m ruff check .
 "$PY" -m ruff format --check .

@@ -3,6 +3,15 @@
 import doctest
 
 import spark_mq
+import spark_mq.client.admin
+import spark_mq.client.config
+import spark_mq.client.consumer
+import spark_mq.client.futures
+import spark_mq.client.interceptors
+import spark_mq.client.partitioner
+import spark_mq.client.producer
+import spark_mq.client.records
+import spark_mq.client.subscription_state
 import spark_mq.config
 import spark_mq.storage.batch_decoder
 import spark_mq.storage.codecs
@@ -11,6 +20,26 @@ import spark_mq.storage.log_config
 import spark_mq.storage.record_batch
 
 EXPECTED = {
+    "Admin",
+    "AdminConfig",
+    "BatchMetadata",
+    "BufferExhaustedError",
+    "CONSUMER_SCHEMA",
+    "Consumer",
+    "ConsumerConfig",
+    "ConsumerRecord",
+    "DeliveryTimeoutError",
+    "FutureBatchMetadata",
+    "FutureRecordMetadata",
+    "NoOffsetForPartitionError",
+    "OffsetAndTimestamp",
+    "PartitionDescription",
+    "Producer",
+    "ProducerConfig",
+    "ProducerRecord",
+    "RecordMetadata",
+    "TopicDescription",
+    "TopicPartition",
     "CleanerStats",
     "LogCleaner",
     "CorruptCheckpointError",
@@ -74,6 +103,15 @@ def test_docstring_examples_run() -> None:
         spark_mq.storage.log_config,
         spark_mq.storage.record_batch,
         spark_mq.storage.batch_decoder,
+        spark_mq.client.admin,
+        spark_mq.client.config,
+        spark_mq.client.consumer,
+        spark_mq.client.futures,
+        spark_mq.client.interceptors,
+        spark_mq.client.partitioner,
+        spark_mq.client.producer,
+        spark_mq.client.records,
+        spark_mq.client.subscription_state,
     ):
         result = doctest.testmod(module)
         assert result.failed == 0, module.__name__

@@ -1,0 +1,506 @@
+"""Broker configuration: Kafka's ``server.properties`` keys, typed and checked once.
+
+Two objects come out of one properties mapping (a file, ``--override`` flags, a dict):
+
+- :class:`BrokerConfig`: the broker's own settings (listeners, limits, background jobs);
+- a :class:`~spark_mq.storage.log_config.LogConfig` of topic defaults, from the broker keys
+  Kafka uses for them (``log.retention.ms`` is the default of the topic key ``retention.ms``,
+  ``message.max.bytes`` of ``max.message.bytes``; the whole map is :data:`TOPIC_DEFAULT_KEYS`).
+
+:class:`ServerConfig` holds both. Aliases accepted as Kafka does: ``log.dir`` for
+``log.dirs``, ``broker.id`` for ``node.id``, ``log.retention.hours`` / ``.minutes`` and
+``log.roll.hours`` for their ``.ms`` forms. An unknown key raises
+:class:`~spark_mq.errors.ConfigError` naming the closest valid one.
+
+    >>> cfg = ServerConfig.from_properties({"log.dirs": "/tmp/mq", "log.retention.hours": "1"})
+    >>> cfg.broker.log_dir, cfg.log_defaults.retention_ms
+    ('/tmp/mq', 3600000)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from spark_mq.config import (
+    Config,
+    at_least,
+    parse_bool,
+    parse_int,
+    parse_list,
+    setting,
+)
+from spark_mq.errors import ConfigError
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.storage.log_config import LogConfig
+
+#: Broker key -> topic key of the LogConfig default it sets (Kafka's mapping).
+TOPIC_DEFAULT_KEYS: Final[Mapping[str, str]] = {
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.roll.jitter.ms": "segment.jitter.ms",
+    "log.index.size.max.bytes": "segment.index.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "message.max.bytes": "max.message.bytes",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.segment.delete.delay.ms": "file.delete.delay.ms",
+    "compression.type": "compression.type",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "log.preallocate": "preallocate",
+}
+
+#: Alias -> (canonical key, factor applied to an integer value).
+_ALIASES: Final[Mapping[str, tuple[str, int]]] = {
+    "log.dir": ("log.dirs", 0),
+    "broker.id": ("node.id", 0),
+    "log.retention.hours": ("log.retention.ms", 3_600_000),
+    "log.retention.minutes": ("log.retention.ms", 60_000),
+    "log.roll.hours": ("log.roll.ms", 3_600_000),
+}
+
+#: The listener schemes: Kafka's PLAINTEXT (TCP) and our UNIX (a local socket). ``UNIX://``
+#: with no path means the default socket of the log directory (see ``local.socket_path``).
+LISTENER_SCHEMES: Final = ("PLAINTEXT", "UNIX")
+
+#: Defaults of the embedded local broker (``--local``, what ensure_broker starts) unless the
+#: configuration sets them: a Unix socket plus an ephemeral loopback TCP port, idle exit.
+LOCAL_DEFAULTS: Final[Mapping[str, str]] = {
+    "listeners": "UNIX://,PLAINTEXT://127.0.0.1:0",
+    "broker.idle.exit.ms": "60000",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Listener:
+    """One listener: ``PLAINTEXT://host:port`` (port 0 = ephemeral) or ``UNIX://path``."""
+
+    scheme: str
+    host: str = ""
+    port: int = 0
+    unix_path: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Listener:
+        scheme, sep, rest = text.strip().partition("://")
+        scheme = scheme.upper()
+        if not sep or scheme not in LISTENER_SCHEMES:
+            raise ConfigError(
+                f"listener {text!r} must look like PLAINTEXT://127.0.0.1:9092 or UNIX://"
+                "/path/to.sock (UNIX:// alone: the log directory's default socket)",
+                key="listeners",
+                value=text,
+            )
+        if scheme == "UNIX":
+            return cls("UNIX", unix_path=rest or None)
+        host, colon, port_text = rest.rpartition(":")
+        if not colon or not (port_text.isascii() and port_text.isdigit()):
+            raise ConfigError(
+                f"listener {text!r} needs a port: PLAINTEXT://host:port (0 picks a free one)",
+                key="listeners",
+                value=text,
+            )
+        port = int(port_text)
+        if port > 65535:
+            raise ConfigError(
+                f"listener {text!r}: port {port} is above 65535", key="listeners", value=text
+            )
+        # Kafka: an empty host binds every interface.
+        return cls("PLAINTEXT", host=host.strip("[]") or "0.0.0.0", port=port)
+
+    def __str__(self) -> str:
+        if self.scheme == "UNIX":
+            return f"UNIX://{self.unix_path or ''}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"PLAINTEXT://{host}:{self.port}"
+
+
+def _check_listeners(key: str, value: Any) -> None:
+    if not value:
+        raise ConfigError(f"{key} must name at least one listener", key=key, value=value)
+    parsed = [Listener.parse(item) for item in value]
+    if sum(1 for listener in parsed if listener.scheme == "UNIX") > 1:
+        raise ConfigError(f"{key} may hold at most one UNIX listener", key=key, value=value)
+
+
+def _check_one_dir(key: str, value: Any) -> None:
+    if len(value) > 1:
+        raise ConfigError(
+            f"{key} names {len(value)} directories; a spark_mq broker owns exactly one log "
+            "directory: run one broker per directory",
+            key=key,
+            value=value,
+        )
+
+
+def _never_or_at_least(minimum: int) -> Any:
+    """0 or -1 means never (idle exit off), otherwise at least ``minimum``."""
+
+    def check(key: str, value: Any) -> None:
+        if value not in (0, -1) and value < minimum:
+            raise ConfigError(
+                f"{key} must be -1 or 0 (never) or at least {minimum}, got {value}",
+                key=key,
+                value=value,
+            )
+
+    return check
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig(Config):
+    """The broker's own settings (topic defaults are the ``log_defaults`` of ServerConfig)."""
+
+    component = "broker"
+
+    log_dirs: tuple[str, ...] = setting(
+        "log.dirs",
+        (),
+        "The log directory this broker owns (exactly one; log.dir is accepted too).",
+        parse=parse_list,
+        check=_check_one_dir,
+    )
+    listeners: tuple[str, ...] = setting(
+        "listeners",
+        ("PLAINTEXT://127.0.0.1:9092", "UNIX://"),
+        "Where to accept connections: PLAINTEXT://host:port (TCP; port 0 picks a free port; an "
+        "empty host binds every interface) and UNIX://path (a local socket; UNIX:// alone puts "
+        "it in the log directory). The default listens on loopback only.",
+        parse=parse_list,
+        check=_check_listeners,
+    )
+    node_id: int = setting(
+        "node.id",
+        0,
+        "This broker's id (broker.id is accepted too).",
+        parse=parse_int,
+        check=at_least(0),
+    )
+    num_partitions: int = setting(
+        "num.partitions",
+        1,
+        "Partitions of an auto-created topic, and of a CreateTopics request that gives -1.",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    default_replication_factor: int = setting(
+        "default.replication.factor",
+        1,
+        "Replication factor of auto-created topics (one node: must be 1).",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    auto_create_topics_enable: bool = setting(
+        "auto.create.topics.enable",
+        True,
+        "Create a topic when a producer writes to it or a Metadata request asks for it.",
+        parse=parse_bool,
+    )
+    socket_request_max_bytes: int = setting(
+        "socket.request.max.bytes",
+        100 * 1024 * 1024,
+        "Largest request frame accepted; a larger size prefix closes the connection.",
+        parse=parse_int,
+        check=at_least(1024),
+    )
+    connections_max_idle_ms: int = setting(
+        "connections.max.idle.ms",
+        600_000,
+        "Close a connection that sent nothing for this long.",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    log_retention_check_interval_ms: int = setting(
+        "log.retention.check.interval.ms",
+        300_000,
+        "How often retention (retention.ms, retention.bytes, log start) is applied.",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    log_cleaner_enable: bool = setting(
+        "log.cleaner.enable",
+        True,
+        "Run the log cleaner (compaction of topics with cleanup.policy=compact).",
+        parse=parse_bool,
+    )
+    log_cleaner_backoff_ms: int = setting(
+        "log.cleaner.backoff.ms",
+        15_000,
+        "Pause between log cleaner passes.",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    log_flush_scheduler_interval_ms: int = setting(
+        "log.flush.scheduler.interval.ms",
+        1_000,
+        "How often logs are checked for a due flush.ms. Kafka's default is never "
+        "(Long.MAX_VALUE), which lets an idle topic with flush.ms go unflushed; checking is "
+        "cheap, so we check every second.",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    log_flush_offset_checkpoint_interval_ms: int = setting(
+        "log.flush.offset.checkpoint.interval.ms",
+        60_000,
+        "How often recovery points and log start offsets are checkpointed.",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    producer_id_expiration_check_interval_ms: int = setting(
+        "producer.id.expiration.check.interval.ms",
+        600_000,
+        "How often producers idle for producer.id.expiration.ms are forgotten.",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    broker_idle_exit_ms: int = setting(
+        "broker.idle.exit.ms",
+        -1,
+        "spark_mq only: exit after this long with no connection and no request (0 or -1: "
+        "never). The embedded local broker uses 60000 unless told otherwise.",
+        parse=parse_int,
+        check=_never_or_at_least(1),
+    )
+    shutdown_timeout_ms: int = setting(
+        "broker.shutdown.timeout.ms",
+        10_000,
+        "spark_mq only: on shutdown, how long in-flight requests (and a running cleaner pass) "
+        "may take before connections are cut.",
+        parse=parse_int,
+        check=at_least(0),
+    )
+
+    @property
+    def log_dir(self) -> str:
+        """The one log directory (ConfigError if none was given)."""
+        if not self.log_dirs:
+            raise ConfigError(
+                "no log directory: set log.dirs in the properties file or pass --log-dir DIR",
+                key="log.dirs",
+            )
+        return self.log_dirs[0]
+
+    @property
+    def idle_exit_ms(self) -> int | None:
+        """``broker.idle.exit.ms`` as a duration, None for never."""
+        return None if self.broker_idle_exit_ms <= 0 else self.broker_idle_exit_ms
+
+    def parsed_listeners(self) -> list[Listener]:
+        return [Listener.parse(item) for item in self.listeners]
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """A broker's whole configuration: its own settings and the topic defaults."""
+
+    broker: BrokerConfig
+    log_defaults: LogConfig
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, object] | None = None) -> ServerConfig:
+        """Split ``props`` into broker keys and ``log.*`` topic defaults; resolve aliases."""
+        broker_props: dict[str, object] = {}
+        topic_props: dict[str, object] = {}
+        broker_keys = BrokerConfig.settings()
+        for raw_key, raw_value in (props or {}).items():
+            key, value = _resolve_alias(raw_key.strip(), raw_value)
+            if key in TOPIC_DEFAULT_KEYS:
+                topic_props[TOPIC_DEFAULT_KEYS[key]] = value
+            elif key in broker_keys or key.replace("_", ".") in broker_keys:
+                broker_props[key] = value
+            else:
+                valid = sorted([*broker_keys, *TOPIC_DEFAULT_KEYS, *_ALIASES])
+                close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(
+                    f"unknown broker setting {raw_key!r}{hint} (topic settings such as "
+                    "retention.ms take their log. form here, e.g. log.retention.ms; see "
+                    "docs/broker.md for every key)",
+                    key=raw_key,
+                )
+        broker = BrokerConfig.from_properties(broker_props)
+        try:
+            log_defaults = LogConfig.from_properties(topic_props)
+        except ConfigError as exc:
+            broker_key = _broker_key_for(exc.key)
+            raise ConfigError(
+                str(exc).replace(exc.key or "", broker_key, 1) if exc.key else str(exc),
+                key=broker_key,
+                value=exc.value,
+            ) from exc
+        return cls(broker, log_defaults)
+
+    def with_overrides(self, props: Mapping[str, object]) -> ServerConfig:
+        """A copy with ``props`` applied on top of this config's non-default settings."""
+        return ServerConfig.from_properties({**self.to_properties(only_set=True), **props})
+
+    def to_properties(self, *, only_set: bool = False) -> dict[str, str]:
+        """Every setting under its broker key (DescribeConfigs of the broker resource)."""
+        broker = self.broker.overrides() if only_set else self.broker.to_properties()
+        topic = self.log_defaults.overrides() if only_set else self.log_defaults.to_properties()
+        by_topic_key = {v: k for k, v in TOPIC_DEFAULT_KEYS.items()}
+        out = dict(broker)
+        for key, value in topic.items():
+            if key in by_topic_key:  # a topic key without a broker default stays topic-only
+                out[by_topic_key[key]] = value
+        return out
+
+    @staticmethod
+    def documentation(broker_key: str) -> str | None:
+        """The doc string of a broker key (or of the topic default it sets)."""
+        field = BrokerConfig.settings().get(broker_key)
+        if field is None and broker_key in TOPIC_DEFAULT_KEYS:
+            field = LogConfig.settings().get(TOPIC_DEFAULT_KEYS[broker_key])
+        return None if field is None else str(field.metadata["doc"])
+
+
+def _resolve_alias(key: str, value: object) -> tuple[str, object]:
+    alias = _ALIASES.get(key)
+    if alias is None:
+        return key, value
+    canonical, factor = alias
+    if factor:
+        value = parse_int(key, value) * factor
+    return canonical, value
+
+
+def _broker_key_for(topic_key: str | None) -> str:
+    for broker_key, key in TOPIC_DEFAULT_KEYS.items():
+        if key == topic_key:
+            return broker_key
+    return topic_key or "?"
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties files
+
+
+def parse_properties(text: str, *, source: str = "<properties>") -> dict[str, str]:
+    """Parse Java ``.properties`` text: ``key=value``, ``key: value`` or ``key value``.
+
+    ``#`` and ``!`` start comment lines; a line ending in an odd number of backslashes
+    continues on the next one. Escapes (``\\t``, ``\\n``, ``\\\\``, ``\\=``) are decoded. A
+    key given twice keeps the last value, as Java does.
+    """
+    out: dict[str, str] = {}
+    logical: list[str] = []
+    for line in _logical_lines(text.splitlines()):
+        logical.append(line)
+    for number, line in enumerate(logical, 1):
+        stripped = line.lstrip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        key, value = _split_property(stripped)
+        if not key:
+            raise ConfigError(f"{source}: line {number} has a value but no key: {line!r}")
+        out[_unescape(key)] = _unescape(value)
+    return out
+
+
+def _logical_lines(lines: Iterable[str]) -> Iterable[str]:
+    pending = ""
+    for raw in lines:
+        line = pending + (raw.lstrip() if pending else raw)
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending = line[:-1]
+            continue
+        pending = ""
+        yield line
+    if pending:
+        yield pending
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "=: \t":
+            key = line[:i]
+            rest = line[i:].lstrip(" \t")
+            if rest[:1] in ("=", ":") and ch in " \t":
+                rest = rest[1:].lstrip(" \t")
+            elif ch in "=:":
+                rest = line[i + 1 :].lstrip(" \t")
+            return key, rest
+        i += 1
+    return line, ""
+
+
+_ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and i + 6 <= len(text):
+                try:
+                    out.append(chr(int(text[i + 2 : i + 6], 16)))
+                    i += 6
+                    continue
+                except ValueError:
+                    pass
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def read_properties_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Read a ``.properties`` file (UTF-8), naming the file in every error."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read broker config file {path}: {exc.strerror or exc}", key="--config"
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"broker config file {path} is not UTF-8 text: {exc}") from exc
+    return parse_properties(text, source=str(path))
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """``key=value`` from a ``--override`` flag."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(
+            f"--override {text!r} must be key=value, e.g. --override log.retention.ms=60000",
+            key="--override",
+            value=text,
+        )
+    return key.strip(), value.strip()
+
+
+def advertised(listener: Listener, bound: BrokerAddress) -> BrokerAddress:
+    """The address clients should use for ``listener`` once bound (``bound`` has the real
+    port): a wildcard host is advertised as loopback, since that is what works locally."""
+    if bound.unix_path is not None:
+        return bound
+    host = bound.host
+    if host in ("0.0.0.0", "", "::"):
+        host = "127.0.0.1" if host != "::" else "::1"
+    return BrokerAddress(host=host, port=bound.port)

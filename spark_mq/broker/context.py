@@ -1,0 +1,60 @@
+"""What a request handler gets and returns.
+
+A handler is ``async def handle(ctx, request, records) -> Response | None``: ``request`` is
+the decoded body (the API's request type), ``records`` the frame's records section (a view
+of the frame; copy what must outlive the call), and the result the response body plus the
+record bytes that follow it. ``None`` means no response at all (``acks=0``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.framing import RequestHeader
+from spark_mq.storage.file_records import FileRange
+
+if TYPE_CHECKING:
+    from spark_mq.broker.core import BrokerCore
+
+
+@dataclasses.dataclass(slots=True)
+class Response:
+    """A response body and, after it, each partition's records in body order: file ranges
+    (sent from the segment files with sendfile) or bytes. The connection closes the ranges
+    once sent; whoever drops a Response unsent calls :meth:`close`."""
+
+    body: msgspec.Struct
+    records: list[FileRange | bytes] = dataclasses.field(default_factory=list)
+    #: Close the connection after this response.
+    close_connection: bool = False
+    #: Send nothing (with ``close_connection``: how an acks=0 produce reports a failure).
+    silent: bool = False
+
+    @property
+    def records_size(self) -> int:
+        return sum(r.size if isinstance(r, FileRange) else len(r) for r in self.records)
+
+    def close(self) -> None:
+        for item in self.records:
+            if isinstance(item, FileRange):
+                item.close()
+        self.records = []
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who asked, through which listener, of which broker."""
+
+    core: BrokerCore
+    header: RequestHeader
+    #: The advertised address of the listener the request came through.
+    listener: BrokerAddress
+    peer: str
+
+
+Handler = Callable[[RequestContext, Any, memoryview], Awaitable[Response | None]]

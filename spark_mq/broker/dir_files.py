@@ -1,0 +1,204 @@
+"""The files a broker keeps at the root of the log directory it owns, beside storage's.
+
+``broker.meta.json`` (written by the lock owner only, replaced atomically)::
+
+    {"version": 0, "cluster_id": "<22 url-safe chars>", "epoch": 7}
+
+``epoch`` is the broker epoch: it grows by one every time a broker process takes over the
+directory (after it has the lock and before it serves), so a client can tell a restarted
+broker from the one it knew, and partitions use it as their leader epoch. ``cluster_id`` is
+made on the first start and kept. A crash between taking the lock and the write leaves the
+old epoch; the next start increments from there, so epochs never repeat.
+
+``broker.json`` (the endpoint; written by the lock owner once it accepts connections,
+replaced atomically, removed first thing on shutdown)::
+
+    {"version": 0, "pid": 4242, "epoch": 7, "node_id": 0, "unix_path": "/dir/broker.sock",
+     "host": "127.0.0.1", "port": 40123, "started_ms": 1732190000000}
+
+``unix_path`` or ``host``/``port`` may be null when that listener is not configured. The
+file may be stale (a killed broker cannot remove it): readers check the pid and connect to
+be sure; only the directory lock is the truth about who owns the directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Final
+
+from spark_mq.errors import CorruptCheckpointError
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.storage.checkpoint_file import atomic_write_bytes
+
+META_FILE: Final = "broker.meta.json"
+ENDPOINT_FILE: Final = "broker.json"
+FILE_VERSION: Final = 0
+#: Both files hold a few hundred bytes; anything larger is not ours.
+MAX_FILE_BYTES: Final = 64 * 1024
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    if len(data) > MAX_FILE_BYTES:
+        return None
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(obj, dict) or obj.get("version") != FILE_VERSION:
+        return None
+    return obj
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerMeta:
+    """The persistent identity of the broker of a directory: cluster id and epoch."""
+
+    cluster_id: str
+    epoch: int
+
+    @staticmethod
+    def new_cluster_id() -> str:
+        """22 URL-safe characters, the shape of Kafka's cluster ids."""
+        return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+    @classmethod
+    def read(cls, root: str | os.PathLike[str]) -> BrokerMeta | None:
+        """The stored meta, None if absent; CorruptCheckpointError if unreadable."""
+        path = Path(root) / META_FILE
+        if not path.exists():
+            return None
+        obj = _read_json(path)
+        cluster_id = None if obj is None else obj.get("cluster_id")
+        epoch = None if obj is None else obj.get("epoch")
+        if not isinstance(cluster_id, str) or type(epoch) is not int or epoch < 0:
+            raise CorruptCheckpointError(
+                f"{path} is not a valid broker meta file; if it was damaged, remove it (the "
+                "broker then starts a new cluster id and epochs restart at 1)",
+                path=str(path),
+            )
+        return cls(cluster_id, epoch)
+
+    @classmethod
+    def take_over(cls, root: str | os.PathLike[str]) -> BrokerMeta:
+        """Increment the epoch (creating the file on first start) and persist it.
+
+        Only the holder of the directory lock may call this.
+        """
+        old = cls.read(root)
+        meta = cls(cls.new_cluster_id(), 1) if old is None else cls(old.cluster_id, old.epoch + 1)
+        payload = {"version": FILE_VERSION, "cluster_id": meta.cluster_id, "epoch": meta.epoch}
+        atomic_write_bytes(Path(root) / META_FILE, json.dumps(payload).encode())
+        return meta
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """Where the broker that owns a directory listens (the content of ``broker.json``)."""
+
+    pid: int
+    epoch: int
+    node_id: int
+    unix_path: str | None
+    host: str | None
+    port: int | None
+    started_ms: int
+
+    @property
+    def addresses(self) -> list[BrokerAddress]:
+        """Every address, the local socket first (it is the faster one)."""
+        out = []
+        if self.unix_path:
+            out.append(BrokerAddress(unix_path=self.unix_path))
+        if self.host and self.port:
+            out.append(BrokerAddress(host=self.host, port=self.port))
+        return out
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {"version": FILE_VERSION, **dataclasses.asdict(self)}, sort_keys=True
+        ).encode()
+
+    def write(self, root: str | os.PathLike[str]) -> None:
+        atomic_write_bytes(Path(root) / ENDPOINT_FILE, self.to_json())
+
+    @classmethod
+    def read(cls, root: str | os.PathLike[str]) -> Endpoint | None:
+        """The recorded endpoint, or None if there is none or it cannot be parsed."""
+        obj = _read_json(Path(root) / ENDPOINT_FILE)
+        if obj is None:
+            return None
+        try:
+            endpoint = cls(
+                pid=obj["pid"],
+                epoch=obj["epoch"],
+                node_id=obj["node_id"],
+                unix_path=obj.get("unix_path"),
+                host=obj.get("host"),
+                port=obj.get("port"),
+                started_ms=obj["started_ms"],
+            )
+        except (KeyError, TypeError):
+            return None
+        ints_ok = all(type(v) is int for v in (endpoint.pid, endpoint.epoch, endpoint.started_ms))
+        if not ints_ok or endpoint.pid <= 0:
+            return None
+        return endpoint
+
+    @staticmethod
+    def remove_if_ours(root: str | os.PathLike[str], pid: int, epoch: int) -> None:
+        """Remove ``broker.json`` if it still names this broker (never a successor's)."""
+        current = Endpoint.read(root)
+        if current is not None and current.pid == pid and current.epoch == epoch:
+            Path(root, ENDPOINT_FILE).unlink(missing_ok=True)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` exists (it may be a different one after pid reuse)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+SOCKET_FILE: Final = "broker.sock"
+#: sun_path holds 108 bytes on Linux (104 on macOS), the terminating NUL included.
+MAX_SOCKET_PATH_BYTES: Final = 100
+
+
+def socket_path_for(root: str | os.PathLike[str]) -> str:
+    """Where the broker of ``root`` puts its Unix socket.
+
+    ``<root>/broker.sock`` when that path fits ``sun_path``; otherwise a name derived from
+    the directory's absolute path under a private runtime directory
+    (``$XDG_RUNTIME_DIR/spark-mq`` if that fits too, else ``/tmp/spark-mq-<uid>``, mode
+    0700), so that it is
+    still one fixed path per directory. Either way the path is recorded in ``broker.json``.
+    """
+    absolute = Path(root).resolve()
+    candidate = absolute / SOCKET_FILE
+    if len(os.fsencode(candidate)) <= MAX_SOCKET_PATH_BYTES:
+        return str(candidate)
+    digest = hashlib.sha256(os.fsencode(absolute)).hexdigest()[:32]
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    bases = [Path(runtime) / "spark-mq"] if runtime else []
+    bases.append(Path(f"/tmp/spark-mq-{os.getuid()}"))
+    for base in bases:
+        path = base / f"{digest}.sock"
+        if len(os.fsencode(path)) <= MAX_SOCKET_PATH_BYTES or base == bases[-1]:
+            base.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return str(path)
+    raise AssertionError("unreachable: the last base is always taken")

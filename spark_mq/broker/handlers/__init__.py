@@ -1,0 +1,44 @@
+"""Request handlers, one module per API family, and the table that dispatches to them.
+
+Every handler maps the exceptions of each topic or partition to its ``error_code`` and
+``error_message`` (:func:`~spark_mq.broker.handlers.errors.error_of`); an exception that
+escapes a handler is a broker bug, answered with a ``frame_error`` by the connection.
+ApiVersions advertises exactly the APIs of this table (an API the protocol registry knows
+but the broker does not serve yet is answered with UNSUPPORTED_VERSION).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from spark_mq.broker.context import Handler
+from spark_mq.broker.handlers.configs import handle_alter_configs, handle_describe_configs
+from spark_mq.broker.handlers.fetch import handle_fetch
+from spark_mq.broker.handlers.metadata import handle_api_versions, handle_metadata
+from spark_mq.broker.handlers.offsets import handle_delete_records, handle_list_offsets
+from spark_mq.broker.handlers.produce import handle_produce
+from spark_mq.broker.handlers.producer_id import handle_init_producer_id
+from spark_mq.broker.handlers.topics import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_topics,
+)
+from spark_mq.protocol.api import ApiKey
+
+HANDLERS: Final[Mapping[ApiKey, Handler]] = {
+    ApiKey.PRODUCE: handle_produce,
+    ApiKey.FETCH: handle_fetch,
+    ApiKey.LIST_OFFSETS: handle_list_offsets,
+    ApiKey.METADATA: handle_metadata,
+    ApiKey.API_VERSIONS: handle_api_versions,
+    ApiKey.CREATE_TOPICS: handle_create_topics,
+    ApiKey.DELETE_TOPICS: handle_delete_topics,
+    ApiKey.DELETE_RECORDS: handle_delete_records,
+    ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+    ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: handle_alter_configs,
+    ApiKey.CREATE_PARTITIONS: handle_create_partitions,
+}
+
+__all__ = ["HANDLERS"]

@@ -1,0 +1,163 @@
+"""DescribeConfigs (32) and AlterConfigs (33).
+
+Topic resources are described with their effective config (the broker's topic defaults with
+the topic's overrides applied; ``is_default`` is false for an override) and altered
+incrementally: a key set to a value is set, a key set to None is removed so the default
+applies again, other keys keep their values. The broker resource (name ``""`` or the node
+id) can be described, read-only: its settings come from ``conf/broker.properties`` and the
+command line, and change with a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from spark_mq.broker.context import RequestContext, Response
+from spark_mq.broker.handlers.errors import error_of
+from spark_mq.errors import InvalidRequestError
+from spark_mq.protocol.admin import (
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+    AlterConfigsRequest,
+    AlterConfigsResource,
+    AlterConfigsResponse,
+    AlterConfigsResult,
+    ConfigEntry,
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+)
+from spark_mq.storage.log_config import LogConfig
+
+if TYPE_CHECKING:
+    from spark_mq.broker.core import BrokerCore
+
+
+def _check_broker_name(core: BrokerCore, name: str) -> None:
+    if name not in ("", str(core.node_id)):
+        raise InvalidRequestError(
+            f"broker resource {name!r} is not this broker; use '' or {core.node_id!s}"
+        )
+
+
+def _entries(
+    values: dict[str, str],
+    explicit: set[str],
+    keys: list[str] | None,
+    *,
+    read_only: bool,
+    docs: bool,
+    doc_of: Mapping[str, str | None],
+) -> list[ConfigEntry]:
+    wanted = sorted(values) if keys is None else [k for k in keys if k in values]
+    return [
+        ConfigEntry(
+            name=key,
+            value=values[key],
+            read_only=read_only,
+            is_default=key not in explicit,
+            documentation=doc_of.get(key) if docs else None,
+        )
+        for key in wanted
+    ]
+
+
+def _describe_one(
+    core: BrokerCore, resource: DescribeConfigsResource, docs: bool
+) -> DescribeConfigsResult:
+    if resource.resource_type == RESOURCE_TOPIC:
+        info = core.logs.describe_topic(resource.resource_name)
+        values = info.config.to_properties()
+        doc_of = {k: str(f.metadata["doc"]) for k, f in LogConfig.settings().items()}
+        entries = _entries(
+            values,
+            set(info.config_overrides),
+            resource.configuration_keys,
+            read_only=False,
+            docs=docs,
+            doc_of=doc_of,
+        )
+    elif resource.resource_type == RESOURCE_BROKER:
+        _check_broker_name(core, resource.resource_name)
+        values = core.config.to_properties()
+        explicit = set(core.config.to_properties(only_set=True))
+        broker_docs = {k: core.config.documentation(k) for k in values}
+        entries = _entries(
+            values,
+            explicit,
+            resource.configuration_keys,
+            read_only=True,
+            docs=docs,
+            doc_of=broker_docs,
+        )
+    else:
+        raise InvalidRequestError(
+            f"resource_type {resource.resource_type} is not supported; use {RESOURCE_TOPIC} "
+            f"(topic) or {RESOURCE_BROKER} (broker)"
+        )
+    return DescribeConfigsResult(0, resource.resource_type, resource.resource_name, entries)
+
+
+async def handle_describe_configs(
+    ctx: RequestContext, request: DescribeConfigsRequest, _: memoryview
+) -> Response:
+    results = []
+    for resource in request.resources:
+        try:
+            results.append(_describe_one(ctx.core, resource, request.include_documentation))
+        except Exception as exc:
+            code, message = error_of(exc, f"describe configs of {resource.resource_name!r}")
+            results.append(
+                DescribeConfigsResult(
+                    code, resource.resource_type, resource.resource_name, [], message
+                )
+            )
+    return Response(DescribeConfigsResponse(results))
+
+
+def _alter_one(core: BrokerCore, resource: AlterConfigsResource, validate_only: bool) -> None:
+    if resource.resource_type == RESOURCE_BROKER:
+        _check_broker_name(core, resource.resource_name)
+        raise InvalidRequestError(
+            "broker settings are read-only while the broker runs: edit conf/broker.properties "
+            "(or the --override flags) and restart the broker"
+        )
+    if resource.resource_type != RESOURCE_TOPIC:
+        raise InvalidRequestError(
+            f"resource_type {resource.resource_type} is not supported; use {RESOURCE_TOPIC} (topic)"
+        )
+    name = resource.resource_name
+    if validate_only:
+        info = core.logs.describe_topic(name)
+        merged: dict[str, object] = dict(info.config_overrides)
+        for key, value in resource.configs.items():
+            canonical = LogConfig._field_for(key).metadata["key"]
+            if value is None:
+                merged.pop(canonical, None)
+            else:
+                merged[canonical] = value
+        core.logs.default_config.with_overrides(merged)
+        return
+    core.logs.alter_topic_config(name, resource.configs)
+
+
+def _alter(core: BrokerCore, request: AlterConfigsRequest) -> AlterConfigsResponse:
+    results = []
+    for resource in request.resources:
+        try:
+            _alter_one(core, resource, request.validate_only)
+            results.append(AlterConfigsResult(0, resource.resource_type, resource.resource_name))
+        except Exception as exc:
+            code, message = error_of(exc, f"alter configs of {resource.resource_name!r}")
+            results.append(
+                AlterConfigsResult(code, resource.resource_type, resource.resource_name, message)
+            )
+    return AlterConfigsResponse(results)
+
+
+async def handle_alter_configs(
+    ctx: RequestContext, request: AlterConfigsRequest, _: memoryview
+) -> Response:
+    return Response(await ctx.core.run_blocking(_alter, ctx.core, request))

@@ -1,0 +1,155 @@
+"""Fetch (key 1): read whole batches from several partitions, with long polling.
+
+One pass reads every partition in request order. Each read is bounded by the partition's
+``partition_max_bytes`` and by what is left of the request's ``max_bytes``, except that the
+first batch of the first partition with data is always returned whole (Kafka's
+``minOneMessage``), so a batch larger than the limits never blocks a consumer. Reads stop at
+the high watermark (``isolation_level`` 0) or the last stable offset (1, with the aborted
+transactions of the range so the reader can drop their batches).
+
+If the pass found fewer than ``min_bytes`` bytes, no partition failed and ``max_wait_ms``
+has not passed, the handler waits for an append to any of the partitions (per-partition
+waiters, no polling) and reads again. The records are not read here: each partition's
+``FileRange`` is sent from the segment file by the connection with ``sendfile``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING
+
+from spark_mq.broker.context import RequestContext, Response
+from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.partition import Partition
+from spark_mq.errors import InvalidRequestError
+from spark_mq.protocol.fetch import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    AbortedTransaction,
+    FetchPartitionResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchTopicResponse,
+)
+from spark_mq.storage.file_records import FileRange
+from spark_mq.storage.log import FetchIsolation
+
+if TYPE_CHECKING:
+    from spark_mq.broker.core import BrokerCore
+
+
+@dataclasses.dataclass(slots=True)
+class _Pass:
+    """The outcome of reading every partition once."""
+
+    topics: list[FetchTopicResponse] = dataclasses.field(default_factory=list)
+    ranges: list[FileRange | bytes] = dataclasses.field(default_factory=list)
+    partitions: list[Partition] = dataclasses.field(default_factory=list)
+    total_bytes: int = 0
+    failed: bool = False
+
+    def close(self) -> None:
+        for item in self.ranges:
+            if isinstance(item, FileRange):
+                item.close()
+        self.ranges = []
+
+
+def _read_pass(core: BrokerCore, request: FetchRequest, isolation: FetchIsolation) -> _Pass:
+    out = _Pass()
+    remaining = request.max_bytes
+    for topic in request.topics:
+        responses: list[FetchPartitionResponse] = []
+        for fp in topic.partitions:
+            where = f"{topic.name}-{fp.partition}"
+            part: Partition | None = None
+            try:
+                part = core.replicas.partition(topic.name, fp.partition)
+                part.check_leader_epoch(fp.current_leader_epoch)
+                first_data = out.total_bytes == 0
+                limit = max(0, min(fp.partition_max_bytes, remaining))
+                info = part.log.read(
+                    fp.fetch_offset, limit, isolation=isolation, min_one_message=first_data
+                )
+            except Exception as exc:
+                code, message = error_of(exc, f"fetch from {where}")
+                out.failed = True
+                log = None if part is None else part.log
+                responses.append(
+                    FetchPartitionResponse(
+                        partition=fp.partition,
+                        error_code=code,
+                        high_watermark=-1 if log is None else log.high_watermark,
+                        last_stable_offset=-1 if log is None else log.last_stable_offset,
+                        log_start_offset=-1 if log is None else log.log_start_offset,
+                        records_size=0,
+                        error_message=message,
+                    )
+                )
+                continue
+            out.partitions.append(part)
+            size = info.size_bytes
+            if info.records is not None:
+                out.ranges.append(info.records)
+                out.total_bytes += size
+                remaining -= size
+            aborted = None
+            if isolation is FetchIsolation.TXN_COMMITTED:
+                aborted = [
+                    AbortedTransaction(a.producer_id, a.first_offset)
+                    for a in info.aborted_transactions or ()
+                ]
+            responses.append(
+                FetchPartitionResponse(
+                    partition=fp.partition,
+                    error_code=0,
+                    high_watermark=info.high_watermark,
+                    last_stable_offset=info.last_stable_offset,
+                    log_start_offset=info.log_start_offset,
+                    records_size=size,
+                    aborted_transactions=aborted,
+                )
+            )
+        out.topics.append(FetchTopicResponse(topic.name, responses))
+    return out
+
+
+def _invalid(request: FetchRequest, message: str) -> Response:
+    code, text = error_of(InvalidRequestError(message), "fetch")
+    topics = [
+        FetchTopicResponse(
+            t.name,
+            [
+                FetchPartitionResponse(p.partition, code, -1, -1, -1, 0, None, text)
+                for p in t.partitions
+            ],
+        )
+        for t in request.topics
+    ]
+    return Response(FetchResponse(error_code=0, topics=topics))
+
+
+async def handle_fetch(ctx: RequestContext, request: FetchRequest, _: memoryview) -> Response:
+    core = ctx.core
+    if request.isolation_level == READ_COMMITTED:
+        isolation = FetchIsolation.TXN_COMMITTED
+    elif request.isolation_level == READ_UNCOMMITTED:
+        isolation = FetchIsolation.HIGH_WATERMARK
+    else:
+        return _invalid(
+            request,
+            f"isolation_level {request.isolation_level} is not 0 (read_uncommitted) or 1 "
+            "(read_committed)",
+        )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0, request.max_wait_ms) / 1000
+    while True:
+        result = _read_pass(core, request, isolation)
+        wait_s = deadline - loop.time()
+        done = result.total_bytes >= request.min_bytes or result.failed or wait_s <= 0
+        # A closing broker answers with what it has instead of waiting.
+        if done or core.replicas.closing:
+            return Response(FetchResponse(error_code=0, topics=result.topics), result.ranges)
+        result.close()
+        await core.replicas.wait_for_append(result.partitions, wait_s)

@@ -1,0 +1,87 @@
+"""Metadata (key 3) and ApiVersions (key 18): what this broker is and what it hosts."""
+
+from __future__ import annotations
+
+import spark_mq
+from spark_mq.broker.context import RequestContext, Response
+from spark_mq.broker.handlers.errors import error_of
+from spark_mq.protocol.api import APIS
+from spark_mq.protocol.api_versions import (
+    ApiVersionRange,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+)
+from spark_mq.protocol.metadata import (
+    BrokerMetadata,
+    MetadataRequest,
+    MetadataResponse,
+    PartitionMetadata,
+    TopicMetadata,
+)
+
+
+async def handle_api_versions(
+    ctx: RequestContext, request: ApiVersionsRequest, _: memoryview
+) -> Response:
+    core = ctx.core
+    served = core.served_apis
+    return Response(
+        ApiVersionsResponse(
+            error_code=0,
+            api_keys=[
+                ApiVersionRange(int(spec.key), spec.min_version, spec.max_version)
+                for spec in APIS.values()
+                if spec.key in served
+            ],
+            broker_id=core.node_id,
+            broker_epoch=core.epoch,
+            cluster_id=core.cluster_id,
+            software_version=spark_mq.__version__,
+        )
+    )
+
+
+def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool) -> TopicMetadata:
+    core = ctx.core
+    try:
+        core.replicas.require_topic(name, allow_create=allow_create)
+        partitions = [
+            PartitionMetadata(
+                error_code=0,
+                partition=part.index,
+                leader_id=core.node_id,
+                leader_epoch=part.leader_epoch,
+                replicas=part.replicas,
+                isr=part.isr,
+            )
+            for part in core.replicas.partitions_of(name)
+        ]
+    except Exception as exc:
+        code, message = error_of(exc, f"metadata of topic {name!r}")
+        return TopicMetadata(code, name, [], error_message=message)
+    return TopicMetadata(0, name, partitions)
+
+
+def _metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
+    core = ctx.core
+    names = core.logs.list_topics() if request.topics is None else request.topics
+    listener = ctx.listener
+    host = str(listener) if listener.unix_path is not None else listener.host
+    broker = BrokerMetadata(core.node_id, host, listener.port)
+    return MetadataResponse(
+        brokers=[broker],
+        cluster_id=core.cluster_id,
+        controller_id=core.node_id,
+        topics=[_topic_metadata(ctx, n, request.allow_auto_topic_creation) for n in names],
+    )
+
+
+async def handle_metadata(ctx: RequestContext, request: MetadataRequest, _: memoryview) -> Response:
+    core = ctx.core
+    needs_create = request.allow_auto_topic_creation and any(
+        not core.logs.topic_exists(n) for n in request.topics or ()
+    )
+    if needs_create:
+        # Creating topics fsyncs: keep it off the event loop.
+        return Response(await core.run_blocking(_metadata, ctx, request))
+    return Response(_metadata(ctx, request))

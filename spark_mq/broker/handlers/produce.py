@@ -1,0 +1,161 @@
+"""Produce (key 0): validate and append record batches, partition by partition.
+
+Each partition's bytes are checked in full before anything of that partition is written:
+every batch's header and CRC (``validate_batch``), its size against the topic's
+``max.message.bytes``, and its Arrow body (``validate_batch_body``: a CRC only proves the
+producer's bytes arrived intact, not that a reader can decode them). The log then appends
+with the producer state rules (idempotence). Partitions succeed or fail independently, as in
+Kafka. ``acks=0`` gets no response; if any partition failed, the connection is closed
+instead, which is how Kafka tells a fire-and-forget producer that something went wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Final
+
+from spark_mq.broker.context import RequestContext, Response
+from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.partition import Partition
+from spark_mq.errors import (
+    CorruptRecordError,
+    InvalidRequestError,
+    InvalidRequiredAcksError,
+    RecordTooLargeError,
+)
+from spark_mq.protocol.framing import split_records
+from spark_mq.protocol.produce import (
+    ProducePartitionResponse,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopicResponse,
+)
+from spark_mq.storage.batch_decoder import validate_batch, validate_batch_body
+
+if TYPE_CHECKING:
+    from spark_mq.broker.core import BrokerCore
+
+#: Requests with at least this many record bytes are appended on an executor thread, so that
+#: decompressing and validating large bodies does not stall other connections; smaller ones
+#: are appended on the event loop, where they cost less than the hop to a thread.
+INLINE_APPEND_MAX_BYTES: Final = 256 * 1024
+
+
+@dataclasses.dataclass(slots=True)
+class _Job:
+    topic: str
+    partition: int
+    data: memoryview
+    error: tuple[int, str] | None = None
+    result: ProducePartitionResponse | None = None
+    appended: Partition | None = None
+
+
+def validate_records(data: memoryview, max_message_bytes: int, where: str) -> None:
+    """Check every batch of ``data`` (header, CRC, size, body); raise before any append."""
+    pos = 0
+    while pos < len(data):
+        try:
+            header = validate_batch(data, pos)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(
+                f"{where}: corrupt record batch at byte {pos} of the request ({exc}); nothing "
+                "was appended to this partition"
+            ) from exc
+        if header.size > max_message_bytes:
+            raise RecordTooLargeError(
+                f"{where}: a record batch of {header.size} bytes exceeds the topic's "
+                f"max.message.bytes={max_message_bytes}; send smaller batches (batch.size, "
+                "max.request.size) or raise the topic's max.message.bytes",
+                size_bytes=header.size,
+                max_bytes=max_message_bytes,
+            )
+        try:
+            validate_batch_body(data, pos, header)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(
+                f"{where}: record batch at byte {pos} has a valid CRC but an unreadable body "
+                f"({exc}); nothing was appended to this partition"
+            ) from exc
+        pos += header.size
+
+
+def _append_all(core: BrokerCore, jobs: list[_Job]) -> None:
+    """Validate and append every job without an error yet (any thread)."""
+    for job in jobs:
+        if job.error is not None:
+            continue
+        where = f"{job.topic}-{job.partition}"
+        try:
+            part = core.replicas.partition(job.topic, job.partition)
+            validate_records(job.data, part.log.config.max_message_bytes, where)
+            info = part.append(job.data)
+        except Exception as exc:
+            job.error = error_of(exc, f"produce to {where}")
+            continue
+        job.appended = part
+        job.result = ProducePartitionResponse(
+            partition=job.partition,
+            error_code=0,
+            base_offset=info.first_offset,
+            log_append_time_ms=info.log_append_time_ms,
+            log_start_offset=info.log_start_offset,
+        )
+
+
+async def handle_produce(
+    ctx: RequestContext, request: ProduceRequest, records: memoryview
+) -> Response | None:
+    core = ctx.core
+    sizes = [p.records_size for t in request.topics for p in t.partitions]
+    chunks = iter(split_records(records, sizes))
+    jobs = [_Job(t.name, p.partition, next(chunks)) for t in request.topics for p in t.partitions]
+    request_error: Exception | None = None
+    if request.transactional_id is not None:
+        request_error = InvalidRequestError(
+            f"transactional produce (transactional.id={request.transactional_id!r}) is not "
+            "supported by this broker yet; use an idempotent producer without "
+            "transactional.id"
+        )
+    elif request.acks not in (0, 1, -1):
+        request_error = InvalidRequiredAcksError(
+            f"acks={request.acks} is not valid: use 0 (no response), 1 (leader) or -1 (all)"
+        )
+    if request_error is not None:
+        for job in jobs:
+            job.error = error_of(request_error, "produce")
+    else:
+        await _resolve_topics(core, jobs)
+        if len(records) >= INLINE_APPEND_MAX_BYTES:
+            await core.run_blocking(_append_all, core, jobs)
+        else:
+            _append_all(core, jobs)
+        core.replicas.notify(job.appended for job in jobs if job.appended is not None)
+
+    failed = any(job.error is not None for job in jobs)
+    if request.acks == 0:
+        return Response(ProduceResponse([]), close_connection=True, silent=True) if failed else None
+    topics: dict[str, list[ProducePartitionResponse]] = {}
+    for job in jobs:
+        if job.result is None:
+            code, message = job.error or (-1, "not processed")
+            job.result = ProducePartitionResponse(
+                partition=job.partition, error_code=code, error_message=message
+            )
+        topics.setdefault(job.topic, []).append(job.result)
+    return Response(
+        ProduceResponse(topics=[ProduceTopicResponse(n, ps) for n, ps in topics.items()])
+    )
+
+
+async def _resolve_topics(core: BrokerCore, jobs: list[_Job]) -> None:
+    """Auto-create missing topics (on the executor: creation fsyncs) or fail their jobs."""
+    missing = sorted({job.topic for job in jobs if not core.logs.topic_exists(job.topic)})
+    for topic in missing:
+        try:
+            await core.run_blocking(core.replicas.auto_create, topic)
+        except Exception as exc:
+            error = error_of(exc, f"produce to topic {topic!r}")
+            for job in jobs:
+                if job.topic == topic:
+                    job.error = error

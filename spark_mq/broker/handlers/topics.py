@@ -1,0 +1,166 @@
+"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37).
+
+Every change runs on the executor (the log manager fsyncs each step) and topics are handled
+one at a time in request order, each with its own result. ``validate_only`` runs every check
+of a real change and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from spark_mq.broker.context import RequestContext, Response
+from spark_mq.broker.handlers.errors import error_of
+from spark_mq.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from spark_mq.protocol.admin import (
+    CreatableTopic,
+    CreatableTopicResult,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+from spark_mq.storage.log_manager import LogManager
+from spark_mq.storage.topic_metadata import MAX_PARTITIONS_PER_TOPIC
+from spark_mq.storage.topic_names import validate_topic_name
+
+if TYPE_CHECKING:
+    from spark_mq.broker.core import BrokerCore
+
+
+def _duplicates(names: list[str]) -> set[str]:
+    return {name for name, n in Counter(names).items() if n > 1}
+
+
+def _duplicate_error(name: str) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"topic {name!r} appears more than once in the request; name it once"
+    )
+
+
+def _check_partition_count(name: str, count: int, current: int | None) -> None:
+    if not 1 <= count <= MAX_PARTITIONS_PER_TOPIC:
+        raise InvalidPartitionsError(
+            f"topic {name!r}: {count} partitions requested; a topic has 1 to "
+            f"{MAX_PARTITIONS_PER_TOPIC}",
+            topic=name,
+            current=current,
+            requested=count,
+        )
+
+
+def _create_one(
+    core: BrokerCore, topic: CreatableTopic, validate_only: bool
+) -> CreatableTopicResult:
+    broker = core.config.broker
+    partitions = broker.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+    factor = (
+        broker.default_replication_factor
+        if topic.replication_factor == -1
+        else topic.replication_factor
+    )
+    validate_topic_name(topic.name)
+    if factor != 1:
+        raise InvalidReplicationFactorError(
+            f"topic {topic.name!r}: replication factor {factor} is not possible on a single "
+            "broker; use 1 (or -1 for default.replication.factor)"
+        )
+    _check_partition_count(topic.name, partitions, None)
+    logs: LogManager = core.logs
+    if validate_only:
+        logs.default_config.with_overrides(topic.configs)
+        if logs.topic_exists(topic.name):
+            raise TopicExistsError(f"topic {topic.name!r} already exists", topic=topic.name)
+    else:
+        logs.create_topic(topic.name, partitions, topic.configs)
+    return CreatableTopicResult(topic.name, 0, None, partitions, factor)
+
+
+def _create_topics(core: BrokerCore, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    dups = _duplicates([t.name for t in request.topics])
+    results = []
+    for topic in request.topics:
+        try:
+            if topic.name in dups:
+                raise _duplicate_error(topic.name)
+            results.append(_create_one(core, topic, request.validate_only))
+        except Exception as exc:
+            code, message = error_of(exc, f"create topic {topic.name!r}")
+            results.append(CreatableTopicResult(topic.name, code, message))
+    return CreateTopicsResponse(results)
+
+
+async def handle_create_topics(
+    ctx: RequestContext, request: CreateTopicsRequest, _: memoryview
+) -> Response:
+    return Response(await ctx.core.run_blocking(_create_topics, ctx.core, request))
+
+
+async def handle_delete_topics(
+    ctx: RequestContext, request: DeleteTopicsRequest, _: memoryview
+) -> Response:
+    core = ctx.core
+    dups = _duplicates(request.topic_names)
+    results = []
+    for name in request.topic_names:
+        try:
+            if name in dups:
+                raise _duplicate_error(name)
+            if not core.logs.topic_exists(name):
+                raise UnknownTopicOrPartitionError(
+                    f"topic {name!r} does not exist, so it cannot be deleted", topic=name
+                )
+            gone = await core.run_blocking(core.replicas.delete_topic, name)
+            # Fetches waiting on the topic read again and report it unknown.
+            core.replicas.notify(gone)
+            results.append(DeletableTopicResult(name, 0))
+        except Exception as exc:
+            code, message = error_of(exc, f"delete topic {name!r}")
+            results.append(DeletableTopicResult(name, code, message))
+    return Response(DeleteTopicsResponse(results))
+
+
+def _create_partitions(
+    core: BrokerCore, request: CreatePartitionsRequest
+) -> CreatePartitionsResponse:
+    dups = _duplicates([t.name for t in request.topics])
+    results = []
+    for topic in request.topics:
+        try:
+            if topic.name in dups:
+                raise _duplicate_error(topic.name)
+            if request.validate_only:
+                current = core.logs.describe_topic(topic.name).partition_count
+                if topic.count <= current:
+                    raise InvalidPartitionsError(
+                        f"topic {topic.name!r} has {current} partitions; partitions can only be "
+                        f"added, so request a total above {current}",
+                        topic=topic.name,
+                        current=current,
+                        requested=topic.count,
+                    )
+                _check_partition_count(topic.name, topic.count, current)
+            else:
+                core.logs.add_partitions(topic.name, topic.count)
+            results.append(CreatePartitionsTopicResult(topic.name, 0))
+        except Exception as exc:
+            code, message = error_of(exc, f"create partitions of {topic.name!r}")
+            results.append(CreatePartitionsTopicResult(topic.name, code, message))
+    return CreatePartitionsResponse(results)
+
+
+async def handle_create_partitions(
+    ctx: RequestContext, request: CreatePartitionsRequest, _: memoryview
+) -> Response:
+    return Response(await ctx.core.run_blocking(_create_partitions, ctx.core, request))

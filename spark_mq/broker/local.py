@@ -1,0 +1,328 @@
+"""The embedded local broker of a directory: find it, start it, stop it, ask how it is.
+
+DESIGN.md, "One owner per log directory": a client given ``path=DIR`` talks to the broker
+that owns DIR and starts one if none runs. The broker is a detached process
+(``python -m spark_mq.broker --log-dir DIR --local``, in its own session, stdio to
+``DIR/broker.out``) that takes the directory's exclusive lock, recovers the log, listens on a
+Unix socket (and an ephemeral loopback TCP port), records both in ``DIR/broker.json`` and
+exits after ``broker.idle.exit.ms`` (60 s by default) with no connection and no request.
+
+How :func:`ensure_broker` copes with the world:
+
+- **stale broker.json** (the broker was killed): its pid is dead, or the socket refuses the
+  connection, or the broker answering has another epoch: not trusted, a new broker is started.
+  The new broker gets the lock (the kernel freed it with the dead process), recovers the log,
+  increments the epoch and overwrites ``broker.json``.
+- **a broker starting up** (recovering a large log, no ``broker.json`` yet): the starter waits
+  for it; the new process it may have spawned waits for the lock and then exits quietly.
+- **a broker shutting down because it was idle**: it removes ``broker.json`` first, so the
+  client starts a new broker, which waits for the old one to release the lock. A client that
+  connected in the last moment sees its connection closed and calls ensure_broker again.
+- **many processes at once**: starters serialise on ``DIR/.start.lock`` (flock), re-checking
+  for a live broker after taking it, so normally one process spawns one broker; and if two
+  brokers are started anyway, only the lock winner serves and the others exit with status 0.
+
+Every check ends with a handshake (ApiVersions over the recorded socket, epoch compared), so
+a returned address was serving a moment ago. ``broker.json`` is only ever a hint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Final
+
+import spark_mq
+from spark_mq.broker.config import LOCAL_DEFAULTS, ServerConfig
+from spark_mq.broker.dir_files import Endpoint, pid_alive
+from spark_mq.errors import BrokerNotAvailableError, RequestTimedOutError, SparkMQError
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.api import APIS, ApiKey, encode_request
+from spark_mq.protocol.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from spark_mq.protocol.framing import SIZE, decode_response
+from spark_mq.storage.dir_lock import LOCK_FILE_NAME, read_owner
+
+START_LOCK_FILE: Final = ".start.lock"
+OUT_FILE: Final = "broker.out"
+#: broker.out (stdio of the detached process: only what escapes logging) is truncated at
+#: the next start once it is this large.
+MAX_OUT_BYTES: Final = 1024 * 1024
+HANDSHAKE_TIMEOUT_S: Final = 5.0
+_POLL_S: Final = 0.02
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerStatus:
+    """The broker that owns a directory, as seen from outside.
+
+    ``state`` is ``"serving"`` (it answered a handshake), ``"starting or stopping"`` (it
+    holds the lock but has no endpoint yet or any more) or ``"not responding"``.
+    """
+
+    pid: int
+    state: str
+    epoch: int | None
+    addresses: tuple[BrokerAddress, ...]
+    started_ms: int | None
+
+
+def _handshake(address: BrokerAddress, timeout_s: float) -> ApiVersionsResponse:
+    """One ApiVersions round trip over a fresh connection."""
+    sock = address.connect(timeout_s)
+    try:
+        sock.settimeout(timeout_s)
+        head, body = encode_request(
+            ApiVersionsRequest(), correlation_id=1, client_id="ensure_broker"
+        )
+        sock.sendall(head + body)
+        size = SIZE.unpack(_recv_exactly(sock, SIZE.size))[0]
+        if not 0 <= size <= 16 * 1024 * 1024:
+            raise BrokerNotAvailableError(f"{address} answered with a {size}-byte frame")
+        frame = decode_response(_recv_exactly(sock, size))
+        if frame.frame_error:
+            raise BrokerNotAvailableError(f"{address} refused ApiVersions ({frame.frame_error})")
+        response: ApiVersionsResponse = APIS[ApiKey.API_VERSIONS].decode_response(frame.body)
+        return response
+    finally:
+        sock.close()
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise BrokerNotAvailableError("the broker closed the connection mid-handshake")
+        buf += chunk
+    return bytes(buf)
+
+
+def _probe(
+    root: Path, timeout_s: float = HANDSHAKE_TIMEOUT_S
+) -> tuple[BrokerAddress, Endpoint] | None:
+    """The address of the live broker of ``root`` (handshake done), or None."""
+    endpoint = Endpoint.read(root)
+    if endpoint is None or not pid_alive(endpoint.pid):
+        return None
+    for address in endpoint.addresses:
+        try:
+            response = _handshake(address, timeout_s)
+        except (SparkMQError, OSError):
+            continue
+        if response.broker_epoch == endpoint.epoch:
+            return address, endpoint
+    return None
+
+
+def _lock_held(root: Path) -> bool:
+    """Whether some process holds the directory's lock (tested without taking it for long)."""
+    try:
+        fd = os.open(root / LOCK_FILE_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops the lock if we got it
+    return False
+
+
+@contextlib.contextmanager
+def _start_lock(root: Path, deadline: float) -> Iterator[bool]:
+    """Yield True holding ``DIR/.start.lock``, or False (not holding it) if a live broker
+    appeared while waiting for it. Raises BrokerNotAvailableError at the deadline."""
+    fd = os.open(root / START_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if _probe(root) is not None:
+                    yield False
+                    return
+                if time.monotonic() > deadline:
+                    raise BrokerNotAvailableError(
+                        f"timed out waiting for another process to start the broker of {root}; "
+                        f"see {root / 'broker.log'}"
+                    ) from None
+                time.sleep(_POLL_S)
+        yield True
+    finally:
+        os.close(fd)
+
+
+def _package_root() -> str:
+    return str(Path(spark_mq.__file__).resolve().parent.parent)
+
+
+def _spawn(root: Path, config: Mapping[str, str] | None) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "spark_mq.broker", "--log-dir", str(root), "--local"]
+    for key, value in (config or {}).items():
+        cmd += ["--override", f"{key}={value}"]
+    out_path = root / OUT_FILE
+    with contextlib.suppress(FileNotFoundError):
+        if out_path.stat().st_size > MAX_OUT_BYTES:
+            out_path.unlink()
+    env = dict(os.environ)
+    # The broker must import the same spark_mq as this process, installed or not.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_root(), env.get("PYTHONPATH")]))
+    with open(out_path, "ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            close_fds=True,
+            cwd="/",
+            env=env,
+        )
+    # Reap it whenever it exits, so a long-lived client never keeps a zombie around.
+    threading.Thread(target=proc.wait, name=f"reap-broker-{proc.pid}", daemon=True).start()
+    return proc
+
+
+def _tail(path: Path, max_bytes: int = 2000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - max_bytes))
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _wait_ready(root: Path, proc: subprocess.Popen[bytes], deadline: float) -> BrokerAddress | None:
+    """The address once a broker serves ``root``; None if ``proc`` exited quietly (it lost
+    a race, or went idle); raises if it failed or the deadline passes."""
+    while True:
+        found = _probe(root)
+        if found is not None:
+            return found[0]
+        code = proc.poll()
+        if code == 0:
+            return None
+        if code is not None:
+            raise BrokerNotAvailableError(
+                f"the broker for {root} exited with status {code} before serving:\n"
+                f"{_tail(root / OUT_FILE) or _tail(root / 'broker.log')}"
+            )
+        if time.monotonic() > deadline:
+            raise BrokerNotAvailableError(
+                f"the broker for {root} (pid {proc.pid}) did not start serving in time; it may "
+                f"still be recovering a large log: see {root / 'broker.log'}, then retry"
+            )
+        time.sleep(_POLL_S)
+
+
+def ensure_broker(
+    path: str | os.PathLike[str],
+    *,
+    timeout_ms: int = 30000,
+    config: Mapping[str, str] | None = None,
+) -> BrokerAddress:
+    """The address of the broker that owns directory ``path``, starting one if none runs.
+
+    ``config`` holds broker properties for a broker this call starts (Kafka's key names,
+    e.g. ``{"broker.idle.exit.ms": "300000"}``); a broker already running keeps its own.
+    Returns the Unix socket address (the TCP one is in :func:`broker_status`). Raises
+    :class:`~spark_mq.errors.BrokerNotAvailableError` (retriable) if no broker serves within
+    ``timeout_ms``, and :class:`~spark_mq.errors.ConfigError` for a bad ``config``.
+
+        >>> import tempfile
+        >>> d = tempfile.mkdtemp()
+        >>> address = ensure_broker(d)
+        >>> address == ensure_broker(d)
+        True
+        >>> stop_broker(d)
+        True
+    """
+    root = Path(path).resolve()
+    ServerConfig.from_properties({**LOCAL_DEFAULTS, **(config or {}), "log.dirs": str(root)})
+    root.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        found = _probe(root)
+        if found is not None:
+            return found[0]
+        with _start_lock(root, deadline) as holding:
+            if not holding:
+                continue
+            found = _probe(root)
+            if found is not None:
+                return found[0]
+            proc = _spawn(root, config)
+            address = _wait_ready(root, proc, deadline)
+            if address is not None:
+                return address
+        if time.monotonic() > deadline:
+            raise BrokerNotAvailableError(f"no broker could be started for {root} in time")
+
+
+def broker_status(path: str | os.PathLike[str]) -> BrokerStatus | None:
+    """How the broker of directory ``path`` is doing; None if no process owns it."""
+    root = Path(path).resolve()
+    if not _lock_held(root):
+        return None
+    found = _probe(root)
+    if found is not None:
+        _, live = found
+        return BrokerStatus(live.pid, "serving", live.epoch, tuple(live.addresses), live.started_ms)
+    recorded = Endpoint.read(root)
+    owner = read_owner(root)
+    if (
+        recorded is not None
+        and pid_alive(recorded.pid)
+        and (owner is None or owner.pid == recorded.pid)
+    ):
+        return BrokerStatus(
+            recorded.pid,
+            "not responding",
+            recorded.epoch,
+            tuple(recorded.addresses),
+            recorded.started_ms,
+        )
+    pid = owner.pid if owner is not None else -1
+    start = owner.start_time_ms if owner is not None else None
+    return BrokerStatus(pid, "starting or stopping", None, (), start)
+
+
+def stop_broker(path: str | os.PathLike[str], *, timeout_ms: int = 30000) -> bool:
+    """Stop the broker that owns directory ``path`` (SIGTERM: a clean shutdown).
+
+    Returns True once it has released the directory, False if no broker owned it. Raises
+    :class:`~spark_mq.errors.RequestTimedOutError` if it still holds the directory after
+    ``timeout_ms`` (it may be finishing a long request; ``kill -9`` it if it hangs: the log
+    is recovered at the next start).
+    """
+    root = Path(path).resolve()
+    status = broker_status(root)
+    if status is None:
+        return False
+    if status.pid <= 0:
+        raise BrokerNotAvailableError(
+            f"a process holds {root} but has not recorded its pid yet; retry in a moment"
+        )
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(status.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_ms / 1000
+    while _lock_held(root):
+        if time.monotonic() > deadline:
+            raise RequestTimedOutError(
+                f"the broker of {root} (pid {status.pid}) did not stop within {timeout_ms} ms; "
+                f"kill it with 'kill -9 {status.pid}' if it hangs (the log recovers on restart)"
+            )
+        time.sleep(_POLL_S)
+    return True

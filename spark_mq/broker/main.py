@@ -1,0 +1,223 @@
+"""``python -m spark_mq.broker``: run a broker for one log directory.
+
+    python -m spark_mq.broker --log-dir DIR                       # foreground, logs to stderr
+    python -m spark_mq.broker --config conf/broker.properties --override log.retention.ms=60000
+    python -m spark_mq.broker --log-dir DIR --local               # what ensure_broker starts
+
+Startup, in order: read the configuration (file, then ``--override`` flags, then
+``--log-dir``); open the directory with the storage's LogManager, which takes its exclusive
+lock and recovers the log; increment the broker epoch (``broker.meta.json``); bind the
+listeners; write ``broker.json`` so clients can find the broker; start the background jobs.
+Shutdown (SIGTERM, SIGINT, or ``broker.idle.exit.ms`` of idleness) runs it backwards:
+remove ``broker.json``, stop accepting, let requests in flight finish, stop the jobs, close
+the LogManager (flush, checkpoints, clean-shutdown marker, lock released).
+
+``--local`` is the embedded broker's mode: logs go to ``DIR/broker.log``, the defaults are
+a Unix socket plus an ephemeral loopback TCP port and ``broker.idle.exit.ms=60000``, and a
+broker that finds the directory already served by another exits quietly with status 0 (it
+lost a start race). If the owner is still starting or shutting down it waits for the lock.
+
+Exit status: 0 after a clean stop or a lost race, 1 if the broker could not start, 2 for a
+configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+from spark_mq.broker.config import (
+    LOCAL_DEFAULTS,
+    ServerConfig,
+    parse_override,
+    read_properties_file,
+)
+from spark_mq.broker.core import BrokerCore
+from spark_mq.broker.dir_files import BrokerMeta, Endpoint, pid_alive, socket_path_for
+from spark_mq.broker.log_setup import setup_logging
+from spark_mq.broker.scheduler import Scheduler
+from spark_mq.broker.server import BrokerServer
+from spark_mq.errors import ConfigError, LogDirectoryLockedError, SparkMQError
+from spark_mq.storage.dir_lock import read_owner
+from spark_mq.storage.log_manager import LogManager
+
+logger = logging.getLogger("spark_mq.broker")
+
+#: How long a ``--local`` broker waits for the lock of a directory whose owner is starting
+#: up (recovering) or shutting down.
+LOCK_WAIT_S: Final = 60.0
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_CONFIG: Final = 2
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m spark_mq.broker",
+        description="Run a spark_mq broker that owns one log directory.",
+    )
+    parser.add_argument("--log-dir", help="the log directory to own (sets log.dirs)")
+    parser.add_argument("--config", help="a broker.properties file (Kafka's key names)")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set one property, after the file (repeatable)",
+    )
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="embedded local broker: log to DIR/broker.log, idle exit, quiet exit if another "
+        "broker already serves DIR",
+    )
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    return parser.parse_args(argv)
+
+
+def load_config(args: argparse.Namespace) -> ServerConfig:
+    props: dict[str, object] = {}
+    if args.local:
+        props.update(LOCAL_DEFAULTS)
+    if args.config:
+        props.update(read_properties_file(args.config))
+    for item in args.override:
+        key, value = parse_override(item)
+        props[key] = value
+    if args.log_dir:
+        props.pop("log.dir", None)
+        props["log.dirs"] = args.log_dir
+    return ServerConfig.from_properties(props)
+
+
+def _served_by_another(root: Path) -> bool:
+    """Whether a live broker that holds the lock has published its endpoint."""
+    endpoint = Endpoint.read(root)
+    owner = read_owner(root)
+    return (
+        endpoint is not None
+        and owner is not None
+        and owner.pid == endpoint.pid
+        and pid_alive(endpoint.pid)
+    )
+
+
+def open_directory(
+    root: Path,
+    config: ServerConfig,
+    *,
+    local: bool,
+    flush_executor: concurrent.futures.Executor,
+) -> LogManager | None:
+    """Take the directory (recovering it); None if another broker serves it (``--local``)."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            return LogManager(
+                root,
+                config.log_defaults,
+                owner=f"spark_mq broker (pid {os.getpid()})",
+                flush_executor=flush_executor,
+            )
+        except LogDirectoryLockedError:
+            if not local:
+                raise
+            if _served_by_another(root):
+                logger.info("another broker already serves %s; exiting", root)
+                return None
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str:
+    """Serve until asked to stop; returns the reason. Closes everything but ``logs``."""
+    root = logs.root
+    broker = config.broker
+    core = BrokerCore(config, logs, meta)
+    server = BrokerServer(core, broker.parsed_listeners(), default_unix_path=socket_path_for(root))
+    scheduler = Scheduler(core)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, server.request_stop, signal.Signals(signum).name)
+    pid = os.getpid()
+    timeout_s = broker.shutdown_timeout_ms / 1000
+    try:
+        addresses = await server.start()
+        tcp = next((a for a in addresses if a.unix_path is None), None)
+        logger.info(
+            "broker %d serving %s on %s (epoch %d, cluster %s, %s)",
+            broker.node_id,
+            root,
+            ", ".join(map(str, addresses)),
+            meta.epoch,
+            meta.cluster_id,
+            "clean start" if logs.had_clean_shutdown else "recovered after an unclean shutdown",
+        )
+        Endpoint(
+            pid=pid,
+            epoch=meta.epoch,
+            node_id=broker.node_id,
+            unix_path=server.unix_path,
+            host=tcp.host if tcp else None,
+            port=tcp.port if tcp else None,
+            started_ms=time.time_ns() // 1_000_000,
+        ).write(root)
+        scheduler.start()
+        return await server.wait_stop_requested()
+    finally:
+        Endpoint.remove_if_ours(root, pid, meta.epoch)
+        await server.close(timeout_s)
+        await scheduler.stop(timeout_s)
+        core.close()
+
+
+def run(config: ServerConfig, *, local: bool) -> int:
+    """Open the directory, serve, shut down; the process exit status."""
+    root = Path(config.broker.log_dir).resolve()
+    flush_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mq-flush")
+    try:
+        try:
+            logs = open_directory(root, config, local=local, flush_executor=flush_executor)
+        except SparkMQError as exc:
+            logger.error("cannot open log directory %s: %s", root, exc)
+            return EXIT_FAILED
+        if logs is None:
+            return EXIT_OK
+        try:
+            meta = BrokerMeta.take_over(root)
+            reason = asyncio.run(serve(config, logs, meta))
+            logger.info("broker stopped: %s", reason)
+        except OSError as exc:
+            logger.error("broker failed: %s", exc)
+            return EXIT_FAILED
+        finally:
+            logs.close()
+            logger.info("log directory %s closed cleanly", root)
+        return EXIT_OK
+    finally:
+        flush_executor.shutdown(wait=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = load_config(args)
+        root = Path(config.broker.log_dir)
+        if args.local:
+            root.mkdir(parents=True, exist_ok=True)
+    except (ConfigError, OSError) as exc:
+        print(f"spark_mq broker: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    setup_logging(log_dir=root if args.local else None, level=args.log_level)
+    return run(config, local=args.local)

@@ -1,0 +1,112 @@
+"""Background jobs: retention, compaction, checkpoints, flushes, producer expiry.
+
+Each job is an asyncio task that sleeps for its interval and then runs its storage call on a
+thread (never on the event loop): retention every ``log.retention.check.interval.ms``,
+recovery-point and log-start checkpoints every ``log.flush.offset.checkpoint.interval.ms``,
+``flush.ms`` checks every ``log.flush.scheduler.interval.ms``, producer expiry every
+``producer.id.expiration.check.interval.ms``, and, with ``log.cleaner.enable``, one
+compaction pass (``LogManager.clean_logs``) after another with ``log.cleaner.backoff.ms``
+between them, on a thread of its own so a long pass never delays the other jobs. A failing
+job is logged and retried at its next interval; it never stops the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Callable
+
+from spark_mq.broker.core import BrokerCore
+from spark_mq.errors import LogClosedError
+
+logger = logging.getLogger("spark_mq.broker.scheduler")
+
+#: Kafka waits 30 s after startup before the first retention check; so do we (or less, if
+#: the interval is shorter).
+INITIAL_DELAY_MS = 30_000
+
+
+class Scheduler:
+    """Runs the broker's periodic storage jobs until :meth:`stop`."""
+
+    def __init__(self, core: BrokerCore) -> None:
+        self.core = core
+        self._tasks: list[asyncio.Task[None]] = []
+        self._cleaner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mq-cleaner")
+        self._running: set[asyncio.Future[object]] = set()
+        self.runs: dict[str, int] = {}
+
+    def start(self) -> None:
+        broker = self.core.config.broker
+        logs = self.core.logs
+        jobs: list[tuple[str, int, Callable[[], object], concurrent.futures.Executor]] = [
+            (
+                "retention",
+                broker.log_retention_check_interval_ms,
+                logs.apply_retention,
+                self.core.executor,
+            ),
+            (
+                "checkpoint",
+                broker.log_flush_offset_checkpoint_interval_ms,
+                logs.checkpoint,
+                self.core.executor,
+            ),
+            ("flush", broker.log_flush_scheduler_interval_ms, self._flush_due, self.core.executor),
+            (
+                "producer-expiry",
+                broker.producer_id_expiration_check_interval_ms,
+                self._expire_producers,
+                self.core.executor,
+            ),
+        ]
+        if broker.log_cleaner_enable:
+            jobs.append(("cleaner", broker.log_cleaner_backoff_ms, logs.clean_logs, self._cleaner))
+        for name, interval_ms, fn, executor in jobs:
+            self._tasks.append(
+                asyncio.create_task(self._every(name, interval_ms, fn, executor), name=name)
+            )
+
+    def _flush_due(self) -> None:
+        for log in self.core.logs.logs():
+            log.flush_if_due()
+
+    def _expire_producers(self) -> int:
+        return sum(log.remove_expired_producers() for log in self.core.logs.logs())
+
+    async def _every(
+        self,
+        name: str,
+        interval_ms: int,
+        fn: Callable[[], object],
+        executor: concurrent.futures.Executor,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(min(interval_ms, INITIAL_DELAY_MS) / 1000)
+        while True:
+            future = loop.run_in_executor(executor, fn)
+            self._running.add(future)
+            try:
+                result = await asyncio.shield(future)
+                if result:
+                    logger.info("%s: %s", name, result)
+            except LogClosedError:
+                return  # the broker is closing its logs
+            except Exception:
+                logger.exception("background job %s failed; retrying in %d ms", name, interval_ms)
+            finally:
+                self._running.discard(future)
+            self.runs[name] = self.runs.get(name, 0) + 1
+            await asyncio.sleep(interval_ms / 1000)
+
+    async def stop(self, timeout_s: float) -> None:
+        """Cancel the timers and wait (at most ``timeout_s``) for jobs already running."""
+        for task in self._tasks:
+            task.cancel()
+        if self._running:
+            _, pending = await asyncio.wait(list(self._running), timeout=timeout_s)
+            if pending:
+                logger.warning("%d background jobs still running at shutdown", len(pending))
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._cleaner.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,174 @@
+"""The network side of a broker: listeners, connections, idle exit and orderly close.
+
+:class:`BrokerServer` binds every listener (TCP and the local Unix socket), runs one
+:class:`~spark_mq.broker.connection.Connection` task per accepted socket, closes connections
+idle for ``connections.max.idle.ms``, and asks the broker to stop after
+``broker.idle.exit.ms`` with no connection and no request. :meth:`BrokerServer.close` stops
+accepting, wakes long-polling fetches (they answer with what they have), lets requests in
+flight finish within a timeout and cuts what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import socket
+from pathlib import Path
+
+from spark_mq.broker.config import Listener, advertised
+from spark_mq.broker.connection import READ_AHEAD_BYTES, Connection
+from spark_mq.broker.core import BrokerCore
+from spark_mq.protocol.address import BrokerAddress
+
+logger = logging.getLogger("spark_mq.broker.server")
+
+
+def _bind_tcp(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class BrokerServer:
+    """Listeners and connections of one broker process."""
+
+    def __init__(self, core: BrokerCore, listeners: list[Listener], *, default_unix_path: str):
+        self.core = core
+        self._listeners = listeners
+        self._default_unix_path = default_unix_path
+        self.stopping = False
+        self.stop_reason: str | None = None
+        self.connections: set[Connection] = set()
+        self.addresses: list[BrokerAddress] = []
+        self.unix_path: str | None = None
+        self._servers: list[asyncio.Server] = []
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -----------------------------------------------------------------------------------------
+    # Start
+
+    async def start(self) -> list[BrokerAddress]:
+        """Bind every listener; returns the advertised addresses (real ports filled in)."""
+        for listener in self._listeners:
+            if listener.scheme == "UNIX":
+                path = listener.unix_path or self._default_unix_path
+                # The socket file of a dead broker of this directory: ours to replace (we hold
+                # the directory lock, and the default path is derived from the directory).
+                with contextlib.suppress(FileNotFoundError):
+                    if Path(path).is_socket():
+                        os.unlink(path)
+                address = BrokerAddress(unix_path=path)
+                server = await asyncio.start_unix_server(
+                    functools.partial(self._accept, address), path=path, limit=READ_AHEAD_BYTES
+                )
+                os.chmod(path, 0o600)  # only the owner's processes may talk to the broker
+                self.unix_path = path
+            else:
+                # Bound first, so the advertised address (with the real port of port 0) is
+                # known before the first connection is accepted.
+                sock = _bind_tcp(listener.host, listener.port)
+                address = advertised(
+                    listener, BrokerAddress(host=listener.host, port=sock.getsockname()[1])
+                )
+                server = await asyncio.start_server(
+                    functools.partial(self._accept, address), sock=sock, limit=READ_AHEAD_BYTES
+                )
+            self._servers.append(server)
+            self.addresses.append(address)
+        self._tasks.append(asyncio.create_task(self._sweep_idle_connections()))
+        idle_exit_ms = self.core.config.broker.idle_exit_ms
+        if idle_exit_ms is not None:
+            self._tasks.append(asyncio.create_task(self._exit_when_idle(idle_exit_ms)))
+        return self.addresses
+
+    async def _accept(
+        self, address: BrokerAddress, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        if self.stopping:
+            writer.close()
+            return
+        conn = Connection(self, reader, writer, address)
+        conn.task = asyncio.current_task()
+        self.connections.add(conn)
+        self.core.touch()
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+            self.core.touch()
+
+    # -----------------------------------------------------------------------------------------
+    # Housekeeping
+
+    async def _sweep_idle_connections(self) -> None:
+        idle_s = self.core.config.broker.connections_max_idle_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(max(idle_s / 2, 0.05), 30.0))
+            now = loop.time()
+            for conn in list(self.connections):
+                if not conn.busy and now - conn.last_activity > idle_s and conn.task is not None:
+                    logger.info(
+                        "closing connection from %s: idle longer than connections.max.idle.ms",
+                        conn.peer,
+                    )
+                    conn.task.cancel()
+
+    async def _exit_when_idle(self, idle_exit_ms: int) -> None:
+        check_s = min(max(idle_exit_ms / 4000, 0.02), 1.0)
+        while True:
+            await asyncio.sleep(check_s)
+            if not self.connections and self.core.idle_for_ms() >= idle_exit_ms:
+                self.request_stop(f"idle for {idle_exit_ms} ms (broker.idle.exit.ms)")
+                return
+
+    # -----------------------------------------------------------------------------------------
+    # Stop
+
+    def request_stop(self, reason: str) -> None:
+        """Ask :meth:`wait_stop_requested` to return (from a signal handler or idle exit)."""
+        if not self._stop.is_set():
+            self.stop_reason = reason
+            logger.info("broker stopping: %s", reason)
+            self._stop.set()
+
+    async def wait_stop_requested(self) -> str:
+        await self._stop.wait()
+        return self.stop_reason or "stopped"
+
+    async def close(self, timeout_s: float) -> None:
+        """Stop accepting, finish requests in flight (at most ``timeout_s``), cut the rest."""
+        self.stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for server in self._servers:
+            server.close()
+        self.core.replicas.wake_all()
+        # Connections waiting for their next request are closed now; busy ones finish the
+        # request they are serving (their loop checks ``stopping`` after each response).
+        for conn in list(self.connections):
+            if not conn.busy and conn.task is not None:
+                conn.task.cancel()
+        pending = [c.task for c in self.connections if c.task is not None]
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=timeout_s)
+            for task in still:
+                task.cancel()
+            if still:
+                logger.warning("cut %d connections still busy after %.1f s", len(still), timeout_s)
+                await asyncio.wait(still, timeout=1.0)
+        if self.unix_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.unix_path)

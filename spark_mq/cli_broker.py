@@ -1,0 +1,154 @@
+"""``spark-mq broker start|stop|status``: the broker that owns a log directory.
+
+``start`` runs :mod:`spark_mq.broker.main` in this process (logs on stderr, Ctrl-C or
+SIGTERM for a clean shutdown) or, with ``--detach``, starts the directory's local broker in
+the background through :func:`~spark_mq.broker.local.ensure_broker` and returns once it
+serves. ``stop`` sends SIGTERM and waits for the directory's lock to be released;
+``status`` reports the broker of a directory, or checks that a broker answers at
+``--bootstrap-server``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+from typing import Any
+
+from spark_mq import Admin
+from spark_mq.broker import broker_status as local_status
+from spark_mq.broker import ensure_broker, stop_broker
+from spark_mq.broker.config import read_properties_file
+from spark_mq.broker.main import EXIT_CONFIG
+from spark_mq.broker.main import main as broker_main
+from spark_mq.cli_common import ENV_PATH, EXIT_ERROR, EXIT_USAGE, CliUsageError, parse_key_values
+from spark_mq.cli_format import json_text, render_pairs
+from spark_mq.errors import LogDirectoryLockedError
+
+#: The background broker of ``start --detach`` serves until stopped, unless the user sets
+#: ``broker.idle.exit.ms`` (the embedded default, 60 s, suits brokers that clients start).
+DETACHED_DEFAULTS = {"broker.idle.exit.ms": "-1"}
+
+
+def _directory(args: argparse.Namespace, command: str, *, optional: bool = False) -> str | None:
+    if getattr(args, "bootstrap_server", None):
+        if args.path:
+            raise CliUsageError("give either --path or --bootstrap-server, not both")
+        raise CliUsageError(
+            f"broker {command} works on the broker of a log directory: give --path DIR "
+            "(a broker's TCP address is set with --override listeners=PLAINTEXT://HOST:PORT)"
+        )
+    path = args.path or os.environ.get(ENV_PATH)
+    if not path and not optional:
+        raise CliUsageError(f"broker {command} needs --path DIR (or ${ENV_PATH})")
+    return path
+
+
+def _broker_props(args: argparse.Namespace) -> dict[str, str]:
+    props: dict[str, str] = {}
+    if args.config:
+        props.update(read_properties_file(args.config))
+    props.update({k: v.strip() for k, v in parse_key_values(args.override, "--override").items()})
+    return props
+
+
+def _ms_to_text(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    when = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).astimezone()
+    return when.isoformat(timespec="seconds")
+
+
+def _status_document(path: str, status: Any) -> dict[str, Any]:
+    if status is None:
+        return {"path": path, "state": "not running"}
+    return {
+        "path": path,
+        "state": status.state,
+        "pid": status.pid,
+        "epoch": status.epoch,
+        "addresses": [str(a) for a in status.addresses],
+        "started": _ms_to_text(status.started_ms),
+    }
+
+
+def _print_status(args: argparse.Namespace, document: dict[str, Any]) -> None:
+    if args.json:
+        print(json_text(document))
+        return
+    rows = [(k, ", ".join(v) if isinstance(v, list) else v) for k, v in document.items()]
+    print(render_pairs(rows))
+
+
+def broker_start(args: argparse.Namespace) -> int:
+    path = _directory(args, "start", optional=bool(args.config))
+    if args.detach:
+        if path is None:
+            raise CliUsageError("broker start --detach needs --path DIR")
+        running = local_status(path)
+        props = {**DETACHED_DEFAULTS, **_broker_props(args)}
+        ensure_broker(path, timeout_ms=args.timeout_ms, config=props)
+        document = _status_document(path, local_status(path))
+        document["started_now"] = running is None
+        if running is not None and not args.json:
+            print(f"A broker already serves {path}; it keeps its own settings.")
+        _print_status(args, document)
+        return 0
+
+    if path is not None:
+        running = local_status(path)
+        if running is not None:
+            raise LogDirectoryLockedError(
+                f"a broker (pid {running.pid}, {running.state}) already owns {path}; "
+                f"stop it first with: spark-mq broker stop --path {path}",
+                path=path,
+                owner=str(running.pid),
+            )
+    argv: list[str] = []
+    if path is not None:
+        argv += ["--log-dir", path]
+    if args.config:
+        argv += ["--config", args.config]
+    for item in args.override or ():
+        argv += ["--override", item]
+    code = broker_main(argv)
+    if code == EXIT_CONFIG:
+        return EXIT_USAGE
+    return EXIT_ERROR if code else 0
+
+
+def broker_stop(args: argparse.Namespace) -> int:
+    path = _directory(args, "stop")
+    assert path is not None  # _directory raises when it is missing
+    before = local_status(path)
+    stopped = stop_broker(path, timeout_ms=args.timeout_ms)
+    if args.json:
+        print(json_text({"path": path, "stopped": stopped, "pid": before.pid if before else None}))
+    elif stopped:
+        print(f"Stopped the broker of {path} (pid {before.pid if before else '?'}).")
+    else:
+        print(f"No broker runs for {path}.")
+    return 0
+
+
+def broker_status(args: argparse.Namespace) -> int:
+    if getattr(args, "bootstrap_server", None) and not args.path:
+        return _remote_status(args)
+    path = _directory(args, "status")
+    assert path is not None
+    status = local_status(path)
+    _print_status(args, _status_document(path, status))
+    return 0 if status is not None and status.state == "serving" else EXIT_ERROR
+
+
+def _remote_status(args: argparse.Namespace) -> int:
+    """A broker at ``--bootstrap-server``: answer with what its metadata says."""
+    with Admin(bootstrap_servers=args.bootstrap_server) as admin:
+        topics = admin.list_topics()
+    document = {
+        "bootstrap_server": args.bootstrap_server,
+        "state": "serving",
+        "topics": len(topics),
+    }
+    _print_status(args, document)
+    return 0

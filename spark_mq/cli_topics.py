@@ -1,0 +1,189 @@
+"""``spark-mq topics create|list|describe|alter|delete``: topic administration through
+:class:`~spark_mq.Admin`.
+
+``describe`` joins three answers of the broker per partition: the metadata (leader, leader
+epoch, replicas, in-sync replicas), the log start offset and high watermark (ListOffsets
+earliest / latest, read_uncommitted) and the last stable offset (latest, read_committed);
+plus the topic's configuration overrides.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from spark_mq import Admin, TopicExistsError, TopicPartition, UnknownTopicOrPartitionError
+from spark_mq.cli_common import CliUsageError, endpoint, parse_key_values
+from spark_mq.cli_format import json_text, render_table
+
+
+def _admin(args: argparse.Namespace) -> Admin:
+    return Admin(**endpoint(args))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def topics_create(args: argparse.Namespace) -> int:
+    configs = parse_key_values(args.config, "--config")
+    created = True
+    with _admin(args) as admin:
+        try:
+            admin.create_topic(
+                args.topic,
+                partitions=args.partitions or 1,
+                replication_factor=args.replication_factor,
+                config=configs or None,
+            )
+        except TopicExistsError:
+            if not args.if_not_exists:
+                raise
+            created = False
+        partitions = admin.describe_topic(args.topic).partition_count
+    if args.json:
+        print(json_text({"topic": args.topic, "partitions": partitions, "created": created}))
+    elif created:
+        print(f"Created topic {args.topic} with {_plural(partitions, 'partition')}.")
+    else:
+        print(f"Topic {args.topic} already exists ({_plural(partitions, 'partition')}).")
+    return 0
+
+
+def topics_list(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        rows = []
+        for name in admin.list_topics():
+            try:
+                rows.append((name, admin.describe_topic(name).partition_count))
+            except UnknownTopicOrPartitionError:
+                continue  # deleted between the two calls
+    if args.json:
+        print(json_text([{"topic": name, "partitions": n} for name, n in rows]))
+    elif rows:
+        print(render_table(["topic", "partitions"], rows))
+    else:
+        print("No topics.")
+    return 0
+
+
+def describe_document(admin: Admin, topic: str) -> dict[str, Any]:
+    """Everything ``topics describe`` shows, as one JSON-ready document."""
+    description = admin.describe_topic(topic)
+    tps = [TopicPartition(topic, p.partition) for p in description.partitions]
+    starts = admin.list_offsets(dict.fromkeys(tps, "earliest"), isolation_level="read_uncommitted")
+    ends = admin.list_offsets(dict.fromkeys(tps, "latest"), isolation_level="read_uncommitted")
+    stable = admin.list_offsets(dict.fromkeys(tps, "latest"), isolation_level="read_committed")
+    partitions = [
+        {
+            "partition": p.partition,
+            "leader": p.leader,
+            "leader_epoch": p.leader_epoch,
+            "replicas": list(p.replicas),
+            "isr": list(p.isr),
+            "log_start_offset": starts[tp].offset,
+            "high_watermark": ends[tp].offset,
+            "last_stable_offset": stable[tp].offset,
+        }
+        for p, tp in zip(description.partitions, tps, strict=True)
+    ]
+    return {"topic": topic, "partitions": partitions, "configs": dict(description.configs)}
+
+
+def topics_describe(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        document = describe_document(admin, args.topic)
+    if args.json:
+        print(json_text(document))
+        return 0
+    parts = document["partitions"]
+    records = sum(p["high_watermark"] - p["log_start_offset"] for p in parts)
+    print(f"Topic {args.topic}: {_plural(len(parts), 'partition')}, {_plural(records, 'record')}")
+    configs = document["configs"]
+    overrides = ", ".join(f"{k}={v}" for k, v in sorted(configs.items()))
+    print(f"Configs: {overrides or '(broker defaults)'}")
+    print()
+    print(
+        render_table(
+            [
+                "partition",
+                "leader",
+                "epoch",
+                "replicas",
+                "isr",
+                "start offset",
+                "end offset",
+                "stable offset",
+            ],
+            [
+                [
+                    p["partition"],
+                    p["leader"],
+                    p["leader_epoch"],
+                    ",".join(map(str, p["replicas"])),
+                    ",".join(map(str, p["isr"])),
+                    p["log_start_offset"],
+                    p["high_watermark"],
+                    p["last_stable_offset"],
+                ]
+                for p in parts
+            ],
+        )
+    )
+    return 0
+
+
+def topics_alter(args: argparse.Namespace) -> int:
+    configs: dict[str, str | None] = dict(parse_key_values(args.config, "--config"))
+    for key in args.delete_config or ():
+        if key in configs:
+            raise CliUsageError(f"{key} is both set (--config) and removed (--delete-config)")
+        configs[key] = None
+    if args.partitions is None and not configs:
+        raise CliUsageError("say what to change: --partitions N, --config K=V or --delete-config K")
+    changes: list[str] = []
+    with _admin(args) as admin:
+        if args.partitions is not None:
+            before = admin.describe_topic(args.topic).partition_count
+            if args.partitions != before:
+                admin.create_partitions(args.topic, args.partitions)
+                changes.append(f"partitions {before} -> {args.partitions}")
+        if configs:
+            admin.alter_configs(args.topic, configs)
+            changes.extend(
+                f"{k}={v}" if v is not None else f"{k} removed" for k, v in configs.items()
+            )
+        description = admin.describe_topic(args.topic)
+    if args.json:
+        print(
+            json_text(
+                {
+                    "topic": args.topic,
+                    "partitions": description.partition_count,
+                    "configs": dict(description.configs),
+                }
+            )
+        )
+    elif changes:
+        print(f"Altered topic {args.topic}: {'; '.join(changes)}.")
+    else:
+        print(f"Topic {args.topic} already has {_plural(args.partitions, 'partition')}.")
+    return 0
+
+
+def topics_delete(args: argparse.Namespace) -> int:
+    deleted = True
+    with _admin(args) as admin:
+        try:
+            admin.delete_topic(args.topic)
+        except UnknownTopicOrPartitionError:
+            if not args.if_exists:
+                raise
+            deleted = False
+    if args.json:
+        print(json_text({"topic": args.topic, "deleted": deleted}))
+    elif deleted:
+        print(f"Deleted topic {args.topic}.")
+    else:
+        print(f"Topic {args.topic} does not exist.")
+    return 0

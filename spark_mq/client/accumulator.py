@@ -1,0 +1,450 @@
+"""The record accumulator: records wait here, per partition, until their batch is sent.
+
+``send()`` appends a record to its partition's *open* batch: four Python list appends
+(value, timestamp, and key and headers only once a record of the batch has them), a size
+count and a small future. Nothing is encoded per record. A batch closes when it reaches
+``batch.size`` bytes (estimated: key + value + a fixed per-record overhead) and waits in its
+partition's queue of closed batches; an open batch is also ready once it is ``linger.ms`` old,
+or at once while a flush or close is in progress.
+
+Batches grow past ``batch.size`` under load: while closed batches of the partition are still
+queued (the sender or the broker is behind), the open batch keeps filling, up to
+``max.request.size``, and is sent as soon as the queue ahead of it drains. Fewer, larger
+requests is what lets a busy producer catch up (the broker's cost is mostly per request, and
+an idempotent producer may send only one batch per partition per request), while a producer
+that keeps up still sends ``batch.size`` batches with ``linger.ms`` latency.
+
+The sender thread drains ready batches (:meth:`RecordAccumulator.drain`) and encodes each
+with one :func:`~spark_mq.storage.record_batch.encode_batch` call over Arrow arrays built
+once from the lists (:meth:`ProducerBatch.encode`).
+
+``send_batch()`` hands in batches it already encoded, column-wise, without producer id or
+sequence (:meth:`RecordAccumulator.append_encoded`); an idempotent producer stamps them at
+drain time by rewriting the header fields and the CRC (:func:`stamp_header`), the body bytes
+are sent as they are.
+
+Back-pressure: the bytes of every batch not yet completed count against ``buffer.memory``;
+an append that would pass it waits up to ``max.block.ms`` for completed batches to release
+theirs, then raises :class:`~spark_mq.client.errors.BufferExhaustedError`.
+
+Threads: user threads append, the sender thread drains, re-enqueues and completes; all shared
+state is guarded by one lock, held for a handful of list operations at a time. The clock is
+injected (monotonic seconds) so tests control linger and timeouts.
+"""
+
+from __future__ import annotations
+
+import collections
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+
+from spark_mq.client.errors import BufferExhaustedError
+from spark_mq.client.futures import FutureRecordMetadata, ProduceRequestResult
+from spark_mq.storage.record_batch import CRC_START, HEADER_SIZE, encode_batch
+
+#: Bytes a record costs in a batch besides its key and value, measured on encoded batches:
+#: offset delta (4), timestamp (8), key, value and header offsets (4 each), validity bits,
+#: and the offsets of the (empty) header struct's children (8).
+RECORD_OVERHEAD_BYTES = 34
+
+TP = tuple[str, int]
+Callback = Callable[[Any, Exception | None], None]
+
+# Header fields an idempotent producer rewrites: producerId, producerEpoch, baseSequence.
+_PRODUCER_FIELDS = struct.Struct(">qhi")
+_PRODUCER_FIELDS_AT = 43
+_CRC = struct.Struct(">I")
+_CRC_AT = 17
+
+
+def stamp_header(
+    encoded: bytes, producer_id: int, producer_epoch: int, base_sequence: int
+) -> bytes:
+    """A new 61-byte header for ``encoded`` with the producer fields set and the CRC
+    recomputed (the CRC covers the header from ``attributes`` on and the whole body)."""
+    header = bytearray(encoded[:HEADER_SIZE])
+    _PRODUCER_FIELDS.pack_into(
+        header, _PRODUCER_FIELDS_AT, producer_id, producer_epoch, base_sequence
+    )
+    crc = crc32c.crc32c(memoryview(encoded)[HEADER_SIZE:], crc32c.crc32c(header[CRC_START:]))
+    _CRC.pack_into(header, _CRC_AT, crc)
+    return bytes(header)
+
+
+class ProducerBatch:
+    """One partition's batch: record lists while open, encoded bytes once drained."""
+
+    __slots__ = (
+        "attempts",
+        "base_sequence",
+        "callbacks",
+        "created",
+        "encoded",
+        "headers",
+        "keys",
+        "partition",
+        "record_count",
+        "result",
+        "retry_at",
+        "size",
+        "stamp",
+        "timestamps",
+        "topic",
+        "values",
+        "wire",
+    )
+
+    def __init__(self, topic: str, partition: int, created: float) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.created = created
+        self.values: list[bytes | None] = []
+        self.timestamps: list[float] = []
+        self.keys: list[bytes | None] | None = None
+        self.headers: list[Any] | None = None
+        self.callbacks: list[tuple[int, Callback]] | None = None
+        self.record_count = 0
+        self.size = 0
+        self.result = ProduceRequestResult(topic, partition)
+        self.encoded: bytes | None = None
+        self.wire: list[bytes | memoryview] = []
+        self.stamp: tuple[int, int, int] | None = None
+        self.base_sequence: int | None = None
+        self.attempts = 0
+        self.retry_at = 0.0
+
+    @property
+    def tp(self) -> TP:
+        return (self.topic, self.partition)
+
+    @property
+    def wire_size(self) -> int:
+        return sum(memoryview(b).nbytes for b in self.wire)
+
+    def encode(self, codec: str, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """Make ``wire`` the batch's bytes with these producer fields (-1s when not
+        idempotent). Record lists are encoded once; later calls only restamp the header."""
+        stamp = (producer_id, producer_epoch, base_sequence)
+        if self.encoded is None:
+            stamps = np.array(self.timestamps, dtype=np.float64).astype(np.int64)
+            self.encoded = encode_batch(
+                pa.array(self.values, pa.binary()),
+                key=None if self.keys is None else pa.array(self.keys, pa.binary()),
+                timestamp=pa.array(stamps),
+                headers=self.headers,
+                codec=codec,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=base_sequence,
+            )
+            self.wire = [self.encoded]
+            # The encoded bytes hold the data now; the timestamps stay for the metadata.
+            self.values = []
+            self.keys = None
+            self.headers = None
+        elif stamp != self.stamp:
+            header = stamp_header(self.encoded, *stamp)
+            self.wire = [header, memoryview(self.encoded)[HEADER_SIZE:]]
+        self.stamp = stamp
+
+    def record_timestamp(self, index: int) -> int:
+        return int(self.timestamps[index]) if self.timestamps else -1
+
+
+class RecordAccumulator:
+    """Per-partition open batches and queues of closed ones (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        max_batch_bytes: int | None = None,
+        linger_ms: int,
+        buffer_memory: int,
+        max_block_ms: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._batch_size = batch_size
+        self._max_batch_bytes = max(max_batch_bytes or batch_size, batch_size)
+        self._linger_s = linger_ms / 1000
+        self._buffer_memory = buffer_memory
+        self._max_block_ms = max_block_ms
+        self._clock = clock
+        self.lock = threading.Lock()
+        self._space = threading.Condition(self.lock)
+        self._open: dict[TP, ProducerBatch] = {}
+        self._queues: dict[TP, collections.deque[ProducerBatch]] = {}
+        self._incomplete: set[ProducerBatch] = set()
+        self._used = 0
+        self._flushes = 0
+        self._closing = False
+        #: Called (without the lock) when a batch becomes ready or is created; the sender
+        #: sets it to wake itself.
+        self.wakeup: Callable[[], None] = lambda: None
+
+    # -- appending (user threads) ---------------------------------------------------------
+
+    def append(  # noqa: PLR0917 (positional: the per-record hot path)
+        self,
+        topic: str,
+        partition: int,
+        timestamp_ms: float,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Any,
+        size: int,
+        callback: Callback | None,
+    ) -> FutureRecordMetadata:
+        """Add one record to its partition's open batch; returns its future."""
+        wake = False
+        with self.lock:
+            if self._used + size > self._buffer_memory and self._used:
+                self._wait_for_space(size)
+            tp = (topic, partition)
+            batch = self._open.get(tp)
+            if batch is None or (
+                batch.size + size > self._batch_size
+                and batch.record_count
+                and (batch.size + size > self._max_batch_bytes or not self._queues.get(tp))
+            ):
+                if batch is not None:
+                    self._close(tp, batch)
+                batch = self._open[tp] = ProducerBatch(topic, partition, self._clock())
+                self._incomplete.add(batch)
+                wake = True
+            index = batch.record_count
+            batch.record_count = index + 1
+            batch.values.append(value)
+            batch.timestamps.append(timestamp_ms)
+            if key is not None:
+                if batch.keys is None:
+                    batch.keys = [None] * index
+                batch.keys.append(key)
+            elif batch.keys is not None:
+                batch.keys.append(None)
+            if headers is not None:
+                if batch.headers is None:
+                    batch.headers = [None] * index
+                batch.headers.append(headers)
+            elif batch.headers is not None:
+                batch.headers.append(None)
+            if callback is not None:
+                if batch.callbacks is None:
+                    batch.callbacks = []
+                batch.callbacks.append((index, callback))
+            batch.size += size
+            self._used += size
+            if batch.size >= self._batch_size and not self._queues.get(tp):
+                self._close(tp, batch)
+                wake = True
+            future = FutureRecordMetadata(batch.result, index, timestamp_ms)
+        if wake:
+            self.wakeup()
+        return future
+
+    def append_encoded(
+        self, topic: str, partition: int, encoded: bytes, record_count: int
+    ) -> ProduceRequestResult:
+        """Queue a batch ``send_batch()`` encoded (after anything ``send()`` queued before)."""
+        size = len(encoded)
+        with self.lock:
+            if self._used + size > self._buffer_memory and self._used:
+                self._wait_for_space(size)
+            tp = (topic, partition)
+            open_batch = self._open.get(tp)
+            if open_batch is not None:
+                self._close(tp, open_batch)
+            batch = ProducerBatch(topic, partition, self._clock())
+            batch.encoded = encoded
+            batch.wire = [encoded]
+            batch.stamp = (-1, -1, -1)
+            batch.record_count = record_count
+            batch.size = size
+            self._incomplete.add(batch)
+            self._used += size
+            self._queue(tp).append(batch)
+        self.wakeup()
+        return batch.result
+
+    def _queue(self, tp: TP) -> collections.deque[ProducerBatch]:
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = collections.deque()
+        return queue
+
+    def _close(self, tp: TP, batch: ProducerBatch) -> None:
+        del self._open[tp]
+        self._queue(tp).append(batch)
+
+    def _wait_for_space(self, size: int) -> None:
+        deadline = self._clock() + self._max_block_ms / 1000
+        while self._used + size > self._buffer_memory and self._used:
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise BufferExhaustedError(
+                    f"send() waited max.block.ms={self._max_block_ms} for {size} bytes of "
+                    f"buffer.memory={self._buffer_memory} ({self._used} in use by unsent or "
+                    "unacknowledged records); the broker is slower than the producer or "
+                    "unreachable",
+                    buffer_memory=self._buffer_memory,
+                    max_block_ms=self._max_block_ms,
+                )
+            self._space.wait(remaining)
+
+    # -- draining (sender thread) ---------------------------------------------------------
+
+    def drain(
+        self,
+        can_send: Callable[[TP], int],
+        max_request_bytes: int,
+    ) -> list[ProducerBatch]:
+        """Take the ready batches the sender may send now. ``can_send(tp)`` says how many
+        batches of a partition may go (0 while its earlier batches must be answered first).
+        The first batch is always taken whole; later ones only while the total estimate stays
+        within ``max_request_bytes``."""
+        now = self._clock()
+        out: list[ProducerBatch] = []
+        total = 0
+        with self.lock:
+            force = self._flushes > 0 or self._closing
+            for tp, batch in list(self._open.items()):
+                if force or batch.size >= self._batch_size or batch.created + self._linger_s <= now:
+                    self._close(tp, batch)
+            for tp, queue in self._queues.items():
+                if not queue:
+                    continue
+                allowed = can_send(tp)
+                while queue and allowed > 0 and queue[0].retry_at <= now:
+                    size = queue[0].size
+                    if out and total + size > max_request_bytes:
+                        return out
+                    out.append(queue.popleft())
+                    total += size
+                    allowed -= 1
+        return out
+
+    def next_ready_in(self, can_send: Callable[[TP], int]) -> float | None:
+        """Seconds until a batch may become ready (0: now), None if nothing is waiting."""
+        now = self._clock()
+        soonest: float | None = None
+        with self.lock:
+            force = self._flushes > 0 or self._closing
+            for batch in self._open.values():
+                full = force or batch.size >= self._batch_size
+                wait = 0.0 if full else batch.created + self._linger_s - now
+                soonest = wait if soonest is None else min(soonest, wait)
+            for tp, queue in self._queues.items():
+                if queue and can_send(tp) > 0:
+                    wait = queue[0].retry_at - now
+                    soonest = wait if soonest is None else min(soonest, wait)
+        return None if soonest is None else max(soonest, 0.0)
+
+    def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
+        """Put a batch that failed retriably back at the head of its queue, in sequence
+        order, to be sent again no earlier than ``retry_at``."""
+        batch.retry_at = retry_at
+        with self.lock:
+            queue = self._queue(batch.tp)
+            if batch.base_sequence is None:
+                queue.appendleft(batch)
+                return
+            # Earlier sequences go first; batches never sent (no sequence yet) stay behind.
+            index = len(queue)
+            for i, queued in enumerate(queue):
+                if queued.base_sequence is None or queued.base_sequence > batch.base_sequence:
+                    index = i
+                    break
+            queue.insert(index, batch)
+
+    def has_earlier_queued(self, tp: TP, sequence: int) -> bool:
+        """Whether a batch of ``tp`` with a sequence below ``sequence`` waits for a retry."""
+        with self.lock:
+            return any(
+                b.base_sequence is not None and b.base_sequence < sequence
+                for b in self._queues.get(tp, ())
+            )
+
+    def reset_sequences(self) -> None:
+        """Forget the sequences of queued batches (a new producer epoch renumbers them)."""
+        with self.lock:
+            for queue in self._queues.values():
+                for b in queue:
+                    b.base_sequence = None
+
+    def partitions_with_data(self) -> list[TP]:
+        with self.lock:
+            return [*self._open, *(tp for tp, q in self._queues.items() if q)]
+
+    def complete(self, batch: ProducerBatch) -> None:
+        """Release a completed batch's memory (the sender calls this after completing it)."""
+        with self.lock:
+            if batch in self._incomplete:
+                self._incomplete.discard(batch)
+                self._used -= batch.size
+                self._space.notify_all()
+
+    def expired(self, delivery_timeout_s: float) -> list[ProducerBatch]:
+        """Remove and return queued (not in-flight) batches older than the delivery timeout."""
+        now = self._clock()
+        out: list[ProducerBatch] = []
+        with self.lock:
+            for tp, batch in list(self._open.items()):
+                if now - batch.created >= delivery_timeout_s:
+                    del self._open[tp]
+                    out.append(batch)
+            for queue in self._queues.values():
+                while queue and now - queue[0].created >= delivery_timeout_s:
+                    out.append(queue.popleft())
+        return out
+
+    def abort_all(self) -> list[ProducerBatch]:
+        """Remove and return every batch not yet sent (close without waiting)."""
+        with self.lock:
+            out = list(self._open.values())
+            self._open.clear()
+            for queue in self._queues.values():
+                out.extend(queue)
+                queue.clear()
+        return out
+
+    # -- flush and close ------------------------------------------------------------------
+
+    def begin_flush(self) -> list[ProducerBatch]:
+        """Make every batch ready now; returns the batches to wait for."""
+        with self.lock:
+            self._flushes += 1
+            pending = list(self._incomplete)
+        self.wakeup()
+        return pending
+
+    def end_flush(self) -> None:
+        with self.lock:
+            self._flushes -= 1
+
+    def begin_close(self) -> None:
+        with self.lock:
+            self._closing = True
+        self.wakeup()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def has_unsent(self) -> bool:
+        with self.lock:
+            return bool(self._open) or any(self._queues.values())
+
+    def incomplete(self) -> Iterable[ProducerBatch]:
+        with self.lock:
+            return list(self._incomplete)
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._used

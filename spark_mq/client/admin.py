@@ -1,0 +1,303 @@
+"""The admin client: topics, partitions, configs, offsets and record deletion.
+
+Every call is synchronous and raises the typed exception for the broker's error code
+(:func:`spark_mq.protocol.error_codes.error_from_code`): creating a topic that exists raises
+:class:`~spark_mq.TopicExistsError`, an unknown topic
+:class:`~spark_mq.UnknownTopicOrPartitionError`, a bad config value
+:class:`~spark_mq.ConfigError`, and so on. Topic changes go to the controller, partition
+operations to each partition's leader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from os import PathLike
+from typing import Any
+
+from spark_mq.client.cluster import ANY_NODE, Cluster
+from spark_mq.client.config import AdminConfig, client_config_props
+from spark_mq.client.offset_lookup import list_offsets
+from spark_mq.client.records import EARLIEST, LATEST, OffsetAndTimestamp, TopicPartition
+from spark_mq.errors import SparkMQError, UnknownTopicOrPartitionError, UsageError
+from spark_mq.protocol import admin as msg
+from spark_mq.protocol.error_codes import ErrorCode, error_from_code
+from spark_mq.protocol.fetch import READ_COMMITTED, READ_UNCOMMITTED
+from spark_mq.protocol.offsets import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    DeleteRecordsPartition,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteRecordsTopic,
+)
+
+#: ``list_offsets`` spec names, besides a timestamp in ms.
+OFFSET_SPECS = {
+    EARLIEST: EARLIEST_TIMESTAMP,
+    LATEST: LATEST_TIMESTAMP,
+    "max_timestamp": MAX_TIMESTAMP,
+}
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    """One partition of a described topic."""
+
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    """What :meth:`Admin.describe_topic` returns: partitions with their leaders, and the
+    topic's configuration overrides (keys set on the topic, not the broker defaults)."""
+
+    name: str
+    partitions: tuple[PartitionDescription, ...]
+    configs: dict[str, str]
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+
+def _raise_for(code: int, message: str | None, topic: str | None = None) -> None:
+    if code != ErrorCode.NONE:
+        raise error_from_code(code, message, topic=topic)
+
+
+class Admin:
+    """Administers topics of a broker (or of the local broker of ``path``).
+
+    Example (assumes the broker can be started for the directory)::
+
+        with Admin(path="/data/mq") as admin:
+            admin.create_topic("events", partitions=4, config={"retention.ms": "86400000"})
+            print(admin.describe_topic("events").partition_count)
+            admin.alter_configs("events", {"retention.ms": None})   # back to the default
+
+    >>> Admin(path="/tmp/mq", bootstrap_servers="localhost:9092")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    spark_mq.errors.ConfigError: admin: give exactly one of path=DIR ...
+    """
+
+    def __init__(
+        self,
+        path: str | PathLike[str] | None = None,
+        *,
+        bootstrap_servers: str | Sequence[str] | None = None,
+        config: Mapping[str, object] | None = None,
+        **configs: object,
+    ) -> None:
+        self.config = AdminConfig.from_properties(
+            client_config_props(path, bootstrap_servers, config, configs)
+        )
+        self.config.check_endpoint()
+        self._cluster = Cluster(self.config)
+        self._closed = False
+
+    def _request(self, request: Any, *, controller: bool = False) -> Any:
+        if self._closed:
+            raise UsageError("the admin client is closed")
+        node = ANY_NODE
+        if controller:
+            if self._cluster.controller_id == ANY_NODE:
+                self._cluster.refresh([])
+            node = self._cluster.controller_id
+        return self._cluster.request(
+            request, node_id=node, timeout_ms=self.config.default_api_timeout_ms
+        )
+
+    # -- topics ---------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        config: Mapping[str, object] | None = None,
+    ) -> None:
+        """Create a topic; ``config`` holds topic-level keys (``retention.ms``,
+        ``cleanup.policy``, ...). Raises TopicExistsError if it exists."""
+        configs = {k: str(v) for k, v in (config or {}).items()}
+        request = msg.CreateTopicsRequest(
+            [msg.CreatableTopic(name, partitions, replication_factor, configs)],
+            timeout_ms=self.config.default_api_timeout_ms,
+        )
+        response: msg.CreateTopicsResponse = self._request(request, controller=True)
+        for result in response.topics:
+            _raise_for(result.error_code, result.error_message, result.name)
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and all its data."""
+        request = msg.DeleteTopicsRequest([name], timeout_ms=self.config.default_api_timeout_ms)
+        response: msg.DeleteTopicsResponse = self._request(request, controller=True)
+        for result in response.responses:
+            _raise_for(result.error_code, result.error_message, result.name)
+
+    def create_partitions(self, name: str, total: int) -> None:
+        """Grow ``name`` to ``total`` partitions (never fewer: InvalidPartitionsError)."""
+        request = msg.CreatePartitionsRequest(
+            [msg.CreatePartitionsTopic(name, total)],
+            timeout_ms=self.config.default_api_timeout_ms,
+        )
+        response: msg.CreatePartitionsResponse = self._request(request, controller=True)
+        for result in response.results:
+            _raise_for(result.error_code, result.error_message, result.name)
+
+    def list_topics(self) -> list[str]:
+        """Names of every topic, sorted."""
+        response = self._check(self._cluster.refresh(None))
+        return sorted(t.name for t in response.topics if t.error_code == ErrorCode.NONE)
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        """Partitions, leaders and in-sync replicas, and the topic's config overrides."""
+        response = self._check(self._cluster.refresh([name]))
+        for topic in response.topics:
+            if topic.name == name:
+                _raise_for(topic.error_code, topic.error_message, name)
+                parts = tuple(
+                    PartitionDescription(
+                        p.partition, p.leader_id, p.leader_epoch, tuple(p.replicas), tuple(p.isr)
+                    )
+                    for p in sorted(topic.partitions, key=lambda p: p.partition)
+                )
+                entries = self._config_entries(name)
+                overrides = {e.name: e.value for e in entries if not e.is_default}
+                return TopicDescription(name, parts, {k: v for k, v in overrides.items() if v})
+        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
+
+    def _check(self, response: Any) -> Any:
+        if self._closed:
+            raise UsageError("the admin client is closed")
+        return response
+
+    # -- configs --------------------------------------------------------------------------
+
+    def _config_entries(self, topic: str) -> list[msg.ConfigEntry]:
+        request = msg.DescribeConfigsRequest(
+            [msg.DescribeConfigsResource(msg.RESOURCE_TOPIC, topic)]
+        )
+        response: msg.DescribeConfigsResponse = self._request(request)
+        entries: list[msg.ConfigEntry] = []
+        for result in response.results:
+            _raise_for(result.error_code, result.error_message, topic)
+            entries.extend(result.configs)
+        return entries
+
+    def describe_configs(self, topic: str) -> dict[str, str | None]:
+        """Every config key of ``topic`` with its effective value (default or override)."""
+        return {e.name: e.value for e in self._config_entries(topic)}
+
+    def alter_configs(self, topic: str, configs: Mapping[str, object | None]) -> None:
+        """Set topic config keys; a value of None removes the override (the default applies
+        again). Keys not named keep their values."""
+        values = {k: None if v is None else str(v) for k, v in configs.items()}
+        request = msg.AlterConfigsRequest(
+            [msg.AlterConfigsResource(msg.RESOURCE_TOPIC, topic, values)]
+        )
+        response: msg.AlterConfigsResponse = self._request(request)
+        for result in response.results:
+            _raise_for(result.error_code, result.error_message, topic)
+
+    # -- offsets and records --------------------------------------------------------------
+
+    def list_offsets(
+        self,
+        specs: Mapping[TopicPartition | tuple[str, int], str | int],
+        *,
+        isolation_level: str = "read_committed",
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
+        """Offsets by spec: ``"earliest"`` (log start), ``"latest"`` (the last stable offset
+        with read_committed, else the high watermark), ``"max_timestamp"``, or a timestamp in
+        ms (the first offset at or after it; offset -1 when every record is older)."""
+        if isolation_level not in ("read_committed", "read_uncommitted"):
+            raise UsageError("isolation_level must be read_committed or read_uncommitted")
+        resolved: dict[TopicPartition, int] = {}
+        for key, spec in specs.items():
+            tp = key if isinstance(key, TopicPartition) else TopicPartition(*key)
+            if isinstance(spec, str):
+                if spec not in OFFSET_SPECS:
+                    raise UsageError(
+                        f"list_offsets spec {spec!r} for {tp}: use earliest, latest, "
+                        "max_timestamp or a timestamp in ms"
+                    )
+                resolved[tp] = OFFSET_SPECS[spec]
+            elif isinstance(spec, int) and spec >= 0:
+                resolved[tp] = spec
+            else:
+                raise UsageError(f"list_offsets spec {spec!r} for {tp} is not valid")
+        level = READ_COMMITTED if isolation_level == "read_committed" else READ_UNCOMMITTED
+        answers = list_offsets(
+            self._cluster,
+            resolved,
+            isolation_level=level,
+            timeout_ms=self.config.default_api_timeout_ms,
+        )
+        return {tp: OffsetAndTimestamp(o, t) for tp, (o, t) in answers.items()}
+
+    def delete_records(
+        self, offsets: Mapping[TopicPartition | tuple[str, int], int]
+    ) -> dict[TopicPartition, int]:
+        """Delete every record below each offset (-1: up to the high watermark); returns
+        each partition's new log start offset."""
+        tps = {
+            (k if isinstance(k, TopicPartition) else TopicPartition(*k)): v
+            for k, v in offsets.items()
+        }
+        by_node: dict[int, dict[str, list[DeleteRecordsPartition]]] = {}
+        unknown = [tp for tp in tps if self._cluster.leader(tp.topic, tp.partition) is None]
+        if unknown:
+            self._cluster.refresh(sorted({tp.topic for tp in unknown}))
+        for tp, offset in tps.items():
+            node = self._cluster.leader(tp.topic, tp.partition)
+            topics = by_node.setdefault(ANY_NODE if node is None else node, {})
+            topics.setdefault(tp.topic, []).append(DeleteRecordsPartition(tp.partition, offset))
+        out: dict[TopicPartition, int] = {}
+        for node, topics in by_node.items():
+            request = DeleteRecordsRequest(
+                [DeleteRecordsTopic(name, parts) for name, parts in topics.items()],
+                timeout_ms=self.config.default_api_timeout_ms,
+            )
+            if self._closed:
+                raise UsageError("the admin client is closed")
+            response: DeleteRecordsResponse = self._cluster.request(
+                request, node_id=node, timeout_ms=self.config.default_api_timeout_ms
+            )
+            errors: list[SparkMQError] = []
+            for topic in response.topics:
+                for part in topic.partitions:
+                    tp = TopicPartition(topic.name, part.partition)
+                    if part.error_code != ErrorCode.NONE:
+                        errors.append(
+                            error_from_code(
+                                part.error_code,
+                                part.error_message,
+                                topic=tp.topic,
+                                partition=tp.partition,
+                            )
+                        )
+                    else:
+                        out[tp] = part.low_watermark
+            if errors:
+                raise errors[0]
+        return out
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._cluster.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,284 @@
+"""What a client knows of the cluster: brokers, topics, partition leaders, and how to reach them.
+
+Two ways in. With ``path=DIR`` the cluster is the local broker that owns DIR:
+:func:`spark_mq.broker.local.ensure_broker` finds it or starts it, and every node id maps to
+its address. When a connection to it fails (the broker idled out, was killed, or restarted),
+the next connection calls ``ensure_broker`` again, which starts a new broker if none runs.
+With ``bootstrap.servers`` the client asks any reachable server for Metadata and then routes
+each partition to its leader by node id, with the addresses the brokers advertise.
+
+The cluster also owns *control* connections: one per node, used for synchronous
+request/response calls (Metadata, ListOffsets, admin APIs) from any thread, under a lock.
+Producers and consumers open their own data connections (:meth:`Cluster.connect`) so that a
+long-polling fetch or pipelined produce requests never queue a metadata call behind them.
+
+Threads: every method may be called from any thread; state changes happen under one lock.
+``partition_count`` reads a dict without the lock (the producer's hot path); the dict is only
+ever replaced by a new entry, never mutated in a way a reader could see half done.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from spark_mq.client.config import ClientConfig
+from spark_mq.client.connection import BrokerConnection
+from spark_mq.errors import (
+    BrokerNotAvailableError,
+    NetworkError,
+    SparkMQError,
+    UnknownTopicOrPartitionError,
+    UsageError,
+)
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.error_codes import ErrorCode, error_from_code
+from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse, PartitionMetadata
+
+log = logging.getLogger(__name__)
+
+EnsureBroker = Callable[..., BrokerAddress]
+
+#: The node id a request goes to when any broker will do.
+ANY_NODE = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """One topic as the last Metadata response described it."""
+
+    name: str
+    partitions: tuple[PartitionMetadata, ...]
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+
+def _default_ensure_broker() -> EnsureBroker:
+    from spark_mq.broker.local import ensure_broker  # noqa: PLC0415 (the broker is optional)
+
+    return ensure_broker
+
+
+class Cluster:
+    """Brokers and partition leaders as last seen, and connections to them."""
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        ensure_broker: EnsureBroker | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        config.check_endpoint()
+        self.config = config
+        self._path = config.path or None
+        self._bootstrap = config.bootstrap_addresses()
+        self._ensure_broker = ensure_broker
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._local_address: BrokerAddress | None = None
+        self._nodes: dict[int, BrokerAddress] = {}
+        self._topics: dict[str, TopicInfo] = {}
+        #: Topic to partition count; replaced whole on refresh, read without the lock.
+        self.partition_counts: dict[str, int] = {}
+        self._control: dict[int, BrokerConnection] = {}
+        self._refreshed_at = -1e18
+        self._bootstrap_turn = 0
+        self.cluster_id = ""
+        self.controller_id = ANY_NODE
+        self._closed = False
+
+    # -- addresses and connections --------------------------------------------------------
+
+    def _local(self, *, renew: bool = False) -> BrokerAddress:
+        assert self._path is not None
+        with self._lock:
+            if self._local_address is None or renew:
+                if self._ensure_broker is None:
+                    self._ensure_broker = _default_ensure_broker()
+                self._local_address = self._ensure_broker(
+                    self._path, timeout_ms=self.config.request_timeout_ms
+                )
+            return self._local_address
+
+    def address_for(self, node_id: int) -> BrokerAddress:
+        """Where node ``node_id`` listens (any reachable broker for ANY_NODE)."""
+        if self._path is not None:
+            return self._local()
+        with self._lock:
+            if node_id != ANY_NODE and node_id in self._nodes:
+                return self._nodes[node_id]
+            return self._bootstrap[self._bootstrap_turn % len(self._bootstrap)]
+
+    def new_connection(self, node_id: int) -> BrokerConnection:
+        """A data connection to ``node_id`` for the caller to own; not yet connected."""
+        return BrokerConnection(
+            self.address_for(node_id),
+            node_id=node_id,
+            client_id=self.config.client_id or None,
+            max_frame_bytes=self.config.receive_message_max_bytes,
+            connect_timeout_ms=self.config.socket_connection_setup_timeout_ms,
+            request_timeout_ms=self.config.request_timeout_ms,
+            send_buffer_bytes=self.config.send_buffer_bytes,
+            receive_buffer_bytes=self.config.receive_buffer_bytes,
+        )
+
+    def connect(self, conn: BrokerConnection) -> None:
+        """Open ``conn``, re-resolving the broker when its last known address is dead: the
+        local broker is found or restarted with ``ensure_broker``; with bootstrap servers the
+        next one is tried."""
+        if conn.connected:
+            return
+        try:
+            conn.address = self.address_for(conn.node_id)
+            conn.connect()
+        except BrokerNotAvailableError:
+            if self._path is not None:
+                conn.address = self._local(renew=True)
+            else:
+                with self._lock:
+                    self._bootstrap_turn += 1
+                conn.address = self.address_for(conn.node_id)
+            conn.connect()
+
+    def connection_failed(self, conn: BrokerConnection) -> list[Any]:
+        """Close a failed connection; its address is re-resolved when it next connects."""
+        with self._lock:
+            if self._path is not None:
+                self._local_address = None
+        return conn.close()
+
+    # -- synchronous requests on control connections ---------------------------------------
+
+    def request(
+        self, request: msgspec.Struct, *, node_id: int = ANY_NODE, timeout_ms: int | None = None
+    ) -> Any:
+        """Send ``request`` to ``node_id`` and return the response body. A connection failure
+        is retried once on a fresh connection (the broker may have restarted) before it
+        raises NetworkError."""
+        self._check_open()
+        timeout_s = (timeout_ms or self.config.request_timeout_ms) / 1000
+        with self._lock:
+            for attempt in range(2):
+                conn = self._control.get(node_id)
+                if conn is None:
+                    conn = self._control[node_id] = self.new_connection(node_id)
+                try:
+                    self.connect(conn)
+                    return conn.request(request, timeout_s=timeout_s)
+                except NetworkError:
+                    self.connection_failed(conn)
+                    if attempt:
+                        raise
+        raise AssertionError("unreachable")
+
+    # -- metadata -------------------------------------------------------------------------
+
+    def refresh(
+        self, topics: list[str] | None = None, *, allow_auto_create: bool = False
+    ) -> MetadataResponse:
+        """Ask for Metadata of ``topics`` (None: all) and update the cache."""
+        response: MetadataResponse = self.request(
+            MetadataRequest(topics=topics, allow_auto_topic_creation=allow_auto_create)
+        )
+        with self._lock:
+            self.cluster_id = response.cluster_id
+            self.controller_id = response.controller_id
+            for broker in response.brokers:
+                if broker.host.startswith("unix:"):
+                    self._nodes[broker.node_id] = BrokerAddress.parse(broker.host)
+                else:
+                    self._nodes[broker.node_id] = BrokerAddress(broker.host, broker.port)
+            counts = dict(self.partition_counts)
+            for topic in response.topics:
+                if topic.error_code == ErrorCode.NONE and topic.partitions:
+                    parts = tuple(sorted(topic.partitions, key=lambda p: p.partition))
+                    self._topics[topic.name] = TopicInfo(topic.name, parts)
+                    counts[topic.name] = len(parts)
+                elif topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    self._topics.pop(topic.name, None)
+                    counts.pop(topic.name, None)
+            if topics is None:
+                listed = {t.name for t in response.topics}
+                for name in list(self._topics):
+                    if name not in listed:
+                        del self._topics[name]
+                        counts.pop(name, None)
+            # Replaced, not mutated: partition_count reads it without the lock.
+            self.partition_counts = counts
+            self._refreshed_at = self._clock()
+        return response
+
+    def metadata_is_stale(self) -> bool:
+        return (self._clock() - self._refreshed_at) * 1000 >= self.config.metadata_max_age_ms
+
+    def known_topics(self) -> list[str]:
+        with self._lock:
+            return list(self._topics)
+
+    def partition_count(self, topic: str) -> int | None:
+        """Partitions of ``topic`` as last seen; None if unknown (lock-free)."""
+        return self.partition_counts.get(topic)
+
+    def topic(self, topic: str) -> TopicInfo | None:
+        with self._lock:
+            return self._topics.get(topic)
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        """The leader's node id, or None when unknown or leaderless (lock-free: entries of
+        the topic dict are replaced whole, and a TopicInfo never changes)."""
+        info = self._topics.get(topic)
+        if info is None or not 0 <= partition < len(info.partitions):
+            return None
+        leader = info.partitions[partition].leader_id
+        return leader if leader >= 0 else None
+
+    def wait_for_topic(
+        self, topic: str, *, timeout_ms: int, allow_auto_create: bool = False
+    ) -> int:
+        """Refresh metadata until ``topic`` is known; return its partition count. Raises
+        UnknownTopicOrPartitionError (or the topic's error) after ``timeout_ms``."""
+        deadline = self._clock() + timeout_ms / 1000
+        backoff_s = max(self.config.retry_backoff_ms, 1) / 1000
+        while True:
+            response = self.refresh([topic], allow_auto_create=allow_auto_create)
+            count = self.partition_count(topic)
+            if count:
+                return count
+            error: SparkMQError | None = None
+            for t in response.topics:
+                if t.name == topic and t.error_code != ErrorCode.NONE:
+                    error = error_from_code(t.error_code, t.error_message, topic=topic)
+            if error is not None and not error.retriable:
+                raise error
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {topic!r} is not in the broker's metadata after {timeout_ms} ms "
+                    f"({error or 'no partitions'}); create it with Admin.create_topic or "
+                    "enable auto.create.topics.enable on the broker",
+                    topic=topic,
+                )
+            time.sleep(min(backoff_s, remaining))
+            backoff_s = min(backoff_s * 2, self.config.retry_backoff_max_ms / 1000 or backoff_s)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError(f"{self.config.component} is closed")
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for conn in self._control.values():
+                conn.close()
+            self._control.clear()

@@ -1,0 +1,371 @@
+"""One client connection to one broker: pipelined requests, responses in order.
+
+Requests are written whole (``sendmsg`` of the head, the MessagePack body and the raw record
+batches, with no joining copy) and recorded in an in-flight queue with their correlation id
+and a caller-supplied context. The broker answers requests of one connection in the order it
+received them, so responses are matched against the head of that queue; a mismatch means the
+stream is corrupt and the connection is closed.
+
+Receiving reads into a fixed receive buffer with ``recv_into``; each frame's size prefix is
+checked against ``receive.message.max.bytes`` before anything of it is kept. Small frames are
+decoded in place (their records section, if any, is copied out because the buffer is reused);
+a frame larger than half the buffer, typically a fetch response, gets a buffer of its own that
+it is read into directly and then handed over whole, so Arrow arrays decoded from its records
+reference it with no copy.
+
+A connection that fails (the peer closed it, a socket error, a timeout writing) raises
+:class:`~spark_mq.errors.NetworkError` (retriable) and is closed; :meth:`close` returns the
+contexts of the requests that got no answer so the owner can retry them. A response whose
+``frame_error`` is set (the broker could not parse the request) is delivered as a
+:class:`Response` carrying the typed error.
+
+Threads: a connection belongs to one thread at a time; it has no lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import select
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import msgspec
+
+from spark_mq.errors import CorruptFrameError, NetworkError, SparkMQError
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.api import ApiSpec, decode_frame_error, encode_request, spec_for_request
+from spark_mq.protocol.error_codes import error_from_code
+from spark_mq.protocol.framing import (
+    DEFAULT_MAX_FRAME_BYTES,
+    SIZE,
+    decode_response,
+    frame_size,
+)
+
+#: Bytes of the reusable receive buffer.
+RECEIVE_BUFFER_BYTES = 256 * 1024
+#: sendmsg takes at most IOV_MAX (1024 on Linux) buffers per call.
+_MAX_IOV = 1000
+_correlation_ids = itertools.count(1)
+
+
+@dataclass(slots=True)
+class Response:
+    """A decoded response; ``error`` is set (and ``body`` None) when ``frame_error`` was."""
+
+    correlation_id: int
+    body: Any
+    records: memoryview
+    context: Any
+    error: SparkMQError | None = None
+
+    def result(self) -> Any:
+        """The body, or raise the frame error."""
+        if self.error is not None:
+            raise self.error
+        return self.body
+
+
+@dataclass(slots=True)
+class _InFlight:
+    correlation_id: int
+    spec: ApiSpec[Any, Any]
+    context: Any
+    sent_at: float
+
+
+class BrokerConnection:
+    """A connection to one broker (see the module docstring)."""
+
+    def __init__(
+        self,
+        address: BrokerAddress,
+        *,
+        node_id: int = -1,
+        client_id: str | None = None,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        connect_timeout_ms: int = 10_000,
+        request_timeout_ms: int = 30_000,
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
+    ) -> None:
+        self.address = address
+        self.node_id = node_id
+        self.client_id = client_id
+        self._max_frame_bytes = max_frame_bytes
+        self._connect_timeout_s = connect_timeout_ms / 1000
+        self._request_timeout_s = request_timeout_ms / 1000
+        self._send_buffer_bytes = send_buffer_bytes
+        self._receive_buffer_bytes = receive_buffer_bytes
+        self._sock: socket.socket | None = None
+        self._in_flight: collections.deque[_InFlight] = collections.deque()
+        self._buf = bytearray(RECEIVE_BUFFER_BYTES)
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+        # A frame being read into its own buffer: (buffer, bytes filled so far).
+        self._big: bytearray | None = None
+        self._big_filled = 0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Open the socket if it is not open; raise BrokerNotAvailableError on failure."""
+        if self._sock is None:
+            sock = self.address.connect(self._connect_timeout_s)
+            # Large kernel buffers let pipelined requests (and a fetch response) sit in the
+            # socket while both ends work, instead of the writer blocking until the broker
+            # reads; the kernel caps them at net.core.wmem_max / rmem_max.
+            for option, size in (
+                (socket.SO_SNDBUF, self._send_buffer_bytes),
+                (socket.SO_RCVBUF, self._receive_buffer_bytes),
+            ):
+                if size > 0:
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, option, size)
+            self._sock = sock
+
+    @property
+    def connected(self) -> bool:
+        return self._sock is not None
+
+    def fileno(self) -> int:
+        return self._sock.fileno() if self._sock is not None else -1
+
+    def close(self) -> list[Any]:
+        """Close the socket; return the contexts of requests that got no response."""
+        self.close_keep_in_flight()
+        pending = [entry.context for entry in self._in_flight]
+        self._in_flight.clear()
+        self._start = self._end = 0
+        self._big = None
+        self._big_filled = 0
+        return pending
+
+    # -- sending --------------------------------------------------------------------------
+
+    @property
+    def in_flight_count(self) -> int:
+        return len(self._in_flight)
+
+    def oldest_request_age_s(self, now: float | None = None) -> float:
+        """Seconds since the oldest unanswered request was sent (0 when none is)."""
+        if not self._in_flight:
+            return 0.0
+        return (time.monotonic() if now is None else now) - self._in_flight[0].sent_at
+
+    def send(
+        self,
+        request: msgspec.Struct,
+        *,
+        records: Sequence[bytes | bytearray | memoryview] = (),
+        context: Any = None,
+        expect_response: bool = True,
+    ) -> int:
+        """Write one request; returns its correlation id. With ``expect_response`` False
+        (Produce with acks=0) nothing is queued because the broker will not answer."""
+        self.connect()
+        assert self._sock is not None
+        spec = spec_for_request(request)
+        correlation_id = next(_correlation_ids) & 0x7FFFFFFF
+        records_len = sum(memoryview(r).nbytes for r in records)
+        head, body = encode_request(
+            request,
+            correlation_id=correlation_id,
+            client_id=self.client_id,
+            records_len=records_len,
+        )
+        self._write([head, body, *records])
+        if expect_response:
+            self._in_flight.append(_InFlight(correlation_id, spec, context, time.monotonic()))
+        return correlation_id
+
+    def _write(self, buffers: list[Any]) -> None:
+        sock = self._sock
+        assert sock is not None
+        views = [memoryview(b).cast("B") for b in buffers if len(b)]
+        try:
+            sock.settimeout(self._request_timeout_s)
+            while views:
+                sent = sock.sendmsg(views[:_MAX_IOV])
+                # Drop what was written; a partial write leaves the tail of one buffer.
+                while sent and views:
+                    first = views[0]
+                    if sent >= len(first):
+                        sent -= len(first)
+                        views.pop(0)
+                    else:
+                        views[0] = first[sent:]
+                        sent = 0
+        except OSError as exc:
+            self._fail(exc, "writing a request")
+
+    def _fail(self, exc: BaseException, doing: str) -> NoReturn:
+        address = self.address
+        self.close_keep_in_flight()
+        raise NetworkError(
+            f"connection to broker {address} failed while {doing}: {exc}; "
+            "the request will be retried on a new connection"
+        ) from exc
+
+    def close_keep_in_flight(self) -> None:
+        """Close the socket but keep the in-flight queue for :meth:`close` to return."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    # -- receiving ------------------------------------------------------------------------
+
+    def receive(self, timeout_s: float | None = None) -> Response | None:
+        """The next response, waiting up to ``timeout_s`` (None: the request timeout).
+        Returns None when it has not arrived in time; a partly read frame is kept."""
+        if not self._in_flight:
+            raise AssertionError("receive() with no request in flight")
+        response = self._parse_one()
+        if response is not None:
+            return response
+        deadline = time.monotonic() + (self._request_timeout_s if timeout_s is None else timeout_s)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._wait_readable(remaining):
+                return None
+            self._read_some()
+            response = self._parse_one()
+            if response is not None:
+                return response
+
+    def read_available(self) -> list[Response]:
+        """Read what the socket has (call when it is readable) and return every complete
+        response; raise NetworkError if the peer closed the connection."""
+        self._read_some()
+        out = []
+        while self._in_flight:
+            response = self._parse_one()
+            if response is None:
+                break
+            out.append(response)
+        return out
+
+    def request(self, request: msgspec.Struct, *, timeout_s: float | None = None) -> Any:
+        """Send one request and wait for its response body (nothing else may be in flight);
+        a frame error raises its typed error, a timeout NetworkError."""
+        if self._in_flight:
+            raise AssertionError("request() while other requests are in flight")
+        self.send(request)
+        response = self.receive(timeout_s)
+        if response is None:
+            self.close()
+            raise NetworkError(
+                f"no response from broker {self.address} within "
+                f"{self._request_timeout_s if timeout_s is None else timeout_s} s to "
+                f"{type(request).__name__}; the connection was closed"
+            )
+        return response.result()
+
+    def _wait_readable(self, timeout_s: float) -> bool:
+        sock = self._sock
+        if sock is None:
+            raise NetworkError(f"connection to broker {self.address} is closed")
+        try:
+            readable, _, _ = select.select([sock], [], [], timeout_s)
+        except (OSError, ValueError) as exc:
+            self._fail(exc, "waiting for a response")
+        return bool(readable)
+
+    def _read_some(self) -> None:
+        """One ``recv_into``: into the current big frame, or the receive buffer."""
+        sock = self._sock
+        if sock is None:
+            raise NetworkError(f"connection to broker {self.address} is closed")
+        try:
+            sock.settimeout(self._request_timeout_s)
+            if self._big is not None:
+                if self._big_filled == len(self._big):
+                    return  # complete, waiting to be parsed
+                n = sock.recv_into(memoryview(self._big)[self._big_filled :])
+                self._big_filled += n
+            else:
+                if self._end == len(self._buf):
+                    self._compact()
+                # Frames over half the buffer get their own, so unparsed bytes never fill it.
+                assert self._end < len(self._buf), "receive buffer full of unparsed bytes"
+                n = sock.recv_into(self._view[self._end :])
+                self._end += n
+        except OSError as exc:
+            self._fail(exc, "reading a response")
+        if n == 0:
+            self._fail(ConnectionResetError("the broker closed the connection"), "reading")
+
+    def _compact(self) -> None:
+        """Move the unparsed bytes to the front of the receive buffer."""
+        start, end = self._start, self._end
+        if start:
+            self._view[: end - start] = self._view[start:end]
+            self._start, self._end = 0, end - start
+
+    def _parse_one(self) -> Response | None:
+        """Take one complete frame from what has been read, or None."""
+        big = self._big
+        if big is not None:
+            if self._big_filled < len(big):
+                return None
+            self._big = None
+            return self._decode(memoryview(big), owned=True)
+        available = self._end - self._start
+        if available < SIZE.size:
+            if self._start and self._start == self._end:
+                self._start = self._end = 0
+            return None
+        start = self._start
+        try:
+            size = frame_size(self._view[start : start + SIZE.size], self._max_frame_bytes)
+        except CorruptFrameError as exc:
+            self._fail(exc, "reading a frame size (over receive.message.max.bytes?)")
+        begin = start + SIZE.size
+        if size > len(self._buf) // 2:
+            # A large frame: read it into a buffer of its own, starting with what we have.
+            big = bytearray(size)
+            have = min(available - SIZE.size, size)
+            big[:have] = self._view[begin : begin + have]
+            self._start = begin + have
+            if self._start == self._end:
+                self._start = self._end = 0
+            self._big, self._big_filled = big, have
+            return self._parse_one()
+        if available - SIZE.size < size:
+            if begin + size > len(self._buf):
+                self._compact()
+            return None
+        self._start = begin + size
+        return self._decode(self._view[begin : begin + size], owned=False)
+
+    def _decode(self, frame: memoryview, *, owned: bool) -> Response:
+        entry = self._in_flight[0]
+        try:
+            parsed = decode_response(frame)
+            if parsed.correlation_id != entry.correlation_id:
+                raise CorruptFrameError(
+                    f"correlation id {parsed.correlation_id} where {entry.correlation_id} was next"
+                )
+            error_body = decode_frame_error(parsed) if parsed.frame_error else None
+            body = None if error_body else entry.spec.decode_response(parsed.body)
+        except CorruptFrameError as exc:
+            # The stream can no longer be trusted: drop it, and let the owner retry the
+            # requests on a new connection like after any other connection failure.
+            self._fail(exc, "decoding a response")
+        self._in_flight.popleft()
+        records = (
+            parsed.records
+            if owned or not len(parsed.records)
+            else memoryview(bytes(parsed.records))
+        )
+        if error_body is not None:
+            error = error_from_code(parsed.frame_error, error_body.error_message)
+            return Response(entry.correlation_id, None, records, entry.context, error)
+        return Response(entry.correlation_id, body, records, entry.context)

@@ -1,0 +1,378 @@
+"""The consumer: reads assigned partitions, as Python records or as Arrow tables.
+
+``poll_batch()`` is the fast path: the buffered fetch data of each partition decoded into
+Arrow with no Python per record, concatenated into one table. ``poll()`` builds
+:class:`~spark_mq.ConsumerRecord` tuples from those columns (one ``to_pylist`` per column,
+then ``zip``). Both advance positions the same way and share one fetch pipeline, so mixing
+them is fine. See ``docs/clients.md`` for settings, positions and ``read_committed``.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import itertools
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from os import PathLike
+
+import numpy as np
+import pyarrow as pa
+
+from spark_mq.client.cluster import Cluster
+from spark_mq.client.config import ConsumerConfig, client_config_props
+from spark_mq.client.errors import NoOffsetForPartitionError
+from spark_mq.client.fetcher import Fetcher
+from spark_mq.client.interceptors import ConsumerInterceptors
+from spark_mq.client.offset_lookup import list_offsets
+from spark_mq.client.records import (
+    CONSUMER_SCHEMA,
+    ConsumerRecord,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
+from spark_mq.client.subscription_state import SubscriptionState
+from spark_mq.errors import SparkMQError, UnknownTopicOrPartitionError, UsageError
+from spark_mq.protocol.fetch import READ_COMMITTED, READ_UNCOMMITTED
+from spark_mq.protocol.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+
+log = logging.getLogger(__name__)
+
+PartitionsArg = Iterable[TopicPartition | tuple[str, int]]
+_make_record = functools.partial(tuple.__new__, ConsumerRecord)
+_NO_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def _tp(item: TopicPartition | tuple[str, int]) -> TopicPartition:
+    if isinstance(item, TopicPartition):
+        return item
+    topic, partition = item
+    if not isinstance(topic, str) or not isinstance(partition, int) or partition < 0:
+        raise UsageError(f"{item!r} is not a (topic, partition) pair")
+    return TopicPartition(topic, partition)
+
+
+def _header_tuples(column: pa.Array) -> Iterable[tuple[tuple[str, bytes | None], ...]]:
+    if column.null_count == len(column):
+        return itertools.repeat(_NO_HEADERS, len(column))
+    return [
+        _NO_HEADERS if row is None else tuple((h["key"], h["value"]) for h in row)
+        for row in column.to_pylist()
+    ]
+
+
+def records_from_table(tp: TopicPartition, table: pa.Table) -> list[ConsumerRecord]:
+    """Python records from one partition's table of ``RECORD_SCHEMA``: one ``to_pylist``
+    per column, then ``zip`` into tuples built by ``tuple.__new__`` (no Python per field).
+
+    The garbage collector is paused meanwhile: building many tuples at once otherwise sets
+    off collection after collection, each scanning every tracked object (measured 2-4x
+    slower), and these tuples of bytes and ints cannot form reference cycles.
+    """
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return list(
+            map(
+                _make_record,
+                zip(
+                    itertools.repeat(tp.topic),
+                    itertools.repeat(tp.partition),
+                    *(table.column(i).to_pylist() for i in range(5)),
+                    _header_tuples(table.column(5).combine_chunks()),
+                    strict=False,
+                ),
+            )
+        )
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _constant_string(value: str, n: int) -> pa.Array:
+    """``n`` copies of ``value`` as a plain string column, built without a Python list."""
+    indices = pa.array(np.zeros(n, dtype=np.int32))
+    return pa.DictionaryArray.from_arrays(indices, pa.array([value])).cast(pa.string())
+
+
+class Consumer:
+    """Reads records from partitions assigned with :meth:`assign`.
+
+    Give exactly one of ``path`` or ``bootstrap_servers``; other settings are Kafka keys,
+    as keywords with underscores or dotted. ``isolation.level`` is ``read_committed`` by
+    default (unlike Kafka): records of open or aborted transactions are never returned.
+
+    Example (assumes a broker for the directory and a topic ``events``)::
+
+        with Consumer(path="/data/mq", auto_offset_reset="earliest") as consumer:
+            consumer.assign([TopicPartition("events", 0)])
+            table = consumer.poll_batch(timeout_ms=1000)        # pyarrow.Table
+            for tp, records in consumer.poll(timeout_ms=1000).items():
+                for record in records:
+                    print(record.offset, record.value)
+
+    >>> Consumer(path="/tmp/mq", auto_offset_reset="smallest")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    spark_mq.errors.ConfigError: auto.offset.reset must be one of earliest, latest, none; ...
+    """
+
+    def __init__(
+        self,
+        path: str | PathLike[str] | None = None,
+        *,
+        bootstrap_servers: str | Sequence[str] | None = None,
+        config: Mapping[str, object] | None = None,
+        **configs: object,
+    ) -> None:
+        self.config = ConsumerConfig.from_properties(
+            client_config_props(path, bootstrap_servers, config, configs)
+        )
+        self.config.check_endpoint()
+        self._cluster = Cluster(self.config)
+        self._subs = SubscriptionState()
+        self._fetcher = Fetcher(self.config, self._cluster, self._subs)
+        self._interceptors = ConsumerInterceptors(self.config.interceptors)
+        self._isolation = READ_COMMITTED if self.config.read_committed else READ_UNCOMMITTED
+        self._closed = False
+        self._reset_retry_at = 0.0
+
+    # -- assignment -----------------------------------------------------------------------
+
+    def assign(self, partitions: PartitionsArg) -> None:
+        """Read exactly these partitions (replacing any earlier assignment). Partitions that
+        stay assigned keep their positions; new ones start per ``auto.offset.reset`` unless
+        you ``seek``."""
+        self._check_open()
+        tps = [_tp(p) for p in partitions]
+        for tp in self._subs.partitions():
+            if tp not in tps:
+                self._fetcher.drop(tp)
+        self._subs.assign_from_user(tps)
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._subs.assignment()
+
+    # -- polling --------------------------------------------------------------------------
+
+    def poll(
+        self, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records of the assigned partitions, waiting up to ``timeout_ms`` for some;
+        at most ``max_records`` (default ``max.poll.records``)."""
+        limit = self.config.max_poll_records if max_records is None else max_records
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for tp, table in self._poll_tables(timeout_ms, limit):
+            records = records_from_table(tp, table)
+            out.setdefault(tp, []).extend(records)
+        if self._interceptors and out:
+            out = self._interceptors.on_consume(out)
+        return out
+
+    def poll_batch(self, timeout_ms: int = 0, max_records: int | None = None) -> pa.Table:
+        """Records as one Arrow table (columns ``topic``, ``partition``, ``offset``,
+        ``timestamp``, ``timestamp_type``, ``key``, ``value``, ``headers``; see
+        ``CONSUMER_SCHEMA``), rows of a partition in offset order. Waits up to
+        ``timeout_ms`` for some; ``max_records`` None returns everything buffered."""
+        pieces = []
+        for tp, table in self._poll_tables(timeout_ms, max_records):
+            n = table.num_rows
+            columns = [
+                _constant_string(tp.topic, n),
+                pa.array(np.full(n, tp.partition, dtype=np.int32)),
+                *table.columns,
+            ]
+            pieces.append(pa.Table.from_arrays(columns, schema=CONSUMER_SCHEMA))
+        if not pieces:
+            result = CONSUMER_SCHEMA.empty_table()
+        elif len(pieces) == 1:
+            result = pieces[0]
+        else:
+            result = pa.concat_tables(pieces)
+        if self._interceptors and result.num_rows:
+            result = self._interceptors.on_consume(result)
+        return result
+
+    def _poll_tables(
+        self, timeout_ms: int, max_records: int | None
+    ) -> list[tuple[TopicPartition, pa.Table]]:
+        self._check_open()
+        if not self._subs.partitions():
+            raise UsageError("poll() with no assigned partitions; call assign() first")
+        if max_records is not None and max_records < 1:
+            raise UsageError(f"max_records must be at least 1, got {max_records}")
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while True:
+            self._update_positions(raise_unknown=False)
+            if self._fetcher.has_in_flight:
+                # Take in responses that already arrived, without waiting, so that the next
+                # fetch goes out now rather than after the caller is done with this data.
+                self._fetcher.poll_network(0.0)
+            self._fetcher.send_fetches()
+            tables = self._fetcher.collect(max_records)
+            # Keep the pipeline full: fetch the next data while the caller processes this.
+            self._fetcher.send_fetches()
+            if tables:
+                return tables
+            remaining = deadline - time.monotonic()
+            if self._fetcher.has_in_flight:
+                if self._fetcher.poll_network(max(remaining, 0.0)):
+                    self._fetcher.send_fetches()
+                    continue
+            elif remaining > 0:
+                # Nothing can be fetched now (no leader, no position, a backoff): wait a bit.
+                time.sleep(min(remaining, self.config.retry_backoff_ms / 1000))
+            if time.monotonic() >= deadline:
+                return self._fetcher.collect(max_records)
+
+    # -- positions ------------------------------------------------------------------------
+
+    def _update_positions(self, *, raise_unknown: bool) -> None:
+        missing = self._subs.missing_positions()
+        if not missing or (not raise_unknown and time.monotonic() < self._reset_retry_at):
+            return
+        strategy = self.config.auto_offset_reset
+        if strategy == "none":
+            tp = missing[0]
+            raise NoOffsetForPartitionError(
+                f"{tp} has no position and auto.offset.reset=none; seek() to an offset, or "
+                "use seek_to_beginning() / seek_to_end()",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
+        spec = EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
+        try:
+            answers = self._list_offsets(dict.fromkeys(missing, spec))
+        except SparkMQError as exc:
+            if raise_unknown or not (
+                isinstance(exc, UnknownTopicOrPartitionError) or exc.retriable
+            ):
+                raise
+            log.warning("cannot reset positions of %s yet: %s", missing, exc)
+            self._reset_retry_at = time.monotonic() + self.config.retry_backoff_max_ms / 1000
+            return
+        for tp, (offset, _) in answers.items():
+            if self._subs.is_assigned(tp) and self._subs.position(tp) is None:
+                self._subs.seek(tp, offset)
+
+    def _list_offsets(
+        self, specs: Mapping[TopicPartition, int], *, isolation_level: int | None = None
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        return list_offsets(
+            self._cluster,
+            specs,
+            isolation_level=self._isolation if isolation_level is None else isolation_level,
+            timeout_ms=self.config.default_api_timeout_ms,
+        )
+
+    def position(self, partition: TopicPartition | tuple[str, int]) -> int:
+        """The offset of the next record :meth:`poll` returns for ``partition`` (looked up
+        per ``auto.offset.reset`` if it has none yet)."""
+        self._check_open()
+        tp = _tp(partition)
+        if self._subs.position(tp) is None:
+            self._update_positions(raise_unknown=True)
+        position = self._subs.position(tp)
+        assert position is not None
+        return position
+
+    def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
+        """Make ``offset`` the next offset :meth:`poll` returns for ``partition``."""
+        self._check_open()
+        tp = _tp(partition)
+        self._subs.seek(tp, offset)
+        self._fetcher.drop(tp)
+
+    def seek_to_beginning(self, partitions: PartitionsArg | None = None) -> None:
+        """Seek to the log start offset (all assigned partitions by default)."""
+        self._seek_to(partitions, EARLIEST_TIMESTAMP)
+
+    def seek_to_end(self, partitions: PartitionsArg | None = None) -> None:
+        """Seek to the end: the last stable offset with read_committed, else the high
+        watermark (all assigned partitions by default)."""
+        self._seek_to(partitions, LATEST_TIMESTAMP)
+
+    def _seek_to(self, partitions: PartitionsArg | None, spec: int) -> None:
+        self._check_open()
+        tps = self._subs.partitions() if partitions is None else [_tp(p) for p in partitions]
+        for tp in tps:
+            self._subs.state(tp)  # raises for a partition not assigned
+        for tp, (offset, _) in self._list_offsets(dict.fromkeys(tps, spec)).items():
+            self.seek(tp, offset)
+
+    def beginning_offsets(self, partitions: PartitionsArg) -> dict[TopicPartition, int]:
+        """The log start offset of each partition (assigned or not)."""
+        self._check_open()
+        specs = dict.fromkeys((_tp(p) for p in partitions), EARLIEST_TIMESTAMP)
+        return {tp: offset for tp, (offset, _) in self._list_offsets(specs).items()}
+
+    def end_offsets(self, partitions: PartitionsArg) -> dict[TopicPartition, int]:
+        """The offset after the last readable record of each partition: the last stable
+        offset with read_committed, the high watermark with read_uncommitted."""
+        self._check_open()
+        specs = dict.fromkeys((_tp(p) for p in partitions), LATEST_TIMESTAMP)
+        return {tp: offset for tp, (offset, _) in self._list_offsets(specs).items()}
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition | tuple[str, int], int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition, the first offset whose timestamp is at or after the given
+        time in ms, with that timestamp; None where every record is older."""
+        self._check_open()
+        specs = {}
+        for partition, ts in timestamps.items():
+            if ts < 0:
+                raise UsageError(f"offsets_for_times: timestamp {ts} for {partition} is negative")
+            specs[_tp(partition)] = ts
+        answers = self._list_offsets(specs)
+        return {
+            tp: None if offset < 0 else OffsetAndTimestamp(offset, timestamp)
+            for tp, (offset, timestamp) in answers.items()
+        }
+
+    # -- pause and resume -----------------------------------------------------------------
+
+    def pause(self, *partitions: TopicPartition | tuple[str, int]) -> None:
+        """Stop returning (and fetching) records of these partitions until resumed."""
+        for p in partitions:
+            tp = _tp(p)
+            self._subs.pause(tp)
+            self._fetcher.drop(tp)
+
+    def resume(self, *partitions: TopicPartition | tuple[str, int]) -> None:
+        for p in partitions:
+            self._subs.resume(_tp(p))
+
+    def paused(self) -> set[TopicPartition]:
+        return self._subs.paused()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, int]:
+        """Every topic the broker has, with its partition count."""
+        self._check_open()
+        response = self._cluster.refresh(None)
+        return {t.name: len(t.partitions) for t in response.topics if not t.error_code}
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError("the consumer is closed")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._fetcher.close()
+        self._cluster.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = self.config.path or self.config.bootstrap_servers
+        return f"Consumer({where!r}, assignment={sorted(self._subs.assignment())})"

@@ -1,0 +1,399 @@
+"""The consumer's fetcher: Fetch requests to partition leaders, responses turned into Arrow.
+
+One Fetch is in flight per broker at a time (a long-polling fetch holds up its connection).
+As soon as a response arrives its partitions' batch headers are scanned for where the next
+fetch starts (``lastOffset + 1`` of the last whole batch), and the next Fetch goes out at once,
+before anything is decoded: the broker reads and sends the next data while this client
+decodes and the application processes the current data. At most :data:`MAX_BUFFERED_FETCHES`
+responses per partition wait here, which bounds memory.
+
+Decoding is lazy and columnar: a buffered partition response becomes one Arrow table with
+:func:`~spark_mq.storage.batch_decoder.decode_records` (records below the fetch offset cut
+off, control batches and, for ``read_committed``, the batches of aborted transactions dropped)
+only when ``poll`` takes records from it. The consumer's position then moves to the offset
+of the next record not yet returned, or, once a response is used up, to the end of its last
+batch from the batch header, never to the last record's offset + 1: compaction leaves
+batches whose last records, or all of them, are gone.
+
+A buffered response is valid only while the partition's position is where the response
+starts; a ``seek``, a ``pause`` or a reset makes it stale and it is dropped when met. Errors:
+an out-of-range offset resets the position through ``auto.offset.reset`` (or raises with
+``none``); retriable errors (unknown leader, a broker restarting, an unknown topic) refresh
+metadata and retry after ``retry.backoff.ms``; a lost connection is reopened (for
+``path=DIR`` through ``ensure_broker``). Anything else is raised from the next ``poll``.
+
+Threads: used by the consumer's thread only.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import select
+import struct
+import time
+from typing import Final
+
+import pyarrow as pa
+
+from spark_mq.client.cluster import Cluster
+from spark_mq.client.config import ConsumerConfig
+from spark_mq.client.connection import BrokerConnection, Response
+from spark_mq.client.records import TopicPartition
+from spark_mq.client.subscription_state import SubscriptionState
+from spark_mq.errors import NetworkError, OffsetOutOfRangeError, SparkMQError
+from spark_mq.protocol.error_codes import ErrorCode, error_from_code
+from spark_mq.protocol.fetch import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    AbortedTransaction,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+)
+from spark_mq.protocol.framing import split_records
+from spark_mq.storage.batch_decoder import decode_records
+from spark_mq.storage.record_batch import LOG_OVERHEAD
+
+log = logging.getLogger(__name__)
+
+#: Responses buffered per partition before no more are fetched for it.
+MAX_BUFFERED_FETCHES: Final = 2
+#: baseOffset and batchLength (bytes 0-11) and lastOffsetDelta (bytes 23-26) of a header.
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23
+_HEADER_BYTES = 61
+
+
+def end_of_last_batch(data: memoryview) -> int | None:
+    """``lastOffset + 1`` of the last whole batch in ``data`` (None if there is none): where
+    the next fetch of the partition starts. Reads only the headers' fixed fields; the CRC and
+    bodies are checked when the data is decoded."""
+    pos = 0
+    end = len(data)
+    last: int | None = None
+    while end - pos >= _HEADER_BYTES:
+        base_offset, length = _OFFSET_AND_LENGTH.unpack_from(data, pos)
+        size = length + LOG_OVERHEAD
+        if size < _HEADER_BYTES or pos + size > end:
+            break
+        (delta,) = _LAST_OFFSET_DELTA.unpack_from(data, pos + _LAST_OFFSET_DELTA_AT)
+        last = base_offset + delta + 1
+        pos += size
+    return last
+
+
+class CompletedFetch:
+    """One partition's data from one Fetch response, decoded on first use."""
+
+    __slots__ = ("_aborted", "_consumed", "_data", "_table", "fetch_offset", "next_offset", "tp")
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        fetch_offset: int,
+        data: memoryview,
+        next_offset: int,
+        aborted: list[AbortedTransaction] | None,
+    ) -> None:
+        self.tp = tp
+        self.fetch_offset = fetch_offset
+        self.next_offset = next_offset
+        self._data = data
+        self._aborted = aborted
+        self._table: pa.Table | None = None
+        self._consumed = 0
+
+    def expected_position(self) -> int:
+        """The partition position at which this data is next in line."""
+        if self._table is None or self._consumed == 0:
+            return self.fetch_offset
+        return self._position_after()
+
+    def _position_after(self) -> int:
+        assert self._table is not None
+        if self._consumed >= self._table.num_rows:
+            return self.next_offset
+        return int(self._table.column(0)[self._consumed].as_py())
+
+    def take(self, max_records: int | None, *, verify_crc: bool) -> tuple[pa.Table, int, bool]:
+        """Up to ``max_records`` records: (table, position after them, used up)."""
+        if self._table is None:
+            self._table = decode_records(
+                self._data,
+                start_offset=self.fetch_offset,
+                verify_crc=verify_crc,
+                aborted_transactions=self._aborted or None,
+            )
+            self._data = memoryview(b"")
+        table = self._table
+        start = self._consumed
+        count = table.num_rows - start
+        if max_records is not None:
+            count = min(count, max_records)
+        part = table if start == 0 and count == table.num_rows else table.slice(start, count)
+        self._consumed = start + count
+        return part, self._position_after(), self._consumed >= table.num_rows
+
+
+class Fetcher:
+    """Fetch requests and buffered responses of one consumer (see the module docstring)."""
+
+    def __init__(
+        self, config: ConsumerConfig, cluster: Cluster, subscriptions: SubscriptionState
+    ) -> None:
+        self._config = config
+        self._cluster = cluster
+        self._subs = subscriptions
+        self._isolation = READ_COMMITTED if config.read_committed else READ_UNCOMMITTED
+        self._conns: dict[int, BrokerConnection] = {}
+        self._in_flight: dict[int, dict[TopicPartition, int]] = {}
+        self._buffered: dict[TopicPartition, collections.deque[CompletedFetch]] = {}
+        self._retry_at: dict[TopicPartition, float] = {}
+        self._reconnect_at: dict[int, float] = {}
+        self._metadata_at = 0.0
+        self._turn = 0
+        self._errors: list[SparkMQError] = []
+
+    # -- requests -------------------------------------------------------------------------
+
+    def _next_fetch_offset(self, tp: TopicPartition) -> int | None:
+        buffered = self._buffered.get(tp)
+        if buffered:
+            return buffered[-1].next_offset
+        return self._subs.position(tp)
+
+    def send_fetches(self) -> None:
+        """Send a Fetch to every leader with no fetch in flight, for its partitions that
+        have a position and room in the buffer."""
+        now = time.monotonic()
+        fetching = {tp for requested in self._in_flight.values() for tp in requested}
+        candidates = self._subs.fetchable()
+        if candidates:
+            # Rotate the order so that every partition gets to be first, which the broker
+            # serves whole even when its first batch is over the size limits.
+            self._turn = (self._turn + 1) % len(candidates)
+            candidates = candidates[self._turn :] + candidates[: self._turn]
+        by_node: dict[int, list[tuple[TopicPartition, int]]] = {}
+        missing_leader: set[str] = set()
+        for tp in candidates:
+            if tp in fetching or self._retry_at.get(tp, 0.0) > now:
+                continue
+            if len(self._buffered.get(tp, ())) >= MAX_BUFFERED_FETCHES:
+                continue
+            node = self._cluster.leader(tp.topic, tp.partition)
+            if node is None:
+                missing_leader.add(tp.topic)
+                continue
+            offset = self._next_fetch_offset(tp)
+            if offset is not None:
+                by_node.setdefault(node, []).append((tp, offset))
+        for node, items in by_node.items():
+            if node not in self._in_flight:
+                self._send_fetch(node, items, now)
+        if missing_leader:
+            self._refresh_metadata(missing_leader, now)
+
+    def _send_fetch(self, node: int, items: list[tuple[TopicPartition, int]], now: float) -> None:
+        conn = self._connection(node, now)
+        if conn is None:
+            return
+        cfg = self._config
+        topics: dict[str, list[FetchPartition]] = {}
+        for tp, offset in items:
+            topics.setdefault(tp.topic, []).append(
+                FetchPartition(tp.partition, offset, cfg.max_partition_fetch_bytes)
+            )
+        request = FetchRequest(
+            max_wait_ms=cfg.fetch_max_wait_ms,
+            min_bytes=cfg.fetch_min_bytes,
+            max_bytes=cfg.fetch_max_bytes,
+            topics=[FetchTopic(name, parts) for name, parts in topics.items()],
+            isolation_level=self._isolation,
+        )
+        try:
+            conn.send(request)
+        except NetworkError as exc:
+            self._connection_lost(node, conn, exc)
+            return
+        self._in_flight[node] = dict(items)
+
+    def _connection(self, node: int, now: float) -> BrokerConnection | None:
+        conn = self._conns.get(node)
+        if conn is None:
+            conn = self._conns[node] = self._cluster.new_connection(node)
+        if not conn.connected:
+            if self._reconnect_at.get(node, 0.0) > now:
+                return None
+            try:
+                self._cluster.connect(conn)
+            except SparkMQError as exc:
+                log.warning("cannot connect to broker %s: %s", conn.address, exc)
+                self._reconnect_at[node] = now + self._config.retry_backoff_max_ms / 1000
+                return None
+        return conn
+
+    def _connection_lost(self, node: int, conn: BrokerConnection, exc: SparkMQError) -> None:
+        log.warning("connection to broker %s lost: %s; fetching again", conn.address, exc)
+        self._in_flight.pop(node, None)
+        self._cluster.connection_failed(conn)
+        self._reconnect_at[node] = time.monotonic() + self._config.retry_backoff_ms / 1000
+
+    def _refresh_metadata(self, topics: set[str], now: float) -> None:
+        if now < self._metadata_at:
+            return
+        self._metadata_at = now + self._config.retry_backoff_ms / 1000
+        try:
+            response = self._cluster.refresh(sorted(topics | set(self._cluster.known_topics())))
+        except SparkMQError as exc:
+            log.warning("metadata refresh failed: %s", exc)
+            return
+        for topic in response.topics:
+            if topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                log.warning("topic %r does not exist (yet); polling it returns nothing", topic.name)
+
+    # -- responses ------------------------------------------------------------------------
+
+    @property
+    def has_in_flight(self) -> bool:
+        return bool(self._in_flight)
+
+    def poll_network(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for fetch responses; handle those that arrive. Returns
+        whether any response was handled."""
+        deadline = time.monotonic() + timeout_s
+        handled = False
+        while self._in_flight and not handled:
+            conns = {self._conns[node]: node for node in self._in_flight}
+            remaining = max(deadline - time.monotonic(), 0.0)
+            try:
+                readable, _, _ = select.select(list(conns), [], [], remaining)
+            except (OSError, ValueError):
+                readable = list(conns)  # a closed socket: reading it reports the failure
+            for conn in readable:
+                node = conns[conn]
+                try:
+                    responses = conn.read_available()
+                except NetworkError as exc:
+                    self._connection_lost(node, conn, exc)
+                    continue
+                for response in responses:
+                    self._handle(node, response)
+                    handled = True
+            if not readable and time.monotonic() >= deadline:
+                break
+        return handled
+
+    def _handle(self, node: int, response: Response) -> None:
+        requested = self._in_flight.pop(node, {})
+        if response.error is not None:
+            self._errors.append(response.error)
+            return
+        body: FetchResponse = response.body
+        if body.error_code != ErrorCode.NONE:
+            error = error_from_code(body.error_code)
+            if not error.retriable:
+                self._errors.append(error)
+            return
+        sizes = [p.records_size for t in body.topics for p in t.partitions]
+        views = iter(split_records(response.records, sizes))
+        for topic in body.topics:
+            for part in topic.partitions:
+                data = next(views)
+                tp = TopicPartition(topic.name, part.partition)
+                offset = requested.get(tp)
+                if offset is None or not self._subs.is_assigned(tp):
+                    continue
+                if self._next_fetch_offset(tp) != offset:
+                    continue  # the position moved (seek) while the fetch was in flight
+                if part.error_code != ErrorCode.NONE:
+                    self._partition_error(tp, offset, part.error_code, part.error_message)
+                    continue
+                state = self._subs.state(tp)
+                state.high_watermark = part.high_watermark
+                state.last_stable_offset = part.last_stable_offset
+                state.log_start_offset = part.log_start_offset
+                if not part.records_size:
+                    continue
+                next_offset = end_of_last_batch(data)
+                if next_offset is None or next_offset <= offset:
+                    continue  # only part of a batch: the next fetch puts this partition first
+                aborted = part.aborted_transactions if self._isolation == READ_COMMITTED else None
+                self._buffered.setdefault(tp, collections.deque()).append(
+                    CompletedFetch(tp, offset, data, next_offset, aborted)
+                )
+
+    def _partition_error(
+        self, tp: TopicPartition, offset: int, code: int, message: str | None
+    ) -> None:
+        error = error_from_code(code, message, topic=tp.topic, partition=tp.partition)
+        if isinstance(error, OffsetOutOfRangeError):
+            if self._config.auto_offset_reset == "none":
+                error.offset = offset
+                self._errors.append(error)
+            else:
+                log.info(
+                    "offset %d of %s is out of range; resetting to %s",
+                    offset,
+                    tp,
+                    self._config.auto_offset_reset,
+                )
+                self._buffered.pop(tp, None)
+                self._subs.reset(tp)
+            return
+        if error.retriable:
+            self._retry_at[tp] = time.monotonic() + self._config.retry_backoff_ms / 1000
+            self._metadata_at = 0.0
+            self._refresh_metadata({tp.topic}, time.monotonic())
+            return
+        self._errors.append(error)
+
+    # -- handing records out --------------------------------------------------------------
+
+    def collect(self, max_records: int | None) -> list[tuple[TopicPartition, pa.Table]]:
+        """Take up to ``max_records`` buffered records (None: all), advancing positions.
+        Raises the first error a fetch reported since the last call."""
+        if self._errors:
+            error = self._errors.pop(0)
+            raise error
+        out: list[tuple[TopicPartition, pa.Table]] = []
+        remaining = max_records
+        for tp in list(self._buffered):
+            queue = self._buffered[tp]
+            while queue and (remaining is None or remaining > 0):
+                if not self._subs.is_fetchable(tp):
+                    queue.clear()  # paused or unassigned: fetched again on resume
+                    break
+                completed = queue[0]
+                if self._subs.position(tp) != completed.expected_position():
+                    queue.clear()  # stale: the application moved the position
+                    break
+                table, position, used_up = completed.take(
+                    remaining, verify_crc=self._config.check_crcs
+                )
+                self._subs.seek(tp, position)
+                if used_up:
+                    queue.popleft()
+                if table.num_rows:
+                    out.append((tp, table))
+                    if remaining is not None:
+                        remaining -= table.num_rows
+            if not queue:
+                del self._buffered[tp]
+        return out
+
+    def has_buffered(self) -> bool:
+        return bool(self._buffered)
+
+    def drop(self, tp: TopicPartition) -> None:
+        """Forget buffered data of ``tp`` (after a seek or an assignment change)."""
+        self._buffered.pop(tp, None)
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+        self._in_flight.clear()
+        self._buffered.clear()

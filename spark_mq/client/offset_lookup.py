@@ -1,0 +1,113 @@
+"""ListOffsets for clients: ask each partition's leader for an offset by time or position.
+
+A spec is a timestamp in ms or one of the sentinels ``LATEST_TIMESTAMP`` (-1, the high
+watermark, or the last stable offset for ``read_committed``), ``EARLIEST_TIMESTAMP`` (-2, the
+log start offset) and ``MAX_TIMESTAMP`` (-3). Requests go to the partition leaders over the
+cluster's control connections; retriable errors (a stale leader, a broker restarting) are
+retried with backoff until ``timeout_ms``, anything else raises its typed error. A topic the
+broker does not know raises UnknownTopicOrPartitionError at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from spark_mq.client.cluster import ANY_NODE, Cluster
+from spark_mq.client.records import TopicPartition
+from spark_mq.errors import RequestTimedOutError, SparkMQError, UnknownTopicOrPartitionError
+from spark_mq.protocol.error_codes import ErrorCode, error_from_code
+from spark_mq.protocol.offsets import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopic,
+)
+
+#: (offset, timestamp) per partition; offset -1 when no record matches a timestamp.
+OffsetAnswer = tuple[int, int]
+
+
+def _leaders(cluster: Cluster, partitions: list[TopicPartition]) -> dict[int, list[TopicPartition]]:
+    """Group partitions by leader, refreshing metadata for unknown ones once."""
+    unknown = [tp for tp in partitions if cluster.leader(tp.topic, tp.partition) is None]
+    if unknown:
+        response = cluster.refresh(sorted({tp.topic for tp in unknown}))
+        for topic in response.topics:
+            if topic.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {topic.name!r} does not exist; create it first (Admin.create_topic)",
+                    topic=topic.name,
+                )
+    by_node: dict[int, list[TopicPartition]] = {}
+    for tp in partitions:
+        count = cluster.partition_count(tp.topic)
+        if count is not None and not 0 <= tp.partition < count:
+            raise UnknownTopicOrPartitionError(
+                f"partition {tp.partition} of topic {tp.topic!r} does not exist (the topic has "
+                f"{count})",
+                topic=tp.topic,
+                partition=tp.partition,
+            )
+        node = cluster.leader(tp.topic, tp.partition)
+        by_node.setdefault(ANY_NODE if node is None else node, []).append(tp)
+    return by_node
+
+
+def list_offsets(
+    cluster: Cluster,
+    specs: Mapping[TopicPartition, int],
+    *,
+    isolation_level: int,
+    timeout_ms: int,
+) -> dict[TopicPartition, OffsetAnswer]:
+    """The (offset, timestamp) answer for every partition of ``specs``."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    backoff_s = cluster.config.retry_backoff_ms / 1000
+    pending = dict(specs)
+    answers: dict[TopicPartition, OffsetAnswer] = {}
+    last_error: SparkMQError | None = None
+    while pending:
+        for node, tps in _leaders(cluster, list(pending)).items():
+            topics: dict[str, list[ListOffsetsPartition]] = {}
+            for tp in tps:
+                topics.setdefault(tp.topic, []).append(
+                    ListOffsetsPartition(tp.partition, pending[tp])
+                )
+            request = ListOffsetsRequest(
+                [ListOffsetsTopic(name, parts) for name, parts in topics.items()],
+                isolation_level=isolation_level,
+            )
+            try:
+                response: ListOffsetsResponse = cluster.request(request, node_id=node)
+            except SparkMQError as exc:
+                if not exc.retriable:
+                    raise
+                last_error = exc
+                continue
+            for topic in response.topics:
+                for part in topic.partitions:
+                    tp = TopicPartition(topic.name, part.partition)
+                    if tp not in pending:
+                        continue
+                    if part.error_code == ErrorCode.NONE:
+                        answers[tp] = (part.offset, part.timestamp)
+                        del pending[tp]
+                        continue
+                    error = error_from_code(
+                        part.error_code, part.error_message, topic=tp.topic, partition=tp.partition
+                    )
+                    if not error.retriable:
+                        raise error
+                    last_error = error
+        if pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimedOutError(
+                    f"ListOffsets for {', '.join(map(str, pending))} did not succeed within "
+                    f"{timeout_ms} ms (last error: {last_error})"
+                )
+            time.sleep(min(backoff_s, remaining))
+            backoff_s = min(backoff_s * 2, max(cluster.config.retry_backoff_max_ms / 1000, 0.001))
+            cluster.refresh(sorted({tp.topic for tp in pending}))
+    return answers

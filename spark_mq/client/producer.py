@@ -1,0 +1,422 @@
+"""The producer: ``send()`` one record at a time, or ``send_batch()`` a whole Arrow table.
+
+``send()`` does the minimum per record in the caller's thread (normalise key and value,
+estimate the size, pick a partition, append to the accumulator) and returns a cheap future;
+the sender thread batches, encodes, compresses, sends, retries and completes futures.
+``send_batch()`` is the columnar path: it hashes the key column once with numpy, groups rows
+by partition with one stable argsort, and encodes one batch per partition (split at
+``max.request.size``) with :func:`~spark_mq.storage.record_batch.encode_batch`; no Python
+code runs per record. See ``docs/clients.md`` for every setting, the threading model and the
+delivery guarantees.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from os import PathLike
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_mq.client.accumulator import RECORD_OVERHEAD_BYTES, Callback, RecordAccumulator
+from spark_mq.client.cluster import Cluster
+from spark_mq.client.config import ProducerConfig, client_config_props
+from spark_mq.client.futures import FutureBatchMetadata, FutureRecordMetadata
+from spark_mq.client.interceptors import ProducerInterceptors, ProducerRecord
+from spark_mq.client.partitioner import Partitioner, check_partition
+from spark_mq.client.sender import Sender
+from spark_mq.errors import InvalidRecordError, RecordTooLargeError, UsageError
+from spark_mq.storage.record_batch import encode_batch
+
+#: Bytes a batch costs besides its records (61-byte header and the Arrow IPC framing),
+#: rounded up; a record must fit ``max.request.size`` together with it.
+BATCH_OVERHEAD_BYTES = 1024
+#: Columns ``send_batch()`` understands.
+BATCH_COLUMNS = ("value", "key", "partition", "timestamp", "headers")
+
+_time = time.time
+
+
+def _to_bytes(what: str, data: object) -> bytes:
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    raise InvalidRecordError(
+        f"record {what} must be bytes (or str, sent as UTF-8), got {type(data).__name__}; "
+        "serialize it first"
+    )
+
+
+def _normalize_headers(headers: object) -> tuple[list[tuple[str, bytes | None]], int]:
+    """Headers as a list of (str, bytes) pairs, and their estimated size."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    out: list[tuple[str, bytes | None]] = []
+    size = 0
+    try:
+        for key, value in items:  # type: ignore[attr-defined]
+            if not isinstance(key, str):
+                raise TypeError(f"header key {key!r} is not a str")
+            data = None if value is None else _to_bytes(f"header {key!r}", value)
+            out.append((key, data))
+            size += len(key) + (len(data) if data is not None else 0) + 8
+    except (TypeError, ValueError) as exc:
+        raise InvalidRecordError(
+            f"headers must be a list of (str, bytes) pairs or a dict: {exc}"
+        ) from exc
+    return out, size
+
+
+class Producer:
+    """Publishes records to topics.
+
+    Give exactly one of ``path`` (the log directory whose local broker to use, started if
+    none runs) or ``bootstrap_servers``; every other setting is a Kafka key, as a keyword
+    with underscores (``linger_ms=5``) or dotted (``**{"linger.ms": 5}``), or in ``config``.
+
+    Example (assumes the broker can be started for the directory)::
+
+        with Producer(path="/data/mq", linger_ms=5) as producer:
+            future = producer.send("events", b"hello", key=b"user-1")
+            producer.flush()
+            print(future.get().offset)
+            producer.send_batch("events", pyarrow.table({"value": [b"a", b"b"]}))
+
+    Settings are checked before anything starts:
+
+    >>> Producer(path="/tmp/mq", lingr_ms=5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    spark_mq.errors.ConfigError: unknown producer setting 'lingr_ms'; did you mean 'linger.ms'? ...
+    >>> Producer(linger_ms=5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    spark_mq.errors.ConfigError: producer: give exactly one of path=DIR ...
+    """
+
+    def __init__(
+        self,
+        path: str | PathLike[str] | None = None,
+        *,
+        bootstrap_servers: str | Sequence[str] | None = None,
+        config: Mapping[str, object] | None = None,
+        **configs: object,
+    ) -> None:
+        self.config = ProducerConfig.from_user(
+            client_config_props(path, bootstrap_servers, config, configs)
+        )
+        self.config.check_endpoint()
+        cfg = self.config
+        self._closed = False
+        self._cluster = Cluster(cfg)
+        self._partitioner = Partitioner(cfg.partitioner, batch_size=cfg.batch_size)
+        self._interceptors = ProducerInterceptors(cfg.interceptors)
+        self._intercept_send = bool(cfg.interceptors) and any(
+            hasattr(i, "on_send") for i in cfg.interceptors
+        )
+        #: One flag for send() to test: closed, or interceptors to run.
+        self._slow_send = self._intercept_send
+        self._max_request_size = cfg.max_request_size - BATCH_OVERHEAD_BYTES
+        self._accumulator = RecordAccumulator(
+            batch_size=min(cfg.batch_size, self._max_request_size),
+            max_batch_bytes=self._max_request_size,
+            linger_ms=cfg.linger_ms,
+            buffer_memory=cfg.buffer_memory,
+            max_block_ms=cfg.max_block_ms,
+        )
+        self._sender = Sender(
+            cfg, self._accumulator, self._cluster, self._interceptors, on_fatal=self._failed
+        )
+        self._sender.start()
+
+    # -- one record -----------------------------------------------------------------------
+
+    def send(  # noqa: PLR0917 (Kafka's positional order: topic, value, key, ...)
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None] | None = None,
+        callback: Callback | None = None,
+    ) -> FutureRecordMetadata:
+        """Queue one record; returns the future of its :class:`~spark_mq.RecordMetadata`.
+
+        ``callback(metadata, exception)`` runs on the sender thread once the record's batch
+        is acknowledged or failed. Raises :class:`~spark_mq.RecordTooLargeError` at once for
+        a record over ``max.request.size``, and blocks up to ``max.block.ms`` for buffer
+        space or for the topic's metadata.
+        """
+        # The per-record path: every line here costs throughput (see docs/clients.md).
+        if self._slow_send:
+            if self._closed:
+                self._raise_closed("send")
+            record = self._interceptors.on_send(
+                ProducerRecord(topic, partition, key, value, timestamp_ms, headers)
+            )
+            topic, partition, key, value, timestamp_ms, headers = record
+        if value is None:
+            size = RECORD_OVERHEAD_BYTES
+        else:
+            if value.__class__ is not bytes:
+                value = _to_bytes("value", value)
+            size = RECORD_OVERHEAD_BYTES + len(value)
+        if key is not None:
+            if key.__class__ is not bytes:
+                key = _to_bytes("key", key)
+            size += len(key)
+        if headers is not None:
+            headers, header_size = _normalize_headers(headers)
+            size += header_size
+        if size > self._max_request_size:
+            self._too_large(size)
+        count = self._cluster.partition_counts.get(topic)
+        if count is None:
+            count = self._wait_for_topic(topic)
+        if partition is None:
+            partition = self._partitioner.partition(topic, key, count, size)
+        elif not 0 <= partition < count:
+            check_partition(topic, partition, count)
+        return self._accumulator.append(
+            topic,
+            partition,
+            _time() * 1000.0 if timestamp_ms is None else timestamp_ms,
+            key,
+            value,
+            headers,
+            size,
+            callback,
+        )
+
+    def _failed(self, exc: BaseException) -> None:
+        self._closed = self._slow_send = True
+
+    def _raise_closed(self, call: str) -> None:
+        fatal = self._sender.fatal_error
+        if fatal is not None:
+            raise UsageError(
+                f"{call}() on a producer whose sender thread failed ({fatal!r}); create a new "
+                "producer"
+            ) from fatal
+        raise UsageError(f"{call}() on a closed producer")
+
+    def _too_large(self, size: int) -> None:
+        limit = self.config.max_request_size
+        raise RecordTooLargeError(
+            f"a record of about {size + BATCH_OVERHEAD_BYTES} bytes (with its batch overhead) "
+            f"is over max.request.size={limit}; nothing was sent. Raise max.request.size "
+            "(and the topic's max.message.bytes) or split the record",
+            size_bytes=size + BATCH_OVERHEAD_BYTES,
+            max_bytes=limit,
+        )
+
+    def _wait_for_topic(self, topic: str) -> int:
+        return self._cluster.wait_for_topic(
+            topic, timeout_ms=self.config.max_block_ms, allow_auto_create=True
+        )
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """The partition ids of ``topic`` (waiting up to ``max.block.ms`` for metadata)."""
+        count = self._cluster.partition_counts.get(topic) or self._wait_for_topic(topic)
+        return list(range(count))
+
+    # -- a whole table --------------------------------------------------------------------
+
+    def send_batch(self, topic: str, table: pa.Table | pa.RecordBatch) -> FutureBatchMetadata:
+        """Queue every row of an Arrow table: ``value`` (binary or string) and optional
+        ``key``, ``partition`` (int), ``timestamp`` (int64 ms or an Arrow timestamp) and
+        ``headers`` (``list<struct<key: string, value: binary>>``) columns.
+
+        Rows with a null or missing ``partition`` are partitioned like ``send()`` would (by
+        key hash; keyless rows in runs of about ``batch.size`` bytes per partition, or row by
+        row with ``round_robin``). Each partition's rows keep their order and are encoded into
+        batches of up to ``max.request.size``. A row over that limit raises
+        RecordTooLargeError before anything is queued. Returns a future of the list of
+        :class:`~spark_mq.client.futures.BatchMetadata` written.
+        """
+        if self._closed:
+            self._raise_closed("send_batch")
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        if not isinstance(table, pa.Table):
+            raise UsageError(f"send_batch() takes a pyarrow Table or RecordBatch, not {table!r}")
+        unknown = set(table.column_names) - set(BATCH_COLUMNS)
+        if unknown or "value" not in table.column_names:
+            raise InvalidRecordError(
+                f"send_batch() needs a 'value' column and accepts only {', '.join(BATCH_COLUMNS)}"
+                f"; got {', '.join(table.column_names)}"
+            )
+        n = table.num_rows
+        if n == 0:
+            return FutureBatchMetadata([], [])
+        columns = {
+            name: table.column(name).combine_chunks()
+            if table.column(name).num_chunks != 1
+            else table.column(name).chunk(0)
+            for name in table.column_names
+        }
+        sizes = self._row_sizes(columns)
+        largest = int(sizes.argmax())
+        if sizes[largest] > self._max_request_size:
+            self._too_large(int(sizes[largest]))
+        count = self._cluster.partition_counts.get(topic) or self._wait_for_topic(topic)
+        parts = self._partitions(topic, columns, count, sizes)
+        results = []
+        counts = []
+        for partition, rows in self._group(parts):
+            group = columns if rows is None else {k: v.take(rows) for k, v in columns.items()}
+            group_sizes = sizes if rows is None else sizes[rows]
+            encoded_chunks = [
+                encoded
+                for start, stop in self._chunks(group_sizes)
+                for encoded in self._encode_chunk(group, start, stop)
+            ]
+            for encoded, rows_in_chunk in encoded_chunks:
+                results.append(
+                    self._accumulator.append_encoded(topic, partition, encoded, rows_in_chunk)
+                )
+                counts.append(rows_in_chunk)
+        return FutureBatchMetadata(results, counts)
+
+    def _encode_chunk(
+        self, columns: dict[str, pa.Array], start: int, stop: int
+    ) -> list[tuple[bytes, int]]:
+        """Encode rows ``start:stop`` as one batch, or as several if the size estimate was
+        short and the batch came out over ``max.request.size``."""
+        chunk = {k: v.slice(start, stop - start) for k, v in columns.items()}
+        encoded = encode_batch(
+            chunk["value"],
+            key=chunk.get("key"),
+            timestamp=chunk.get("timestamp"),
+            headers=chunk.get("headers"),
+            codec=self.config.compression_type,
+        )
+        if len(encoded) <= self.config.max_request_size or stop - start == 1:
+            return [(encoded, stop - start)]
+        middle = (start + stop) // 2
+        return self._encode_chunk(columns, start, middle) + self._encode_chunk(
+            columns, middle, stop
+        )
+
+    @staticmethod
+    def _row_sizes(columns: dict[str, pa.Array]) -> np.ndarray[Any, Any]:
+        sizes = np.full(len(columns["value"]), RECORD_OVERHEAD_BYTES, dtype=np.int64)
+        for name in ("value", "key"):
+            col = columns.get(name)
+            if col is None or pa.types.is_null(col.type):
+                continue
+            lengths = pc.binary_length(col)
+            if lengths.null_count:
+                lengths = lengths.fill_null(0)
+            sizes += lengths.to_numpy(zero_copy_only=False)
+        headers = columns.get("headers")
+        if headers is not None and headers.null_count < len(headers):
+            # Headers are rare in bulk data: a rough per-row estimate from the whole column.
+            sizes += headers.nbytes // max(len(headers), 1)
+        return sizes
+
+    def _partitions(
+        self, topic: str, columns: dict[str, pa.Array], count: int, sizes: np.ndarray[Any, Any]
+    ) -> np.ndarray[Any, Any]:
+        keys = columns.get("key")
+        if keys is not None and not pa.types.is_null(keys.type):
+            if not (pa.types.is_binary(keys.type) or pa.types.is_string(keys.type)):
+                raise InvalidRecordError(f"key column must be binary or string, not {keys.type}")
+        else:
+            keys = None
+        given = columns.get("partition")
+        if given is None or given.null_count == len(given):
+            return self._partitioner.partition_array(topic, keys, count, sizes)
+        if not pa.types.is_integer(given.type):
+            raise InvalidRecordError(f"partition column must be integers, not {given.type}")
+        parts: np.ndarray[Any, Any] = (
+            given.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
+        )
+        missing = np.nonzero(parts < 0)[0] if given.null_count else np.zeros(0, np.int64)
+        if len(missing):
+            sub_keys = keys.take(pa.array(missing)) if keys is not None else None
+            parts[missing] = self._partitioner.partition_array(
+                topic, sub_keys, count, sizes[missing]
+            )
+        bad = np.nonzero((parts < 0) | (parts >= count))[0]
+        if len(bad):
+            check_partition(topic, int(parts[bad[0]]), count)
+        return parts
+
+    @staticmethod
+    def _group(parts: np.ndarray[Any, Any]) -> list[tuple[int, pa.Array | None]]:
+        """(partition, row indices) per partition, rows in table order; None means all."""
+        first = int(parts[0])
+        if int(parts.min()) == int(parts.max()):
+            return [(first, None)]
+        order = np.argsort(parts, kind="stable")
+        ordered = parts[order]
+        cuts = np.flatnonzero(np.diff(ordered)) + 1
+        bounds = [0, *cuts.tolist(), len(parts)]
+        return [(int(ordered[a]), pa.array(order[a:b])) for a, b in itertools.pairwise(bounds)]
+
+    def _chunks(self, sizes: np.ndarray[Any, Any]) -> list[tuple[int, int]]:
+        """Row ranges whose estimated sizes stay within ``max.request.size``."""
+        limit = self._max_request_size
+        total = int(sizes.sum())
+        if total <= limit:
+            return [(0, len(sizes))]
+        ends = np.cumsum(sizes)
+        out = []
+        start = 0
+        base = 0
+        while start < len(sizes):
+            stop = int(np.searchsorted(ends, base + limit, side="right"))
+            stop = max(stop, start + 1)
+            out.append((start, stop))
+            base = int(ends[stop - 1])
+            start = stop
+        return out
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered now and wait until every record sent before the call is
+        acknowledged or failed (raises RequestTimedOutError after ``timeout`` seconds)."""
+        pending = self._accumulator.begin_flush()
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            for batch in pending:
+                remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                if not batch.result.done():
+                    batch.result.wait(remaining)
+        finally:
+            self._accumulator.end_flush()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is buffered, wait up to ``timeout`` seconds (None: as long as it takes)
+        for acknowledgements, then stop; records still pending after that fail."""
+        if self._closed:
+            return
+        self._closed = self._slow_send = True
+        self._accumulator.begin_close()
+        self._sender.join(timeout)
+        if self._sender.is_alive():
+            self._sender.force_close()
+            self._sender.join()
+        self._cluster.close()
+
+    @property
+    def producer_id(self) -> int:
+        """The idempotent producer id (-1 before the first send or without idempotence)."""
+        return self._sender.producer_id
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = self.config.path or self.config.bootstrap_servers
+        return f"Producer({where!r}, closed={self._closed})"

@@ -1,0 +1,533 @@
+"""The producer's sender thread: drains ready batches, sends them, completes their futures.
+
+One loop, one thread per producer:
+
+1. with idempotence, get a producer id (InitProducerId) before anything is sent, and a new
+   epoch after a sequenced batch failed for good (its sequence left a hole);
+2. fail batches that waited longer than ``delivery.timeout.ms``;
+3. :meth:`~spark_mq.client.accumulator.RecordAccumulator.drain` ready batches and send one
+   Produce request per broker (the partition's leader); an idempotent producer sends at most
+   one batch per partition per request, numbers batches with per-partition sequences when
+   they are first sent, and keeps a partition to one request in flight until its first batch
+   of the epoch is acknowledged (a broker that knows nothing of the producer accepts any
+   first sequence, so a second batch must not overtake a first that is being retried);
+4. wait on the sockets with requests in flight (and a wake-up socket the accumulator pokes
+   when a batch becomes ready) until a response arrives or the next batch is due, and handle
+   every response: success completes the batch's shared result and runs its callbacks and
+   interceptors; a retriable error re-queues it in sequence order after ``retry.backoff.ms``
+   (doubling up to ``retry.backoff.max.ms``) while ``retries`` and ``delivery.timeout.ms``
+   allow; anything else fails it.
+
+A lost connection (the broker was killed, restarted or went idle) re-queues every batch that
+was in flight on it; they are sent again, with the same sequence numbers, on a new connection
+(for ``path=DIR`` through ``ensure_broker``, which starts a new broker if none runs). The
+broker recognises a batch it already appended as a duplicate and answers with the original
+offset, so an idempotent producer never writes a record twice and never reorders one.
+
+Threads: only this thread touches the data connections and the sequence state; the user
+threads meet it in the accumulator (locked) and in the futures.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from spark_mq.client.accumulator import ProducerBatch, RecordAccumulator
+from spark_mq.client.cluster import Cluster
+from spark_mq.client.config import ProducerConfig
+from spark_mq.client.connection import BrokerConnection, Response
+from spark_mq.client.errors import DeliveryTimeoutError
+from spark_mq.client.interceptors import ProducerInterceptors
+from spark_mq.client.records import RecordMetadata
+from spark_mq.errors import (
+    NetworkError,
+    OutOfOrderSequenceError,
+    SparkMQError,
+    UnknownProducerIdError,
+    UsageError,
+)
+from spark_mq.protocol.error_codes import ErrorCode, error_from_code
+from spark_mq.protocol.produce import ProducePartition, ProduceRequest, ProduceTopic
+from spark_mq.protocol.producer_id import InitProducerIdRequest
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+_NO_LIMIT = 1 << 30
+#: Errors that mean the partition's leader moved: refresh metadata before the retry.
+_STALE_METADATA = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
+
+
+class Sender(threading.Thread):
+    """The background thread of one producer (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: ProducerConfig,
+        accumulator: RecordAccumulator,
+        cluster: Cluster,
+        interceptors: ProducerInterceptors,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        super().__init__(name=f"spark-mq-sender-{config.client_id or id(self)}", daemon=True)
+        self._config = config
+        self._acc = accumulator
+        self._cluster = cluster
+        self._interceptors = interceptors
+        self._clock = clock
+        self._idempotent = config.enable_idempotence
+        self._acks = config.acks
+        self._max_in_flight = config.max_in_flight_requests_per_connection
+        self._delivery_timeout_s = config.delivery_timeout_ms / 1000
+        self._conns: dict[int, BrokerConnection] = {}
+        self._reconnect_at: dict[int, float] = {}
+        self._registered: dict[BrokerConnection, int] = {}
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._sleeping = False
+        # Idempotence: producer id and epoch, next sequence and in-flight batches per partition.
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self._need_new_epoch = False
+        self._pid_retry_at = 0.0
+        self._next_sequence: dict[TP, int] = {}
+        self._in_flight: dict[TP, collections.deque[ProducerBatch]] = {}
+        self._acked_in_epoch: set[TP] = set()
+        self._metadata_retry_at = 0.0
+        self._force_close = False
+        self.fatal_error: BaseException | None = None
+        self._on_fatal = on_fatal
+        accumulator.wakeup = self.wakeup
+
+    # -- control from other threads -------------------------------------------------------
+
+    def wakeup(self) -> None:
+        """Interrupt the wait for responses (called when a batch becomes ready)."""
+        if self._sleeping:
+            self._sleeping = False
+            with contextlib.suppress(BlockingIOError, OSError):
+                self._wake_w.send(b"\0")
+
+    def force_close(self) -> None:
+        """Stop now: fail whatever is unsent or unanswered."""
+        self._force_close = True
+        self.wakeup()
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            while self._run_once():
+                pass
+        except BaseException as exc:
+            log.exception("producer sender thread failed; failing every pending record")
+            self.fatal_error = exc
+            if self._on_fatal is not None:
+                self._on_fatal(exc)
+            error = exc if isinstance(exc, SparkMQError) else UsageError(f"sender failed: {exc}")
+            self._fail_everything(error)
+        finally:
+            for conn in self._conns.values():
+                conn.close()
+            self._selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _run_once(self) -> bool:
+        if self._force_close:
+            self._fail_everything(
+                UsageError("the producer was closed before these records were acknowledged")
+            )
+            return False
+        if self._acc.closing and not self._acc.has_unsent() and not self._any_in_flight():
+            return False
+        self._maybe_init_producer_id()
+        self._expire()
+        self._maybe_refresh_metadata()
+        self._connect_leaders()
+        self._send_ready()
+        # Sleeping is announced before the wait is computed: a batch that becomes ready, or a
+        # flush or close that starts, after this line pokes the wake socket; anything earlier
+        # is already visible to _poll_timeout.
+        self._sleeping = True
+        timeout = self._poll_timeout()
+        if self._force_close or (self._acc.closing and not self._any_in_flight()):
+            timeout = 0.0
+        self._poll(timeout)
+        return True
+
+    def _any_in_flight(self) -> bool:
+        return any(conn.in_flight_count for conn in self._conns.values())
+
+    # -- producer id ----------------------------------------------------------------------
+
+    def _maybe_init_producer_id(self) -> None:
+        if not self._idempotent or (self.producer_id >= 0 and not self._need_new_epoch):
+            return
+        if self._any_in_flight() or self._clock() < self._pid_retry_at:
+            return
+        request = InitProducerIdRequest(
+            producer_id=self.producer_id if self._need_new_epoch else -1,
+            producer_epoch=self.producer_epoch if self._need_new_epoch else -1,
+        )
+        try:
+            response = self._cluster.request(request)
+            if response.error_code != ErrorCode.NONE:
+                raise error_from_code(response.error_code, response.error_message)
+        except SparkMQError as exc:
+            if not exc.retriable and not isinstance(exc, UnknownProducerIdError):
+                raise
+            log.warning("InitProducerId failed (%s); retrying", exc)
+            self._pid_retry_at = self._clock() + self._config.retry_backoff_ms / 1000
+            return
+        self.producer_id = response.producer_id
+        self.producer_epoch = response.producer_epoch
+        if self._need_new_epoch:
+            # A new epoch starts every partition's sequences at 0, queued retries included.
+            self._next_sequence.clear()
+            self._acked_in_epoch.clear()
+            self._acc.reset_sequences()
+            self._need_new_epoch = False
+
+    def _ready_to_send(self) -> bool:
+        return not self._idempotent or (self.producer_id >= 0 and not self._need_new_epoch)
+
+    # -- metadata and connections ---------------------------------------------------------
+
+    def _maybe_refresh_metadata(self) -> None:
+        now = self._clock()
+        if now < self._metadata_retry_at:
+            return
+        missing = [
+            tp for tp in self._acc.partitions_with_data() if self._cluster.leader(*tp) is None
+        ]
+        known = self._cluster.known_topics()
+        if not missing and (not known or not self._cluster.metadata_is_stale()):
+            return
+        topics = sorted({tp[0] for tp in missing} | set(known))
+        try:
+            self._cluster.refresh(topics or None)
+        except SparkMQError as exc:
+            log.warning("metadata refresh failed: %s", exc)
+        self._metadata_retry_at = now + self._config.retry_backoff_ms / 1000
+
+    def _connect_leaders(self) -> None:
+        nodes = {self._cluster.leader(*tp) for tp in self._acc.partitions_with_data()}
+        now = self._clock()
+        for node in nodes:
+            if node is None:
+                continue
+            conn = self._conns.get(node)
+            if conn is None:
+                conn = self._conns[node] = self._cluster.new_connection(node)
+            if conn.connected or now < self._reconnect_at.get(node, 0.0):
+                continue
+            try:
+                self._cluster.connect(conn)
+            except SparkMQError as exc:
+                log.warning("cannot connect to broker %s: %s", conn.address, exc)
+                self._reconnect_at[node] = now + self._config.retry_backoff_max_ms / 1000
+                continue
+            fd = conn.fileno()
+            self._selector.register(fd, selectors.EVENT_READ, conn)
+            self._registered[conn] = fd
+
+    def _usable(self, node: int | None) -> BrokerConnection | None:
+        if node is None:
+            return None
+        conn = self._conns.get(node)
+        if conn is None or not conn.connected or conn.in_flight_count >= self._max_in_flight:
+            return None
+        return conn
+
+    # -- sending --------------------------------------------------------------------------
+
+    def _can_send(self, tp: TP) -> int:
+        """How many batches of ``tp`` may go into the request being built."""
+        if self._usable(self._cluster.leader(*tp)) is None:
+            return 0
+        if not self._idempotent:
+            return _NO_LIMIT
+        in_flight = self._in_flight.get(tp)
+        if in_flight and tp not in self._acked_in_epoch:
+            return 0
+        if in_flight and len(in_flight) >= self._max_in_flight:
+            return 0
+        return 1
+
+    def _send_ready(self) -> None:
+        if not self._ready_to_send():
+            return
+        while True:
+            batches = self._acc.drain(self._can_send, self._config.max_request_size)
+            if not batches:
+                return
+            by_node: dict[int, list[ProducerBatch]] = {}
+            for batch in batches:
+                node = self._cluster.leader(batch.topic, batch.partition)
+                assert node is not None, "drained a batch without a leader"
+                by_node.setdefault(node, []).append(batch)
+            for node, node_batches in by_node.items():
+                self._send_produce(self._conns[node], node_batches)
+
+    def _send_produce(self, conn: BrokerConnection, batches: list[ProducerBatch]) -> None:
+        by_topic: dict[str, list[ProducerBatch]] = {}
+        for batch in batches:
+            if not self._encode(batch):
+                continue
+            by_topic.setdefault(batch.topic, []).append(batch)
+        ordered = [b for topic_batches in by_topic.values() for b in topic_batches]
+        if not ordered:
+            return
+        request = ProduceRequest(
+            acks=self._acks,
+            timeout_ms=self._config.request_timeout_ms,
+            topics=[
+                ProduceTopic(topic, [ProducePartition(b.partition, b.wire_size) for b in tbs])
+                for topic, tbs in by_topic.items()
+            ],
+        )
+        records = [buf for b in ordered for buf in b.wire]
+        for batch in ordered:
+            batch.attempts += 1
+            if self._idempotent:
+                self._in_flight.setdefault(batch.tp, collections.deque()).append(batch)
+        try:
+            conn.send(request, records=records, context=ordered, expect_response=self._acks != 0)
+        except NetworkError as exc:
+            self._connection_lost(conn, exc, extra=ordered)
+            return
+        if self._acks == 0:
+            for batch in ordered:
+                self._complete(batch, -1, -1)
+
+    def _encode(self, batch: ProducerBatch) -> bool:
+        """Give the batch its sequence (first send) and its bytes; False if it failed."""
+        sequence = -1
+        if self._idempotent:
+            if batch.base_sequence is None:
+                start = self._next_sequence.get(batch.tp, 0)
+                batch.base_sequence = start
+                self._next_sequence[batch.tp] = (start + batch.record_count) % (2**31)
+            sequence = batch.base_sequence
+        try:
+            batch.encode(
+                self._config.compression_type,
+                self.producer_id if self._idempotent else -1,
+                self.producer_epoch if self._idempotent else -1,
+                sequence,
+            )
+        except SparkMQError as exc:
+            self._fail(batch, exc)
+            return False
+        return True
+
+    # -- waiting and responses ------------------------------------------------------------
+
+    def _poll_timeout(self) -> float | None:
+        waits: list[float] = []
+        ready_in = self._acc.next_ready_in(self._can_send)
+        if ready_in is not None:
+            waits.append(ready_in)
+        now = self._clock()
+        request_timeout_s = self._config.request_timeout_ms / 1000
+        for conn in self._conns.values():
+            if conn.in_flight_count:
+                waits.append(max(request_timeout_s - conn.oldest_request_age_s(), 0.0))
+        if self._acc.has_unsent():
+            # Batches waiting for a leader, a connection or a producer id: look again soon.
+            waits.append(self._config.retry_backoff_ms / 1000)
+        for at in (self._pid_retry_at, self._metadata_retry_at):
+            if at > now:
+                waits.append(at - now)
+        return min(waits) if waits else None
+
+    def _poll(self, timeout: float | None) -> None:
+        try:
+            events = self._selector.select(timeout)
+        finally:
+            self._sleeping = False
+        for key, _ in events:
+            conn = key.data
+            if conn is None:
+                with contextlib.suppress(BlockingIOError):
+                    while self._wake_r.recv(4096):
+                        pass
+                continue
+            try:
+                responses = conn.read_available()
+            except NetworkError as exc:
+                self._connection_lost(conn, exc)
+                continue
+            for response in responses:
+                self._handle_response(response)
+        request_timeout_s = self._config.request_timeout_ms / 1000
+        for conn in list(self._conns.values()):
+            if conn.in_flight_count and conn.oldest_request_age_s() >= request_timeout_s:
+                self._connection_lost(
+                    conn,
+                    NetworkError(
+                        f"no response from broker {conn.address} within request.timeout.ms="
+                        f"{self._config.request_timeout_ms}"
+                    ),
+                )
+
+    def _connection_lost(
+        self, conn: BrokerConnection, exc: SparkMQError, extra: list[ProducerBatch] | None = None
+    ) -> None:
+        fd = self._registered.pop(conn, None)
+        if fd is not None:
+            # By the descriptor it was registered with: a failed connection is closed already.
+            self._selector.unregister(fd)
+        log.warning("connection to broker %s lost: %s; retrying its requests", conn.address, exc)
+        pending: list[Any] = self._cluster.connection_failed(conn)
+        if extra:
+            pending.append(extra)
+        self._reconnect_at[conn.node_id] = self._clock() + self._config.retry_backoff_ms / 1000
+        for batches in pending:
+            for batch in batches:
+                self._retry_or_fail(batch, exc)
+
+    def _handle_response(self, response: Response) -> None:
+        batches: list[ProducerBatch] = response.context
+        if response.error is not None:
+            for batch in batches:
+                self._retry_or_fail(batch, response.error)
+            return
+        answers = {(t.name, p.partition): p for t in response.body.topics for p in t.partitions}
+        for batch in batches:
+            answer = answers.get(batch.tp)
+            if answer is None:
+                self._retry_or_fail(
+                    batch, NetworkError(f"produce response lacks {batch.topic}-{batch.partition}")
+                )
+            elif answer.error_code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
+                self._complete(batch, answer.base_offset, answer.log_append_time_ms)
+            else:
+                error = error_from_code(
+                    answer.error_code,
+                    answer.error_message,
+                    topic=batch.topic,
+                    partition=batch.partition,
+                )
+                self._retry_or_fail(batch, error)
+
+    # -- outcomes -------------------------------------------------------------------------
+
+    def _forget_in_flight(self, batch: ProducerBatch) -> None:
+        in_flight = self._in_flight.get(batch.tp)
+        if in_flight:
+            with contextlib.suppress(ValueError):
+                in_flight.remove(batch)
+
+    def _retry_or_fail(self, batch: ProducerBatch, error: SparkMQError) -> None:
+        self._forget_in_flight(batch)
+        retriable = error.retriable
+        if (
+            self._idempotent
+            and isinstance(error, OutOfOrderSequenceError)
+            and batch.base_sequence is not None
+            and self._acc.has_earlier_queued(batch.tp, batch.base_sequence)
+        ):
+            # An earlier batch of the partition failed and waits to be resent: this one was
+            # refused only because it arrived before it.
+            retriable = True
+        now = self._clock()
+        if (
+            retriable
+            and batch.attempts <= self._config.retries
+            and now - batch.created < self._delivery_timeout_s
+            and not self._force_close
+        ):
+            if error.error_code in _STALE_METADATA:
+                self._metadata_retry_at = 0.0
+            backoff_ms = min(
+                self._config.retry_backoff_ms * 2 ** max(batch.attempts - 1, 0),
+                max(self._config.retry_backoff_max_ms, self._config.retry_backoff_ms),
+            )
+            self._acc.reenqueue(batch, now + backoff_ms / 1000)
+            return
+        self._fail(batch, error)
+
+    def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int) -> None:
+        self._forget_in_flight(batch)
+        self._acked_in_epoch.add(batch.tp)
+        batch.result.complete(base_offset, log_append_time_ms)
+        self._notify(batch, None)
+        self._acc.complete(batch)
+
+    def _fail(self, batch: ProducerBatch, error: SparkMQError) -> None:
+        self._forget_in_flight(batch)
+        if self._idempotent and batch.base_sequence is not None:
+            # Its sequence numbers are a hole the broker will never see filled: later batches
+            # of the partition would be refused. A new epoch renumbers from 0.
+            self._need_new_epoch = True
+        batch.result.complete(-1, -1, error)
+        self._notify(batch, error)
+        self._acc.complete(batch)
+
+    def _notify(self, batch: ProducerBatch, error: SparkMQError | None) -> None:
+        """Run the batch's callbacks and the interceptors' on_acknowledgement."""
+        if batch.callbacks is None and not self._interceptors.has_on_acknowledgement:
+            return
+        result = batch.result
+        base = result.base_offset
+
+        def metadata(index: int) -> RecordMetadata:
+            offset = base + index if base >= 0 else -1
+            stamp = result.log_append_time_ms
+            if stamp < 0:
+                stamp = batch.record_timestamp(index)
+            return RecordMetadata(batch.topic, batch.partition, offset, stamp)
+
+        for index, callback in batch.callbacks or ():
+            try:
+                callback(metadata(index), error)
+            except Exception:
+                log.exception("send() callback failed")
+        if self._interceptors.has_on_acknowledgement:
+            for index in range(batch.record_count):
+                self._interceptors.on_acknowledgement(metadata(index), error)
+
+    def _expire(self) -> None:
+        for batch in self._acc.expired(self._delivery_timeout_s):
+            self._fail(
+                batch,
+                DeliveryTimeoutError(
+                    f"{batch.record_count} record(s) for {batch.topic}-{batch.partition} were "
+                    f"not acknowledged within delivery.timeout.ms="
+                    f"{self._config.delivery_timeout_ms}; is the broker reachable?",
+                    topic=batch.topic,
+                    partition=batch.partition,
+                    record_count=batch.record_count,
+                ),
+            )
+
+    def _fail_everything(self, error: SparkMQError) -> None:
+        for conn in self._conns.values():
+            for batches in conn.close():
+                for batch in batches:
+                    self._fail(batch, error)
+        for batch in self._acc.abort_all():
+            self._fail(batch, error)

@@ -1,0 +1,184 @@
+"""The record accumulator: batching by size, linger on an injected clock, back-pressure,
+retry ordering, and header stamping."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from spark_mq.client.accumulator import (
+    RECORD_OVERHEAD_BYTES,
+    ProducerBatch,
+    RecordAccumulator,
+    stamp_header,
+)
+from spark_mq.client.errors import BufferExhaustedError
+from spark_mq.storage.batch_decoder import decode_records, validate_batch
+from spark_mq.storage.record_batch import encode_batch
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _acc(clock: Clock, **kw: int) -> RecordAccumulator:
+    options = {"batch_size": 1000, "linger_ms": 5, "buffer_memory": 1 << 20, "max_block_ms": 0}
+    options.update(kw)
+    return RecordAccumulator(clock=clock, **options)
+
+
+def _append(acc: RecordAccumulator, partition: int = 0, value: bytes = b"v" * 76) -> object:
+    size = len(value) + RECORD_OVERHEAD_BYTES
+    return acc.append("t", partition, 5.0, None, value, None, size, None)
+
+
+def _send_all(tp: tuple[str, int]) -> int:
+    return 100
+
+
+def test_a_batch_waits_for_linger_then_is_drained() -> None:
+    clock = Clock()
+    acc = _acc(clock)
+    _append(acc)
+    assert acc.drain(_send_all, 1 << 20) == []
+    assert acc.next_ready_in(_send_all) == pytest.approx(0.005)
+    clock.now += 0.005
+    assert acc.next_ready_in(_send_all) == 0.0
+    (batch,) = acc.drain(_send_all, 1 << 20)
+    assert batch.record_count == 1 and batch.tp == ("t", 0)
+
+
+def test_a_full_batch_is_ready_without_linger() -> None:
+    clock = Clock()
+    acc = _acc(clock)
+    for _ in range(10):  # 10 x 110 bytes passes batch.size=1000
+        _append(acc)
+    drained = acc.drain(_send_all, 1 << 20)
+    assert [b.record_count for b in drained] == [9]  # the 10th opened a new batch
+    clock.now += 1
+    assert [b.record_count for b in acc.drain(_send_all, 1 << 20)] == [1]
+
+
+def test_batches_grow_past_batch_size_while_earlier_ones_wait() -> None:
+    clock = Clock()
+    acc = _acc(clock, max_batch_bytes=3000)
+    for _ in range(30):
+        _append(acc)
+    # The first batch closed at batch.size; with it still queued the next one kept filling.
+    drained = acc.drain(lambda tp: 1, 1 << 20)
+    assert [b.record_count for b in drained] == [9]
+    drained = acc.drain(lambda tp: 1, 1 << 20)
+    assert [b.record_count for b in drained] == [21]
+
+
+def test_drain_respects_can_send_and_request_size() -> None:
+    clock = Clock()
+    acc = _acc(clock)
+    for partition in range(3):
+        for _ in range(10):
+            _append(acc, partition)
+    clock.now += 1
+    assert acc.drain(lambda tp: 0, 1 << 20) == []
+    one_per_partition = acc.drain(lambda tp: 1, 1 << 20)
+    assert sorted(b.partition for b in one_per_partition) == [0, 1, 2]
+    first_only = acc.drain(_send_all, 1)  # the first batch always goes, whole
+    assert len(first_only) == 1
+
+
+def test_flush_makes_everything_ready() -> None:
+    clock = Clock()
+    acc = _acc(clock, linger_ms=10_000)
+    future = _append(acc)
+    pending = acc.begin_flush()
+    assert len(pending) == 1
+    (batch,) = acc.drain(_send_all, 1 << 20)
+    acc.end_flush()
+    batch.result.complete(7)
+    acc.complete(batch)
+    assert future.get().offset == 7  # type: ignore[attr-defined]
+    assert acc.buffered_bytes == 0
+
+
+def test_back_pressure_raises_after_max_block_ms() -> None:
+    clock = Clock()
+    acc = _acc(clock, buffer_memory=300, max_block_ms=0)
+    _append(acc)
+    _append(acc)
+    with pytest.raises(BufferExhaustedError, match=r"buffer\.memory=300"):
+        _append(acc)
+    # Completing a batch releases its bytes and appends go through again.
+    clock.now += 1
+    (batch,) = acc.drain(_send_all, 1 << 20)
+    batch.result.complete(0)
+    acc.complete(batch)
+    _append(acc)
+
+
+def test_reenqueued_batches_go_back_in_sequence_order() -> None:
+    clock = Clock()
+    acc = _acc(clock, batch_size=100)
+    for _ in range(4):
+        _append(acc)  # one record per batch
+    clock.now += 1
+    batches = [acc.drain(lambda tp: 1, 1 << 20)[0] for _ in range(3)]
+    for seq, batch in enumerate(batches):
+        batch.base_sequence = seq
+    acc.reenqueue(batches[1], clock.now)
+    acc.reenqueue(batches[0], clock.now)
+    acc.reenqueue(batches[2], clock.now + 5)
+    assert acc.has_earlier_queued(("t", 0), 2)
+    order = [acc.drain(lambda tp: 1, 1 << 20) for _ in range(3)]
+    assert [b[0].base_sequence for b in order[:2]] == [0, 1]
+    assert order[2] == []  # batch 2 waits for its backoff, the unsent one waits behind it
+    clock.now += 5
+    assert acc.drain(lambda tp: 1, 1 << 20)[0].base_sequence == 2
+
+
+def test_delivery_timeout_expires_queued_batches() -> None:
+    clock = Clock()
+    acc = _acc(clock)
+    _append(acc)
+    clock.now += 2
+    assert [b.record_count for b in acc.expired(1.0)] == [1]
+    assert not acc.has_unsent()
+
+
+def test_keys_and_headers_are_padded_for_records_without_them() -> None:
+    clock = Clock()
+    acc = _acc(clock)
+    acc.append("t", 0, 1.0, None, b"a", None, 30, None)
+    acc.append("t", 0, 2.0, b"k", b"b", [("h", b"1")], 30, None)
+    acc.append("t", 0, 3.0, None, b"c", None, 30, None)
+    clock.now += 1
+    (batch,) = acc.drain(_send_all, 1 << 20)
+    batch.encode("none", -1, -1, -1)
+    table = decode_records(batch.wire[0])
+    assert table.column("key").to_pylist() == [None, b"k", None]
+    assert table.column("timestamp").to_pylist() == [1, 2, 3]
+    assert table.column("headers").to_pylist() == [None, [{"key": "h", "value": b"1"}], None]
+
+
+def test_stamp_header_sets_producer_fields_and_a_valid_crc() -> None:
+    encoded = encode_batch(pa.array([b"x", b"y"]), codec="lz4")
+    header = stamp_header(encoded, 42, 3, 17)
+    stamped = header + encoded[len(header) :]
+    parsed = validate_batch(stamped)
+    assert (parsed.producer_id, parsed.producer_epoch, parsed.base_sequence) == (42, 3, 17)
+    assert decode_records(stamped).column("value").to_pylist() == [b"x", b"y"]
+
+
+def test_encoded_batches_are_restamped_not_reencoded() -> None:
+    batch = ProducerBatch("t", 0, 0.0)
+    batch.values = [b"a"]
+    batch.timestamps = [1.0]
+    batch.record_count = 1
+    batch.encode("none", 5, 0, 0)
+    first = batch.encoded
+    batch.encode("none", 5, 1, 0)  # a new epoch renumbers
+    assert batch.encoded is first
+    wire = b"".join(bytes(b) for b in batch.wire)
+    assert validate_batch(wire).producer_epoch == 1

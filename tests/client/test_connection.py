@@ -1,0 +1,189 @@
+"""The connection layer against a scripted peer on a Unix socket (bytes, not a broker):
+pipelining, big frames, frame errors, corrupt streams, timeouts and connection loss."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from spark_mq.client.connection import RECEIVE_BUFFER_BYTES, BrokerConnection
+from spark_mq.errors import BrokerNotAvailableError, NetworkError, UnsupportedVersionError
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.api import encode_frame_error, encode_response
+from spark_mq.protocol.fetch import FetchPartitionResponse, FetchResponse, FetchTopicResponse
+from spark_mq.protocol.framing import SIZE, decode_request
+from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
+
+Script = Callable[[socket.socket], object]
+Peer = Callable[[Script], BrokerConnection]
+
+
+def read_request_id(sock: socket.socket) -> int:
+    def exactly(n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            assert chunk, "client closed"
+            buf += chunk
+        return buf
+
+    (size,) = SIZE.unpack(exactly(SIZE.size))
+    return decode_request(exactly(size)).header.correlation_id
+
+
+def metadata_reply(correlation_id: int, cluster_id: str = "c") -> bytes:
+    head, body = encode_response(
+        MetadataResponse([], cluster_id, 0, []), correlation_id=correlation_id
+    )
+    return head + body
+
+
+@pytest.fixture
+def peer(tmp_path: Path) -> Iterator[Peer]:
+    path = str(tmp_path / "peer.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    threads: list[threading.Thread] = []
+    conns: list[BrokerConnection] = []
+
+    def start(script: Script) -> BrokerConnection:
+        def run() -> None:
+            sock, _ = server.accept()
+            with sock:
+                script(sock)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        threads.append(thread)
+        conn = BrokerConnection(BrokerAddress(unix_path=path), request_timeout_ms=5000)
+        conns.append(conn)
+        return conn
+
+    yield start
+    for conn in conns:
+        conn.close()
+    for thread in threads:
+        thread.join(10)
+    server.close()
+
+
+def test_pipelined_requests_get_their_responses_in_order(peer: Peer) -> None:
+    def script(sock: socket.socket) -> None:
+        ids = [read_request_id(sock) for _ in range(3)]
+        sock.sendall(b"".join(metadata_reply(i, f"c{n}") for n, i in enumerate(ids)))
+        sock.recv(1)  # wait for the client to close
+
+    conn = peer(script)
+    for n in range(3):
+        conn.send(MetadataRequest([]), context=n)
+    responses = [conn.receive(5) for _ in range(3)]
+    assert [r.context for r in responses if r is not None] == [0, 1, 2]
+    assert [r.body.cluster_id for r in responses if r is not None] == ["c0", "c1", "c2"]
+
+
+def test_a_frame_larger_than_the_buffer_is_read_into_its_own(peer: Peer) -> None:
+    records = bytes(range(256)) * (RECEIVE_BUFFER_BYTES // 256 * 3)
+
+    def script(sock: socket.socket) -> None:
+        cid = read_request_id(sock)
+        part = FetchPartitionResponse(0, 0, 1, 1, 0, len(records))
+        body = FetchResponse(0, [FetchTopicResponse("t", [part])])
+        head, encoded = encode_response(body, correlation_id=cid, records_len=len(records))
+        data = head + encoded + records
+        for i in range(0, len(data), 100_000):  # dribbled out in pieces
+            sock.sendall(data[i : i + 100_000])
+        cid = read_request_id(sock)
+        sock.sendall(metadata_reply(cid))
+        sock.recv(1)
+
+    from spark_mq.protocol.fetch import FetchRequest
+
+    conn = peer(script)
+    conn.send(FetchRequest(0, 0, 1, []))
+    response = conn.receive(5)
+    assert response is not None and bytes(response.records) == records
+    # The receive buffer is still usable for the small frames after it.
+    assert conn.request(MetadataRequest([])).cluster_id == "c"
+
+
+def test_a_frame_error_becomes_the_typed_error(peer: Peer) -> None:
+    def script(sock: socket.socket) -> None:
+        cid = read_request_id(sock)
+        sock.sendall(encode_frame_error(cid, 35, "version 9 is not supported"))
+        sock.recv(1)
+
+    conn = peer(script)
+    conn.send(MetadataRequest([]))
+    response = conn.receive(5)
+    assert response is not None and isinstance(response.error, UnsupportedVersionError)
+    with pytest.raises(UnsupportedVersionError, match="version 9"):
+        response.result()
+
+
+def test_a_wrong_correlation_id_closes_the_connection(peer: Peer) -> None:
+    def script(sock: socket.socket) -> None:
+        cid = read_request_id(sock)
+        read_request_id(sock)
+        sock.sendall(metadata_reply(cid + 1000))
+        sock.recv(1)
+
+    conn = peer(script)
+    conn.send(MetadataRequest([]), context="a")
+    conn.send(MetadataRequest([]), context="b")
+    with pytest.raises(NetworkError, match="correlation id"):
+        conn.receive(5)
+    assert not conn.connected
+    assert conn.close() == ["a", "b"]  # both are retried by their owner
+
+
+def test_the_peer_closing_fails_pending_requests_retriably(peer: Peer) -> None:
+    conn = peer(read_request_id)
+    conn.send(MetadataRequest([]), context="pending")
+    with pytest.raises(NetworkError) as info:
+        conn.receive(5)
+    assert info.value.retriable
+    assert conn.close() == ["pending"]
+
+
+def test_a_frame_size_over_the_limit_is_refused(tmp_path: Path, peer: Peer) -> None:
+    def script(sock: socket.socket) -> None:
+        read_request_id(sock)
+        sock.sendall(SIZE.pack(2_000_000_000))
+        sock.recv(1)
+
+    conn = peer(script)
+    conn.send(MetadataRequest([]))
+    with pytest.raises(NetworkError, match=r"receive\.message\.max\.bytes"):
+        conn.receive(5)
+
+
+def test_receive_times_out_and_keeps_a_partial_frame(peer: Peer) -> None:
+    sent_half = threading.Event()
+    finish = threading.Event()
+
+    def script(sock: socket.socket) -> None:
+        reply = metadata_reply(read_request_id(sock))
+        sock.sendall(reply[:7])
+        sent_half.set()
+        finish.wait(10)
+        sock.sendall(reply[7:])
+        sock.recv(1)
+
+    conn = peer(script)
+    conn.send(MetadataRequest([]))
+    assert sent_half.wait(10)
+    assert conn.receive(0.05) is None
+    finish.set()
+    response = conn.receive(5)
+    assert response is not None and response.body.cluster_id == "c"
+
+
+def test_connecting_to_nothing_is_broker_not_available(tmp_path: Path) -> None:
+    conn = BrokerConnection(BrokerAddress(unix_path=str(tmp_path / "none.sock")))
+    with pytest.raises(BrokerNotAvailableError):
+        conn.connect()
