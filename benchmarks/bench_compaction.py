@@ -16,6 +16,12 @@ codec ``--codec``, in ``segment.bytes`` = ``--segment-mb`` MiB segments. Two pas
 - ``incremental``: after appending ``--update-fraction`` more records (updates of random
   existing keys), the next clean from the checkpoint: a small dirty section, a large clean
   section that is read and rewritten again (Kafka's cost model, hence the dirty ratio).
+- ``transactional``: the first clean of a log of the same size and keys written as
+  transactions instead: ``--producers`` transactional producers, picked at random batch by
+  batch so that their transactions interleave, each transaction 1 to 9 batches, a
+  ``--abort-fraction`` of them aborted. The cleaner removes the aborted batches whole, keeps
+  them out of the offset map, compacts the committed ones and keeps each producer's last
+  batch (transaction-aware compaction).
 
 MB/s is input bytes read per second of cleaning (``CleanerStats.bytes_read`` over the whole
 pass, map building included). The files are in the page cache (just written); no fsync is
@@ -54,14 +60,14 @@ from bench_storage import write_section as shared_write_section  # noqa: E402
 from spark_mq.storage.log import PartitionLog  # noqa: E402
 from spark_mq.storage.log_cleaner import CleanerStats, LogCleaner  # noqa: E402
 from spark_mq.storage.log_config import LogConfig  # noqa: E402
-from spark_mq.storage.record_batch import encode_batch  # noqa: E402
+from spark_mq.storage.record_batch import ControlType, encode_batch  # noqa: E402
 
 SECTION_BEGIN = "<!-- BEGIN compaction -->"
 SECTION_END = "<!-- END compaction -->"
 MIB = 1024 * 1024
 
 
-def build_log(directory: Path, args: argparse.Namespace, rng: np.random.Generator) -> PartitionLog:
+def open_compacted(directory: Path, args: argparse.Namespace) -> PartitionLog:
     config = LogConfig.from_properties(
         {
             "cleanup.policy": "compact",
@@ -70,7 +76,11 @@ def build_log(directory: Path, args: argparse.Namespace, rng: np.random.Generato
             "min.cleanable.dirty.ratio": 0.0,
         }
     )
-    log = PartitionLog.open(directory, config, topic="bench", partition=0)
+    return PartitionLog.open(directory, config, topic="bench", partition=0)
+
+
+def build_log(directory: Path, args: argparse.Namespace, rng: np.random.Generator) -> PartitionLog:
+    log = open_compacted(directory, args)
     pool = rng.integers(0, 256, args.value_bytes * 4096, dtype=np.uint8).tobytes()
     target = args.mb * 1_000_000
     while log.size_bytes < target:
@@ -85,12 +95,58 @@ def append_batch(
     pool: bytes,
     args: argparse.Namespace,
     key_ids: np.ndarray,
+    **producer: object,
 ) -> None:
     n = len(key_ids)
     keys = pa.array([b"key-%08d" % k for k in key_ids.tolist()], pa.binary())
     starts = rng.integers(0, len(pool) - args.value_bytes, n)
     values = pa.array([pool[s : s + args.value_bytes] for s in starts.tolist()], pa.binary())
-    log.append(encode_batch(values, key=keys, codec=args.codec))
+    log.append(encode_batch(values, key=keys, codec=args.codec, **producer))  # type: ignore[arg-type]
+
+
+def build_transactional_log(
+    directory: Path, args: argparse.Namespace, rng: np.random.Generator
+) -> PartitionLog:
+    """The same records as :func:`build_log`, written as interleaved transactions."""
+    log = open_compacted(directory, args)
+    pool = rng.integers(0, 256, args.value_bytes * 4096, dtype=np.uint8).tobytes()
+    sequences = [0] * args.producers
+    left = [0] * args.producers  # batches before the producer's open transaction ends
+    target = args.mb * 1_000_000
+    while log.size_bytes < target:
+        pid = int(rng.integers(0, args.producers))
+        if left[pid] == 0:
+            left[pid] = int(rng.integers(1, 10))
+        key_ids = rng.integers(0, args.keys, args.batch_records)
+        append_batch(
+            log,
+            rng,
+            pool,
+            args,
+            key_ids,
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=sequences[pid],
+            is_transactional=True,
+        )
+        sequences[pid] += len(key_ids)
+        left[pid] -= 1
+        if left[pid] == 0:
+            end_transaction(log, pid, abort=rng.random() < args.abort_fraction)
+    for pid in range(args.producers):
+        if left[pid]:
+            end_transaction(log, pid, abort=rng.random() < args.abort_fraction)
+    log.roll()
+    return log
+
+
+def end_transaction(log: PartitionLog, producer_id: int, *, abort: bool) -> None:
+    log.append_transaction_marker(
+        ControlType.ABORT if abort else ControlType.COMMIT,
+        producer_id=producer_id,
+        producer_epoch=0,
+        coordinator_epoch=0,
+    )
 
 
 def timed_clean(log: PartitionLog, first_dirty: int) -> CleanerStats:
@@ -114,9 +170,10 @@ def describe(name: str, runs: list[CleanerStats]) -> str:
 
 def one_run(
     work: Path, index: int, args: argparse.Namespace
-) -> tuple[CleanerStats, CleanerStats, int, int]:
-    """Build a fresh log, clean it fully, update 10%, clean incrementally; the same data
-    every run (one seed), so runs differ only by the machine's noise."""
+) -> tuple[CleanerStats, CleanerStats, CleanerStats, int, int]:
+    """Build a fresh log, clean it fully, update 10%, clean incrementally; then the same
+    with transactions, cleaned fully. The same data every run (one seed), so runs differ
+    only by the machine's noise."""
     rng = np.random.default_rng(1)
     log = build_log(work / f"bench-{index}", args, rng)
     size, records = log.size_bytes, log.log_end_offset
@@ -132,7 +189,12 @@ def one_run(
     print(f"run {index}: incremental {incremental.mb_per_second:,.1f} MB/s  {incremental}")
     log.close()
     shutil.rmtree(work / f"bench-{index}")
-    return full, incremental, size, records
+    log = build_transactional_log(work / f"bench-txn-{index}", args, np.random.default_rng(1))
+    transactional = timed_clean(log, 0)
+    print(f"run {index}: transactional {transactional.mb_per_second:,.1f} MB/s  {transactional}")
+    log.close()
+    shutil.rmtree(work / f"bench-txn-{index}")
+    return full, incremental, transactional, size, records
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codec", default="none")
     parser.add_argument("--segment-mb", type=int, default=64)
     parser.add_argument("--update-fraction", type=float, default=0.1)
+    parser.add_argument("--producers", type=int, default=8, help="transactional producers")
+    parser.add_argument("--abort-fraction", type=float, default=0.1)
     parser.add_argument("--runs", type=int, default=3, help="runs per pass (the median is shown)")
     parser.add_argument("--out", type=Path, help="write the result section into this file")
     args = parser.parse_args(argv)
@@ -154,17 +218,20 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench_compaction_"))
     fulls: list[CleanerStats] = []
     incrementals: list[CleanerStats] = []
+    transactionals: list[CleanerStats] = []
     try:
         for index in range(args.runs):
-            full, incremental, size, records = one_run(work, index, args)
+            full, incremental, transactional, size, records = one_run(work, index, args)
             fulls.append(full)
             incrementals.append(incremental)
+            transactionals.append(transactional)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     section = render(
         args,
         fulls=fulls,
         incrementals=incrementals,
+        transactionals=transactionals,
         size=size,
         records=records,
         took_s=time.perf_counter() - started,
@@ -181,10 +248,12 @@ def render(
     *,
     fulls: list[CleanerStats],
     incrementals: list[CleanerStats],
+    transactionals: list[CleanerStats],
     size: int,
     records: int,
     took_s: float,
 ) -> str:
+    txn = sorted(transactionals, key=lambda r: r.mb_per_second)[len(transactionals) // 2]
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     versions = ", ".join(
         f"{d} {importlib.metadata.version(d)}" for d in ("pyarrow", "numpy", "crc32c")
@@ -215,6 +284,14 @@ def render(
         "- `full`: the first clean, everything dirty. `incremental`: after appending "
         f"{args.update_fraction:.0%} more records (updates of random keys), the next clean from "
         "the checkpoint, which reads and rewrites the clean section again, as Kafka does.",
+        f"- `transactional`: the first clean of a log of the same size and keys written as "
+        f"transactions by {args.producers} producers picked at random batch by batch (so "
+        f"transactions interleave), 1 to 9 batches each, {args.abort_fraction:.0%} of them "
+        "aborted, every one closed by a marker. In the median run the cleaner removed "
+        f"{txn.aborted_records_removed:,} aborted records (whole batches, never in the map), "
+        f"kept {txn.empty_batches_kept:,} producers' last batches empty and "
+        f"{txn.markers_removed:,} markers were removed (a first clean has no delete horizon, "
+        "so markers stay).",
         "- LogCleaner defaults (128 MiB dedupe buffer, 4 MiB I/O runs), one thread; cleaned "
         "segments are fsynced before the swap, as always. MB/s = input bytes read "
         "(CleanerStats.bytes_read) per second of the whole pass, map building included; "
@@ -226,6 +303,7 @@ def render(
         "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
         describe("full", fulls),
         describe("incremental", incrementals),
+        describe("transactional", transactionals),
         SECTION_END,
     ]
     return "\n".join(lines) + "\n"

@@ -13,8 +13,10 @@ codecs none, lz4 and zstd:
 - ``append``: ``PartitionLog.append`` of ready (pre-encoded) batches, one call per batch.
 - ``encode+append``: ``encode_batch`` from an Arrow array, then ``PartitionLog.append``.
 - ``read_records cold`` / ``read_records warm``: ``PartitionLog.read_records`` from offset 0 to
-  the log end, ``--fetch-bytes`` per call, after dropping the page cache (cold, only when
-  ``/proc/sys/vm/drop_caches`` is writable) or with the file in the page cache (warm).
+  the log end, ``--fetch-bytes`` per call (through ``read_records_with_next``, whose table is
+  ``read_records``' and whose next offset drives the loop), after dropping the page cache
+  (cold, only when ``/proc/sys/vm/drop_caches`` is writable) or with the file in the page
+  cache (warm).
 - ``decode_records``: the raw decoder (``batch_decoder.decode_records``) over the bytes of the
   same ``FileRange`` fetches, already in memory: CRC, decompression and Arrow decoding only.
 
@@ -422,15 +424,11 @@ def read_all_records(log: PartitionLog, fetch_bytes: int) -> tuple[float, int]:
     end = log.log_end_offset
     offset = 0
     records = 0
-    read_records = log.read_records
+    read_records_with_next = log.read_records_with_next
     t0 = time.perf_counter()
     while offset < end:
-        table = read_records(offset, fetch_bytes)
-        n = table.num_rows
-        if not n:
-            raise RuntimeError(f"read_records({offset}) returned nothing before the log end {end}")
-        records += n
-        offset = table.column(0)[n - 1].as_py() + 1
+        table, offset = read_records_with_next(offset, fetch_bytes)
+        records += table.num_rows
     elapsed = time.perf_counter() - t0
     return elapsed, records
 

@@ -14,14 +14,15 @@ an abort marker (which also adds a ``.txnindex`` entry). Every transaction is cl
 end, so the last stable offset equals the high watermark and both isolation levels cover the
 same offsets. Then, on that log and in the same run:
 
-- ``read_uncommitted``: ``PartitionLog.read_records`` from offset 0 to the high watermark with
-  ``FetchIsolation.HIGH_WATERMARK``, ``--fetch-bytes`` per call;
+- ``read_uncommitted``: ``PartitionLog.read_records_with_next`` from offset 0 to the high
+  watermark with ``FetchIsolation.HIGH_WATERMARK``, ``--fetch-bytes`` per call;
 - ``read_committed``: the same with ``FetchIsolation.TXN_COMMITTED``: up to the LSO, with the
   aborted transactions collected from the transaction indexes and their batches dropped.
 
-Each call continues after the last record the previous one returned, as a consumer's position
-does; a call that returns no record although it is below the bound (a fetch of nothing but
-aborted batches and markers) moves past the batches that ``PartitionLog.read`` handed out.
+Each call continues at the next offset the previous one returned
+(``PartitionLog.read_records_with_next``: one past the last batch it examined), as a
+consumer's position does; so a call that returns no record although it is below the bound (a
+fetch of nothing but aborted batches and markers) still moves past them.
 
 ``records/s`` counts the records a read returns; ``log records/s`` counts the data records of
 the log range it covered (aborted ones included), so it compares the two isolation levels per
@@ -67,7 +68,6 @@ from bench_storage import (
 )
 from bench_storage import write_section as shared_write_section
 
-from spark_mq.storage.batch_decoder import iter_batches
 from spark_mq.storage.log import FetchIsolation, PartitionLog
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.record_batch import ControlType, encode_batch
@@ -263,24 +263,16 @@ def read_everything(
     end = (
         log.last_stable_offset if isolation is FetchIsolation.TXN_COMMITTED else log.high_watermark
     )
-    read_records = log.read_records
+    read_records_with_next = log.read_records_with_next
     offset = records = fetches = empty = 0
     while offset < end:
-        table = read_records(offset, fetch_bytes, isolation=isolation)
+        table, offset = read_records_with_next(offset, fetch_bytes, isolation=isolation)
         fetches += 1
         n = table.num_rows
-        if n:
-            records += n
-            offset = table.column(0)[n - 1].as_py() + 1
-            continue
-        # Nothing but aborted batches and markers in this fetch: move past its batches.
-        empty += 1
-        info = log.read(offset, fetch_bytes, isolation=isolation)
-        if info.records is None:
-            break
-        with info.records as file_range:
-            data = file_range.read()
-        offset = max(header.next_offset for header, _ in iter_batches(data, verify_crc=False))
+        records += n
+        # Nothing but aborted batches and markers in this fetch: the next offset (from batch
+        # headers) moves past them all the same.
+        empty += n == 0
     return records, fetches, empty
 
 
@@ -481,18 +473,19 @@ def method_lines(settings: Settings) -> list[str]:
         "headers null; producer ids 0..N-1, epoch 0, sequences from 0.",
         f"Config: LogConfig() defaults except segment.bytes = {settings.segment_bytes:,} (so "
         "the log has several segments and several transaction indexes).",
-        "Reads: PartitionLog.read_records from offset 0 to the bound, "
+        "Reads: PartitionLog.read_records_with_next from offset 0 to the bound, "
         f"{settings.fetch_bytes // 1024} KiB per call (at least one whole batch), each call "
-        "from the offset after the last record returned. The same log, reopened clean, serves "
+        "from the next offset the previous one returned (one past the last batch it "
+        "examined). The same log, reopened clean, serves "
         f"both isolation levels; one warm-up run each (which checks the record counts), then "
         f"{settings.runs} timed runs each, alternating; medians. `spread` = (slowest - "
         "fastest) / median.",
         "records/s = records returned per second; log records/s = data records of the log "
         "range read (aborted ones included) per second; MB/s = bytes of the log (markers "
         "included) per second, MB = 10^6 bytes.",
-        "fetches = read_records calls of one run; an `empty` one returned no record although "
-        "below the bound (only markers or aborted batches: at a segment's end or the log's "
-        "end) and was followed by a PartitionLog.read to move past those batches, all timed.",
+        "fetches = read_records_with_next calls of one run; an `empty` one returned no record "
+        "although below the bound (only markers or aborted batches: at a segment's end or the "
+        "log's end); its next offset moves past them.",
     ]
 
 

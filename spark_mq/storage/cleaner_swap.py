@@ -6,12 +6,16 @@ the offset map, the groups. This module does the rest for one group of consecuti
 segments, named by its first base offset ``B``.
 
 Rewriting (:func:`clean_group`) reads the group in runs of whole batches, checks every
-batch's CRC, and asks a :class:`CleanerFilter` what to keep: per batch first
+batch's CRC, and asks a :class:`~spark_mq.storage.cleaner_filter.CleanerFilter` what to keep
+(the protocol is in :mod:`~spark_mq.storage.cleaner_filter`): per batch first
 (:class:`BatchRetention`), then per record, vectorised over the run. A batch that keeps every
 record is copied byte for byte; one that keeps some is re-encoded with the survivors and its
 header fields (base offset, lastOffsetDelta, producer id, epoch, base sequence, attributes,
-leader epoch, codec); one that keeps none is dropped. A single-segment group in which nothing
-changes is not rewritten at all. Each old segment's ``.txnindex`` entries are carried over.
+leader epoch, codec); one that keeps none is dropped, or kept empty (header fields and both
+timestamps kept, no records: :func:`~spark_mq.storage.record_batch.encode_empty_batch`) when
+the filter says a producer needs it. Batches at or past the end of the offset map are copied.
+A single-segment group in which no batch changes is not rewritten at all. The new segment's
+``.txnindex`` holds the old segments' entries that the filter keeps.
 
 Swapping: the new segment's files go through three names, as in Kafka; only renames move them
 from one to the next, and each rename is atomic:
@@ -50,7 +54,6 @@ writing files no one else knows about.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -64,10 +67,17 @@ import pyarrow as pa
 from spark_mq.errors import CorruptRecordError, StorageError
 from spark_mq.storage.batch_decoder import decode_body, validate_batch
 from spark_mq.storage.checkpoint_file import fsync_directory
+from spark_mq.storage.cleaner_filter import BatchRetention, CleanerFilter, RecordsToDecide
 from spark_mq.storage.codecs import codec_for_id
 from spark_mq.storage.file_records import FileRecords
 from spark_mq.storage.log_config import LogConfig
-from spark_mq.storage.record_batch import HEADER_SIZE, BatchHeader, TimestampType, encode_batch
+from spark_mq.storage.record_batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    TimestampType,
+    encode_batch,
+    encode_empty_batch,
+)
 from spark_mq.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -90,63 +100,6 @@ BoolArray = npt.NDArray[np.bool_]
 Run = list[tuple[BatchHeader, int]]  # (header, position in the run's bytes) of each batch
 
 
-# ---------------------------------------------------------------------------------------------
-# Retention rules (the part phase 2 extends)
-
-
-class BatchRetention(enum.Enum):
-    """What happens to a batch before its records are looked at (Kafka's, plus ``COPY``)."""
-
-    COPY = "copy"  # keep the batch byte for byte; its records are not examined
-    DELETE = "delete"  # drop the batch and all its records
-    DELETE_EMPTY = "delete_empty"  # keep the records the record rule keeps; drop if none
-    RETAIN_EMPTY = "retain_empty"  # as DELETE_EMPTY, but an emptied batch stays, empty
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RecordsToDecide:
-    """The record rule's inputs for a run of batches, one entry per record."""
-
-    offsets: Int64Array
-    #: Newest offset of the record's key in the offset map; -1 if absent or null.
-    latest: Int64Array
-    has_key: BoolArray
-    is_tombstone: BoolArray
-
-
-class CleanerFilter:
-    """Phase 1's retention rules; phase 2 (transactions) subclasses this.
-
-    The cleaner asks :meth:`include_in_map` of every dirty batch while building the offset
-    map, :meth:`check_batch` of every batch it rewrites, and :meth:`retain_records` once per
-    run of batches, vectorised, for the records of the batches that need a decision. A new
-    filter is made for every cleaning pass, so it may keep per-pass state (phase 2's aborted
-    transactions and producers' last batches).
-    """
-
-    def include_in_map(self, header: BatchHeader) -> bool:
-        # Phase 1 cannot tell aborted transactions from committed ones, so transactional data
-        # must neither shadow older records nor be removed: kept out of the map, copied.
-        return not (header.is_transactional or header.is_control)
-
-    def check_batch(self, header: BatchHeader) -> BatchRetention:
-        if header.is_transactional or header.is_control:
-            return BatchRetention.COPY
-        return BatchRetention.DELETE_EMPTY
-
-    def retain_records(
-        self, records: RecordsToDecide, *, map_end_offset: int, retain_deletes: bool
-    ) -> BoolArray:
-        """Which records stay: the newest of their key, unless an expired tombstone; those
-        past the map (not cleaned this pass); and those without a key (never decided)."""
-        keep = records.offsets >= records.latest
-        if not retain_deletes:
-            keep &= ~records.is_tombstone
-        keep |= ~records.has_key
-        keep |= records.offsets >= map_end_offset
-        return keep
-
-
 class LatestOffsets(Protocol):
     """The offset map, as the rewrite sees it (:class:`~spark_mq.storage.log_cleaner.OffsetMap`)."""
 
@@ -161,7 +114,8 @@ class RewriteRules:
     offset_map: LatestOffsets
     #: Records at or past this offset are not cleaned by this pass.
     map_end_offset: int
-    #: Tombstones in segments whose largest timestamp is at or below this go; None: none go.
+    #: Tombstones (and markers that govern nothing) in segments whose largest timestamp is
+    #: at or below this go; None: none go.
     delete_horizon_ms: int | None
 
 
@@ -175,6 +129,11 @@ class RewriteCounters:
     records_kept: int = 0
     tombstones_removed: int = 0
     null_key_records: int = 0
+    aborted_records_removed: int = 0  # records of batches removed whole (aborted data)
+    markers_removed: int = 0
+    empty_batches_kept: int = 0  # batches kept without records for their producer's sake
+    #: Offset of the last transaction marker removed so far (-1: none).
+    last_removed_marker_offset: int = -1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +226,11 @@ def clean_group(
     io_buffer_bytes: int,
     now_ms: int,
 ) -> LogSegment | None:
-    """Rewrite ``group`` into a flushed ``*.cleaned`` segment; None if nothing would change."""
+    """Rewrite ``group`` into a flushed ``*.cleaned`` segment; None if nothing would change.
+
+    Every batch of the group is shown to the filter, in offset order, even when the group
+    turns out unchanged: the filter's view of transactions spans the whole pass.
+    """
     new = create_cleaned_segment(group[0].directory, group[0].base_offset, config, now_ms)
     try:
         changed = len(group) > 1
@@ -290,19 +253,20 @@ def clean_group(
                     size = sum(len(p) for p in pieces)
                     new.append(pieces, positions)
                     counters.bytes_written += size
-        for segment in group:
-            # Phase 1 copies every control batch, so every abort marker and its entry stay.
-            for txn in segment.txn_index.all_aborted_txns():
+        if changed:
+            entries = [txn for old in group for txn in old.txn_index.all_aborted_txns()]
+            retained = rules.filter.retained_txn_index(entries, map_end_offset=rules.map_end_offset)
+            for txn in retained:
                 new.txn_index.append(txn)
-        new.on_become_inactive()
-        mtime_ns = max(os.stat(s.log_path).st_mtime_ns for s in group)
-        os.utime(new.log_path, ns=(mtime_ns, mtime_ns))  # as Kafka: keep the data's age
-        new.flush()
+            new.on_become_inactive()
+            mtime_ns = max(os.stat(s.log_path).st_mtime_ns for s in group)
+            os.utime(new.log_path, ns=(mtime_ns, mtime_ns))  # as Kafka: keep the data's age
+            new.flush()
     except BaseException:
         discard_cleaned_segment(new)
         raise
     if not changed:
-        discard_cleaned_segment(new)
+        discard_cleaned_segment(new)  # never flushed: an unchanged group costs no fsync
         return None
     return new
 
@@ -317,17 +281,30 @@ def _clean_run(
     rules: RewriteRules,
     counters: RewriteCounters,
 ) -> tuple[list[bytes | memoryview], list[BatchPosition], bool]:
-    """Apply the rules to one run of batches; return the output pieces and positions."""
+    """Apply the rules to one run of batches; return the output pieces and positions.
+
+    Data batches are checked first and their records decided together; then, in offset
+    order, each batch is written (or not) and its fate reported to the filter, and a control
+    batch is checked only when its turn comes, after every batch before it was decided.
+    """
     view = memoryview(data)
-    decisions: list[BatchRetention] = []
+    cleaner_filter = rules.filter
+    map_end = rules.map_end_offset
+    decisions: list[BatchRetention | None] = []  # None: a marker, checked in its turn
     bodies: dict[int, pa.RecordBatch] = {}
     for i, (header, pos) in enumerate(batches):
         validate_batch(data, pos, path=path, file_position=file_position)
         counters.records_read += header.record_count
-        retention = rules.filter.check_batch(header)
+        retention: BatchRetention | None
+        if header.base_offset >= map_end:
+            retention = BatchRetention.COPY  # not cleaned by this pass
+        elif header.is_control:
+            retention = None
+        else:
+            retention = cleaner_filter.check_batch(header, retain_deletes=retain_deletes)
         decisions.append(retention)
         needs_records = retention in (BatchRetention.DELETE_EMPTY, BatchRetention.RETAIN_EMPTY)
-        if needs_records and header.record_count and header.base_offset < rules.map_end_offset:
+        if needs_records and header.record_count:
             bodies[i] = decode_body(data, pos, header)
     keep_all = _decide(batches, bodies, retain_deletes, rules, counters)
     pieces: list[bytes | memoryview] = []
@@ -335,27 +312,59 @@ def _clean_run(
     out_size = 0
     changed = False
     for i, (header, pos) in enumerate(batches):
-        retention, keep = decisions[i], keep_all.get(i)
-        if retention is BatchRetention.DELETE or (
-            retention is BatchRetention.DELETE_EMPTY
-            and (header.record_count == 0 or (keep is not None and not keep.any()))
-        ):
+        retention = decisions[i]
+        if retention is None:
+            retention = cleaner_filter.check_batch(header, retain_deletes=retain_deletes)
+        original = view[pos : pos + header.size]
+        piece = _output(original, header, retention, bodies.get(i), keep_all.get(i))
+        cleaner_filter.batch_retained(header, piece is not None)
+        if retention in (BatchRetention.DELETE, BatchRetention.EMPTY):
+            if header.is_control:
+                counters.markers_removed += 1
+                counters.last_removed_marker_offset = header.base_offset
+            else:
+                counters.aborted_records_removed += header.record_count
+        if piece is None:
             changed = True
             continue
-        if keep is None or keep.all() or retention is BatchRetention.COPY:
-            piece: bytes | memoryview = view[pos : pos + header.size]
-            out_header = header
-            kept = header.record_count
-        else:
-            piece = _rewrite(bodies[i], header, keep)
-            out_header = BatchHeader.unpack_from(piece)
-            kept = int(keep.sum())
+        out_header = header
+        if piece is not original:  # re-encoded with fewer records, or emptied
             changed = True
-        counters.records_kept += kept
+            out_header = BatchHeader.unpack_from(piece)
+            if out_header.record_count == 0:
+                counters.empty_batches_kept += 1
+        counters.records_kept += out_header.record_count
         positions.append(BatchPosition(out_header, out_size))
         pieces.append(piece)
         out_size += out_header.size
     return pieces, positions, changed
+
+
+def _output(
+    original: memoryview,
+    header: BatchHeader,
+    retention: BatchRetention,
+    body: pa.RecordBatch | None,
+    keep: BoolArray | None,
+) -> bytes | memoryview | None:
+    """What is written for one batch: its bytes as they are, a rewrite, or None (removed)."""
+    if retention is BatchRetention.COPY:
+        return original
+    if retention is BatchRetention.DELETE:
+        return None
+    if retention is BatchRetention.EMPTY:
+        assert not header.is_control, "a marker cannot be emptied"
+        return original if header.record_count == 0 else encode_empty_batch(header)
+    # DELETE_EMPTY or RETAIN_EMPTY: as the record rule decides.
+    retain_empty = retention is BatchRetention.RETAIN_EMPTY
+    if body is None or keep is None:
+        # No records to decide (an empty batch): it stays only if it must.
+        return original if retain_empty else None
+    if keep.all():
+        return original
+    if keep.any():
+        return _rewrite(body, header, keep)
+    return encode_empty_batch(header) if retain_empty else None
 
 
 def _decide(

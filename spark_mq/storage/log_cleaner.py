@@ -16,12 +16,17 @@ keeps each log's first dirty offset in ``cleaner-offset-checkpoint``). The rules
 - **When.** A log is cleaned when its dirty section is not empty and the dirty ratio (dirty
   bytes / (clean + dirty bytes), counted in whole batches) is at least
   ``min.cleanable.dirty.ratio``, or when it is *forced*: the oldest dirty segment's first
-  batch (its maxTimestamp, as Kafka) is older than ``now - max.compaction.lag.ms``.
+  batch (its maxTimestamp, as Kafka) is older than ``now - max.compaction.lag.ms``. So that
+  data in the active segment meets that deadline too, a pass first rolls the active segment
+  when its first batch is older than ``max.compaction.lag.ms``
+  (:meth:`~spark_mq.storage.log.PartitionLog.roll_for_compaction_lag`; appends roll it by the
+  same rule).
 - **Offset map.** The newest offset of every key in the dirty section, built from whole Arrow
-  columns (:class:`OffsetMap`) within ``dedupe_buffer_bytes`` (Kafka's
+  columns (:class:`~spark_mq.storage.offset_map.OffsetMap`) within ``dedupe_buffer_bytes`` (Kafka's
   ``log.cleaner.dedupe.buffer.size``). If the dirty section does not fit, the map covers the
   prefix that does and only that prefix counts as cleaned: the map's end offset becomes the
-  next first dirty offset (:attr:`CleanerStats.first_dirty_offset`).
+  next first dirty offset (:attr:`CleanerStats.first_dirty_offset`). Control batches and
+  aborted transactional data are not in the map.
 - **Rewrite.** Every segment from the first one up to the map's end is rewritten, in groups
   of consecutive segments whose sizes add up to at most ``segment.bytes`` (and whose indexes
   and offset range fit one segment), one new segment per group. A record is kept iff its
@@ -41,16 +46,18 @@ keeps each log's first dirty offset in ``cleaner-offset-checkpoint``). The rules
 - **Batches** keep their offsets, order, base offset, lastOffsetDelta, producer id, epoch,
   base sequence, attributes, leader epoch and codec. A batch whose records are all kept is
   copied byte for byte; one that keeps some is re-encoded with the survivors; one that keeps
-  none is dropped; a group that keeps nothing becomes an empty segment (as in Kafka, so the
-  segment bases, and the log start, stay). Offsets, the log start and the log end never
-  change; the offsets of removed records become gaps, which every reader skips.
-
-What phase 1 leaves to phase 2 (transactions), by construction safe meanwhile: transactional
-and control batches are never added to the map and are copied unchanged, and each old
-segment's ``.txnindex`` entries are carried into the new segment. Phase 2 replaces
-:class:`CleanerFilter` (aborted data, markers kept until their data is gone, the last batch
-of each producer) and already gets the last stable offset through
-:func:`first_uncleanable_offset`.
+  none is dropped, unless it is its producer's last batch, which stays empty; a group that
+  keeps nothing becomes an empty segment (as in Kafka, so the segment bases, and the log
+  start, stay). Offsets, the log start and the log end never change; the offsets of removed
+  records become gaps, which every reader skips.
+- **Transactions** (:mod:`~spark_mq.storage.cleaner_transactions`, the default rules):
+  aborted data is removed and never enters the map; committed transactional data is
+  compacted like any other; a marker stays while its transaction keeps a batch and until its
+  segment passes the delete horizon; each producer's last batch stays, empty if need be, so
+  that producer state rebuilt from the log still knows its last sequence and epoch; a cleaned
+  segment's ``.txnindex`` keeps the entries whose transaction still has a batch. The pass
+  never reaches an open transaction: the first uncleanable offset is at most the LSO. Other
+  rules can be given as a ``filter_factory`` (:mod:`~spark_mq.storage.cleaner_filter`).
 
 Crash safety is by renames (``*.cleaned`` -> ``*.swap`` -> final names), one group at a
 time; :mod:`~spark_mq.storage.cleaner_swap` tells each crash point and what loading does.
@@ -92,14 +99,11 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spark_mq.errors import ConfigError, LogClosedError, StorageError
 from spark_mq.storage.batch_decoder import decode_body, validate_batch
+from spark_mq.storage.cleaner_filter import BatchRetention, CleanerFilter, RecordsToDecide
 from spark_mq.storage.cleaner_swap import (
-    BatchRetention,
-    CleanerFilter,
-    RecordsToDecide,
     RewriteCounters,
     RewriteRules,
     clean_group,
@@ -107,12 +111,15 @@ from spark_mq.storage.cleaner_swap import (
     group_segments,
     read_runs,
 )
+from spark_mq.storage.cleaner_transactions import TransactionalCleanerFilter
+from spark_mq.storage.offset_map import MAP_ENTRY_OVERHEAD_BYTES, OffsetMap
 from spark_mq.storage.segment import LogSegment
 
 if TYPE_CHECKING:
     from spark_mq.storage.log import PartitionLog
 
 __all__ = [
+    "MAP_ENTRY_OVERHEAD_BYTES",
     "BatchRetention",
     "CleanableSection",
     "CleanerFilter",
@@ -120,6 +127,7 @@ __all__ = [
     "LogCleaner",
     "OffsetMap",
     "RecordsToDecide",
+    "TransactionalCleanerFilter",
     "cleanable_section",
     "dirty_ratio",
     "first_uncleanable_offset",
@@ -133,11 +141,6 @@ DEFAULT_DEDUPE_BUFFER_BYTES: Final = 128 * MIB
 #: Bytes of whole batches read and decided together. Kafka's 512 KiB suits a per-record loop;
 #: vectorised decisions need larger runs to amortise their fixed cost per run.
 DEFAULT_IO_BUFFER_BYTES: Final = 4 * MIB
-#: Memory counted per offset map entry besides its key bytes: the key's Arrow offset (4), its
-#: newest offset (8), its hash (8), and slack for the sorted copy made when the map is frozen.
-MAP_ENTRY_OVERHEAD_BYTES: Final = 32
-#: The map counts as full when this share of its buffer is used (Kafka's dedupe load factor).
-_LOAD_FACTOR: Final = 0.9
 
 Int64Array = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -174,6 +177,9 @@ class CleanerStats:
     elapsed_seconds: float  # the whole pass
     #: Where the next clean starts: the end of the section this pass cleaned (-1 in a total).
     first_dirty_offset: int
+    aborted_records_removed: int = 0  # records of aborted transactions (whole batches)
+    markers_removed: int = 0  # transaction markers whose transaction kept nothing
+    empty_batches_kept: int = 0  # producers' last batches kept without their records
 
     @property
     def records_removed(self) -> int:
@@ -242,12 +248,10 @@ def first_uncleanable_offset(
     """
     if segments is None:
         segments = log.segments
-    # Phase 2 plugs in here: never clean past the last stable offset. Read through getattr so
-    # that a log without transaction support bounds cleaning by its high watermark instead.
-    stable = getattr(log, "last_stable_offset", None)
-    if callable(stable):
-        stable = stable()
-    upper = min(log.high_watermark if stable is None else stable, segments[-1].base_offset)
+    # Never past the last stable offset: the data of an open transaction may still be aborted,
+    # so it can neither shadow older records nor be removed yet (the LSO is at most the high
+    # watermark).
+    upper = min(log.last_stable_offset, segments[-1].base_offset)
     lag_ms = log.config.min_compaction_lag_ms
     if lag_ms > 0:
         for i, segment in enumerate(segments[:-1]):
@@ -295,173 +299,6 @@ def cleanable_section(
 
 
 # ---------------------------------------------------------------------------------------------
-# The offset map
-
-
-def _hash_keys(keys: pa.Array) -> Int64Array:
-    """A 64-bit hash per key (null keys get some value; callers mask them).
-
-    Python's own bytes hash, run by ``map`` in C over the column's values: about 0.1 us per
-    key, several times faster than calling a hash library per key. It is randomised per
-    process, which does not matter: a map lives for one cleaning pass. Equal hashes are
-    always confirmed by comparing the keys, so collisions cost time, never correctness.
-    """
-    return np.fromiter(map(hash, keys.to_pylist()), dtype=np.int64, count=len(keys))
-
-
-def _key_bytes(keys: pa.Array) -> int:
-    return int(pc.sum(pc.binary_length(keys)).as_py() or 0)
-
-
-class OffsetMap:
-    """The newest offset of every key of the dirty section (Kafka's SkimpyOffsetMap).
-
-    Built by :meth:`add` (records in offset order), then :meth:`freeze`-d for
-    :meth:`latest_offsets`. Keys are kept exactly, not as hashes. Added records are buffered
-    and merged into the map (one Arrow dictionary encoding of the keys, then the largest offset
-    per code) when the buffer is full or the map is frozen. Frozen, the map is sorted by
-    64-bit key hash; a lookup hashes the probe keys, sorts them (so the binary search walks
-    the map in order), and confirms every hash match by comparing the keys themselves.
-
-    Memory is bounded by ``max_bytes``: each entry counts as its key bytes plus
-    :data:`MAP_ENTRY_OVERHEAD_BYTES`, and buffered records count the same. When a run of
-    records does not fit even after merging, :meth:`add` takes the longest prefix whose *new*
-    keys fit, and the map is :attr:`full` (also once it uses 90% of the buffer, as Kafka's);
-    the dirty section then ends after the last record taken.
-
-    >>> offset_map = OffsetMap(max_bytes=1 << 20)
-    >>> offset_map.add(pa.array([b"a", b"b", b"a"]), np.array([5, 6, 7]))
-    3
-    >>> offset_map.freeze()
-    >>> offset_map.latest_offsets(pa.array([b"a", b"c", None], pa.binary())).tolist()
-    [7, -1, -1]
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._keys: pa.Array = pa.array([], pa.binary())
-        self._offsets: Int64Array = np.empty(0, np.int64)
-        self._bytes = 0
-        self._pending: list[tuple[pa.Array, Int64Array]] = []
-        self._pending_rows = 0
-        self._pending_bytes = 0
-        self._hashes: Int64Array | None = None
-        self.full = False
-        self._collisions: dict[bytes, int] = {}
-        self._collision_hashes: Int64Array = np.empty(0, np.int64)
-
-    def __len__(self) -> int:
-        return len(self._keys) + self._pending_rows
-
-    @property
-    def size_bytes(self) -> int:
-        return self._bytes + self._pending_bytes
-
-    def add(self, keys: pa.Array, offsets: Int64Array) -> int:
-        """Add records (non-null keys, increasing offsets); return how many were taken.
-
-        Fewer than all means the map is full, and so does :attr:`full` afterwards.
-        """
-        assert self._hashes is None, "the map is frozen"
-        n = len(keys)
-        if n == 0:
-            return 0
-        cost = _key_bytes(keys) + MAP_ENTRY_OVERHEAD_BYTES * n
-        if self.size_bytes + cost > self.max_bytes:
-            self._merge()
-        if self._bytes + cost <= self.max_bytes:
-            # Buffered as they are (the caller's concat_arrays copied them out of the read
-            # buffer): merging costs the map's size, so it waits for the buffer to fill.
-            self._pending.append((keys, offsets))
-            self._pending_rows += n
-            self._pending_bytes += cost
-            return n
-        taken = self._fitting_prefix(keys)
-        if taken:
-            self._pending.append((keys[:taken], offsets[:taken]))
-            self._pending_rows += taken
-            self._merge()
-        # As Kafka's map fills at 90% of its slots: with under a tenth of the buffer free,
-        # exact fitting would run for every further run of records.
-        self.full = taken < n or self._bytes > self.max_bytes * _LOAD_FACTOR
-        return taken
-
-    def _fitting_prefix(self, keys: pa.Array) -> int:
-        """How many leading records fit, counting only keys new to the map, once each."""
-        n = len(keys)
-        new = ~pc.is_in(keys, value_set=self._keys).to_numpy(zero_copy_only=False)
-        codes = pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False)
-        first = np.zeros(n, np.bool_)
-        first[np.unique(codes, return_index=True)[1]] = True
-        lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False).astype(np.int64)
-        costs = np.where(new & first, lengths + MAP_ENTRY_OVERHEAD_BYTES, 0)
-        taken = int(np.searchsorted(np.cumsum(costs), self.max_bytes - self._bytes, "right"))
-        if taken == 0 and len(self._keys) == 0:
-            # A single key larger than the whole buffer: take it anyway, or no clean could
-            # ever make progress. Its size is bounded by max.message.bytes.
-            logger.warning("a %d-byte key exceeds the dedupe buffer; cleaning it anyway", costs[0])
-            taken = 1
-        return taken
-
-    def _merge(self) -> None:
-        if not self._pending:
-            return
-        parts = [(self._keys, self._offsets), *self._pending]
-        parts = [(k, o) for k, o in parts if len(k)]
-        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
-        if not parts:
-            return
-        # One hash table over every part: the chunks of the result share one dictionary, the
-        # distinct keys in order of first appearance.
-        encoded = pc.dictionary_encode(pa.chunked_array([k for k, _ in parts], pa.binary()))
-        codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in encoded.chunks])
-        self._keys = encoded.chunks[-1].dictionary
-        self._offsets = np.full(len(self._keys), -1, np.int64)
-        np.maximum.at(self._offsets, codes, np.concatenate([o for _, o in parts]))
-        self._bytes = _key_bytes(self._keys) + MAP_ENTRY_OVERHEAD_BYTES * len(self._keys)
-
-    def freeze(self) -> None:
-        """End building: sort the entries by key hash for lookups."""
-        self._merge()
-        hashes = _hash_keys(self._keys)
-        order = np.argsort(hashes, kind="stable")
-        self._hashes = hashes[order]
-        self._offsets = self._offsets[order]
-        self._keys = self._keys.take(pa.array(order))
-        same = np.flatnonzero(self._hashes[1:] == self._hashes[:-1])
-        if len(same):
-            # Distinct keys with one hash: a binary search finds only the first of them, so
-            # these few go to a dict instead.
-            clashing = np.union1d(same, same + 1)
-            self._collision_hashes = np.unique(self._hashes[clashing])
-            values = self._keys.take(pa.array(clashing)).to_pylist()
-            self._collisions = dict(zip(values, self._offsets[clashing].tolist(), strict=True))
-
-    def latest_offsets(self, keys: pa.Array) -> Int64Array:
-        """The newest offset of each key in the map; -1 for absent and null keys."""
-        assert self._hashes is not None, "freeze() the map first"
-        n = len(keys)
-        result = np.full(n, -1, np.int64)
-        if n == 0 or len(self._hashes) == 0:
-            return result
-        probe = _hash_keys(keys)
-        order = np.argsort(probe)
-        found = np.searchsorted(self._hashes, probe[order])
-        found[found == len(self._hashes)] = 0
-        hit = self._hashes[found] == probe[order]
-        rows, entries = order[hit], found[hit]
-        same_key = pc.equal(keys.take(pa.array(rows)), self._keys.take(pa.array(entries)))
-        confirmed = pc.fill_null(same_key, False).to_numpy(zero_copy_only=False)
-        result[rows[confirmed]] = self._offsets[entries[confirmed]]
-        if len(self._collision_hashes):
-            for row in np.flatnonzero(np.isin(probe, self._collision_hashes)).tolist():
-                key = keys[row].as_py()
-                if key is not None:
-                    result[row] = self._collisions.get(key, -1)
-        return result
-
-
-# ---------------------------------------------------------------------------------------------
 # The cleaner
 
 
@@ -471,7 +308,10 @@ class LogCleaner:
     ``dedupe_buffer_bytes`` bounds the offset map (Kafka's ``log.cleaner.dedupe.buffer
     .size``, default 128 MiB); ``io_buffer_bytes`` is how many bytes of batches are read and
     decided at once (memory per run is a few times this). ``time_ms`` is the clock
-    (injected by tests). ``filter_factory`` makes the retention rules of each pass.
+    (injected by tests). ``filter_factory`` makes the retention rules of each pass, after
+    the pass has found its section: by default the transaction-aware rules of
+    :class:`~spark_mq.storage.cleaner_transactions.TransactionalCleanerFilter`;
+    ``lambda log: CleanerFilter()`` gives the rules without transactions.
     """
 
     def __init__(
@@ -495,7 +335,7 @@ class LogCleaner:
         self._time_ms = time_ms
         self.dedupe_buffer_bytes = dedupe_buffer_bytes
         self.io_buffer_bytes = io_buffer_bytes
-        self._filter_factory = filter_factory or (lambda _log: CleanerFilter())
+        self._filter_factory = filter_factory or TransactionalCleanerFilter.for_log
 
     def clean(
         self,
@@ -518,6 +358,12 @@ class LogCleaner:
         if not config.compact:
             return None
         now = self._time_ms() if now_ms is None else now_ms
+        # The cleaner forces what appends alone would not: an idle log's active segment rolls
+        # once its data is max.compaction.lag.ms old, so that the deadline holds for it too.
+        try:
+            log.roll_for_compaction_lag(now)
+        except LogClosedError:
+            return None
         section = cleanable_section(log, first_dirty_offset=first_dirty_offset, now_ms=now)
         if section.dirty_bytes == 0:
             return None
@@ -575,6 +421,11 @@ class LogCleaner:
             if new is None:
                 continue
             try:
+                if counters.last_removed_marker_offset >= 0:
+                    # A producer state snapshot taken while a transaction whose marker this
+                    # group drops was open would leave it open forever in a later recovery
+                    # that starts there; such snapshots go first (snapshots only save replay).
+                    log.delete_producer_snapshots_through(counters.last_removed_marker_offset)
                 swapped = log.replace_segments([new], group)
             except BaseException:
                 discard_cleaned_segment(new)
@@ -598,6 +449,9 @@ class LogCleaner:
             records_kept=counters.records_kept,
             tombstones_removed=counters.tombstones_removed,
             null_key_records=counters.null_key_records,
+            aborted_records_removed=counters.aborted_records_removed,
+            markers_removed=counters.markers_removed,
+            empty_batches_kept=counters.empty_batches_kept,
             segments_before=len(to_clean),
             segments_after=len(groups),
             map_keys=len(offset_map),

@@ -78,7 +78,6 @@ import errno
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -106,19 +105,20 @@ from spark_mq.storage.dir_lock import DirLock
 from spark_mq.storage.log import PartitionLog
 from spark_mq.storage.log_cleaner import CleanerStats, LogCleaner
 from spark_mq.storage.log_config import LogConfig
-from spark_mq.storage.segment import LOG_SUFFIX
+from spark_mq.storage.topic_deletion import (
+    carry_out_deletion,
+    finish_deletions,
+    has_records,
+    remove_deleted_dirs,
+    warn_about_orphans,
+)
 from spark_mq.storage.topic_metadata import (
     MAX_PARTITIONS_PER_TOPIC,
     PartitionInfo,
     TopicInfo,
     TopicMetadata,
 )
-from spark_mq.storage.topic_names import (
-    MAX_FILE_NAME_BYTES,
-    parse_partition_dir_name,
-    partition_dir_name,
-    validate_topic_name,
-)
+from spark_mq.storage.topic_names import partition_dir_name, validate_topic_name
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,6 @@ RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT: Final = "cleaner-offset-checkpoint"
 META_DIR: Final = "__meta"
-DELETED_DIR_SUFFIX: Final = ".deleted"
 TMP_SUFFIX: Final = ".tmp"
 
 
@@ -172,14 +171,6 @@ def _kafka_key(name: str) -> str:
     raise ConfigError(
         f"unknown topic setting {name!r}{hint} (valid keys: {', '.join(sorted(settings))})",
         key=name,
-    )
-
-
-def _has_records(directory: Path) -> bool:
-    """Whether a partition directory holds any record bytes (its segment ``.log`` files)."""
-    return any(
-        entry.name.endswith(LOG_SUFFIX) and entry.stat().st_size > 0
-        for entry in os.scandir(directory)
     )
 
 
@@ -256,9 +247,9 @@ class LogManager:
                     path=str(path),
                 )
             metas[meta.name] = meta
-        self._finish_deletions(live=set(metas))
-        self._remove_deleted_dirs()
-        self._warn_about_orphans(metas)
+        finish_deletions(self.root, self._deleting_dir, live=set(metas))
+        remove_deleted_dirs(self.root)
+        warn_about_orphans(self.root, metas)
 
         topics: dict[str, _Topic] = {}
         for name, meta in metas.items():
@@ -352,76 +343,6 @@ class LogManager:
             flush_executor=self._flush_executor,
         )
 
-    def _finish_deletions(self, live: set[str]) -> None:
-        """Carry out deletions committed to ``__meta/deleting/`` but interrupted."""
-        for record in sorted(self._deleting_dir.glob("*.json")):
-            meta = TopicMetadata.read(record)
-            if meta.name in live:
-                # Cannot happen through this class (a create first finishes pending deletions);
-                # the directories belong to the live topic, so only the record goes.
-                logger.warning(
-                    "deletion record %s names live topic %r; removing the record only",
-                    record,
-                    meta.name,
-                )
-                record.unlink()
-            else:
-                logger.info("finishing the interrupted deletion of topic %r", meta.name)
-                self._carry_out_deletion(meta, record)
-
-    def _carry_out_deletion(self, meta: TopicMetadata, record: Path) -> None:
-        doomed = []
-        for p in range(meta.partitions):
-            directory = self.root / partition_dir_name(meta.name, p)
-            if directory.exists():
-                doomed.append(self._rename_to_deleted(directory))
-        fsync_directory(self.root)
-        record.unlink()
-        fsync_directory(self._deleting_dir)
-        for directory in doomed:
-            self._remove_tree(directory)
-
-    def _rename_to_deleted(self, directory: Path) -> Path:
-        suffix = f".{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}"
-        # Like Kafka, shorten the name so that it fits the filesystem's limit; only the suffix
-        # matters to startup, and the uuid keeps names unique.
-        stem = directory.name[: MAX_FILE_NAME_BYTES - len(suffix)]
-        target = directory.with_name(stem + suffix)
-        os.rename(directory, target)
-        return target
-
-    @staticmethod
-    def _remove_tree(directory: Path) -> None:
-        try:
-            shutil.rmtree(directory)
-        except OSError as exc:
-            # The directory is already out of the log (renamed); the next startup retries.
-            logger.warning(
-                "could not remove %s (%s); it is removed at the next start", directory, exc
-            )
-
-    def _remove_deleted_dirs(self) -> None:
-        for entry in os.scandir(self.root):
-            if entry.name.endswith(DELETED_DIR_SUFFIX) and entry.is_dir(follow_symlinks=False):
-                self._remove_tree(Path(entry.path))
-
-    def _warn_about_orphans(self, metas: Mapping[str, TopicMetadata]) -> None:
-        for entry in os.scandir(self.root):
-            parsed = parse_partition_dir_name(entry.name)
-            if parsed is None or not entry.is_dir():
-                continue
-            topic, partition = parsed
-            meta = metas.get(topic)
-            if meta is None or partition >= meta.partitions:
-                # Never removed automatically: it may hold data we know nothing about.
-                logger.warning(
-                    "orphan partition directory %s: no topic metadata claims it; leaving it "
-                    "alone. If an interrupted create left it, it is empty and is reused when "
-                    "that partition is created; otherwise move it out of %s",
-                    entry.path,
-                    self.root,
-                )
-
     # -----------------------------------------------------------------------------------------
     # Helpers
 
@@ -488,7 +409,7 @@ class LogManager:
             for p in partitions:
                 directory = self.root / partition_dir_name(name, p)
                 existed = directory.exists()
-                if existed and (not directory.is_dir() or _has_records(directory)):
+                if existed and (not directory.is_dir() or has_records(directory)):
                     raise TopicExistsError(
                         f"cannot create partition {p} of topic {name!r}: {directory} already "
                         "exists and holds data, but no topic metadata claims it (an orphan, "
@@ -551,7 +472,7 @@ class LogManager:
                     topic=name,
                 )
             with _io_errors(f"creating topic {name!r}", self.root):
-                self._finish_deletions(live=set(self._topics))
+                finish_deletions(self.root, self._deleting_dir, live=set(self._topics))
                 opened = self._open_new_partitions(name, range(count), effective)
                 meta = TopicMetadata(
                     name, uuid.uuid4().hex, count, MappingProxyType(overrides), self._time_ms()
@@ -643,7 +564,7 @@ class LogManager:
                 fsync_directory(self._topics_dir)
                 for log in topic.logs:
                     log.close()
-                self._carry_out_deletion(topic.meta, record)
+                carry_out_deletion(self.root, self._deleting_dir, topic.meta, record)
 
     # -----------------------------------------------------------------------------------------
     # Queries

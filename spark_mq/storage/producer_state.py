@@ -104,6 +104,16 @@ class BatchMetadata(NamedTuple):
     timestamp_ms: int
 
 
+class LastRecord(NamedTuple):
+    """What compaction must keep of a producer so that a replay of the log finds its state
+    (Kafka's ``LastRecord``): the batch ending at ``last_data_offset``, which carries its last
+    sequence; or, with no data batch in its current epoch (-1), its markers of
+    ``producer_epoch``, which carry the epoch."""
+
+    last_data_offset: int
+    producer_epoch: int
+
+
 class CompletedTxn(NamedTuple):
     """A transaction closed by a marker: its data runs from ``first_offset`` to the marker."""
 
@@ -300,6 +310,13 @@ class ProducerStateManager:
         """The LSO right after ``completed`` closes (recorded with an aborted transaction)."""
         others = [first for first in self._ongoing_txns if first != completed.first_offset]
         return min(others) if others else completed.last_offset + 1
+
+    def last_records(self) -> dict[int, LastRecord]:
+        """Per producer, what compaction keeps so that its state survives (a new dict)."""
+        return {
+            pid: LastRecord(entry.last_data_offset, entry.producer_epoch)
+            for pid, entry in self._producers.items()
+        }
 
     def find_duplicate_batch(self, header: BatchHeader) -> BatchMetadata | None:
         entry = self._producers.get(header.producer_id)

@@ -60,7 +60,11 @@ def rebuild_producer_state(
         if segment.next_offset() <= start:
             continue
         for header, position in segment.records.headers():
-            if header.last_offset < start or header.record_count == 0:
+            # An empty batch that still spans offsets is a producer's last batch that
+            # compaction emptied (encode_empty_batch): it carries the producer's last sequence,
+            # epoch and timestamp and is replayed like any other. One spanning no offsets
+            # (lastOffsetDelta -1) carries nothing.
+            if header.last_offset < start or header.last_offset_delta < 0:
                 continue
             if not header.has_producer_id:
                 continue

@@ -47,7 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mq.errors import CorruptRecordError, InvalidRecordError
-from spark_mq.storage.codecs import CODEC_NAMES, Bytes, Codec, codec_for_name
+from spark_mq.storage.codecs import CODEC_NAMES, Bytes, Codec, codec_for_id, codec_for_name
 
 MAGIC: Final = 83
 HEADER_SIZE: Final = 61
@@ -388,6 +388,40 @@ def encode_batch(
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
         record_count=n,
+    )
+
+
+def encode_empty_batch(header: BatchHeader) -> bytes:
+    """``header``'s batch with every record removed: what compaction keeps of a producer's
+    last batch when none of its records survive (Kafka's ``RETAIN_EMPTY``).
+
+    Every header field stays (base offset, lastOffsetDelta, both timestamps, producer id,
+    epoch, base sequence, attributes, leader epoch) except ``recordCount`` (0) and the CRC, so
+    the batch still spans its offsets and a replay of the log still finds the producer's last
+    sequence, epoch and timestamp. The body is an Arrow message of zero rows in the batch's
+    codec. A control batch cannot be emptied: it must hold its marker.
+
+    >>> full = encode_batch(pa.array([b"v"]), producer_id=7, producer_epoch=0, base_sequence=3,
+    ...                     base_offset=10, now_ms=5)
+    >>> empty = BatchHeader.unpack_from(encode_empty_batch(BatchHeader.unpack_from(full)))
+    >>> empty.record_count, empty.next_offset, empty.last_sequence, empty.max_timestamp
+    (0, 11, 3, 5)
+    """
+    if header.is_control:
+        raise InvalidRecordError("a control batch cannot be emptied: it must hold its marker")
+    body = pa.RecordBatch.from_pylist([], schema=BODY_SCHEMA)
+    return _assemble(
+        codec_for_id(header.codec_id).compress(body.serialize()),
+        base_offset=header.base_offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        attributes=header.attributes,
+        last_offset_delta=header.last_offset_delta,
+        base_timestamp=header.base_timestamp,
+        max_timestamp=header.max_timestamp,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        record_count=0,
     )
 
 

@@ -203,8 +203,10 @@ class LogSegment:
         now_ms: int,
         segment_bytes: int,
         segment_ms: int,
+        max_compaction_lag_ms: int | None = None,
     ) -> bool:
-        """Kafka's roll rule: size, age (segment.ms minus jitter), full indexes, offset range."""
+        """Kafka's roll rule: size, age (segment.ms minus jitter, or on a compacted topic
+        ``max_compaction_lag_ms``), full indexes, offset range."""
         if self.size_bytes == 0:
             return False
         reached_time = (
@@ -214,10 +216,21 @@ class LogSegment:
         return (
             self.size_bytes > segment_bytes - append_size_bytes
             or reached_time
+            or (
+                max_compaction_lag_ms is not None
+                and self.compaction_lag_passed(now_ms, max_compaction_lag_ms)
+            )
             or self.offset_index.is_full
             or self.time_index.is_full
             or not self.can_hold(last_offset)
         )
+
+    def compaction_lag_passed(self, now_ms: int, max_compaction_lag_ms: int) -> bool:
+        """Whether the first batch (by its maxTimestamp, as Kafka's roll rule uses) is more
+        than ``max_compaction_lag_ms`` old: on a compacted topic the segment must then roll
+        so that the cleaner can meet max.compaction.lag.ms."""
+        first = self._rolling_based_timestamp
+        return self.size_bytes > 0 and first is not None and now_ms - first > max_compaction_lag_ms
 
     def resize_indexes(self, size_bytes: int) -> None:
         """Give the indexes room again (an active segment reopened after a trim is full)."""
@@ -282,6 +295,7 @@ class LogSegment:
         for header, pos in self.records.headers(position):
             if (
                 header.is_control
+                or header.record_count == 0  # emptied by compaction: its timestamps are stale
                 or header.max_timestamp < timestamp_ms
                 or header.last_offset < starting_offset
             ):

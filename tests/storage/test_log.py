@@ -78,26 +78,25 @@ def offsets_of(table: pa.Table) -> list[int]:
 def all_offsets(
     log: PartitionLog, isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK
 ) -> list[int]:
-    """Every offset a reader sees from the log start, reading segment by segment."""
-    out: list[int] = []
-    offset = log.log_start_offset
-    while True:
-        table = log.read_records(offset, 10**9, isolation=isolation)
-        if table.num_rows == 0:
-            return out
-        out.extend(offsets_of(table))
-        offset = out[-1] + 1
+    """Every offset a reader sees from the log start, reading until it gets no further."""
+    return [offset for offset, _, _ in _read_all(log, isolation)]
 
 
 def all_records(log: PartitionLog) -> list[tuple[int, int, bytes]]:
-    """(offset, timestamp, value) of every record from the log start, segment by segment."""
+    """(offset, timestamp, value) of every record from the log start."""
+    return _read_all(log, FetchIsolation.HIGH_WATERMARK)
+
+
+def _read_all(log: PartitionLog, isolation: FetchIsolation) -> list[tuple[int, int, bytes]]:
     out: list[tuple[int, int, bytes]] = []
     offset = log.log_start_offset
-    while (table := log.read_records(offset, 10**9)).num_rows:
+    while True:
+        table, next_offset = log.read_records_with_next(offset, 10**9, isolation=isolation)
         columns = (table.column(name).to_pylist() for name in ("offset", "timestamp", "value"))
         out.extend(zip(*columns, strict=True))
-        offset = out[-1][0] + 1
-    return out
+        if next_offset == offset:  # at the bound
+            return out
+        offset = next_offset
 
 
 def disk_headers(log: PartitionLog) -> list[BatchHeader]:
@@ -342,6 +341,29 @@ def test_roll_on_segment_ms(open_log: OpenLog, clock: Clock) -> None:
     assert [s.base_offset for s in log.segments] == [0, 2, 4]
 
 
+@pytest.mark.parametrize("policy", ["compact", "compact,delete", "delete"])
+def test_a_compacted_log_rolls_once_its_data_is_max_compaction_lag_old(
+    open_log: OpenLog, clock: Clock, policy: str
+) -> None:
+    lag_ms = 60_000
+    log = open_log(config(cleanup_policy=policy, max_compaction_lag_ms=lag_ms))
+    compacted = "compact" in policy
+    log.append(batch(1, timestamps=[clock.now_ms], keyed=True))
+    clock.now_ms += lag_ms
+    log.append(batch(1, timestamps=[clock.now_ms], keyed=True))
+    assert not log.roll_for_compaction_lag()
+    assert log.num_segments == 1  # exactly the lag: not older than it yet
+    clock.now_ms += 1
+    # An append rolls first, by the first batch's timestamp, as segment.ms does.
+    log.append(batch(1, timestamps=[clock.now_ms], keyed=True))
+    assert [s.base_offset for s in log.segments] == ([0, 2] if compacted else [0])
+    # A log that gets no append is rolled by the cleaner's call, with the injected clock.
+    clock.now_ms += lag_ms + 1
+    assert log.roll_for_compaction_lag() is compacted
+    assert [s.base_offset for s in log.segments] == ([0, 2, 3] if compacted else [0])
+    assert not log.roll_for_compaction_lag()  # the new active segment is empty
+
+
 def test_explicit_roll(open_log: OpenLog) -> None:
     log = open_log()
     log.append(batch(2))
@@ -451,11 +473,14 @@ def test_reads_stop_at_the_high_watermark(open_log: OpenLog) -> None:
     assert all_offsets(log, FetchIsolation.LOG_END) == list(range(9))
     with present(log.read(0, 10**9, isolation=FetchIsolation.LOG_END).records) as file_range:
         assert [h.base_offset for h, _ in iter_batches(file_range.read())] == [0, 3, 6]
+    # max_offset cuts records, not batches: the batch straddling it is read up to it.
     assert offsets_of(log.read_records(0, isolation=FetchIsolation.LOG_END, max_offset=4)) == [
         0,
         1,
         2,
+        3,
     ]
+    assert offsets_of(log.read_records(4, isolation=FetchIsolation.LOG_END, max_offset=4)) == []
     assert log.find_offset_by_timestamp(LATEST_TIMESTAMP) == TimestampAndOffset(-1, 7)
     # Clamped to [log start, log end].
     assert log.update_high_watermark(100) == 9

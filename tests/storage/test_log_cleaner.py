@@ -32,14 +32,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from spark_mq.errors import ConfigError, CorruptRecordError
-from spark_mq.storage import cleaner_swap, log_cleaner
+from spark_mq.storage import cleaner_filter, cleaner_swap, cleaner_transactions, log_cleaner
 from spark_mq.storage.batch_decoder import iter_batches
 from spark_mq.storage.log import PartitionLog
 from spark_mq.storage.log_cleaner import (
     DEFAULT_DEDUPE_BUFFER_BYTES,
     CleanerStats,
     LogCleaner,
-    OffsetMap,
     cleanable_section,
     dirty_ratio,
 )
@@ -106,24 +105,18 @@ def append(
 def read_all(log: PartitionLog) -> list[Rec]:
     """Every record from the log start, through the decoding reader, as a consumer reads.
 
-    A fetch at an offset inside a rewritten batch's span but past its last kept record finds
-    no record there: the batch keeps its original lastOffsetDelta. Like Kafka's consumer, the
-    reader then moves to that batch's next offset (from its header, via ``read``).
+    The next offset comes from ``read_records_with_next`` (batch headers): a fetch at an
+    offset inside a rewritten batch's span but past its last kept record finds no record
+    there, and must still move on.
     """
     out: list[Rec] = []
     offset = log.log_start_offset
     while offset < log.high_watermark:
-        table = log.read_records(offset, max_bytes=64 * 1024)
-        if table.num_rows:
-            rows = table.select(["offset", "timestamp", "key", "value"]).to_pylist()
-            out.extend(Rec(r["offset"], r["timestamp"], r["key"], r["value"]) for r in rows)
-            offset = rows[-1]["offset"] + 1
-            continue
-        info = log.read(offset, 1)
-        if info.records is None:
-            break
-        with info.records as file_range:
-            offset = BatchHeader.unpack_from(file_range.read()).next_offset
+        table, next_offset = log.read_records_with_next(offset, max_bytes=64 * 1024)
+        assert next_offset > offset, f"no progress at {offset}"
+        rows = table.select(["offset", "timestamp", "key", "value"]).to_pylist()
+        out.extend(Rec(r["offset"], r["timestamp"], r["key"], r["value"]) for r in rows)
+        offset = next_offset
     return out
 
 
@@ -376,6 +369,27 @@ def test_dirty_ratio_and_forced_cleaning(tmp_path: Path, clock: Clock) -> None:
     log.close()
 
 
+def test_max_compaction_lag_rolls_and_cleans_an_idle_active_segment(
+    tmp_path: Path, clock: Clock
+) -> None:
+    # Big segments: without the lag rule nothing would roll for a week (segment.ms).
+    config = compact_config(
+        segment_bytes=10**6, max_compaction_lag_ms=60_000, min_cleanable_dirty_ratio=0.9
+    )
+    log = open_log(tmp_path, config, clock)
+    for i in range(4):
+        append(log, [(b"k", b"v%d" % i)], clock)
+    cleaner = LogCleaner(time_ms=clock)
+    assert cleaner.clean(log, first_dirty_offset=0) is None  # all in the active segment
+    assert log.num_segments == 1
+    clock.now_ms += 60_001  # no append since: only the cleaner can roll it
+    stats = cleaner.clean(log, first_dirty_offset=0)
+    assert stats is not None and stats.records_removed == 3
+    assert [s.base_offset for s in log.segments] == [0, 4]
+    assert [r.value for r in read_all(log)] == [b"v3"]
+    log.close()
+
+
 def test_min_compaction_lag_and_high_watermark_bound_the_dirty_section(
     tmp_path: Path, clock: Clock
 ) -> None:
@@ -507,7 +521,10 @@ def test_records_without_key_stay_and_are_reported(
     log.close()
 
 
-def test_transactional_data_and_markers_are_copied_in_phase_1(tmp_path: Path, clock: Clock) -> None:
+def test_rules_without_transactions_copy_transactional_data_and_markers(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """The base CleanerFilter (compaction's phase 1) stays available as a filter_factory."""
     log = open_log(tmp_path, compact_config(), clock)
     append(log, [(b"k", b"plain")], clock)
     txn = {"producer_id": 9, "producer_epoch": 0, "is_transactional": True}
@@ -519,7 +536,8 @@ def test_transactional_data_and_markers_are_copied_in_phase_1(tmp_path: Path, cl
     log.roll()
     aborted = [t for s in log.segments for t in s.txn_index.all_aborted_txns()]
     assert aborted
-    assert LogCleaner(time_ms=clock).clean(log, first_dirty_offset=0) is not None
+    cleaner = LogCleaner(time_ms=clock, filter_factory=lambda _log: log_cleaner.CleanerFilter())
+    assert cleaner.clean(log, first_dirty_offset=0) is not None
     assert [t for s in log.segments for t in s.txn_index.all_aborted_txns()] == aborted
     assert [r.value for r in read_all(log)] == [b"aborted", b"newest"]
     log.close()
@@ -639,7 +657,7 @@ def test_invalid_buffer_sizes_name_the_setting() -> None:
 
 
 def test_docstring_examples_run() -> None:
-    for module in (log_cleaner, cleaner_swap):
+    for module in (log_cleaner, cleaner_swap, cleaner_filter, cleaner_transactions):
         assert doctest.testmod(module).failed == 0, module.__name__
 
 
@@ -662,47 +680,6 @@ def test_stats_total() -> None:
     total = CleanerStats.total([one, one])
     assert total.bytes_read == 20 and total.first_dirty_offset == -1
     assert total.records_removed == 2 and one.mb_per_second == pytest.approx(10 / 1e6 / 0.5)
-
-
-# ---------------------------------------------------------------------------------------------
-# The offset map
-
-
-def _map_of(keys: list[bytes], max_bytes: int = 1 << 20) -> tuple[OffsetMap, int]:
-    offset_map = OffsetMap(max_bytes)
-    taken = offset_map.add(pa.array(keys, pa.binary()), np.arange(len(keys), dtype=np.int64))
-    offset_map.freeze()
-    return offset_map, taken
-
-
-@pytest.mark.parametrize("bad_hash", [False, True])
-def test_offset_map_matches_a_dict(bad_hash: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    if bad_hash:
-        # Every key in one of three hash buckets: lookups must still be exact.
-        monkeypatch.setattr(
-            log_cleaner,
-            "_hash_keys",
-            lambda keys: np.array([len(k or b"") % 3 for k in keys.to_pylist()], np.int64),
-        )
-    rng = np.random.default_rng(3)
-    keys = [b"k%d" % k for k in rng.integers(0, 300, 3000)] + [b"", b"\x00"]
-    offset_map, taken = _map_of(keys)
-    assert taken == len(keys)
-    reference: dict[bytes, int] = {}
-    for i, k in enumerate(keys):
-        reference[k] = i
-    probe = [b"k%d" % k for k in range(-20, 320)] + [b"", b"\x00", b"\x00\x00", None]
-    got = offset_map.latest_offsets(pa.array(probe, pa.binary()))
-    assert got.tolist() == [reference.get(k, -1) if k is not None else -1 for k in probe]
-    assert len(offset_map) == len(reference)
-
-
-def test_offset_map_takes_the_prefix_that_fits() -> None:
-    keys = [b"%04d" % (i % 50) for i in range(200)] + [b"%04d" % i for i in range(50, 150)]
-    per_entry = 4 + log_cleaner.MAP_ENTRY_OVERHEAD_BYTES
-    offset_map, taken = _map_of(keys, max_bytes=per_entry * 60)
-    assert taken == 200 + 10  # the 50 repeated keys, then 10 new ones
-    assert offset_map.size_bytes <= per_entry * 60
 
 
 # ---------------------------------------------------------------------------------------------

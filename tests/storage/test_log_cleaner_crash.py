@@ -15,6 +15,15 @@ n = 1, 2, ... until a pass no longer reaches step n:
   record by record with original offsets; so the newest record of every key is the same;
 - the log end is unchanged, appends continue, and a new clean from the same checkpoint
   brings the log to exactly the cleaned content.
+
+The pass cleans transactional data too (:mod:`~spark_mq.storage.cleaner_transactions`):
+interleaved producers commit and abort, so it removes aborted batches, empties producers'
+last batches, drops markers whose data is gone and entries from ``.txnindex`` files, across
+groups. So after every crash also: ``read_committed`` is cleaned below a boundary and
+uncleaned above it in the same way; no transaction is left open (a marker is never gone
+while its data stays); every ``.txnindex`` entry has its marker; and producer state, rebuilt
+from the log alone (recovery from offset 0 uses no snapshot), still recognises each
+producer's last batch as a duplicate.
 """
 
 from __future__ import annotations
@@ -28,17 +37,19 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spark_mq.storage.log import PartitionLog
+from spark_mq.storage.abstract_index import AbstractIndex
+from spark_mq.storage.batch_decoder import iter_batches
+from spark_mq.storage.log import FetchIsolation, PartitionLog
 from spark_mq.storage.log_cleaner import LogCleaner
 from spark_mq.storage.log_config import LogConfig
-from spark_mq.storage.record_batch import BatchHeader, ControlType, encode_batch
+from spark_mq.storage.record_batch import ControlType, encode_batch
 
 START_MS = 1_700_000_000_000
 RETENTION_MS = 10_000
 CONFIG = LogConfig.from_properties(
     {
         "cleanup.policy": "compact",
-        "segment.bytes": 2200,
+        "segment.bytes": 3000,
         "index.interval.bytes": 500,
         "segment.index.bytes": 4096,  # small preallocated indexes: opening them is cheap
         "delete.retention.ms": RETENTION_MS,
@@ -68,76 +79,128 @@ def open_log(directory: Path, clock: Clock, *, clean: bool) -> PartitionLog:
 
 def put(
     log: PartitionLog, clock: Clock, pairs: list[tuple[bytes, bytes | None]], **kw: Any
-) -> None:
-    log.append(
-        encode_batch(
-            pa.array([v for _, v in pairs], pa.binary()),
-            key=pa.array([k for k, _ in pairs], pa.binary()),
-            timestamp=pa.array([clock()] * len(pairs), pa.int64()),
-            **kw,
-        )
+) -> bytes:
+    data = encode_batch(
+        pa.array([v for _, v in pairs], pa.binary()),
+        key=pa.array([k for k, _ in pairs], pa.binary()),
+        timestamp=pa.array([clock()] * len(pairs), pa.int64()),
+        **kw,
     )
+    log.append(data)
+    return data
 
 
-def read_all(log: PartitionLog) -> list[Record]:
+def read_all(
+    log: PartitionLog, isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK
+) -> list[Record]:
     """All records, read as a consumer does (see test_log_cleaner.read_all)."""
     out: list[Record] = []
     offset = log.log_start_offset
-    while offset < log.high_watermark:
-        table = log.read_records(offset, max_bytes=64 * 1024)
-        if table.num_rows:
-            rows = table.select(["offset", "timestamp", "key", "value"]).to_pylist()
-            out.extend((r["offset"], r["timestamp"], r["key"], r["value"]) for r in rows)
-            offset = rows[-1]["offset"] + 1
-            continue
-        info = log.read(offset, 1)
-        if info.records is None:
-            break
-        with info.records as file_range:
-            offset = BatchHeader.unpack_from(file_range.read()).next_offset
+    bound = (
+        log.last_stable_offset if isolation is FetchIsolation.TXN_COMMITTED else log.high_watermark
+    )
+    while offset < bound:
+        table, offset = log.read_records_with_next(offset, 64 * 1024, isolation=isolation)
+        rows = table.select(["offset", "timestamp", "key", "value"]).to_pylist()
+        out.extend((r["offset"], r["timestamp"], r["key"], r["value"]) for r in rows)
     return out
 
 
+def check_transactions(log: PartitionLog, last_batches: dict[int, bytes], where: str) -> None:
+    """No transaction left open, every entry has its marker, retries are duplicates."""
+    assert log.last_stable_offset == log.log_end_offset, f"{where}: a transaction is open"
+    markers = {
+        header.base_offset
+        for segment in log.segments
+        for header, _ in iter_batches(segment.records.read(0, segment.size_bytes))
+        if header.is_control
+    }
+    for segment in log.segments:
+        for txn in segment.txn_index.all_aborted_txns():
+            assert txn.last_offset in markers, f"{where}: {txn} outlived its marker"
+    end = log.log_end_offset
+    for pid, data in last_batches.items():
+        assert log.append(data).is_duplicate, f"{where}: producer {pid}'s last batch again"
+    assert log.log_end_offset == end
+
+
+class Transactions:
+    """Producers 5, 6 and 7 writing transactions; the bytes of each one's last batch."""
+
+    def __init__(self, log: PartitionLog, clock: Clock) -> None:
+        self.log, self.clock = log, clock
+        self.seq = {5: 0, 6: 0, 7: 0}
+        self.last: dict[int, bytes] = {}
+
+    def write(self, pid: int, pairs: list[tuple[bytes, bytes | None]]) -> None:
+        self.last[pid] = put(
+            self.log,
+            self.clock,
+            pairs,
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=self.seq[pid],
+            is_transactional=True,
+        )
+        self.seq[pid] += len(pairs)
+
+    def end(self, pid: int, control_type: ControlType) -> None:
+        self.log.append_transaction_marker(
+            control_type, producer_id=pid, producer_epoch=0, coordinator_epoch=0
+        )
+
+
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, Clock]:
+def pristine(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, int, Clock, dict[int, bytes]]:
     """A closed log ready for a pass that merges, rewrites and removes across segments.
 
-    A first clean leaves small segments (so the next pass merges them into groups of
-    several), an aborted transaction gives one segment a ``.txnindex`` to swap, and the
-    clock moves past ``delete.retention.ms``. Returns
-    the directory, the checkpoint for the pass, and the clock.
+    Three rounds of writes, each ``delete.retention.ms`` after the last, with a clean after
+    the first two: the pass under test then has a clean section newer than the first round,
+    so the delete horizon lies past the first round's segments, and small segments to merge.
+    Every round has plain records (some tombstones) and interleaved transactions that commit
+    or abort, whose keys later rounds overwrite. Returns the directory, the checkpoint for
+    the pass, the clock, and each producer's last batch.
     """
     directory = tmp_path_factory.mktemp("pristine")
     clock = Clock()
     log = open_log(directory, clock, clean=True)
-    for i in range(12):
-        pairs: list[tuple[bytes, bytes | None]] = [
-            (b"k%d" % ((i * 3 + j) % 7), b"v%d-%d" % (i, j) * 10) for j in range(4)
-        ]
-        if i % 4 == 3:
-            pairs[1] = (pairs[1][0], None)  # a tombstone
-        put(log, clock, pairs)
-    put(
-        log,
-        clock,
-        [(b"t", b"in-txn")],
-        producer_id=5,
-        producer_epoch=0,
-        base_sequence=0,
-        is_transactional=True,
-    )
-    log.append_transaction_marker(
-        ControlType.ABORT, producer_id=5, producer_epoch=0, coordinator_epoch=0
-    )
-    log.roll()
-    first = LogCleaner(time_ms=clock).clean(log, first_dirty_offset=0)
-    assert first is not None
-    clock.now_ms += RETENTION_MS + 1
-    for i in range(12):
-        put(log, clock, [(b"k%d" % (i % 4), b"w%d" % i * 10), (b"n%d" % (i % 3), b"x%d" % i)])
-    log.roll()
+    txns = Transactions(log, clock)
+    checkpoint = 0
+    for round_no in range(3):
+        for i in range(3):
+            pairs: list[tuple[bytes, bytes | None]] = [
+                (b"k%d" % ((i * 3 + j + round_no) % 7), b"v%d-%d-%d" % (round_no, i, j) * 10)
+                for j in range(4)
+            ]
+            if i % 4 == 3:
+                pairs[1] = (pairs[1][0], None)  # a tombstone
+            put(log, clock, pairs)
+            pid = 5 + i % 3
+            txns.write(pid, [(b"t%d" % (i % 4), b"txn-%d-%d" % (round_no, i))])
+            if i % 2 == 1:
+                for ending in (5, 6, 7):
+                    # Producer 6 always aborts, the others commit: aborted data and markers
+                    # in every round, and committed data that later rounds supersede.
+                    if ending in txns.last and log.producer_state.entry(ending) is not None:
+                        entry = log.producer_state.entry(ending)
+                        if entry is not None and entry.current_txn_first_offset is not None:
+                            txns.end(
+                                ending, ControlType.ABORT if ending == 6 else ControlType.COMMIT
+                            )
+        for pid in (5, 6, 7):
+            entry = log.producer_state.entry(pid)
+            if entry is not None and entry.current_txn_first_offset is not None:
+                txns.end(pid, ControlType.ABORT if pid == 6 else ControlType.COMMIT)
+        log.roll()
+        if round_no < 2:
+            stats = LogCleaner(time_ms=clock).clean(log, first_dirty_offset=checkpoint)
+            assert stats is not None
+            checkpoint = stats.first_dirty_offset
+            clock.now_ms += RETENTION_MS + 1
     log.close()
-    return directory, first.first_dirty_offset, clock
+    return directory, checkpoint, clock, txns.last
 
 
 @pytest.fixture
@@ -158,6 +221,11 @@ def count_fs_steps(monkeypatch: pytest.MonkeyPatch) -> Callable[[int | None], li
 
     for name in ("rename", "replace", "unlink", "mkdir", "rmdir"):
         monkeypatch.setattr(os, name, wrap(name, getattr(os, name)))
+    # The crash is a killed process, not a power loss: the page cache keeps every write
+    # (a shared mapping's pages are the page cache), so fsync and msync change nothing these
+    # tests can observe, and thousands of them cost many seconds.
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+    monkeypatch.setattr(AbstractIndex, "flush", lambda self: None)
 
     def arm(crash_at: int | None) -> list[str]:
         steps.clear()
@@ -177,15 +245,16 @@ def leftovers(directory: Path) -> list[str]:
 
 
 def test_crash_at_every_step_of_a_pass(
-    pristine: tuple[Path, int, Clock],
+    pristine: tuple[Path, int, Clock, dict[int, bytes]],
     tmp_path: Path,
     count_fs_steps: Callable[[int | None], list[str]],
 ) -> None:
-    source, checkpoint, clock = pristine
+    source, checkpoint, clock, last_batches = pristine
+    committed = FetchIsolation.TXN_COMMITTED
     # The outcome without a crash, and the steps it takes.
     reference = copy_of(source, tmp_path / "reference")
     log = open_log(reference, clock, clean=True)
-    pre = read_all(log)
+    pre, pre_committed = read_all(log), read_all(log, committed)
     bases = [s.base_offset for s in log.segments] + [log.log_end_offset]
     end = log.log_end_offset
     steps = count_fs_steps(None)
@@ -194,9 +263,14 @@ def test_crash_at_every_step_of_a_pass(
     count_fs_steps(None)
     assert stats is not None and stats.records_removed > 0
     assert stats.segments_after < stats.segments_before  # groups of several segments
-    post = read_all(log)
+    # The pass removes aborted data and markers, and keeps emptied last batches.
+    assert stats.aborted_records_removed and stats.markers_removed and stats.empty_batches_kept
+    post, post_committed = read_all(log), read_all(log, committed)
     log.close()
-    assert post != pre and total_steps > 20
+    assert post != pre and post_committed != pre_committed and total_steps > 20
+
+    def split_at(boundary: int, cleaned: list[Record], uncleaned: list[Record]) -> list[Record]:
+        return [r for r in cleaned if r[0] < boundary] + [r for r in uncleaned if r[0] >= boundary]
 
     outcomes = set()
     for crash_at in range(1, total_steps + 1):
@@ -211,18 +285,23 @@ def test_crash_at_every_step_of_a_pass(
         recovered = open_log(directory, clock, clean=False)
         assert leftovers(directory) == [], where
         assert recovered.log_end_offset == end, where
-        got = read_all(recovered)
+        got, got_committed = read_all(recovered), read_all(recovered, committed)
         matches = [
-            b for b in bases if got == [r for r in post if r[0] < b] + [r for r in pre if r[0] >= b]
+            b
+            for b in bases
+            if got == split_at(b, post, pre)
+            and got_committed == split_at(b, post_committed, pre_committed)
         ]
         assert matches, f"{where}: the log is not cleaned-below/uncleaned-above any boundary"
         outcomes.add("pre" if got == pre else "post" if got == post else "between groups")
+        check_transactions(recovered, last_batches, where)
         # Still a working log: appends go on, and cleaning again finishes the job.
         put(recovered, clock, [(b"after", b"crash")])
         again = LogCleaner(time_ms=clock).clean(recovered, first_dirty_offset=checkpoint)
         if got != post:
             assert again is not None, where
         assert read_all(recovered)[: len(post)] == post, where
+        assert read_all(recovered, committed)[: len(post_committed)] == post_committed, where
         recovered.close()
         shutil.rmtree(directory)
     # Crashes landed before any commit, between groups and after the last one.
@@ -230,9 +309,9 @@ def test_crash_at_every_step_of_a_pass(
 
 
 def test_loading_removes_uncommitted_files(
-    pristine: tuple[Path, int, Clock], tmp_path: Path
+    pristine: tuple[Path, int, Clock, dict[int, bytes]], tmp_path: Path
 ) -> None:
-    source, _, clock = pristine
+    source, _, clock, _ = pristine
     directory = copy_of(source, tmp_path / "log")
     log = open_log(directory, clock, clean=True)
     before = read_all(log)

@@ -31,6 +31,7 @@ from spark_mq.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from spark_mq.storage import log_manager
 from spark_mq.storage.checkpoint_file import OffsetCheckpointFile
 from spark_mq.storage.log import PartitionLog
 from spark_mq.storage.log_config import LogConfig
@@ -657,10 +658,10 @@ def test_delete_interrupted_after_commit_in_process(
 ) -> None:
     manager.create_topic("t")
 
-    def fail(self: LogManager, meta: object, record: object) -> None:
+    def fail(root: object, deleting_dir: object, meta: object, record: object) -> None:
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(LogManager, "_carry_out_deletion", fail)
+    monkeypatch.setattr(log_manager, "carry_out_deletion", fail)
     with pytest.raises(StorageError, match="deleting topic 't'"):
         manager.delete_topic("t")
     monkeypatch.undo()

@@ -47,10 +47,17 @@ from spark_mq.storage.producer_state import (
     SNAPSHOT_SUFFIX,
     AppendOrigin,
     BatchMetadata,
+    LastRecord,
     ProducerStateEntry,
     ProducerStateManager,
 )
-from spark_mq.storage.record_batch import ControlType, encode_batch, encode_control_batch
+from spark_mq.storage.record_batch import (
+    BatchHeader,
+    ControlType,
+    encode_batch,
+    encode_control_batch,
+    encode_empty_batch,
+)
 
 INT32_MAX = 2**31 - 1
 PID = 1000
@@ -604,6 +611,28 @@ def test_state_is_rebuilt_from_the_log_start_without_any_snapshot(
         path.unlink()
     log = open_log(HISTORY_CONFIG, had_clean_shutdown=True, recovery_point=log.log_end_offset)
     assert state_of(log) == before
+
+
+def test_a_batch_emptied_by_compaction_is_replayed_for_the_producers_state(
+    open_log: OpenLog,
+) -> None:
+    """An empty batch that spans offsets (a producer's last batch after compaction) carries
+    the producer's last sequence and epoch; a rebuild from the log alone must use it."""
+    log = open_log()
+    original = encode_batch(
+        pa.array([b"a", b"b", b"c"]), producer_id=4, producer_epoch=1, base_sequence=10, now_ms=7
+    )
+    log.append(encode_empty_batch(BatchHeader.unpack_from(original)), assign_offsets=False)
+    assert log.producer_state.last_records() == {4: LastRecord(2, 1)}
+    log.close()
+    for path in snapshot_files(log.directory):
+        path.unlink()
+    log = open_log(had_clean_shutdown=False)
+    entry = log.producer_state.entry(4)
+    assert entry is not None
+    assert (entry.producer_epoch, entry.last_seq, entry.last_timestamp_ms) == (1, 12, 7)
+    assert log.append(original).is_duplicate
+    assert log.read_records(0).num_rows == 0
 
 
 def test_snapshot_round_trip_and_fallback(tmp_path: Path) -> None:

@@ -54,6 +54,7 @@ from spark_mq.storage.record_batch import (
     TimestampType,
     encode_batch,
     encode_control_batch,
+    encode_empty_batch,
     parse_control_record,
     set_base_offset,
     set_partition_leader_epoch,
@@ -1170,3 +1171,45 @@ def test_uncompressed_body_is_read_without_a_copy() -> None:
     value_buffer = body.column("value").buffers()[2]
     start = np.frombuffer(data, dtype=np.uint8).ctypes.data
     assert start <= value_buffer.address < start + len(data)
+
+
+# ---------------------------------------------------------------------------------------------
+# Empty batches (what compaction keeps of a producer's last batch)
+
+
+@pytest.mark.parametrize("codec", CODEC_NAMES)
+def test_an_emptied_batch_keeps_its_header_and_decodes_to_nothing(codec: str) -> None:
+    full = encode_batch(
+        pa.array([b"a", b"b", b"c"]),
+        key=pa.array([b"k1", b"k2", b"k3"]),
+        timestamp=[5, 9, 7],
+        codec=codec,
+        base_offset=40,
+        partition_leader_epoch=3,
+        producer_id=12,
+        producer_epoch=2,
+        base_sequence=100,
+        is_transactional=True,
+        timestamp_type=TimestampType.LOG_APPEND_TIME,
+    )
+    original = BatchHeader.unpack_from(full)
+    empty = encode_empty_batch(original)
+    header = validate_batch(empty)
+    assert header.record_count == 0
+    changed = {"batch_length", "crc", "record_count"}
+    for field in BatchHeader._fields:
+        if field not in changed:
+            assert getattr(header, field) == getattr(original, field), field
+    assert (header.next_offset, header.last_sequence) == (43, 102)
+    validate_batch_body(empty, 0, header)
+    assert decode_body(empty, 0, header).num_rows == 0
+    assert decode_records(empty + full).column("offset").to_pylist() == [40, 41, 42]
+    assert decode_records(empty).num_rows == 0
+
+
+def test_a_marker_cannot_be_emptied() -> None:
+    marker = encode_control_batch(
+        ControlType.COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=0
+    )
+    with pytest.raises(InvalidRecordError, match="control batch"):
+        encode_empty_batch(BatchHeader.unpack_from(marker))

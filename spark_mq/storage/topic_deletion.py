@@ -1,0 +1,132 @@
+"""Partition directories of deleted topics, and the ones no topic claims.
+
+The :class:`~spark_mq.storage.log_manager.LogManager` commits a topic deletion by renaming
+its metadata file into ``__meta/deleting/`` (one atomic step: the topic no longer exists).
+:func:`carry_out_deletion` then does the rest, in an order a crash can interrupt anywhere:
+each partition directory is renamed to ``<dir>.<uuid>.deleted`` (so it leaves the log at
+once), the root is fsynced, the deletion record is removed, and the directories are deleted.
+At startup :func:`finish_deletions` carries out every deletion a crash interrupted, and
+:func:`remove_deleted_dirs` removes the ``*.deleted`` directories left behind.
+
+Partition directories that no metadata claims (an interrupted create, or copied in) are
+never removed automatically: :func:`warn_about_orphans` reports them, and a later create of
+that partition adopts one only if it holds no records (:func:`has_records`).
+
+Threads: the manager calls these under its lock, or at startup before anything else runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from spark_mq.storage.checkpoint_file import fsync_directory
+from spark_mq.storage.segment import LOG_SUFFIX
+from spark_mq.storage.topic_metadata import TopicMetadata
+from spark_mq.storage.topic_names import (
+    MAX_FILE_NAME_BYTES,
+    parse_partition_dir_name,
+    partition_dir_name,
+)
+
+__all__ = [
+    "DELETED_DIR_SUFFIX",
+    "carry_out_deletion",
+    "finish_deletions",
+    "has_records",
+    "remove_deleted_dirs",
+    "warn_about_orphans",
+]
+
+logger = logging.getLogger(__name__)
+
+DELETED_DIR_SUFFIX: Final = ".deleted"
+
+
+def has_records(directory: Path) -> bool:
+    """Whether a partition directory holds any record bytes (its segment ``.log`` files)."""
+    return any(
+        entry.name.endswith(LOG_SUFFIX) and entry.stat().st_size > 0
+        for entry in os.scandir(directory)
+    )
+
+
+def finish_deletions(root: Path, deleting_dir: Path, *, live: set[str]) -> None:
+    """Carry out deletions committed to ``deleting_dir`` but interrupted."""
+    for record in sorted(deleting_dir.glob("*.json")):
+        meta = TopicMetadata.read(record)
+        if meta.name in live:
+            # Cannot happen through the manager (a create first finishes pending deletions);
+            # the directories belong to the live topic, so only the record goes.
+            logger.warning(
+                "deletion record %s names live topic %r; removing the record only",
+                record,
+                meta.name,
+            )
+            record.unlink()
+        else:
+            logger.info("finishing the interrupted deletion of topic %r", meta.name)
+            carry_out_deletion(root, deleting_dir, meta, record)
+
+
+def carry_out_deletion(root: Path, deleting_dir: Path, meta: TopicMetadata, record: Path) -> None:
+    """Remove the partition directories of a topic whose deletion ``record`` committed."""
+    doomed = []
+    for p in range(meta.partitions):
+        directory = root / partition_dir_name(meta.name, p)
+        if directory.exists():
+            doomed.append(_rename_to_deleted(directory))
+    fsync_directory(root)
+    record.unlink()
+    fsync_directory(deleting_dir)
+    for directory in doomed:
+        _remove_tree(directory)
+
+
+def _rename_to_deleted(directory: Path) -> Path:
+    suffix = f".{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}"
+    # Like Kafka, shorten the name so that it fits the filesystem's limit; only the suffix
+    # matters to startup, and the uuid keeps names unique.
+    stem = directory.name[: MAX_FILE_NAME_BYTES - len(suffix)]
+    target = directory.with_name(stem + suffix)
+    os.rename(directory, target)
+    return target
+
+
+def _remove_tree(directory: Path) -> None:
+    try:
+        shutil.rmtree(directory)
+    except OSError as exc:
+        # The directory is already out of the log (renamed); the next startup retries.
+        logger.warning("could not remove %s (%s); it is removed at the next start", directory, exc)
+
+
+def remove_deleted_dirs(root: Path) -> None:
+    """Remove the ``*.deleted`` partition directories that deletions left behind."""
+    for entry in os.scandir(root):
+        if entry.name.endswith(DELETED_DIR_SUFFIX) and entry.is_dir(follow_symlinks=False):
+            _remove_tree(Path(entry.path))
+
+
+def warn_about_orphans(root: Path, metas: Mapping[str, TopicMetadata]) -> None:
+    """Log every partition directory that no topic metadata claims (never removed)."""
+    for entry in os.scandir(root):
+        parsed = parse_partition_dir_name(entry.name)
+        if parsed is None or not entry.is_dir():
+            continue
+        topic, partition = parsed
+        meta = metas.get(topic)
+        if meta is None or partition >= meta.partitions:
+            # Never removed automatically: it may hold data we know nothing about.
+            logger.warning(
+                "orphan partition directory %s: no topic metadata claims it; leaving it "
+                "alone. If an interrupted create left it, it is empty and is reused when "
+                "that partition is created; otherwise move it out of %s",
+                entry.path,
+                root,
+            )
