@@ -43,7 +43,7 @@ operation again may succeed::
         ├── DuplicateSequenceError, UnknownProducerIdError, ProducerFencedError,
         │   InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
         │   ConcurrentTransactionsError        producers and transactions (46, 59, 90, 49, 50, 51)
-        └── Coordinator and group errors       (14, 15, 16, 22-27, 68, 69, 79, 82)
+        └── Coordinator and group errors       (12, 14, 15, 16, 22-27, 68, 69, 79, 81, 82, 88)
 
 Every class has ``error_code``, Kafka's numeric code for the same concept (-1 when there is
 none); storage errors that a broker reports keep their class on the client side.
@@ -518,6 +518,28 @@ class FencedInstanceIdError(ProtocolError):
     """Another member joined with the same ``group.instance.id``: this one is fenced."""
 
     error_code = 82
+
+
+class GroupMaxSizeReachedError(ProtocolError):
+    """The group already has ``group.max.size`` members: this one cannot join. Stop a member,
+    or raise the broker's ``group.max.size``."""
+
+    error_code = 81
+
+
+class OffsetMetadataTooLargeError(ProtocolError):
+    """A committed offset's metadata string is longer than the broker's
+    ``offset.metadata.max.bytes``: commit a shorter one."""
+
+    error_code = 12
+
+
+class UnstableOffsetCommitError(ProtocolError):
+    """A transactional offset commit for the partition is still pending: retry once the
+    transaction completes (Kafka's KIP-447)."""
+
+    retriable = True
+    error_code = 88
 
 
 class GroupIdNotFoundError(ProtocolError):

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from spark_mq.broker.group.config import GroupConfig
 from spark_mq.config import (
     Config,
     at_least,
@@ -304,16 +305,19 @@ class BrokerConfig(Config):
 
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
-    """A broker's whole configuration: its own settings and the topic defaults."""
+    """A broker's whole configuration: its own settings, the topic defaults and the group
+    coordinator's settings."""
 
     broker: BrokerConfig
     log_defaults: LogConfig
+    groups: GroupConfig = dataclasses.field(default_factory=GroupConfig)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object] | None = None) -> ServerConfig:
         """Split ``props`` into broker keys and ``log.*`` topic defaults; resolve aliases."""
         broker_props: dict[str, object] = {}
         topic_props: dict[str, object] = {}
+        group_props: dict[str, object] = {}
         broker_keys = BrokerConfig.settings()
         for raw_key, raw_value in (props or {}).items():
             key, value = _resolve_alias(raw_key.strip(), raw_value)
@@ -321,8 +325,12 @@ class ServerConfig:
                 topic_props[TOPIC_DEFAULT_KEYS[key]] = value
             elif key in broker_keys or key.replace("_", ".") in broker_keys:
                 broker_props[key] = value
+            elif GroupConfig.owns(key):
+                group_props[key] = value
             else:
-                valid = sorted([*broker_keys, *TOPIC_DEFAULT_KEYS, *_ALIASES])
+                valid = sorted(
+                    [*broker_keys, *TOPIC_DEFAULT_KEYS, *_ALIASES, *GroupConfig.settings()]
+                )
                 close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise ConfigError(
@@ -341,7 +349,7 @@ class ServerConfig:
                 key=broker_key,
                 value=exc.value,
             ) from exc
-        return cls(broker, log_defaults)
+        return cls(broker, log_defaults, GroupConfig.from_properties(group_props))
 
     def with_overrides(self, props: Mapping[str, object]) -> ServerConfig:
         """A copy with ``props`` applied on top of this config's non-default settings."""
@@ -353,6 +361,7 @@ class ServerConfig:
         topic = self.log_defaults.overrides() if only_set else self.log_defaults.to_properties()
         by_topic_key = {v: k for k, v in TOPIC_DEFAULT_KEYS.items()}
         out = dict(broker)
+        out.update(self.groups.overrides() if only_set else self.groups.to_properties())
         for key, value in topic.items():
             if key in by_topic_key:  # a topic key without a broker default stays topic-only
                 out[by_topic_key[key]] = value
@@ -361,7 +370,7 @@ class ServerConfig:
     @staticmethod
     def documentation(broker_key: str) -> str | None:
         """The doc string of a broker key (or of the topic default it sets)."""
-        field = BrokerConfig.settings().get(broker_key)
+        field = BrokerConfig.settings().get(broker_key) or GroupConfig.settings().get(broker_key)
         if field is None and broker_key in TOPIC_DEFAULT_KEYS:
             field = LogConfig.settings().get(TOPIC_DEFAULT_KEYS[broker_key])
         return None if field is None else str(field.metadata["doc"])

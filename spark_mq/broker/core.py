@@ -23,6 +23,7 @@ from typing import TypeVar
 
 from spark_mq.broker.config import ServerConfig
 from spark_mq.broker.dir_files import BrokerMeta
+from spark_mq.broker.group.service import GroupService
 from spark_mq.broker.handlers import HANDLERS
 from spark_mq.broker.producer_ids import ProducerIdManager
 from spark_mq.broker.replica_manager import ReplicaManager
@@ -71,6 +72,8 @@ class BrokerCore:
         self.last_activity_ms = monotonic_ms()
         #: The APIs this broker serves, advertised by ApiVersions.
         self.served_apis: frozenset[int] = frozenset(HANDLERS)
+        #: The group coordinator (started by the server, driven from the event loop).
+        self.groups = GroupService(self)
 
     def touch(self) -> None:
         """Record activity (a request or a connection): idle exit counts from here."""

@@ -174,9 +174,13 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             started_ms=time.time_ns() // 1_000_000,
         ).write(root)
         scheduler.start()
+        core.groups.start()
         return await server.wait_stop_requested()
     finally:
         Endpoint.remove_if_ours(root, pid, meta.epoch)
+        # Members waiting in JoinGroup / SyncGroup are answered now, so that their
+        # connections are not among the busy ones the server waits for.
+        core.groups.close()
         await server.close(timeout_s)
         await scheduler.stop(timeout_s)
         core.close()

@@ -19,7 +19,17 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from spark_mq.errors import CorruptFrameError, UnsupportedVersionError
-from spark_mq.protocol import admin, api_versions, fetch, metadata, offsets, produce, producer_id
+from spark_mq.protocol import (
+    admin,
+    api_versions,
+    fetch,
+    group_offsets,
+    groups,
+    metadata,
+    offsets,
+    produce,
+    producer_id,
+)
 from spark_mq.protocol.framing import (
     RequestFrame,
     RequestHeader,
@@ -39,11 +49,21 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
 
 
 class FrameErrorBody(msgspec.Struct, array_like=True):
@@ -118,6 +138,26 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             admin.CreatePartitionsRequest,
             admin.CreatePartitionsResponse,
         ),
+        ApiSpec(
+            ApiKey.OFFSET_COMMIT,
+            group_offsets.OffsetCommitRequest,
+            group_offsets.OffsetCommitResponse,
+        ),
+        ApiSpec(
+            ApiKey.OFFSET_FETCH, group_offsets.OffsetFetchRequest, group_offsets.OffsetFetchResponse
+        ),
+        ApiSpec(
+            ApiKey.FIND_COORDINATOR, groups.FindCoordinatorRequest, groups.FindCoordinatorResponse
+        ),
+        ApiSpec(ApiKey.JOIN_GROUP, groups.JoinGroupRequest, groups.JoinGroupResponse),
+        ApiSpec(ApiKey.HEARTBEAT, groups.HeartbeatRequest, groups.HeartbeatResponse),
+        ApiSpec(ApiKey.LEAVE_GROUP, groups.LeaveGroupRequest, groups.LeaveGroupResponse),
+        ApiSpec(ApiKey.SYNC_GROUP, groups.SyncGroupRequest, groups.SyncGroupResponse),
+        ApiSpec(
+            ApiKey.DESCRIBE_GROUPS, groups.DescribeGroupsRequest, groups.DescribeGroupsResponse
+        ),
+        ApiSpec(ApiKey.LIST_GROUPS, groups.ListGroupsRequest, groups.ListGroupsResponse),
+        ApiSpec(ApiKey.DELETE_GROUPS, groups.DeleteGroupsRequest, groups.DeleteGroupsResponse),
     )
 }
 

@@ -35,6 +35,7 @@ class ErrorCode(enum.IntEnum):
     REQUEST_TIMED_OUT = 7
     BROKER_NOT_AVAILABLE = 8
     MESSAGE_TOO_LARGE = 10
+    OFFSET_METADATA_TOO_LARGE = 12
     NETWORK_EXCEPTION = 13
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
@@ -70,8 +71,10 @@ class ErrorCode(enum.IntEnum):
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     MEMBER_ID_REQUIRED = 79
+    GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
     PRODUCER_FENCED = 90
 
     @property
@@ -92,6 +95,7 @@ _CLASS_BY_CODE: dict[ErrorCode, type[e.SparkMQError]] = {
     ErrorCode.REQUEST_TIMED_OUT: e.RequestTimedOutError,
     ErrorCode.BROKER_NOT_AVAILABLE: e.BrokerNotAvailableError,
     ErrorCode.MESSAGE_TOO_LARGE: e.RecordTooLargeError,
+    ErrorCode.OFFSET_METADATA_TOO_LARGE: e.OffsetMetadataTooLargeError,
     ErrorCode.NETWORK_EXCEPTION: e.NetworkError,
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: e.CoordinatorLoadInProgressError,
     ErrorCode.COORDINATOR_NOT_AVAILABLE: e.CoordinatorNotAvailableError,
@@ -127,8 +131,10 @@ _CLASS_BY_CODE: dict[ErrorCode, type[e.SparkMQError]] = {
     ErrorCode.FENCED_LEADER_EPOCH: e.FencedLeaderEpochError,
     ErrorCode.UNKNOWN_LEADER_EPOCH: e.UnknownLeaderEpochError,
     ErrorCode.MEMBER_ID_REQUIRED: e.MemberIdRequiredError,
+    ErrorCode.GROUP_MAX_SIZE_REACHED: e.GroupMaxSizeReachedError,
     ErrorCode.FENCED_INSTANCE_ID: e.FencedInstanceIdError,
     ErrorCode.INVALID_RECORD: e.InvalidRecordError,
+    ErrorCode.UNSTABLE_OFFSET_COMMIT: e.UnstableOffsetCommitError,
     ErrorCode.PRODUCER_FENCED: e.ProducerFencedError,
 }
 

@@ -51,6 +51,9 @@ def for_type(tp: Any) -> st.SearchStrategy[Any]:
         return st.one_of(SMALL_INT, INT64)
     if tp is str:
         return st.text(max_size=12)
+    if tp is bytes:
+        # Opaque bytes (group protocol metadata and assignments): MessagePack bin.
+        return st.binary(max_size=16)
     if tp is type(None):
         return st.none()
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):

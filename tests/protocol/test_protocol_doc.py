@@ -116,6 +116,8 @@ def wire_type(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if tp in (int, str, bool):
         return str(tp.__name__)
+    if tp is bytes:
+        return "bin"
     if tp is type(None):
         return "nil"
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
@@ -136,6 +138,8 @@ def wire_default(field: msgspec.structs.FieldInfo) -> str | None:
     value = field.default
     if field.default_factory is not msgspec.NODEFAULT:
         value = field.default_factory()
+    if isinstance(value, bytes):
+        return f"b{json.dumps(value.decode('latin-1'))}"
     return "nil" if value is None else json.dumps(value)
 
 

@@ -15,6 +15,17 @@ from typing import Final
 from spark_mq.broker.context import Handler
 from spark_mq.broker.handlers.configs import handle_alter_configs, handle_describe_configs
 from spark_mq.broker.handlers.fetch import handle_fetch
+from spark_mq.broker.handlers.group_offsets import handle_offset_commit, handle_offset_fetch
+from spark_mq.broker.handlers.groups import (
+    handle_delete_groups,
+    handle_describe_groups,
+    handle_find_coordinator,
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_list_groups,
+    handle_sync_group,
+)
 from spark_mq.broker.handlers.metadata import handle_api_versions, handle_metadata
 from spark_mq.broker.handlers.offsets import handle_delete_records, handle_list_offsets
 from spark_mq.broker.handlers.produce import handle_produce
@@ -39,6 +50,16 @@ HANDLERS: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.ALTER_CONFIGS: handle_alter_configs,
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
+    ApiKey.OFFSET_COMMIT: handle_offset_commit,
+    ApiKey.OFFSET_FETCH: handle_offset_fetch,
+    ApiKey.FIND_COORDINATOR: handle_find_coordinator,
+    ApiKey.JOIN_GROUP: handle_join_group,
+    ApiKey.HEARTBEAT: handle_heartbeat,
+    ApiKey.LEAVE_GROUP: handle_leave_group,
+    ApiKey.SYNC_GROUP: handle_sync_group,
+    ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
+    ApiKey.LIST_GROUPS: handle_list_groups,
+    ApiKey.DELETE_GROUPS: handle_delete_groups,
 }
 
 __all__ = ["HANDLERS"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import spark_mq
 from spark_mq.broker.context import RequestContext, Response
+from spark_mq.broker.group.offsets_topic import INTERNAL_TOPICS
 from spark_mq.broker.handlers.errors import error_of
 from spark_mq.protocol.api import APIS
 from spark_mq.protocol.api_versions import (
@@ -59,7 +60,7 @@ def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool) -> Topic
     except Exception as exc:
         code, message = error_of(exc, f"metadata of topic {name!r}")
         return TopicMetadata(code, name, [], error_message=message)
-    return TopicMetadata(0, name, partitions)
+    return TopicMetadata(0, name, partitions, is_internal=name in INTERNAL_TOPICS)
 
 
 def _metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:

@@ -1,0 +1,207 @@
+"""``__consumer_offsets``: where groups and their committed offsets are kept, and which of its
+partitions coordinates a group.
+
+A group belongs to partition ``abs(hash(group_id)) % partitions`` (Java's ``String.hashCode``
+and Kafka's ``Utils.abs``, so a group lands on the same partition number as in Kafka), and
+the leader of that partition is the group's coordinator: on one node, this broker. Every
+record of the group (its metadata and its offsets, see :mod:`~spark_mq.broker.group.records`)
+goes to that partition, so loading one partition rebuilds every group it coordinates.
+
+The topic is created on the first group request, compacted (``cleanup.policy=compact``) with
+``offsets.topic.num.partitions`` partitions and ``offsets.topic.segment.bytes`` segments; an
+existing topic keeps the partition count it has (changing it would move groups). Metadata
+reports it as internal.
+
+Threads: :meth:`OffsetsTopic.ensure` and :meth:`OffsetsTopic.load` block (topic creation
+fsyncs, loading reads the whole topic) and run on an executor thread;
+:meth:`OffsetsTopic.append` runs on the event loop (one small batch, page cache only, as the
+produce path appends small requests), never at the same time as a load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Sequence
+from typing import Final, Protocol
+
+import pyarrow as pa
+
+from spark_mq.broker.group.config import GroupConfig
+from spark_mq.broker.group.records import (
+    GroupKey,
+    GroupRecord,
+    OffsetEntry,
+    OffsetKey,
+    TopicPartitionKey,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+)
+from spark_mq.broker.replica_manager import ReplicaManager
+from spark_mq.errors import CoordinatorNotAvailableError, CorruptRecordError, TopicExistsError
+from spark_mq.storage.record_batch import encode_batch
+
+logger = logging.getLogger("spark_mq.broker.group")
+
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+
+#: Topics the broker reports as internal in Metadata.
+INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC})
+
+#: How much of a partition one read returns while loading (Kafka's offsets.load.buffer.size).
+LOAD_BUFFER_BYTES: Final = 5 * 1024 * 1024
+
+#: (key, value) of one record; a None value is a tombstone.
+Record = tuple[bytes, bytes | None]
+
+
+def java_string_hashcode(text: str) -> int:
+    """Java's ``String.hashCode``: ``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units,
+    in 32-bit two's complement."""
+    h = 0
+    data = text.encode("utf-16-be", "surrogatepass")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def kafka_abs(n: int) -> int:
+    """Kafka's ``Utils.abs``: ``Integer.MIN_VALUE`` maps to 0 (Java's ``Math.abs`` would
+    leave it negative)."""
+    return 0 if n == -(2**31) else abs(n)
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """The ``__consumer_offsets`` partition of a group."""
+    return kafka_abs(java_string_hashcode(group_id)) % partitions
+
+
+class GroupStore(Protocol):
+    """What the coordinator writes through (the real one is :class:`OffsetsTopic`)."""
+
+    def append(self, group_id: str, records: Sequence[Record], now_ms: int) -> None: ...
+
+
+@dataclasses.dataclass
+class LoadedGroups:
+    """Everything ``__consumer_offsets`` holds: the newest record per key, tombstones
+    applied."""
+
+    groups: dict[str, GroupRecord] = dataclasses.field(default_factory=dict)
+    offsets: dict[str, dict[TopicPartitionKey, OffsetEntry]] = dataclasses.field(
+        default_factory=dict
+    )
+    records: int = 0
+    #: Records that did not decode, or of a key version this broker does not know.
+    skipped: int = 0
+
+    def apply(self, key: bytes, value: bytes | None) -> None:
+        self.records += 1
+        try:
+            decoded = decode_key(key)
+            if isinstance(decoded, OffsetKey):
+                tp = (decoded.topic, decoded.partition)
+                if value is not None:
+                    entry = decode_offset_value(value)
+                    self.offsets.setdefault(decoded.group_id, {})[tp] = entry
+                elif decoded.group_id in self.offsets:
+                    per_group = self.offsets[decoded.group_id]
+                    per_group.pop(tp, None)
+                    if not per_group:
+                        del self.offsets[decoded.group_id]
+            elif isinstance(decoded, GroupKey):
+                if value is None:
+                    self.groups.pop(decoded.group_id, None)
+                else:
+                    self.groups[decoded.group_id] = decode_group_value(value)
+            else:
+                self.skipped += 1
+                logger.warning("skipping a __consumer_offsets record of an unknown key version")
+        except CorruptRecordError as exc:
+            # One bad record must not keep every group of the partition from loading; the
+            # next commit of that key rewrites it.
+            self.skipped += 1
+            logger.error("skipping a __consumer_offsets record that does not decode: %s", exc)
+
+
+class OffsetsTopic:
+    """The internal topic, through the broker's partitions (so appends move the high
+    watermark and wake fetches, as any append does)."""
+
+    def __init__(self, replicas: ReplicaManager, config: GroupConfig) -> None:
+        self.replicas = replicas
+        self.logs = replicas.logs
+        self.config = config
+        self._partitions: int | None = None
+
+    @property
+    def partition_count(self) -> int:
+        if self._partitions is None:
+            raise CoordinatorNotAvailableError(
+                f"{OFFSETS_TOPIC} is not ready yet (the coordinator is starting); retry"
+            )
+        return self._partitions
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.partition_count)
+
+    def ensure(self) -> int:
+        """Create the topic if it does not exist; its partition count. Blocking."""
+        if not self.logs.topic_exists(OFFSETS_TOPIC):
+            configs = {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.config.offsets_topic_segment_bytes),
+                "compression.type": "producer",
+            }
+            # A racing creator (there is none on one node, but it would be as good) wins.
+            with contextlib.suppress(TopicExistsError):
+                self.logs.create_topic(
+                    OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, configs
+                )
+                logger.info(
+                    "created %s with %d partitions",
+                    OFFSETS_TOPIC,
+                    self.config.offsets_topic_num_partitions,
+                )
+        info = self.logs.describe_topic(OFFSETS_TOPIC)
+        if not info.config.compact and self._partitions is None:
+            # Someone made it by hand (or by auto-creation) before any group request did.
+            logger.warning(
+                "%s exists without cleanup.policy=compact: committed offsets will not be "
+                "compacted and retention may delete them; alter the topic's cleanup.policy",
+                OFFSETS_TOPIC,
+            )
+        self._partitions = info.partition_count
+        return self._partitions
+
+    def append(self, group_id: str, records: Sequence[Record], now_ms: int) -> None:
+        """Append ``records`` as one batch to the group's partition (all or nothing)."""
+        if not records:
+            return
+        part = self.replicas.partition(OFFSETS_TOPIC, self.partition_for(group_id))
+        keys = pa.array([k for k, _ in records], pa.binary())
+        values = pa.array([v for _, v in records], pa.binary())
+        part.append(encode_batch(values, key=keys, now_ms=now_ms))
+        self.replicas.notify([part])
+
+    def load(self) -> LoadedGroups:
+        """Read every partition from its start to its high watermark. Blocking."""
+        loaded = LoadedGroups()
+        if not self.logs.topic_exists(OFFSETS_TOPIC):
+            return loaded
+        self.ensure()
+        for index in range(self.partition_count):
+            log = self.logs.get_log(OFFSETS_TOPIC, index)
+            position = log.log_start_offset
+            while position < log.high_watermark:
+                table, position = log.read_records_with_next(position, LOAD_BUFFER_BYTES)
+                keys = table.column("key").to_pylist()
+                values = table.column("value").to_pylist()
+                for key, value in zip(keys, values, strict=True):
+                    if key is None:
+                        loaded.skipped += 1
+                        continue
+                    loaded.apply(key, value)
+        return loaded
