@@ -1,4 +1,5 @@
-"""``spark-mq``: the command line of spark_mq (broker, topics, produce, consume, perf).
+"""``spark-mq``: the command line of spark_mq (broker, topics, groups, produce, consume,
+perf).
 
 Every command talks to a broker: ``--path DIR`` uses the local broker that owns DIR (started
 if none runs), ``--bootstrap-server HOST:PORT`` a running one; exactly one of them, or the
@@ -30,7 +31,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Final, NoReturn
 
-from spark_mq import __version__, cli_broker, cli_perf, cli_records, cli_topics
+from spark_mq import __version__, cli_broker, cli_groups, cli_perf, cli_records, cli_topics
 from spark_mq.cli_common import (
     ENV_PATH,
     EXIT_BROKEN_PIPE,
@@ -188,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("topic")
     delete.add_argument("--if-exists", action="store_true", help="succeed if there is none")
     delete.set_defaults(handler="topics_delete")
+
+    # groups ------------------------------------------------------------------------------
+    cli_groups.add_parser(commands, common)
 
     # produce -----------------------------------------------------------------------------
     produce = commands.add_parser(
@@ -361,6 +365,7 @@ def _handlers() -> dict[str, Callable[[argparse.Namespace], int]]:
         "consume": cli_records.consume,
         "perf_produce": cli_perf.perf_produce,
         "perf_consume": cli_perf.perf_consume,
+        **cli_groups.HANDLERS,
     }
 
 

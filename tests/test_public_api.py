@@ -7,6 +7,10 @@ import spark_mq.client.admin
 import spark_mq.client.config
 import spark_mq.client.consumer
 import spark_mq.client.futures
+import spark_mq.client.group.heartbeat
+import spark_mq.client.group.listener
+import spark_mq.client.group.member_state
+import spark_mq.client.group.offsets
 import spark_mq.client.interceptors
 import spark_mq.client.partitioner
 import spark_mq.client.producer
@@ -24,6 +28,14 @@ EXPECTED = {
     "AdminConfig",
     "BatchMetadata",
     "BufferExhaustedError",
+    "CommitFailedError",
+    "ConsumerGroupMetadata",
+    "ConsumerRebalanceListener",
+    "GroupDescription",
+    "GroupListing",
+    "MemberDescription",
+    "OffsetAndMetadata",
+    "PartitionLag",
     "CONSUMER_SCHEMA",
     "Consumer",
     "ConsumerConfig",
@@ -107,6 +119,10 @@ def test_docstring_examples_run() -> None:
         spark_mq.client.config,
         spark_mq.client.consumer,
         spark_mq.client.futures,
+        spark_mq.client.group.heartbeat,
+        spark_mq.client.group.listener,
+        spark_mq.client.group.member_state,
+        spark_mq.client.group.offsets,
         spark_mq.client.interceptors,
         spark_mq.client.partitioner,
         spark_mq.client.producer,

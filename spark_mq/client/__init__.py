@@ -3,7 +3,8 @@
 Modules, one concept each: ``records`` (value types), ``config`` (settings), ``connection``
 (one broker connection), ``cluster`` (metadata and routing), ``partitioner``,
 ``accumulator`` / ``sender`` / ``futures`` / ``interceptors`` (the producer's parts),
-``subscription_state`` / ``fetcher`` / ``offset_lookup`` (the consumer's parts), ``admin``
+``subscription_state`` / ``fetcher`` / ``offset_lookup`` (the consumer's parts), ``group/``
+(consumer groups: membership, heartbeats, rebalances, commits), ``assignors/``, ``admin``
 and ``errors``. ``docs/clients.md`` describes settings, threads and guarantees.
 """
 
@@ -12,10 +13,22 @@ from spark_mq.client.config import AdminConfig, ConsumerConfig, ProducerConfig
 from spark_mq.client.consumer import Consumer
 from spark_mq.client.errors import (
     BufferExhaustedError,
+    CommitFailedError,
     DeliveryTimeoutError,
     NoOffsetForPartitionError,
 )
 from spark_mq.client.futures import BatchMetadata, FutureBatchMetadata, FutureRecordMetadata
+from spark_mq.client.group import (
+    ConsumerGroupMetadata,
+    ConsumerRebalanceListener,
+    OffsetAndMetadata,
+)
+from spark_mq.client.group.admin_groups import (
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    PartitionLag,
+)
 from spark_mq.client.interceptors import ProducerRecord
 from spark_mq.client.producer import Producer
 from spark_mq.client.records import (
@@ -32,15 +45,23 @@ __all__ = [
     "AdminConfig",
     "BatchMetadata",
     "BufferExhaustedError",
+    "CommitFailedError",
     "Consumer",
     "ConsumerConfig",
+    "ConsumerGroupMetadata",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
     "DeliveryTimeoutError",
     "FutureBatchMetadata",
     "FutureRecordMetadata",
+    "GroupDescription",
+    "GroupListing",
+    "MemberDescription",
     "NoOffsetForPartitionError",
+    "OffsetAndMetadata",
     "OffsetAndTimestamp",
     "PartitionDescription",
+    "PartitionLag",
     "Producer",
     "ProducerConfig",
     "ProducerRecord",

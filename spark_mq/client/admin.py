@@ -1,4 +1,5 @@
-"""The admin client: topics, partitions, configs, offsets and record deletion.
+"""The admin client: topics, partitions, configs, offsets, record deletion and consumer
+groups (the group calls are in :mod:`spark_mq.client.group.admin_groups`).
 
 Every call is synchronous and raises the typed exception for the broker's error code
 (:func:`spark_mq.protocol.error_codes.error_from_code`): creating a topic that exists raises
@@ -17,6 +18,13 @@ from typing import Any
 
 from spark_mq.client.cluster import ANY_NODE, Cluster
 from spark_mq.client.config import AdminConfig, client_config_props
+from spark_mq.client.group.admin_groups import (
+    GroupAdmin,
+    GroupDescription,
+    GroupListing,
+    PartitionLag,
+)
+from spark_mq.client.group.offsets import OffsetAndMetadata, OffsetsArg, normalize_offsets
 from spark_mq.client.offset_lookup import list_offsets
 from spark_mq.client.records import EARLIEST, LATEST, OffsetAndTimestamp, TopicPartition
 from spark_mq.errors import SparkMQError, UnknownTopicOrPartitionError, UsageError
@@ -66,6 +74,10 @@ class TopicDescription:
         return len(self.partitions)
 
 
+def _as_tp(item: TopicPartition | tuple[str, int]) -> TopicPartition:
+    return item if isinstance(item, TopicPartition) else TopicPartition(*item)
+
+
 def _raise_for(code: int, message: str | None, topic: str | None = None) -> None:
     if code != ErrorCode.NONE:
         raise error_from_code(code, message, topic=topic)
@@ -100,6 +112,7 @@ class Admin:
         )
         self.config.check_endpoint()
         self._cluster = Cluster(self.config)
+        self._groups = GroupAdmin(self._cluster, timeout_ms=self.config.default_api_timeout_ms)
         self._closed = False
 
     def _request(self, request: Any, *, controller: bool = False) -> Any:
@@ -287,6 +300,74 @@ class Admin:
                         out[tp] = part.low_watermark
             if errors:
                 raise errors[0]
+        return out
+
+    # -- consumer groups ------------------------------------------------------------------
+
+    def list_groups(self, states: Sequence[str] = ()) -> list[GroupListing]:
+        """Every consumer group (of every broker), sorted by id; ``states`` (Kafka's names,
+        any case: ``Stable``, ``Empty``, ...) keeps only groups in those states."""
+        self._check(None)
+        return self._groups.list_groups(states)
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        """State, protocol, generation and members (client id, host, decoded assignment) of
+        a group; a group that does not exist is reported in state ``Dead``."""
+        self._check(None)
+        return self._groups.describe_group(group_id)
+
+    def list_group_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition | tuple[str, int]] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The offsets ``group_id`` committed (of ``partitions``, or all), sorted."""
+        self._check(None)
+        tps = None if partitions is None else [_as_tp(p) for p in partitions]
+        return self._groups.list_group_offsets(group_id, tps)
+
+    def alter_group_offsets(self, group_id: str, offsets: OffsetsArg) -> None:
+        """Set committed offsets (next offset to read) of a group that has no members
+        (Empty, or not existing yet: it is created). Raises NonEmptyGroupError while
+        consumers are in the group: stop them first."""
+        self._check(None)
+        self._groups.alter_group_offsets(group_id, normalize_offsets(offsets))
+
+    def delete_groups(self, group_ids: Sequence[str]) -> None:
+        """Delete groups and their committed offsets. Raises GroupIdNotFoundError for a
+        group that does not exist and NonEmptyGroupError for one with members (the others
+        are deleted)."""
+        self._check(None)
+        if isinstance(group_ids, str):
+            raise UsageError("delete_groups() takes a list of group ids")
+        self._groups.delete_groups(group_ids)
+
+    def group_lag(
+        self, group_id: str, *, isolation_level: str = "read_committed"
+    ) -> dict[TopicPartition, PartitionLag]:
+        """For every partition the group committed or has assigned: the committed offset,
+        the end offset (the last stable offset with read_committed, else the high watermark)
+        and the lag between them, with the member it is assigned to."""
+        description = self.describe_group(group_id)
+        committed = self.list_group_offsets(group_id)
+        owners = description.assignment
+        tps = sorted(set(committed) | set(owners))
+        topics = sorted({tp.topic for tp in tps})
+        if topics:
+            self._cluster.refresh(topics)
+        existing = [
+            tp for tp in tps if tp.partition < (self._cluster.partition_count(tp.topic) or 0)
+        ]
+        ends = (
+            self.list_offsets(dict.fromkeys(existing, LATEST), isolation_level=isolation_level)
+            if existing
+            else {}
+        )
+        out: dict[TopicPartition, PartitionLag] = {}
+        for tp in tps:
+            found = committed.get(tp)
+            end = ends[tp].offset if tp in ends else -1
+            offset = None if found is None else found.offset
+            lag = None if offset is None or end < 0 else max(end - offset, 0)
+            out[tp] = PartitionLag(offset, end, lag, owners.get(tp))
         return out
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -22,6 +22,8 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Final
 
+from spark_mq.client.assignors.assignor import Assignor
+from spark_mq.client.assignors.registry import parse_assignment_strategy
 from spark_mq.config import (
     Config,
     at_least,
@@ -123,6 +125,17 @@ def parse_interceptors(key: str, value: object) -> tuple[object, ...]:
             obj = obj()
         out.append(obj)
     return tuple(out)
+
+
+def parse_strategy(key: str, value: object) -> tuple[Assignor, ...]:
+    """``partition.assignment.strategy``: names, Kafka class names, ``module:Class`` or
+    Assignor objects (see :func:`~spark_mq.client.assignors.parse_assignment_strategy`)."""
+    if not isinstance(value, str) and not isinstance(value, list | tuple):
+        value = [value]
+    try:
+        return parse_assignment_strategy(value)  # type: ignore[arg-type]
+    except ConfigError as exc:
+        raise ConfigError(str(exc), key=key, value=value) from exc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -438,10 +451,96 @@ class ConsumerConfig(ClientConfig):
         "Objects with on_consume(records) returning the records (or None to keep them).",
         parse=parse_interceptors,
     )
+    # -- consumer groups (docs/groups.md, "Consumers in a group") -------------------------
+    group_id: str = setting(
+        "group.id",
+        "",
+        "The consumer group to join with subscribe() and to commit offsets to; none: no "
+        "group (assign() only, no commits).",
+        parse=parse_str,
+    )
+    group_instance_id: str = setting(
+        "group.instance.id",
+        "",
+        "Makes the member static: a restart within session.timeout.ms gets its partitions "
+        "back without a rebalance, and close() does not leave the group.",
+        parse=parse_str,
+    )
+    session_timeout_ms: int = setting(
+        "session.timeout.ms",
+        45_000,
+        "The coordinator removes a member it has not heard a heartbeat from for this long.",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    heartbeat_interval_ms: int = setting(
+        "heartbeat.interval.ms",
+        3_000,
+        "How often the background thread sends heartbeats; below session.timeout.ms "
+        "(a third of it or less is usual). Also how soon a member learns of a rebalance.",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    max_poll_interval_ms: int = setting(
+        "max.poll.interval.ms",
+        300_000,
+        "Longest time between poll() calls; past it the heartbeat thread leaves the group "
+        "and the next poll() rejoins (the partitions count as lost).",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    rebalance_timeout_ms: int = setting(
+        "rebalance.timeout.ms",
+        -1,
+        "How long the coordinator waits for every member to rejoin during a rebalance; "
+        "-1: max.poll.interval.ms, as in Kafka.",
+        parse=parse_int,
+        check=unlimited_or_at_least(1),
+    )
+    partition_assignment_strategy: tuple[Assignor, ...] = setting(
+        "partition.assignment.strategy",
+        "range,cooperative-sticky",
+        "Assignors in order of preference: range, roundrobin, sticky, cooperative-sticky, "
+        "a Kafka class name, package.module:Class, or Assignor objects.",
+        parse=parse_strategy,
+    )
+    enable_auto_commit: bool = setting(
+        "enable.auto.commit",
+        True,
+        "With a group.id: commit the positions every auto.commit.interval.ms from poll(), "
+        "before partitions are revoked, and on close().",
+        parse=parse_bool,
+    )
+    auto_commit_interval_ms: int = setting(
+        "auto.commit.interval.ms",
+        5_000,
+        "How often poll() commits the positions when enable.auto.commit is on.",
+        parse=parse_int,
+        check=at_least(0),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         between(0, self.request_timeout_ms)("fetch.max.wait.ms", self.fetch_max_wait_ms)
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ConfigError(
+                f"heartbeat.interval.ms ({self.heartbeat_interval_ms}) must be lower than "
+                f"session.timeout.ms ({self.session_timeout_ms}); a third of it is usual",
+                key="heartbeat.interval.ms",
+                value=self.heartbeat_interval_ms,
+            )
+
+    @property
+    def effective_rebalance_timeout_ms(self) -> int:
+        """``rebalance.timeout.ms``, or ``max.poll.interval.ms`` when it is -1 (Kafka's rule)."""
+        if self.rebalance_timeout_ms == -1:
+            return self.max_poll_interval_ms
+        return self.rebalance_timeout_ms
+
+    @property
+    def auto_commit(self) -> bool:
+        """Whether offsets are committed automatically: ``enable.auto.commit`` and a group."""
+        return self.enable_auto_commit and bool(self.group_id)
 
     @property
     def read_committed(self) -> bool:

@@ -1,10 +1,13 @@
-"""The consumer: reads assigned partitions, as Python records or as Arrow tables.
+"""The consumer: reads partitions, as Python records or as Arrow tables.
 
-``poll_batch()`` is the fast path: the buffered fetch data of each partition decoded into
-Arrow with no Python per record, concatenated into one table. ``poll()`` builds
-:class:`~spark_mq.ConsumerRecord` tuples from those columns (one ``to_pylist`` per column,
-then ``zip``). Both advance positions the same way and share one fetch pipeline, so mixing
-them is fine. See ``docs/clients.md`` for settings, positions and ``read_committed``.
+Partitions come from ``assign`` (chosen by the application) or ``subscribe`` (shared out by a
+consumer group, :mod:`spark_mq.client.group`). ``poll_batch()`` is the fast path: the
+buffered fetch data of each partition decoded into Arrow with no Python per record,
+concatenated into one table. ``poll()`` builds :class:`~spark_mq.ConsumerRecord` tuples from
+those columns (one ``to_pylist`` per column, then ``zip``). Both advance positions the same
+way, share one fetch pipeline, and run the group's rebalances and auto-commits, so mixing them
+is fine. See ``docs/clients.md`` for settings, positions and ``read_committed``, and
+``docs/groups.md`` for groups.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import functools
 import gc
 import itertools
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
@@ -24,6 +28,10 @@ from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import ConsumerConfig, client_config_props
 from spark_mq.client.errors import NoOffsetForPartitionError
 from spark_mq.client.fetcher import Fetcher
+from spark_mq.client.group.committer import CommitCallback
+from spark_mq.client.group.consumer_coordinator import ConsumerCoordinator
+from spark_mq.client.group.member_state import ConsumerGroupMetadata
+from spark_mq.client.group.offsets import OffsetAndMetadata, OffsetsArg, normalize_offsets
 from spark_mq.client.interceptors import ConsumerInterceptors
 from spark_mq.client.offset_lookup import list_offsets
 from spark_mq.client.records import (
@@ -40,6 +48,9 @@ from spark_mq.protocol.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 log = logging.getLogger(__name__)
 
 PartitionsArg = Iterable[TopicPartition | tuple[str, int]]
+#: While in a group, poll() waits for fetch responses in slices this long, so that a
+#: rebalance the heartbeat thread learned of is taken up promptly.
+_GROUP_WAIT_SLICE_S = 0.1
 _make_record = functools.partial(tuple.__new__, ConsumerRecord)
 _NO_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
 
@@ -98,7 +109,8 @@ def _constant_string(value: str, n: int) -> pa.Array:
 
 
 class Consumer:
-    """Reads records from partitions assigned with :meth:`assign`.
+    """Reads records from partitions assigned with :meth:`assign`, or shared out by a
+    consumer group with :meth:`subscribe`.
 
     Give exactly one of ``path`` or ``bootstrap_servers``; other settings are Kafka keys,
     as keywords with underscores or dotted. ``isolation.level`` is ``read_committed`` by
@@ -112,6 +124,14 @@ class Consumer:
             for tp, records in consumer.poll(timeout_ms=1000).items():
                 for record in records:
                     print(record.offset, record.value)
+
+        # In a group: the members share the partitions; commit after processing.
+        with Consumer(path="/data/mq", group_id="billing", enable_auto_commit=False) as c:
+            c.subscribe(["events"])
+            while True:
+                for tp, records in c.poll(timeout_ms=1000).items():
+                    handle(records)
+                c.commit()
 
     >>> Consumer(path="/tmp/mq", auto_offset_reset="smallest")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -138,15 +158,33 @@ class Consumer:
         self._isolation = READ_COMMITTED if self.config.read_committed else READ_UNCOMMITTED
         self._closed = False
         self._reset_retry_at = 0.0
+        #: The group membership; None without a group.id (no subscribe, no commits).
+        self._coordinator: ConsumerCoordinator | None = None
+        if self.config.group_id:
+            self._coordinator = ConsumerCoordinator(
+                self.config,
+                self._cluster,
+                self._subs,
+                on_partitions_removed=self._fetcher.drop,
+            )
 
     # -- assignment -----------------------------------------------------------------------
 
     def assign(self, partitions: PartitionsArg) -> None:
         """Read exactly these partitions (replacing any earlier assignment). Partitions that
-        stay assigned keep their positions; new ones start per ``auto.offset.reset`` unless
-        you ``seek``."""
+        stay assigned keep their positions; new ones start from the group's committed offset
+        (with a ``group.id``), else per ``auto.offset.reset``, unless you ``seek``. Raises
+        UsageError on a consumer that subscribed (call :meth:`unsubscribe` first)."""
         self._check_open()
         tps = [_tp(p) for p in partitions]
+        if self._subs.is_auto_subscribed:
+            if tps:
+                raise UsageError(
+                    "assign() on a consumer that subscribed: assign() and subscribe() cannot "
+                    "be mixed; call unsubscribe() first"
+                )
+            self.unsubscribe()
+            return
         for tp in self._subs.partitions():
             if tp not in tps:
                 self._fetcher.drop(tp)
@@ -154,6 +192,114 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         return self._subs.assignment()
+
+    # -- consumer groups ------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | str | re.Pattern[str],
+        listener: object | None = None,
+    ) -> None:
+        """Join the consumer group ``group.id`` and read the partitions it assigns this
+        member, of ``topics`` (a list of names) or of every topic whose whole name matches a
+        regular expression (a ``str`` or compiled pattern; re-evaluated every
+        ``metadata.max.age.ms``). Replaces an earlier subscription.
+
+        ``listener`` is told when partitions are revoked, assigned or lost: a
+        :class:`~spark_mq.ConsumerRebalanceListener` subclass or any object with some of its
+        methods. The group is joined, and listeners called, inside :meth:`poll`. Raises
+        UsageError without a ``group.id`` or after :meth:`assign`.
+        """
+        self._check_open()
+        coordinator = self._require_group("subscribe()")
+        if isinstance(topics, str | re.Pattern):
+            try:
+                pattern = re.compile(topics) if isinstance(topics, str) else topics
+            except re.error as exc:
+                raise UsageError(f"subscribe(): {topics!r} is not a valid regex: {exc}") from exc
+            self._subs.subscribe_pattern(pattern)
+        else:
+            names = list(topics)
+            if not names:
+                self.unsubscribe()
+                return
+            self._subs.subscribe(names)
+        coordinator.subscription_changed(listener)
+
+    def unsubscribe(self) -> None:
+        """Leave the group (after committing, with auto-commit, and revoking the partitions)
+        and drop the subscription, or the partitions given to :meth:`assign`."""
+        self._check_open()
+        if self._coordinator is not None and self._subs.is_auto_subscribed:
+            self._coordinator.leave("the consumer unsubscribed", closing=False)
+        for tp in self._subs.partitions():
+            self._fetcher.drop(tp)
+        self._subs.unsubscribe()
+
+    def subscription(self) -> set[str]:
+        """The topics subscribed to (for a pattern: those it matched when last checked)."""
+        return set(self._subs.subscription)
+
+    def commit(self, offsets: OffsetsArg | None = None, asynchronous: bool = False) -> None:
+        """Commit offsets to the group: ``offsets`` maps partitions to the *next* offset to
+        read (an int or :class:`~spark_mq.OffsetAndMetadata`); None commits every position
+        (what :meth:`poll` has returned so far). Waits for the answer and retries what may
+        succeed within ``default.api.timeout.ms``, unless ``asynchronous``.
+
+        Raises :class:`~spark_mq.CommitFailedError` when the group refused the commit
+        because this member's generation is stale (it was removed or the group rebalanced):
+        the partitions may already belong to another member; call :meth:`poll` to rejoin.
+        """
+        if asynchronous:
+            self.commit_async(offsets)
+            return
+        self._check_open()
+        coordinator = self._require_group("commit()")
+        coordinator.commit_sync(
+            None if offsets is None else normalize_offsets(offsets),
+            timeout_ms=self.config.default_api_timeout_ms,
+        )
+
+    def commit_async(
+        self, offsets: OffsetsArg | None = None, callback: CommitCallback | None = None
+    ) -> None:
+        """Send a commit (like :meth:`commit`) without waiting. ``callback(offsets, error)``
+        runs in this consumer's thread from a later :meth:`poll`, :meth:`commit` or
+        :meth:`close`, in commit order; ``error`` is None on success. Not retried."""
+        self._check_open()
+        coordinator = self._require_group("commit_async()")
+        coordinator.commit_async(None if offsets is None else normalize_offsets(offsets), callback)
+
+    def committed(
+        self, partitions: PartitionsArg, timeout_ms: int | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offset of each partition (assigned or not): an
+        :class:`~spark_mq.OffsetAndMetadata`, or None where nothing is committed."""
+        self._check_open()
+        coordinator = self._require_group("committed()")
+        return coordinator.committer.fetch_committed(
+            [_tp(p) for p in partitions],
+            timeout_ms=self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms,
+        )
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group, generation and member id (generation -1 while it is not
+        in one)."""
+        coordinator = self._require_group("group_metadata()")
+        generation = coordinator.generation()
+        return ConsumerGroupMetadata(
+            coordinator.group_id,
+            generation.generation_id,
+            generation.member_id,
+            coordinator.instance_id,
+        )
+
+    def _require_group(self, what: str) -> ConsumerCoordinator:
+        if self._coordinator is None:
+            raise UsageError(
+                f"{what} needs a consumer group: set group.id (Consumer(..., group_id='name'))"
+            )
+        return self._coordinator
 
     # -- polling --------------------------------------------------------------------------
 
@@ -199,12 +345,27 @@ class Consumer:
         self, timeout_ms: int, max_records: int | None
     ) -> list[tuple[TopicPartition, pa.Table]]:
         self._check_open()
-        if not self._subs.partitions():
-            raise UsageError("poll() with no assigned partitions; call assign() first")
+        subscribed = self._subs.is_auto_subscribed
+        if not subscribed and not self._subs.partitions():
+            raise UsageError(
+                "poll() with no assigned partitions; call assign() or subscribe() first"
+            )
         if max_records is not None and max_records < 1:
             raise UsageError(f"max_records must be at least 1, got {max_records}")
+        coordinator = self._coordinator
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         while True:
+            if coordinator is not None:
+                # Rebalances, listener callbacks and auto-commits run here, in the caller's
+                # thread. A member with partitions keeps reading them while it rejoins.
+                coordinator.poll(deadline, wait_for_join=not self._subs.partitions())
+            if not self._subs.partitions():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                # In the group with nothing assigned (more members than partitions).
+                time.sleep(min(remaining, _GROUP_WAIT_SLICE_S))
+                continue
             self._update_positions(raise_unknown=False)
             if self._fetcher.has_in_flight:
                 # Take in responses that already arrived, without waiting, so that the next
@@ -218,7 +379,8 @@ class Consumer:
                 return tables
             remaining = deadline - time.monotonic()
             if self._fetcher.has_in_flight:
-                if self._fetcher.poll_network(max(remaining, 0.0)):
+                wait_s = remaining if coordinator is None else min(remaining, _GROUP_WAIT_SLICE_S)
+                if self._fetcher.poll_network(max(wait_s, 0.0)):
                     self._fetcher.send_fetches()
                     continue
             elif remaining > 0:
@@ -232,6 +394,11 @@ class Consumer:
     def _update_positions(self, *, raise_unknown: bool) -> None:
         missing = self._subs.missing_positions()
         if not missing or (not raise_unknown and time.monotonic() < self._reset_retry_at):
+            return
+        if not self._positions_from_committed(missing, raise_unknown=raise_unknown):
+            return
+        missing = self._subs.missing_positions()
+        if not missing:
             return
         strategy = self.config.auto_offset_reset
         if strategy == "none":
@@ -256,6 +423,41 @@ class Consumer:
         for tp, (offset, _) in answers.items():
             if self._subs.is_assigned(tp) and self._subs.position(tp) is None:
                 self._subs.seek(tp, offset)
+
+    def _positions_from_committed(
+        self, missing: list[TopicPartition], *, raise_unknown: bool
+    ) -> bool:
+        """Position newly assigned partitions at the group's committed offsets; the rest are
+        left to ``auto.offset.reset``. Returns False when the lookup failed and will be
+        retried (those partitions must not be reset meanwhile)."""
+        awaiting = [tp for tp in missing if self._subs.state(tp).awaiting_committed]
+        if not awaiting:
+            return True
+        if self._coordinator is None:
+            for tp in awaiting:
+                self._subs.state(tp).awaiting_committed = False
+            return True
+        try:
+            committed = self._coordinator.committer.fetch_committed(
+                awaiting,
+                timeout_ms=self.config.default_api_timeout_ms
+                if raise_unknown
+                else self.config.request_timeout_ms,
+            )
+        except SparkMQError as exc:
+            if raise_unknown or not exc.retriable:
+                raise
+            log.warning("cannot read committed offsets of %s yet: %s", awaiting, exc)
+            self._reset_retry_at = time.monotonic() + self.config.retry_backoff_max_ms / 1000
+            return False
+        for tp in awaiting:
+            if not self._subs.is_assigned(tp):
+                continue
+            self._subs.state(tp).awaiting_committed = False
+            found = committed.get(tp)
+            if found is not None and self._subs.position(tp) is None:
+                self._subs.seek(tp, found.offset)
+        return True
 
     def _list_offsets(
         self, specs: Mapping[TopicPartition, int], *, isolation_level: int | None = None
@@ -361,11 +563,22 @@ class Consumer:
             raise UsageError("the consumer is closed")
 
     def close(self) -> None:
+        """Close the consumer. In a group: commit the positions (with auto-commit), revoke
+        the partitions (listener), and leave the group, except for a static member
+        (``group.instance.id``), which stays a member until its session times out, so a
+        restart within ``session.timeout.ms`` gets its partitions back without a
+        rebalance, as in Kafka."""
         if self._closed:
             return
         self._closed = True
-        self._fetcher.close()
-        self._cluster.close()
+        try:
+            if self._coordinator is not None:
+                self._coordinator.leave("the consumer is closing", closing=True)
+        finally:
+            if self._coordinator is not None:
+                self._coordinator.close()
+            self._fetcher.close()
+            self._cluster.close()
 
     def __enter__(self) -> Consumer:
         return self
@@ -375,4 +588,5 @@ class Consumer:
 
     def __repr__(self) -> str:
         where = self.config.path or self.config.bootstrap_servers
-        return f"Consumer({where!r}, assignment={sorted(self._subs.assignment())})"
+        group = f", group_id={self.config.group_id!r}" if self.config.group_id else ""
+        return f"Consumer({where!r}{group}, assignment={sorted(self._subs.assignment())})"

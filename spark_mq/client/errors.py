@@ -5,6 +5,10 @@
     RequestTimedOutError (retriable)
     ├── DeliveryTimeoutError        a record not acknowledged within delivery.timeout.ms
     └── BufferExhaustedError        send() waited max.block.ms for buffer.memory
+    ProtocolError
+    └── CommitFailedError           an offset commit the group refused: this member's
+                                    generation is stale (it was removed or the group
+                                    rebalanced); poll() rejoins, then commit again
 
 Everything a broker reports arrives as the class :func:`spark_mq.protocol.error_codes.
 error_from_code` maps its code to, so ``except UnknownTopicOrPartitionError`` works the same
@@ -13,7 +17,7 @@ for a local log and a broker.
 
 from __future__ import annotations
 
-from spark_mq.errors import OffsetOutOfRangeError, RequestTimedOutError
+from spark_mq.errors import OffsetOutOfRangeError, ProtocolError, RequestTimedOutError
 
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):
@@ -50,3 +54,26 @@ class BufferExhaustedError(RequestTimedOutError):
         super().__init__(message)
         self.buffer_memory = buffer_memory
         self.max_block_ms = max_block_ms
+
+
+class CommitFailedError(ProtocolError):
+    """The group coordinator refused an offset commit because the committing member is no
+    longer part of the generation that owns the partitions: it was removed (a session or
+    poll timeout), or the group rebalanced and the partitions may now belong to another
+    member. Nothing was committed. The records since the last successful commit will be
+    delivered again, to this member or another; call ``poll()`` to rejoin.
+
+    ``group_id``, ``generation_id`` and ``member_id`` are what the commit was sent with
+    (``generation_id`` -1 when the member had already lost its generation); ``reason`` is
+    the broker's error name (``ILLEGAL_GENERATION``, ``UNKNOWN_MEMBER_ID``,
+    ``REBALANCE_IN_PROGRESS``, ``FENCED_INSTANCE_ID``) or ``NOT_IN_GROUP``.
+    """
+
+    def __init__(
+        self, message: str, *, group_id: str, generation_id: int, member_id: str, reason: str
+    ) -> None:
+        super().__init__(message)
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.reason = reason

@@ -1,0 +1,351 @@
+"""``spark-mq groups list|describe|reset-offsets|delete``: consumer groups through
+:class:`~spark_mq.Admin`, like Kafka's ``kafka-consumer-groups``.
+
+``describe`` joins the group's description (state, members, assignment) with its committed
+offsets and each partition's end offset (the last stable offset: the end a ``read_committed``
+consumer reads to), giving the lag per partition. ``reset-offsets`` computes new committed
+offsets for one topic (all its partitions, or one) and, like Kafka, only prints the plan
+unless ``--execute`` is given; it refuses a group that has members, because their next
+commit would overwrite the reset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from typing import Any, Final
+
+from spark_mq import Admin, TopicPartition
+from spark_mq.cli_common import CliUsageError, any_int, endpoint, non_negative_int
+from spark_mq.cli_format import json_text, render_table
+from spark_mq.errors import GroupIdNotFoundError, NonEmptyGroupError, UsageError
+
+#: States in which a group's offsets may be reset (no member would overwrite them).
+_RESETTABLE = ("Empty", "Dead")
+
+
+def _admin(args: argparse.Namespace) -> Admin:
+    return Admin(**endpoint(args))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+# ---------------------------------------------------------------------------------------------
+# list
+
+
+def groups_list(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        listings = admin.list_groups(args.state or ())
+    if args.json:
+        print(
+            json_text(
+                [
+                    {"group": g.group_id, "state": g.state, "protocol_type": g.protocol_type}
+                    for g in listings
+                ]
+            )
+        )
+    elif listings:
+        rows = [(g.group_id, g.state, g.protocol_type or "-") for g in listings]
+        print(render_table(["group", "state", "protocol type"], rows))
+    else:
+        print("No groups.")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# describe
+
+
+def describe_document(admin: Admin, group_id: str) -> dict[str, Any]:
+    """Everything ``groups describe`` shows, as one JSON-ready document."""
+    description = admin.describe_group(group_id)
+    lag = admin.group_lag(group_id)
+    if description.state == "Dead" and not lag:
+        raise GroupIdNotFoundError(
+            f"group {group_id!r} does not exist (no members, no committed offsets); "
+            "list the groups with: spark-mq groups list"
+        )
+    return {
+        "group": group_id,
+        "state": description.state,
+        "protocol_type": description.protocol_type,
+        "protocol": description.protocol,
+        "generation": description.generation_id,
+        "coordinator": description.coordinator_id,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "host": m.host,
+                "assignment": [
+                    {"topic": tp.topic, "partition": tp.partition} for tp in m.assignment
+                ],
+            }
+            for m in description.members
+        ],
+        "partitions": [
+            {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "member_id": p.member_id,
+                "committed_offset": p.committed,
+                "end_offset": p.end_offset,
+                "lag": p.lag,
+            }
+            for tp, p in lag.items()
+        ],
+    }
+
+
+def _dash(value: int | None) -> int | None:
+    """None (printed as ``-``) for an unknown offset (None or -1)."""
+    return None if value is None or value < 0 else value
+
+
+def groups_describe(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        document = describe_document(admin, args.group)
+    if args.json:
+        print(json_text(document))
+        return 0
+    members = document["members"]
+    parts = document["partitions"]
+    total_lag = sum(p["lag"] or 0 for p in parts)
+    protocol = f", assignor {document['protocol']}" if document["protocol"] else ""
+    print(
+        f"Group {args.group}: {document['state']}{protocol}, generation "
+        f"{document['generation']}, {_plural(len(members), 'member')}, "
+        f"total lag {total_lag} (coordinator {document['coordinator']})"
+    )
+    if members:
+        print()
+        rows = [
+            [
+                m["member_id"],
+                m["group_instance_id"] or "-",
+                m["client_id"] or "-",
+                m["host"] or "-",
+                ",".join(f"{a['topic']}-{a['partition']}" for a in m["assignment"]) or "-",
+            ]
+            for m in members
+        ]
+        print(render_table(["member", "instance", "client id", "host", "partitions"], rows))
+    if parts:
+        print()
+        rows = [
+            [
+                p["topic"],
+                p["partition"],
+                _dash(p["committed_offset"]),
+                _dash(p["end_offset"]),
+                _dash(p["lag"]),
+                p["member_id"] or "-",
+            ]
+            for p in parts
+        ]
+        print(
+            render_table(["topic", "partition", "committed", "end offset", "lag", "member"], rows)
+        )
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# reset-offsets
+
+
+def parse_datetime_ms(text: str) -> int:
+    """An ISO 8601 date-time as ms since the epoch; without a zone it is UTC.
+
+    >>> parse_datetime_ms("1970-01-01T00:00:01.5Z"), parse_datetime_ms("1970-01-01T02:00+02:00")
+    (1500, 0)
+    """
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise CliUsageError(
+            f"--to-datetime {text!r} is not an ISO 8601 date-time, e.g. 2026-11-21T14:00:00Z"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def reset_plan(
+    admin: Admin, group_id: str, args: argparse.Namespace
+) -> list[tuple[TopicPartition, int | None, int]]:
+    """(partition, committed offset now, new offset) for every partition to reset."""
+    description = admin.describe_group(group_id)
+    if description.state not in _RESETTABLE:
+        raise NonEmptyGroupError(
+            f"group {group_id!r} is {description.state} with "
+            f"{_plural(len(description.members), 'member')}: offsets can only be reset while "
+            "the group is Empty; stop its consumers first"
+        )
+    count = admin.describe_topic(args.topic).partition_count
+    if args.partition is not None:
+        if args.partition >= count:
+            raise UsageError(
+                f"topic {args.topic!r} has no partition {args.partition} (it has {count})"
+            )
+        tps = [TopicPartition(args.topic, args.partition)]
+    else:
+        tps = [TopicPartition(args.topic, p) for p in range(count)]
+    current = admin.list_group_offsets(group_id, tps)
+    earliest = admin.list_offsets(dict.fromkeys(tps, "earliest"))
+    latest = admin.list_offsets(dict.fromkeys(tps, "latest"))
+    if args.to_datetime is not None:
+        at = admin.list_offsets(dict.fromkeys(tps, parse_datetime_ms(args.to_datetime)))
+    plan = []
+    for tp in tps:
+        low, high = earliest[tp].offset, latest[tp].offset
+        now = current[tp].offset if tp in current else None
+        if args.to_earliest:
+            target = low
+        elif args.to_latest:
+            target = high
+        elif args.to_offset is not None:
+            target = args.to_offset
+        elif args.to_datetime is not None:
+            found = at[tp].offset
+            target = high if found < 0 else found  # every record is older: the end
+        else:
+            if now is None:
+                raise UsageError(
+                    f"--shift-by: group {group_id!r} has no committed offset for {tp}; "
+                    "reset it with --to-earliest, --to-latest or --to-offset first"
+                )
+            target = now + args.shift_by
+        # Kafka's rule: a target outside the log is moved to its nearest end.
+        plan.append((tp, now, min(max(target, low), high)))
+    return plan
+
+
+def groups_reset_offsets(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        plan = reset_plan(admin, args.group, args)
+        if args.execute:
+            admin.alter_group_offsets(args.group, {tp: new for tp, _, new in plan})
+    if args.json:
+        print(
+            json_text(
+                {
+                    "group": args.group,
+                    "executed": bool(args.execute),
+                    "partitions": [
+                        {
+                            "topic": tp.topic,
+                            "partition": tp.partition,
+                            "current_offset": now,
+                            "new_offset": new,
+                        }
+                        for tp, now, new in plan
+                    ],
+                }
+            )
+        )
+    else:
+        rows = [[tp.topic, tp.partition, _dash(now), new] for tp, now, new in plan]
+        print(render_table(["topic", "partition", "current offset", "new offset"], rows))
+    if args.execute:
+        print(
+            f"Reset the offsets of group {args.group} for {_plural(len(plan), 'partition')}.",
+            file=sys.stderr,
+        )
+    else:
+        print("Dry run: nothing was changed; add --execute to apply.", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# delete
+
+
+def groups_delete(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        admin.delete_groups([args.group])
+    if args.json:
+        print(json_text({"group": args.group, "deleted": True}))
+    else:
+        print(f"Deleted group {args.group}.")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The parser
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``groups`` and its actions on the ``spark-mq`` command parser."""
+    groups = commands.add_parser(
+        "groups", help="list, describe, reset offsets of, delete consumer groups"
+    )
+    actions = groups.add_subparsers(dest="action", metavar="ACTION", required=True)
+    lst = actions.add_parser("list", parents=[common], help="list consumer groups")
+    lst.add_argument(
+        "--state",
+        action="append",
+        metavar="STATE",
+        help="only groups in this state (Empty, Stable, PreparingRebalance, ...; repeatable)",
+    )
+    lst.set_defaults(handler="groups_list")
+
+    describe = actions.add_parser(
+        "describe",
+        parents=[common],
+        help="state, members, assignment, committed offsets and lag of a group",
+    )
+    describe.add_argument("group")
+    describe.set_defaults(handler="groups_describe")
+
+    reset = actions.add_parser(
+        "reset-offsets",
+        parents=[common],
+        help="set a group's committed offsets (only while it has no members)",
+        description=(
+            "Compute new committed offsets for one topic of a group with no active members "
+            "and print them; --execute applies them (the default is a dry run, as with "
+            "kafka-consumer-groups). Targets outside the log move to its nearest end."
+        ),
+    )
+    reset.add_argument("group")
+    reset.add_argument("--topic", required=True, help="the topic whose offsets to reset")
+    reset.add_argument("--partition", type=non_negative_int, help="only this partition")
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true", help="the log start")
+    target.add_argument("--to-latest", action="store_true", help="the end (the last stable offset)")
+    target.add_argument("--to-offset", type=non_negative_int, metavar="N", help="offset N")
+    target.add_argument(
+        "--to-datetime",
+        metavar="ISO8601",
+        help="the first record at or after this time (UTC without a zone), e.g. "
+        "2026-11-21T14:00:00Z",
+    )
+    target.add_argument(
+        "--shift-by", type=any_int, metavar="N", help="the committed offset plus N (N < 0: back)"
+    )
+    mode = reset.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--dry-run", action="store_true", help="only print the new offsets (the default)"
+    )
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    reset.set_defaults(handler="groups_reset_offsets")
+
+    delete = actions.add_parser(
+        "delete", parents=[common], help="delete a group with no members, and its offsets"
+    )
+    delete.add_argument("group")
+    delete.set_defaults(handler="groups_delete")
+
+
+HANDLERS: Final = {
+    "groups_list": groups_list,
+    "groups_describe": groups_describe,
+    "groups_reset_offsets": groups_reset_offsets,
+    "groups_delete": groups_delete,
+}

@@ -1,0 +1,90 @@
+"""Finding a group's coordinator: FindCoordinator, retried while the broker is not ready.
+
+Any broker answers FindCoordinator with the node that owns the group's partition of
+``__consumer_offsets`` (its leader). COORDINATOR_NOT_AVAILABLE (the internal topic is being
+created or loaded, or its partition has no leader) and connection failures are retried
+with backoff until the deadline; anything else (INVALID_GROUP_ID, say) is raised at once.
+
+Used by the consumer (one lookup per coordinator change) and by ``Admin`` (one per group
+call). Threads: stateless; safe from any thread (the cluster's control connection is locked).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+from spark_mq.client.cluster import Cluster
+from spark_mq.client.connection import BrokerConnection
+from spark_mq.errors import RequestTimedOutError, SparkMQError
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.error_codes import ErrorCode, error_from_code
+from spark_mq.protocol.groups import FindCoordinatorRequest, FindCoordinatorResponse
+
+
+class CoordinatorInfo(NamedTuple):
+    """The coordinator of one group: its node id and where it listens."""
+
+    node_id: int
+    address: BrokerAddress
+
+
+def _address(response: FindCoordinatorResponse) -> BrokerAddress:
+    if response.host.startswith("unix:"):
+        return BrokerAddress.parse(response.host)
+    return BrokerAddress(response.host, response.port)
+
+
+def find_coordinator(
+    cluster: Cluster,
+    group_id: str,
+    *,
+    timeout_ms: int,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> CoordinatorInfo:
+    """The coordinator of ``group_id``; retriable errors are retried for ``timeout_ms``."""
+    deadline = clock() + timeout_ms / 1000
+    backoff_s = max(cluster.config.retry_backoff_ms, 1) / 1000
+    max_backoff_s = max(cluster.config.retry_backoff_max_ms / 1000, backoff_s)
+    while True:
+        error: SparkMQError
+        try:
+            # Each attempt gets the whole request timeout, even past the deadline: a caller
+            # with no time left (poll(timeout_ms=0)) still makes one attempt.
+            response: FindCoordinatorResponse = cluster.request(FindCoordinatorRequest(group_id))
+        except SparkMQError as exc:
+            if not exc.retriable:
+                raise
+            error = exc
+        else:
+            if response.error_code == ErrorCode.NONE:
+                return CoordinatorInfo(response.node_id, _address(response))
+            error = error_from_code(response.error_code, response.error_message)
+            if not error.retriable:
+                raise error
+        remaining = deadline - clock()
+        if remaining <= 0:
+            raise RequestTimedOutError(
+                f"no coordinator found for group {group_id!r} within {timeout_ms} ms "
+                f"(last error: {error}); is the broker up, and can it create "
+                "__consumer_offsets?"
+            ) from error
+        sleep(min(backoff_s, remaining))
+        backoff_s = min(backoff_s * 2, max_backoff_s)
+
+
+def connect_to_coordinator(
+    cluster: Cluster, conn: BrokerConnection, coordinator: CoordinatorInfo
+) -> None:
+    """Open ``conn`` to ``coordinator``. With ``path=DIR`` the cluster resolves the local
+    broker (starting it again if it died); with bootstrap servers the address the
+    FindCoordinator answer advertised is used."""
+    if conn.connected:
+        return
+    if cluster.config.path:
+        cluster.connect(conn)
+    else:
+        conn.address = coordinator.address
+        conn.connect()
