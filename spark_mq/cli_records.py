@@ -177,11 +177,14 @@ def consume(args: argparse.Namespace) -> int:
                 got = 0
                 for tp in sorted(polled):
                     for record in polled[tp]:
-                        writer.write(record)
+                        # Counted before it is written: once its line is out, a signal (a
+                        # reader stopping us after the last line) must not drop it from
+                        # the total printed below.
+                        count += 1
                         got += 1
+                        writer.write(record)
                 if got:
                     writer.flush()
-                    count += got
                     last_record_s = time.monotonic()
                 if args.max_messages is not None and count >= args.max_messages:
                     break

@@ -19,7 +19,7 @@ import socket
 from pathlib import Path
 
 from spark_mq.broker.config import Listener, advertised
-from spark_mq.broker.connection import READ_AHEAD_BYTES, Connection
+from spark_mq.broker.connection import Connection, FrameBufferPool
 from spark_mq.broker.core import BrokerCore
 from spark_mq.protocol.address import BrokerAddress
 
@@ -28,7 +28,7 @@ logger = logging.getLogger("spark_mq.broker.server")
 
 def _bind_tcp(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
@@ -50,6 +50,8 @@ class BrokerServer:
         self.stopping = False
         self.stop_reason: str | None = None
         self.connections: set[Connection] = set()
+        #: Buffers of large request frames, shared by the connections.
+        self.frame_buffers = FrameBufferPool()
         self.addresses: list[BrokerAddress] = []
         self.unix_path: str | None = None
         self._servers: list[asyncio.Server] = []
@@ -61,6 +63,7 @@ class BrokerServer:
 
     async def start(self) -> list[BrokerAddress]:
         """Bind every listener; returns the advertised addresses (real ports filled in)."""
+        loop = asyncio.get_running_loop()
         for listener in self._listeners:
             if listener.scheme == "UNIX":
                 path = listener.unix_path or self._default_unix_path
@@ -70,8 +73,8 @@ class BrokerServer:
                     if Path(path).is_socket():
                         os.unlink(path)
                 address = BrokerAddress(unix_path=path)
-                server = await asyncio.start_unix_server(
-                    functools.partial(self._accept, address), path=path, limit=READ_AHEAD_BYTES
+                server = await loop.create_unix_server(
+                    functools.partial(Connection, self, address), path=path
                 )
                 os.chmod(path, 0o600)  # only the owner's processes may talk to the broker
                 self.unix_path = path
@@ -82,8 +85,8 @@ class BrokerServer:
                 address = advertised(
                     listener, BrokerAddress(host=listener.host, port=sock.getsockname()[1])
                 )
-                server = await asyncio.start_server(
-                    functools.partial(self._accept, address), sock=sock, limit=READ_AHEAD_BYTES
+                server = await loop.create_server(
+                    functools.partial(Connection, self, address), sock=sock
                 )
             self._servers.append(server)
             self.addresses.append(address)
@@ -92,22 +95,6 @@ class BrokerServer:
         if idle_exit_ms is not None:
             self._tasks.append(asyncio.create_task(self._exit_when_idle(idle_exit_ms)))
         return self.addresses
-
-    async def _accept(
-        self, address: BrokerAddress, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        if self.stopping:
-            writer.close()
-            return
-        conn = Connection(self, reader, writer, address)
-        conn.task = asyncio.current_task()
-        self.connections.add(conn)
-        self.core.touch()
-        try:
-            await conn.run()
-        finally:
-            self.connections.discard(conn)
-            self.core.touch()
 
     # -----------------------------------------------------------------------------------------
     # Housekeeping

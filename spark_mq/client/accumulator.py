@@ -203,51 +203,97 @@ class RecordAccumulator:
         callback: Callback | None,
     ) -> FutureRecordMetadata:
         """Add one record to its partition's open batch; returns its future."""
-        wake = False
-        with self.lock:
-            if self._used + size > self._buffer_memory and self._used:
-                self._wait_for_space(size)
-            tp = (topic, partition)
+        tp = (topic, partition)
+        lock = self.lock
+        lock.acquire()
+        try:
             batch = self._open.get(tp)
-            if batch is None or (
-                batch.size + size > self._batch_size
-                and batch.record_count
-                and (batch.size + size > self._max_batch_bytes or not self._queues.get(tp))
+            # The common case, in as few steps as possible (this runs once per send()): a
+            # keyless record without headers or callback that stays in the open batch
+            # without filling it, or that grows it while earlier batches are queued.
+            if (
+                batch is not None
+                and key is None
+                and headers is None
+                and callback is None
+                and batch.keys is None
+                and batch.headers is None
+                and self._used + size <= self._buffer_memory
+                and (
+                    batch.size + size < self._batch_size
+                    or (batch.size + size <= self._max_batch_bytes and self._queues.get(tp))
+                )
             ):
-                if batch is not None:
-                    self._close(tp, batch)
-                batch = self._open[tp] = ProducerBatch(topic, partition, self._clock())
-                self._incomplete.add(batch)
-                wake = True
-            index = batch.record_count
-            batch.record_count = index + 1
-            batch.values.append(value)
-            batch.timestamps.append(timestamp_ms)
-            if key is not None:
-                if batch.keys is None:
-                    batch.keys = [None] * index
-                batch.keys.append(key)
-            elif batch.keys is not None:
-                batch.keys.append(None)
-            if headers is not None:
-                if batch.headers is None:
-                    batch.headers = [None] * index
-                batch.headers.append(headers)
-            elif batch.headers is not None:
-                batch.headers.append(None)
-            if callback is not None:
-                if batch.callbacks is None:
-                    batch.callbacks = []
-                batch.callbacks.append((index, callback))
-            batch.size += size
-            self._used += size
-            if batch.size >= self._batch_size and not self._queues.get(tp):
-                self._close(tp, batch)
-                wake = True
-            future = FutureRecordMetadata(batch.result, index, timestamp_ms)
+                index = batch.record_count
+                batch.record_count = index + 1
+                batch.values.append(value)
+                batch.timestamps.append(timestamp_ms)
+                batch.size += size
+                self._used += size
+                return FutureRecordMetadata(batch.result, index, timestamp_ms)
+            future, wake = self._append_slow(
+                tp, batch, timestamp_ms, key, value, headers, size, callback
+            )
+        finally:
+            lock.release()
         if wake:
             self.wakeup()
         return future
+
+    def _append_slow(  # noqa: PLR0917
+        self,
+        tp: TP,
+        batch: ProducerBatch | None,
+        timestamp_ms: float,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Any,
+        size: int,
+        callback: Callback | None,
+    ) -> tuple[FutureRecordMetadata, bool]:
+        """:meth:`append` in full (under the lock): waits for buffer space, opens and closes
+        batches, keys, headers and callbacks. Returns the future and whether to wake the
+        sender."""
+        wake = False
+        if self._used + size > self._buffer_memory and self._used:
+            self._wait_for_space(size)
+            batch = self._open.get(tp)  # the sender may have closed it meanwhile
+        if batch is None or (
+            batch.size + size > self._batch_size
+            and batch.record_count
+            and (batch.size + size > self._max_batch_bytes or not self._queues.get(tp))
+        ):
+            if batch is not None:
+                self._close(tp, batch)
+            batch = self._open[tp] = ProducerBatch(tp[0], tp[1], self._clock())
+            self._incomplete.add(batch)
+            wake = True
+        index = batch.record_count
+        batch.record_count = index + 1
+        batch.values.append(value)
+        batch.timestamps.append(timestamp_ms)
+        if key is not None:
+            if batch.keys is None:
+                batch.keys = [None] * index
+            batch.keys.append(key)
+        elif batch.keys is not None:
+            batch.keys.append(None)
+        if headers is not None:
+            if batch.headers is None:
+                batch.headers = [None] * index
+            batch.headers.append(headers)
+        elif batch.headers is not None:
+            batch.headers.append(None)
+        if callback is not None:
+            if batch.callbacks is None:
+                batch.callbacks = []
+            batch.callbacks.append((index, callback))
+        batch.size += size
+        self._used += size
+        if batch.size >= self._batch_size and not self._queues.get(tp):
+            self._close(tp, batch)
+            wake = True
+        return FutureRecordMetadata(batch.result, index, timestamp_ms), wake
 
     def append_encoded(
         self, topic: str, partition: int, encoded: bytes, record_count: int

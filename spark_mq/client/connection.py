@@ -11,7 +11,9 @@ checked against ``receive.message.max.bytes`` before anything of it is kept. Sma
 decoded in place (their records section, if any, is copied out because the buffer is reused);
 a frame larger than half the buffer, typically a fetch response, gets a buffer of its own that
 it is read into directly and then handed over whole, so Arrow arrays decoded from its records
-reference it with no copy.
+reference it with no copy. That buffer is allocated without zeroing it (numpy ``empty``), and
+after a large frame the next read takes only the next size prefix, so that a run of fetch
+responses is not first read into the receive buffer and copied out again.
 
 A connection that fails (the peer closed it, a socket error, a timeout writing) raises
 :class:`~spark_mq.errors.NetworkError` (retriable) and is closed; :meth:`close` returns the
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import msgspec
+import numpy as np
 
 from spark_mq.errors import CorruptFrameError, NetworkError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
@@ -109,8 +112,10 @@ class BrokerConnection:
         self._start = 0
         self._end = 0
         # A frame being read into its own buffer: (buffer, bytes filled so far).
-        self._big: bytearray | None = None
+        self._big: memoryview | None = None
         self._big_filled = 0
+        # The last frame was large: read just the next size prefix first.
+        self._expect_big = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -128,6 +133,10 @@ class BrokerConnection:
                 if size > 0:
                     with contextlib.suppress(OSError):
                         sock.setsockopt(socket.SOL_SOCKET, option, size)
+            # Non-blocking: reads happen only when select() said readable, and writes wait
+            # with select() only when the send buffer is full. A socket with a timeout would
+            # poll() before every send and recv, a second system call each time.
+            sock.setblocking(False)
             self._sock = sock
 
     @property
@@ -189,11 +198,15 @@ class BrokerConnection:
         sock = self._sock
         assert sock is not None
         views = [memoryview(b).cast("B") for b in buffers if len(b)]
+        deadline: float | None = None
         try:
-            sock.settimeout(self._request_timeout_s)
             while views:
-                sent = sock.sendmsg(views[:_MAX_IOV])
+                try:
+                    sent = sock.sendmsg(views[:_MAX_IOV])
+                except (BlockingIOError, InterruptedError):
+                    sent = 0
                 # Drop what was written; a partial write leaves the tail of one buffer.
+                full = sent < sum(len(v) for v in views[:_MAX_IOV])
                 while sent and views:
                     first = views[0]
                     if sent >= len(first):
@@ -202,7 +215,19 @@ class BrokerConnection:
                     else:
                         views[0] = first[sent:]
                         sent = 0
-        except OSError as exc:
+                if views and full:
+                    # The send buffer is full: wait until the broker reads, at most the
+                    # request timeout in all.
+                    now = time.monotonic()
+                    if deadline is None:
+                        deadline = now + self._request_timeout_s
+                    if now >= deadline:
+                        raise TimeoutError(
+                            f"the broker read nothing for request.timeout.ms="
+                            f"{round(self._request_timeout_s * 1000)}"
+                        )
+                    select.select([], [sock], [], deadline - now)
+        except (OSError, ValueError) as exc:
             self._fail(exc, "writing a request")
 
     def _fail(self, exc: BaseException, doing: str) -> NoReturn:
@@ -248,6 +273,10 @@ class BrokerConnection:
         while self._in_flight:
             response = self._parse_one()
             if response is None:
+                # The first read of a large frame takes its size only; the rest is usually
+                # waiting in the socket already, so read on rather than select again.
+                if self._big is not None and self._read_some():
+                    continue
                 break
             out.append(response)
         return out
@@ -278,29 +307,35 @@ class BrokerConnection:
             self._fail(exc, "waiting for a response")
         return bool(readable)
 
-    def _read_some(self) -> None:
-        """One ``recv_into``: into the current big frame, or the receive buffer."""
+    def _read_some(self) -> int:
+        """One ``recv_into``: into the current big frame, or the receive buffer. Returns the
+        bytes read (0 when nothing was there)."""
         sock = self._sock
         if sock is None:
             raise NetworkError(f"connection to broker {self.address} is closed")
         try:
-            sock.settimeout(self._request_timeout_s)
             if self._big is not None:
                 if self._big_filled == len(self._big):
-                    return  # complete, waiting to be parsed
-                n = sock.recv_into(memoryview(self._big)[self._big_filled :])
+                    return 0  # complete, waiting to be parsed
+                n = sock.recv_into(self._big[self._big_filled :])
                 self._big_filled += n
             else:
                 if self._end == len(self._buf):
                     self._compact()
                 # Frames over half the buffer get their own, so unparsed bytes never fill it.
                 assert self._end < len(self._buf), "receive buffer full of unparsed bytes"
-                n = sock.recv_into(self._view[self._end :])
+                want = len(self._buf) - self._end
+                if self._expect_big and self._end - self._start < SIZE.size:
+                    want = min(want, self._start + SIZE.size - self._end)
+                n = sock.recv_into(self._view[self._end :], want)
                 self._end += n
+        except (BlockingIOError, InterruptedError):
+            return 0  # not readable after all (a spurious wake-up)
         except OSError as exc:
             self._fail(exc, "reading a response")
         if n == 0:
             self._fail(ConnectionResetError("the broker closed the connection"), "reading")
+        return n
 
     def _compact(self) -> None:
         """Move the unparsed bytes to the front of the receive buffer."""
@@ -316,7 +351,7 @@ class BrokerConnection:
             if self._big_filled < len(big):
                 return None
             self._big = None
-            return self._decode(memoryview(big), owned=True)
+            return self._decode(big, owned=True)
         available = self._end - self._start
         if available < SIZE.size:
             if self._start and self._start == self._end:
@@ -328,9 +363,10 @@ class BrokerConnection:
         except CorruptFrameError as exc:
             self._fail(exc, "reading a frame size (over receive.message.max.bytes?)")
         begin = start + SIZE.size
-        if size > len(self._buf) // 2:
+        self._expect_big = size > len(self._buf) // 2
+        if self._expect_big:
             # A large frame: read it into a buffer of its own, starting with what we have.
-            big = bytearray(size)
+            big = np.empty(size, dtype=np.uint8).data
             have = min(available - SIZE.size, size)
             big[:have] = self._view[begin : begin + have]
             self._start = begin + have

@@ -128,6 +128,9 @@ class Producer:
             buffer_memory=cfg.buffer_memory,
             max_block_ms=cfg.max_block_ms,
         )
+        # Bound once: send() runs per record, and each attribute lookup there shows.
+        self._partition = self._partitioner.partition
+        self._append = self._accumulator.append
         self._sender = Sender(
             cfg, self._accumulator, self._cluster, self._interceptors, on_fatal=self._failed
         )
@@ -179,10 +182,10 @@ class Producer:
         if count is None:
             count = self._wait_for_topic(topic)
         if partition is None:
-            partition = self._partitioner.partition(topic, key, count, size)
+            partition = self._partition(topic, key, count, size)
         elif not 0 <= partition < count:
             check_partition(topic, partition, count)
-        return self._accumulator.append(
+        return self._append(
             topic,
             partition,
             _time() * 1000.0 if timestamp_ms is None else timestamp_ms,

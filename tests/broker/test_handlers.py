@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -93,9 +94,10 @@ def test_append_stamps_the_leader_epoch_and_moves_the_high_watermark(core):
     assert [h.partition_leader_epoch for h in headers] == [2]
 
 
-def test_large_requests_append_on_the_executor_with_the_same_result(core):
-    values = [b"v" * 1000] * (INLINE_APPEND_MAX_BYTES // 1000 + 10)
-    data = encode_batch(pa.array(values))
+def test_large_compressed_requests_append_on_the_executor_with_the_same_result(core):
+    rng = np.random.default_rng(3)  # incompressible, so the compressed request stays large
+    values = [rng.bytes(1000) for _ in range(INLINE_APPEND_MAX_BYTES // 1000 + 10)]
+    data = encode_batch(pa.array(values), codec="zstd")
     assert len(data) >= INLINE_APPEND_MAX_BYTES
     response = asyncio.run(produce_to(core, "big", data))
     assert response.body.topics[0].partitions[0].base_offset == 0

@@ -15,24 +15,35 @@ from spark_mq.errors import BrokerNotAvailableError, NetworkError, UnsupportedVe
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import encode_frame_error, encode_response
 from spark_mq.protocol.fetch import FetchPartitionResponse, FetchResponse, FetchTopicResponse
-from spark_mq.protocol.framing import SIZE, decode_request
+from spark_mq.protocol.framing import SIZE, RequestFrame, decode_request
 from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
+from spark_mq.protocol.produce import (
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+    ProduceTopic,
+)
 
 Script = Callable[[socket.socket], object]
-Peer = Callable[[Script], BrokerConnection]
+Peer = Callable[..., BrokerConnection]
+
+
+def exactly(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        assert chunk, "client closed"
+        buf += chunk
+    return bytes(buf)
+
+
+def read_request(sock: socket.socket) -> RequestFrame:
+    (size,) = SIZE.unpack(exactly(sock, SIZE.size))
+    return decode_request(exactly(sock, size))
 
 
 def read_request_id(sock: socket.socket) -> int:
-    def exactly(n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            assert chunk, "client closed"
-            buf += chunk
-        return buf
-
-    (size,) = SIZE.unpack(exactly(SIZE.size))
-    return decode_request(exactly(size)).header.correlation_id
+    return read_request(sock).header.correlation_id
 
 
 def metadata_reply(correlation_id: int, cluster_id: str = "c") -> bytes:
@@ -51,7 +62,7 @@ def peer(tmp_path: Path) -> Iterator[Peer]:
     threads: list[threading.Thread] = []
     conns: list[BrokerConnection] = []
 
-    def start(script: Script) -> BrokerConnection:
+    def start(script: Script, request_timeout_ms: int = 5000) -> BrokerConnection:
         def run() -> None:
             sock, _ = server.accept()
             with sock:
@@ -60,7 +71,9 @@ def peer(tmp_path: Path) -> Iterator[Peer]:
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         threads.append(thread)
-        conn = BrokerConnection(BrokerAddress(unix_path=path), request_timeout_ms=5000)
+        conn = BrokerConnection(
+            BrokerAddress(unix_path=path), request_timeout_ms=request_timeout_ms
+        )
         conns.append(conn)
         return conn
 
@@ -109,6 +122,71 @@ def test_a_frame_larger_than_the_buffer_is_read_into_its_own(peer: Peer) -> None
     assert response is not None and bytes(response.records) == records
     # The receive buffer is still usable for the small frames after it.
     assert conn.request(MetadataRequest([])).cluster_id == "c"
+
+
+def test_large_frames_back_to_back_and_a_small_one_after_them(peer: Peer) -> None:
+    # After a large frame the connection reads just the next size prefix, then the frame
+    # straight into a buffer of its own.
+    first = bytes(range(256)) * (RECEIVE_BUFFER_BYTES // 256)
+    second = bytes(reversed(first)) * 2
+
+    def fetch_reply(cid: int, records: bytes) -> bytes:
+        part = FetchPartitionResponse(0, 0, 1, 1, 0, len(records))
+        body = FetchResponse(0, [FetchTopicResponse("t", [part])])
+        head, encoded = encode_response(body, correlation_id=cid, records_len=len(records))
+        return head + encoded + records
+
+    def script(sock: socket.socket) -> None:
+        ids = [read_request_id(sock) for _ in range(3)]
+        sock.sendall(
+            fetch_reply(ids[0], first) + fetch_reply(ids[1], second) + metadata_reply(ids[2])
+        )
+        sock.recv(1)
+
+    from spark_mq.protocol.fetch import FetchRequest
+
+    conn = peer(script)
+    conn.send(FetchRequest(0, 0, 1, []))
+    conn.send(FetchRequest(0, 0, 1, []))
+    conn.send(MetadataRequest([]))
+    responses = [conn.receive(5) for _ in range(3)]
+    assert [bytes(r.records) for r in responses[:2] if r is not None] == [first, second]
+    assert responses[2] is not None and responses[2].body.cluster_id == "c"
+
+
+def produce_request(records: bytes) -> ProduceRequest:
+    return ProduceRequest(1, 1000, [ProduceTopic("t", [ProducePartition(0, len(records))])])
+
+
+def test_a_request_larger_than_the_socket_buffers_is_written_whole(peer: Peer) -> None:
+    records = bytes(range(256)) * (16 * 1024 * 1024 // 256)  # many times any socket buffer
+    received: list[bytes] = []
+
+    def script(sock: socket.socket) -> None:
+        request = read_request(sock)
+        received.append(bytes(request.records))
+        head, body = encode_response(
+            ProduceResponse([]), correlation_id=request.header.correlation_id
+        )
+        sock.sendall(head + body)
+        sock.recv(1)
+
+    conn = peer(script)
+    conn.send(produce_request(records), records=[records[:1000], records[1000:]])
+    assert conn.receive(5) is not None
+    assert received == [records]
+
+
+def test_a_request_the_broker_never_reads_fails_retriably(peer: Peer) -> None:
+    done = threading.Event()
+    conn = peer(lambda sock: done.wait(30), request_timeout_ms=100)
+    records = bytes(64 * 1024 * 1024)  # more than the kernel buffers
+    try:
+        with pytest.raises(NetworkError, match="writing a request") as info:
+            conn.send(produce_request(records), records=[records], context="lost")
+        assert info.value.retriable and not conn.connected
+    finally:
+        done.set()
 
 
 def test_a_frame_error_becomes_the_typed_error(peer: Peer) -> None:
