@@ -61,7 +61,7 @@ import numpy as np
 
 # Machine facts and the doc writer are shared with the storage benchmark next to this file,
 # whose import also makes spark_mq importable from the repository when it is not installed.
-from bench_storage import command_line, cpu_model, loadavg, mem_total, version
+from bench_storage import command_line, common_facts, loadavg, section_header
 from bench_storage import write_section as shared_write_section
 
 MIB = 1024 * 1024
@@ -718,20 +718,8 @@ def markdown_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], numeri
 
 
 def machine_facts(work: Path, redis_version: str) -> list[tuple[str, str]]:
-    import platform
-
     return [
-        ("nproc", str(len(os.sched_getaffinity(0)))),
-        ("CPU", cpu_model()),
-        ("RAM", mem_total()),
-        ("kernel", platform.release()),
-        ("Python", platform.python_version()),
-        (
-            "packages",
-            ", ".join(
-                f"{d} {version(d)}" for d in ("pyarrow", "numpy", "msgspec", "redis", "hiredis")
-            ),
-        ),
+        *common_facts(("pyarrow", "numpy", "msgspec", "redis", "hiredis")),
         ("redis-server", redis_version),
         ("bench directory", f"{work} (deleted at the end)"),
     ]
@@ -785,19 +773,14 @@ def render_markdown(
     ceiling = _ceiling_mbps(results)
     out = [
         SECTION_BEGIN,
-        "## Clients: Producer and Consumer",
-        "",
-        f"Command (from the repository root): `{command}`",
-        "",
-        f"Date: {started:%Y-%m-%d %H:%M %Z}; the run took {elapsed:.0f} s.",
-        "",
-        "Machine:",
-        "",
-        *(f"- {k}: {v}" for k, v in facts),
-        f"- load average (1/5/15 min) at start: {load[0]}; at end: {load[1]}",
-        "",
-        "Method:",
-        "",
+        *section_header(
+            "Clients: Producer and Consumer",
+            command=command,
+            started=started,
+            elapsed=elapsed,
+            facts=facts,
+            load=load,
+        ),
         *method_lines(settings),
         *(f"- Note: {n}" for n in results.notes),
         "",

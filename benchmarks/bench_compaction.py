@@ -34,9 +34,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.metadata
-import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -54,7 +51,7 @@ import pyarrow as pa  # noqa: E402
 
 # Machine facts, the command line and the docs section writer are shared with the storage
 # benchmark next to this file (run from the repository root, as the docs say).
-from bench_storage import command_line, cpu_model, mem_total  # noqa: E402
+from bench_storage import command_line, common_facts, section_header  # noqa: E402
 from bench_storage import write_section as shared_write_section  # noqa: E402
 
 from spark_mq.storage.log import PartitionLog  # noqa: E402
@@ -254,29 +251,15 @@ def render(
     took_s: float,
 ) -> str:
     txn = sorted(transactionals, key=lambda r: r.mb_per_second)[len(transactionals) // 2]
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    versions = ", ".join(
-        f"{d} {importlib.metadata.version(d)}" for d in ("pyarrow", "numpy", "crc32c")
-    )
     lines = [
         SECTION_BEGIN,
-        "## Log compaction",
-        "",
-        f"Command (from the repository root): `{command_line()}`",
-        "",
-        f"Date: {now}; the run took {took_s:.0f} s.",
-        "",
-        "Machine:",
-        "",
-        f"- nproc: {len(os.sched_getaffinity(0))}",
-        f"- CPU: {cpu_model()}",
-        f"- RAM: {mem_total()}",
-        f"- kernel: {platform.release()}",
-        f"- Python: {platform.python_version()}",
-        f"- packages: {versions}",
-        "",
-        "Method:",
-        "",
+        *section_header(
+            "Log compaction",
+            command=command_line(),
+            started=datetime.datetime.now(datetime.UTC),
+            elapsed=took_s,
+            facts=common_facts(("pyarrow", "numpy", "crc32c")),
+        ),
         f"- Log: {size / 1e6:,.1f} MB, {records:,} records of a `key-%08d` key drawn uniformly "
         f"from {args.keys:,} keys and a {args.value_bytes}-byte value, batches of "
         f"{args.batch_records:,} records, codec {args.codec}, segment.bytes "

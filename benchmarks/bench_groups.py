@@ -40,8 +40,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import os
-import platform
 import random
 import shutil
 import statistics
@@ -56,7 +54,7 @@ import numpy as np
 
 # Machine facts are shared with the storage benchmark next to this file, whose import also
 # makes spark_mq importable from the repository when it is not installed.
-from bench_storage import command_line, cpu_model, loadavg, mem_total, version
+from bench_storage import command_line, common_facts, loadavg, section_header
 from bench_storage import write_section as shared_write_section
 
 from spark_mq import Admin, Consumer, ConsumerRebalanceListener, TopicPartition
@@ -323,14 +321,7 @@ def commit_table(rows: list[CommitRow]) -> str:
 
 
 def machine_facts() -> list[tuple[str, str]]:
-    return [
-        ("nproc", str(len(os.sched_getaffinity(0)))),
-        ("CPU", cpu_model()),
-        ("RAM", mem_total()),
-        ("kernel", platform.release()),
-        ("Python", platform.python_version()),
-        ("packages", ", ".join(f"{d} {version(d)}" for d in ("pyarrow", "msgspec"))),
-    ]
+    return common_facts(("pyarrow", "msgspec"))
 
 
 def render_markdown(
@@ -345,20 +336,15 @@ def render_markdown(
 ) -> str:
     out = [
         SECTION_BEGIN,
-        "## Consumer groups: rebalances and offset commits",
-        "",
-        f"Command (from the repository root): `{command}`"
-        + (" (**--quick smoke run**)" if settings.quick else ""),
-        "",
-        f"Date: {started.strftime('%Y-%m-%d %H:%M %Z')}; the run took {elapsed:.0f} s.",
-        "",
-        "Machine:",
-        "",
-        *(f"- {k}: {v}" for k, v in machine_facts()),
-        f"- load average (1/5/15 min) at start: {load[0]}; at end: {load[1]}",
-        "",
-        "Method:",
-        "",
+        *section_header(
+            "Consumer groups: rebalances and offset commits",
+            command=command,
+            started=started,
+            elapsed=elapsed,
+            facts=machine_facts(),
+            load=load,
+            note=" (**--quick smoke run**)" if settings.quick else "",
+        ),
         "- One embedded local broker (`path=`, Unix socket) with "
         "`group.initial.rebalance.delay.ms=0` (the default 3000 would add 3 s to the first "
         "rebalance of an empty group by design) and `log.index.size.max.bytes=65536` (disk "

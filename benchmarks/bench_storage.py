@@ -256,6 +256,46 @@ def sources_digest() -> str:
     return h.hexdigest()[:12] + where
 
 
+def common_facts(packages: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The machine facts every benchmark reports: CPUs, memory, kernel, Python, packages."""
+    return [
+        ("nproc", str(len(os.sched_getaffinity(0)))),
+        ("CPU", cpu_model()),
+        ("RAM", mem_total()),
+        ("kernel", platform.release()),
+        ("Python", platform.python_version()),
+        ("packages", ", ".join(f"{d} {version(d)}" for d in packages)),
+    ]
+
+
+def section_header(
+    title: str,
+    *,
+    command: str,
+    started: datetime.datetime,
+    elapsed: float,
+    facts: list[tuple[str, str]],
+    load: tuple[str, str] | None = None,
+    note: str = "",
+) -> list[str]:
+    """The opening lines every benchmark's section of docs/benchmarks.md shares: title,
+    command, date, machine facts, load; they end where the section's method list begins."""
+    lines = [
+        f"## {title}",
+        "",
+        f"Command (from the repository root): `{command}`{note}",
+        "",
+        f"Date: {started.strftime('%Y-%m-%d %H:%M %Z')}; the run took {elapsed:.0f} s.",
+        "",
+        "Machine:",
+        "",
+        *(f"- {k}: {v}" for k, v in facts),
+    ]
+    if load is not None:
+        lines.append(f"- load average (1/5/15 min) at start: {load[0]}; at end: {load[1]}")
+    return [*lines, "", "Method:", ""]
+
+
 def machine_facts(
     work_dir: Path, settings: Settings, cold_permitted: bool
 ) -> list[tuple[str, str]]:
@@ -272,17 +312,7 @@ def machine_facts(
         )
     )
     return [
-        ("nproc", str(len(os.sched_getaffinity(0)))),
-        ("CPU", cpu_model()),
-        ("RAM", mem_total()),
-        ("kernel", platform.release()),
-        ("Python", platform.python_version()),
-        (
-            "packages",
-            ", ".join(
-                f"{d} {version(d)}" for d in ("pyarrow", "numpy", "lz4", "zstandard", "crc32c")
-            ),
-        ),
+        *common_facts(("pyarrow", "numpy", "lz4", "zstandard", "crc32c")),
         (
             "bench directory",
             f"{work_dir} (deleted at the end) on {filesystem_of(work_dir)}; "
@@ -813,20 +843,15 @@ def render_markdown(
     read_rows = [r for r in rows if "append" not in r.op]
     out = [
         SECTION_BEGIN,
-        "## Storage engine",
-        "",
-        f"Command (from the repository root): `{command}`"
-        + (" (**--quick smoke run: small data, scaled recovery**)" if settings.quick else ""),
-        "",
-        f"Date: {started.strftime('%Y-%m-%d %H:%M %Z')}; the run took {elapsed:.0f} s.",
-        "",
-        "Machine:",
-        "",
-        *(f"- {k}: {v}" for k, v in facts),
-        f"- load average (1/5/15 min) at start: {load[0]}; at end: {load[1]}",
-        "",
-        "Method:",
-        "",
+        *section_header(
+            "Storage engine",
+            command=command,
+            started=started,
+            elapsed=elapsed,
+            facts=facts,
+            load=load,
+            note=" (**--quick smoke run: small data, scaled recovery**)" if settings.quick else "",
+        ),
         *(f"- {line}" for line in method_lines(settings, recovery)),
         "",
         "### Goals",

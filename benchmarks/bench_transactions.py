@@ -41,7 +41,6 @@ import datetime
 import functools
 import gc
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -58,13 +57,12 @@ import numpy as np
 from bench_storage import (
     batch_arrays,
     command_line,
-    cpu_model,
+    common_facts,
     filesystem_of,
     loadavg,
-    mem_total,
+    section_header,
     sources_digest,
     text_pool,
-    version,
 )
 from bench_storage import write_section as shared_write_section
 
@@ -442,15 +440,7 @@ def goal_lines(rows: list[Row]) -> list[str]:
 def machine_facts(work: Path) -> list[tuple[str, str]]:
     same_fs = os.stat(work).st_dev == os.stat(REPO).st_dev
     return [
-        ("nproc", str(len(os.sched_getaffinity(0)))),
-        ("CPU", cpu_model()),
-        ("RAM", mem_total()),
-        ("kernel", platform.release()),
-        ("Python", platform.python_version()),
-        (
-            "packages",
-            ", ".join(f"{d} {version(d)}" for d in ("pyarrow", "numpy", "lz4", "crc32c")),
-        ),
+        *common_facts(("pyarrow", "numpy", "lz4", "crc32c")),
         (
             "bench directory",
             f"{work} (deleted at the end) on {filesystem_of(work)}; "
@@ -509,20 +499,15 @@ def render_markdown(
     ]
     out = [
         SECTION_BEGIN,
-        "## Transactions: read_committed vs read_uncommitted",
-        "",
-        f"Command (from the repository root): `{command}`"
-        + (" (**--quick smoke run: small logs**)" if settings.quick else ""),
-        "",
-        f"Date: {started.strftime('%Y-%m-%d %H:%M %Z')}; the run took {elapsed:.0f} s.",
-        "",
-        "Machine:",
-        "",
-        *(f"- {k}: {v}" for k, v in facts),
-        f"- load average (1/5/15 min) at start: {load[0]}; at end: {load[1]}",
-        "",
-        "Method:",
-        "",
+        *section_header(
+            "Transactions: read_committed vs read_uncommitted",
+            command=command,
+            started=started,
+            elapsed=elapsed,
+            facts=facts,
+            load=load,
+            note=" (**--quick smoke run: small logs**)" if settings.quick else "",
+        ),
         *(f"- {line}" for line in method_lines(settings)),
         "",
         "Logs:",
