@@ -16,6 +16,7 @@ from spark_mq.broker.config import (
     parse_properties,
     read_properties_file,
 )
+from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.main import load_config, parse_args
 from spark_mq.errors import ConfigError
 from spark_mq.storage.log_config import LogConfig
@@ -158,6 +159,7 @@ def test_example_file_is_valid_and_documents_the_defaults():
     cfg = ServerConfig.from_properties(props)
     assert cfg.broker.listeners == ("PLAINTEXT://127.0.0.1:9092", "UNIX://")
     assert cfg.log_defaults == LogConfig()
+    assert cfg.groups == GroupConfig()
 
 
 def test_command_line_overrides_the_file(tmp_path):
