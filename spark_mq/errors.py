@@ -451,6 +451,20 @@ class ConcurrentTransactionsError(ProtocolError):
     error_code = 51
 
 
+class TransactionalIdNotFoundError(ProtocolError):
+    """The transaction coordinator knows no such transactional id (never used, or expired
+    after ``transactional.id.expiration.ms``)."""
+
+    error_code = 105
+
+
+class TransactionAbortableError(ProtocolError):
+    """The current transaction cannot commit (a send failed, or the coordinator aborted it
+    on timeout): call ``abort_transaction()`` and start a new one."""
+
+    error_code = 120
+
+
 class CoordinatorNotAvailableError(ProtocolError):
     """The group or transaction coordinator is not available yet."""
 

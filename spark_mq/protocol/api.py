@@ -29,6 +29,7 @@ from spark_mq.protocol import (
     offsets,
     produce,
     producer_id,
+    transactions,
 )
 from spark_mq.protocol.framing import (
     RequestFrame,
@@ -64,6 +65,17 @@ class ApiKey(enum.IntEnum):
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+    #: spark_mq's own: two-phase commit for an external coordinator (KIP-939 in spirit).
+    PREPARE_TXN = 1000
+    COMPLETE_PREPARED_TXNS = 1001
+    DESCRIBE_TXN_OWNER = 1002
 
 
 class FrameErrorBody(msgspec.Struct, array_like=True):
@@ -158,6 +170,50 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
         ),
         ApiSpec(ApiKey.LIST_GROUPS, groups.ListGroupsRequest, groups.ListGroupsResponse),
         ApiSpec(ApiKey.DELETE_GROUPS, groups.DeleteGroupsRequest, groups.DeleteGroupsResponse),
+        ApiSpec(
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            transactions.AddPartitionsToTxnRequest,
+            transactions.AddPartitionsToTxnResponse,
+        ),
+        ApiSpec(
+            ApiKey.ADD_OFFSETS_TO_TXN,
+            transactions.AddOffsetsToTxnRequest,
+            transactions.AddOffsetsToTxnResponse,
+        ),
+        ApiSpec(ApiKey.END_TXN, transactions.EndTxnRequest, transactions.EndTxnResponse),
+        ApiSpec(
+            ApiKey.WRITE_TXN_MARKERS,
+            transactions.WriteTxnMarkersRequest,
+            transactions.WriteTxnMarkersResponse,
+        ),
+        ApiSpec(
+            ApiKey.TXN_OFFSET_COMMIT,
+            transactions.TxnOffsetCommitRequest,
+            transactions.TxnOffsetCommitResponse,
+        ),
+        ApiSpec(
+            ApiKey.DESCRIBE_TRANSACTIONS,
+            transactions.DescribeTransactionsRequest,
+            transactions.DescribeTransactionsResponse,
+        ),
+        ApiSpec(
+            ApiKey.LIST_TRANSACTIONS,
+            transactions.ListTransactionsRequest,
+            transactions.ListTransactionsResponse,
+        ),
+        ApiSpec(
+            ApiKey.PREPARE_TXN, transactions.PrepareTxnRequest, transactions.PrepareTxnResponse
+        ),
+        ApiSpec(
+            ApiKey.COMPLETE_PREPARED_TXNS,
+            transactions.CompletePreparedTxnsRequest,
+            transactions.CompletePreparedTxnsResponse,
+        ),
+        ApiSpec(
+            ApiKey.DESCRIBE_TXN_OWNER,
+            transactions.OwnerSequenceRequest,
+            transactions.OwnerSequenceResponse,
+        ),
     )
 }
 

@@ -76,6 +76,8 @@ class ErrorCode(enum.IntEnum):
     INVALID_RECORD = 87
     UNSTABLE_OFFSET_COMMIT = 88
     PRODUCER_FENCED = 90
+    TRANSACTIONAL_ID_NOT_FOUND = 105
+    TRANSACTION_ABORTABLE = 120
 
     @property
     def retriable(self) -> bool:
@@ -136,6 +138,8 @@ _CLASS_BY_CODE: dict[ErrorCode, type[e.SparkMQError]] = {
     ErrorCode.INVALID_RECORD: e.InvalidRecordError,
     ErrorCode.UNSTABLE_OFFSET_COMMIT: e.UnstableOffsetCommitError,
     ErrorCode.PRODUCER_FENCED: e.ProducerFencedError,
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: e.TransactionalIdNotFoundError,
+    ErrorCode.TRANSACTION_ABORTABLE: e.TransactionAbortableError,
 }
 
 

@@ -1,0 +1,303 @@
+"""Transactions: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26),
+WriteTxnMarkers (27), TxnOffsetCommit (28), DescribeTransactions (65), ListTransactions (66),
+and spark_mq's two-phase commit for an external coordinator: PrepareTxn (1000) and
+CompletePreparedTxns (1001), in the spirit of Kafka's KIP-939.
+
+A transactional producer finds its transaction coordinator with FindCoordinator
+(``key_type`` 1), gets its producer id and a bumped epoch from InitProducerId with
+``transactional_id`` set (fencing every older incarnation), registers each partition with
+AddPartitionsToTxn before its first transactional batch to it, registers a consumer group
+with AddOffsetsToTxn before TxnOffsetCommit, and ends the transaction with EndTxn. The
+coordinator records its decision (PrepareCommit / PrepareAbort) in ``__transaction_state``
+before writing a marker to every partition of the transaction (docs/transactions.md).
+
+Two-phase commit: PrepareTxn flushes nothing by itself (the producer flushes first); it moves
+an Ongoing transaction to Prepared, where the ordinary ``transaction.timeout.ms`` no longer
+aborts it (``transaction.prepared.max.timeout.ms`` does). CompletePreparedTxns commits or
+aborts a list of prepared transactions as one decision, tagged with ``(owner, sequence)``;
+the decision and the tag are one durable append. A commit whose ``sequence`` is not above the
+last one recorded for ``owner`` aborts the transactions it names instead and answers
+``already_committed`` True, so a replayed decision never doubles output.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+#: Transaction states as ListTransactions / DescribeTransactions report them (Kafka's names).
+TXN_STATES = (
+    "Empty",
+    "Ongoing",
+    "Prepared",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+    "Dead",
+    "PrepareEpochFence",
+)
+
+
+class TxnTopic(msgspec.Struct, array_like=True):
+    """A topic and some of its partitions."""
+
+    name: str
+    partitions: list[int]
+
+
+class TxnPartitionResult(msgspec.Struct, array_like=True):
+    partition: int
+    error_code: int
+    error_message: str | None = None
+
+
+class TxnTopicResult(msgspec.Struct, array_like=True):
+    name: str
+    partitions: list[TxnPartitionResult]
+
+
+# -- AddPartitionsToTxn (24) -----------------------------------------------------------------
+
+
+class AddPartitionsToTxnRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    topics: list[TxnTopic]
+
+
+class AddPartitionsToTxnResponse(msgspec.Struct, array_like=True):
+    """Per partition: 0, or the reason (UNKNOWN_TOPIC_OR_PARTITION, PRODUCER_FENCED,
+    CONCURRENT_TRANSACTIONS while the previous transaction completes, INVALID_TXN_STATE)."""
+
+    results: list[TxnTopicResult]
+    throttle_time_ms: int = 0
+
+
+# -- AddOffsetsToTxn (25) --------------------------------------------------------------------
+
+
+class AddOffsetsToTxnRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """Adds the ``__consumer_offsets`` partition of ``group_id`` to the transaction."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+
+
+class AddOffsetsToTxnResponse(msgspec.Struct, array_like=True):
+    error_code: int
+    error_message: str | None = None
+    throttle_time_ms: int = 0
+
+
+# -- EndTxn (26) -----------------------------------------------------------------------------
+
+
+class EndTxnRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """``committed`` True commits, False aborts. Returns once the decision is durable; the
+    markers are written after it (a client that reads its own writes with read_committed
+    may see them a moment later, as in Kafka)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+
+
+class EndTxnResponse(msgspec.Struct, array_like=True):
+    error_code: int
+    error_message: str | None = None
+    throttle_time_ms: int = 0
+
+
+# -- WriteTxnMarkers (27) ---------------------------------------------------------------------
+
+
+class WritableTxnMarker(msgspec.Struct, array_like=True):
+    producer_id: int
+    producer_epoch: int
+    transaction_result: bool  # True: commit, False: abort
+    topics: list[TxnTopic]
+    coordinator_epoch: int
+
+
+class WriteTxnMarkersRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """Coordinator to partition leader (inter-broker); a single broker writes its own
+    markers without this request."""
+
+    markers: list[WritableTxnMarker]
+
+
+class WritableTxnMarkerResult(msgspec.Struct, array_like=True):
+    producer_id: int
+    topics: list[TxnTopicResult]
+
+
+class WriteTxnMarkersResponse(msgspec.Struct, array_like=True):
+    markers: list[WritableTxnMarkerResult]
+
+
+# -- TxnOffsetCommit (28) ---------------------------------------------------------------------
+
+
+class TxnOffsetCommitPartition(msgspec.Struct, array_like=True):
+    """``committed_offset`` is the next offset to consume."""
+
+    partition: int
+    committed_offset: int
+    committed_leader_epoch: int = -1
+    committed_metadata: str | None = None
+
+
+class TxnOffsetCommitTopic(msgspec.Struct, array_like=True):
+    name: str
+    partitions: list[TxnOffsetCommitPartition]
+
+
+class TxnOffsetCommitRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """Sent to the group coordinator. ``generation_id`` / ``member_id`` fence a consumer that
+    lost its partitions (KIP-447); -1 / "" skip that check."""
+
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    topics: list[TxnOffsetCommitTopic]
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+class TxnOffsetCommitResponse(msgspec.Struct, array_like=True):
+    topics: list[TxnTopicResult]
+    throttle_time_ms: int = 0
+
+
+# -- DescribeTransactions (65) / ListTransactions (66) ---------------------------------------
+
+
+class TransactionState(msgspec.Struct, array_like=True):
+    """What the coordinator knows of one transactional id. ``transaction_start_time_ms`` is
+    -1 when no transaction is open; ``prepared_time_ms`` is -1 unless Prepared."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    transaction_timeout_ms: int
+    transaction_start_time_ms: int
+    topics: list[TxnTopic]
+    prepared_time_ms: int = -1
+    error_code: int = 0
+    error_message: str | None = None
+
+
+class DescribeTransactionsRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    transactional_ids: list[str]
+
+
+class DescribeTransactionsResponse(msgspec.Struct, array_like=True):
+    """One entry per requested id; an unknown id has ``error_code``
+    TRANSACTIONAL_ID_NOT_FOUND."""
+
+    transaction_states: list[TransactionState]
+    throttle_time_ms: int = 0
+
+
+class ListTransactionsRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """Filters (empty: all). ``duration_filter_ms`` >= 0 keeps only transactions open for
+    longer than that (Kafka's KIP-994), to find hanging ones."""
+
+    state_filters: list[str] = []
+    producer_id_filters: list[int] = []
+    duration_filter_ms: int = -1
+    transactional_id_prefix: str | None = None
+
+
+class ListTransactionsResponse(msgspec.Struct, array_like=True):
+    error_code: int
+    transaction_states: list[TransactionState] = []
+    error_message: str | None = None
+    throttle_time_ms: int = 0
+
+
+# -- PrepareTxn (1000) and CompletePreparedTxns (1001): two-phase commit ----------------------
+
+
+class PrepareTxnRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """Ongoing -> Prepared. The producer has flushed every batch of the transaction."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+class PrepareTxnResponse(msgspec.Struct, array_like=True):
+    """``topics`` lists the partitions the coordinator holds for the transaction (the
+    handle's partitions)."""
+
+    error_code: int
+    topics: list[TxnTopic] = []
+    error_message: str | None = None
+    throttle_time_ms: int = 0
+
+
+class PreparedTxnRef(msgspec.Struct, array_like=True):
+    """One prepared transaction, as its handle names it."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+class CompletePreparedTxnsRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """Commit (``commit`` True) or abort every transaction in ``transactions`` as one
+    decision. ``owner``/``sequence`` tag a commit (``sequence`` >= 0, increasing per owner);
+    an abort may leave them unset (``owner`` None). ``abort_prefix``, when set, also aborts
+    every other open or prepared transaction whose id starts with it (leftovers of earlier
+    attempts of the same owner), in the same decision.
+
+    A commit is all or nothing: if any transaction is not Prepared with exactly the given
+    producer id and epoch, nothing is committed and the per-transaction results say why
+    (PRODUCER_FENCED, INVALID_TXN_STATE, TRANSACTIONAL_ID_NOT_FOUND)."""
+
+    transactions: list[PreparedTxnRef]
+    commit: bool
+    owner: str | None = None
+    sequence: int = -1
+    abort_prefix: str | None = None
+
+
+class PreparedTxnResult(msgspec.Struct, array_like=True):
+    transactional_id: str
+    error_code: int
+    error_message: str | None = None
+
+
+class CompletePreparedTxnsResponse(msgspec.Struct, array_like=True):
+    """``already_committed``: the owner had already recorded ``sequence`` (or a later one);
+    the named transactions were aborted instead. ``last_sequence`` is the owner's newest
+    recorded sequence after this request (-1: none)."""
+
+    error_code: int
+    results: list[PreparedTxnResult] = []
+    already_committed: bool = False
+    last_sequence: int = -1
+    aborted_others: list[str] = []
+    error_message: str | None = None
+    throttle_time_ms: int = 0
+
+
+class OwnerSequenceRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """DescribeTxnOwner (1002): the newest sequence recorded for ``owner`` (-1: none)."""
+
+    owner: str
+
+
+class OwnerSequenceResponse(msgspec.Struct, array_like=True):
+    error_code: int
+    last_sequence: int = -1
+    error_message: str | None = None
+    throttle_time_ms: int = 0
