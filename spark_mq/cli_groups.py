@@ -160,7 +160,9 @@ def groups_describe(args: argparse.Namespace) -> int:
 
 
 def parse_datetime_ms(text: str) -> int:
-    """An ISO 8601 date-time as ms since the epoch; without a zone it is UTC.
+    """An ISO 8601 date-time as ms since the epoch. ``Z`` or an offset (``+02:00``) says
+    which zone; without one it is local time (the ``TZ`` of this process), as Kafka's
+    ``kafka-consumer-groups --to-datetime`` reads it. A date alone is local midnight.
 
     >>> parse_datetime_ms("1970-01-01T00:00:01.5Z"), parse_datetime_ms("1970-01-01T02:00+02:00")
     (1500, 0)
@@ -169,11 +171,14 @@ def parse_datetime_ms(text: str) -> int:
         moment = datetime.datetime.fromisoformat(text.strip())
     except ValueError:
         raise CliUsageError(
-            f"--to-datetime {text!r} is not an ISO 8601 date-time, e.g. 2026-11-21T14:00:00Z"
+            f"--to-datetime {text!r} is not an ISO 8601 date-time, e.g. 2026-11-21T14:00:00 "
+            "(local time), 2026-11-21T14:00:00Z (UTC) or 2026-11-21T14:00:00+02:00"
         ) from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)
+        # The local zone's offset at that moment (daylight saving included); a time that a
+        # clock change repeats is read as its first occurrence.
+        moment = moment.astimezone()
+    return round(moment.timestamp() * 1000)
 
 
 def reset_plan(
@@ -323,8 +328,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     target.add_argument(
         "--to-datetime",
         metavar="ISO8601",
-        help="the first record at or after this time (UTC without a zone), e.g. "
-        "2026-11-21T14:00:00Z",
+        help="the first record at or after this time (local time without a zone), e.g. "
+        "2026-11-21T14:00:00, 2026-11-21T14:00:00Z (UTC), 2026-11-21T14:00:00+02:00",
     )
     target.add_argument(
         "--shift-by", type=any_int, metavar="N", help="the committed offset plus N (N < 0: back)"

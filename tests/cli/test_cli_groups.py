@@ -1,11 +1,15 @@
 """``spark-mq groups`` against a live group on a real local broker: list, describe with lag,
-reset-offsets (dry run, execute, refused while members are active) and delete."""
+reset-offsets (dry run, execute, refused while members are active, --to-datetime in the
+local zone) and delete."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +17,10 @@ import pytest
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
 from spark_mq.broker import ensure_broker, stop_broker
-from spark_mq.cli_common import EXIT_ERROR, EXIT_USAGE
+from spark_mq.cli_common import EXIT_ERROR, EXIT_USAGE, CliUsageError
+from spark_mq.cli_groups import parse_datetime_ms
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -140,3 +147,69 @@ def test_delete_a_group(cli: Any, group_path: str) -> None:
     r = cli("groups", "list", "--path", group_path, "--json")
     assert "gone" not in [g["group"] for g in json.loads(r.out)]
     assert Path(group_path).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# --to-datetime and time zones
+
+#: POSIX TZ strings (no tz database needed): "XYZ-2" is two hours east of UTC.
+EAST_2 = "XYZ-2"
+WEST_5 = "ABC+5"
+
+
+@pytest.fixture
+def local_zone(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None]]:
+    """``local_zone(tz)``: make ``tz`` this process's local zone for the test."""
+
+    def _set(tz: str) -> None:
+        monkeypatch.setenv("TZ", tz)
+        time.tzset()
+
+    yield _set
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_datetime_without_a_zone_is_local_time(local_zone: Callable[[str], None]) -> None:
+    local_zone(EAST_2)
+    assert parse_datetime_ms("1970-01-01T02:00:05.5") == 5_500
+    assert parse_datetime_ms("1970-01-01 02:00:05") == 5_000
+    local_zone(WEST_5)
+    assert parse_datetime_ms("1970-01-01T00:00:05.5") == 5 * 3_600_000 + 5_500
+    assert parse_datetime_ms("1970-01-02") == 29 * 3_600_000  # a date alone: local midnight
+    # An explicit zone is what it says, whatever the local zone.
+    for zone in (EAST_2, WEST_5):
+        local_zone(zone)
+        assert parse_datetime_ms("1970-01-01T00:00:05.5Z") == 5_500
+        assert parse_datetime_ms("1970-01-01T02:00:05.5+02:00") == 5_500
+        assert parse_datetime_ms("1969-12-31T19:00:05.5-05:00") == 5_500
+
+
+def test_a_datetime_that_does_not_parse_is_a_usage_error() -> None:
+    for bad in ("yesterday", "2026-13-01T00:00:00", "1970-01-01T00:00:00+25:00", ""):
+        with pytest.raises(CliUsageError, match="ISO 8601"):
+            parse_datetime_ms(bad)
+
+
+def test_reset_to_a_local_datetime_from_the_shell(run_cli: Any, group_path: str) -> None:
+    """The zone comes from the TZ of the command's environment, as in a shell."""
+    fill(group_path, "zoned")
+    live_member(group_path, "tz", "zoned", 20).close()
+    args = ("groups", "reset-offsets", "tz", "--topic", "zoned", "--path", group_path)
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_MQ_PATH"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["TZ"] = EAST_2
+    local = ("--to-datetime", "1970-01-01T02:00:05.5", "--json")
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_mq.cli", *args, *local],
+        capture_output=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert [p["new_offset"] for p in plan["partitions"]] == [5, 5]
+    # The same wall-clock time read in UTC is two hours later: every record is older.
+    utc = run_cli(*args, "--to-datetime", "1970-01-01T02:00:05.5Z", "--json")
+    assert [p["new_offset"] for p in json.loads(utc.stdout)["partitions"]] == [10, 10]

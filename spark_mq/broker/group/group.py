@@ -27,6 +27,7 @@ from spark_mq.broker.group.records import (
     encode_group_value,
 )
 from spark_mq.broker.group.state import GroupState, check_transition
+from spark_mq.broker.group.subscriptions import subscribed_topics
 from spark_mq.protocol.groups import JoinGroupMember
 
 
@@ -201,6 +202,17 @@ class Group:
             if name in tied:
                 return name
         return min(tied)
+
+    def subscribed_topics(self) -> frozenset[str] | None:
+        """The topics the members subscribe to, decoded from their metadata for the group's
+        protocol (KIP-496); None when unknown (not a consumer group, no protocol chosen yet,
+        or a member's metadata does not decode)."""
+        if self.protocol_name is None or not self.members:
+            return None
+        return subscribed_topics(
+            self.protocol_type,
+            (m.metadata_for(self.protocol_name) for m in self.members.values()),
+        )
 
     def member_metadata(self) -> list[JoinGroupMember]:
         """Every member's metadata for the group's protocol (the leader's JoinGroup answer)."""

@@ -6,6 +6,10 @@ incrementally: a key set to a value is set, a key set to None is removed so the 
 applies again, other keys keep their values. The broker resource (name ``""`` or the node
 id) can be described, read-only: its settings come from ``conf/broker.properties`` and the
 command line, and change with a restart.
+
+Internal topics may be altered as in Kafka (an operator tunes ``segment.bytes`` of
+``__consumer_offsets``), except that ``cleanup.policy`` must keep ``compact``
+(:func:`~spark_mq.broker.internal_topics.check_internal_config`; INVALID_CONFIG).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.internal_topics import check_internal_config
 from spark_mq.errors import InvalidRequestError
 from spark_mq.protocol.admin import (
     RESOURCE_BROKER,
@@ -129,6 +134,7 @@ def _alter_one(core: BrokerCore, resource: AlterConfigsResource, validate_only: 
             f"resource_type {resource.resource_type} is not supported; use {RESOURCE_TOPIC} (topic)"
         )
     name = resource.resource_name
+    check_internal_config(name, dict(resource.configs))
     if validate_only:
         info = core.logs.describe_topic(name)
         merged: dict[str, object] = dict(info.config_overrides)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import spark_mq
 from spark_mq.broker.context import RequestContext, Response
-from spark_mq.broker.group.offsets_topic import INTERNAL_TOPICS
 from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.internal_topics import INTERNAL_TOPICS
 from spark_mq.protocol.api import APIS
 from spark_mq.protocol.api_versions import (
     ApiVersionRange,
@@ -45,7 +45,8 @@ async def handle_api_versions(
 def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool) -> TopicMetadata:
     core = ctx.core
     try:
-        core.replicas.require_topic(name, allow_create=allow_create)
+        # Internal topics are created by their coordinator, with its settings, never here.
+        core.replicas.require_topic(name, allow_create=allow_create and name not in INTERNAL_TOPICS)
         partitions = [
             PartitionMetadata(
                 error_code=0,

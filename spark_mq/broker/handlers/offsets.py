@@ -5,6 +5,9 @@ watermark, or for ``read_committed`` the last stable offset; MAX_TIMESTAMP (-3) 
 with the largest timestamp; a time in ms the first offset whose timestamp is at or after it.
 As in Kafka, a timestamp lookup only finds offsets below what the isolation level may read
 (the high watermark or the last stable offset); no match is offset -1 with no error.
+
+DeleteRecords refuses internal topics (INVALID_TOPIC_EXCEPTION, as Kafka's "Cannot delete
+records of internal topic"): only their coordinator's compaction removes records there.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.internal_topics import check_not_internal
 from spark_mq.errors import InvalidRequestError, OffsetOutOfRangeError
 from spark_mq.protocol.fetch import READ_COMMITTED, READ_UNCOMMITTED
 from spark_mq.protocol.offsets import (
@@ -98,6 +102,7 @@ def _delete_records(core: BrokerCore, request: DeleteRecordsRequest) -> DeleteRe
         for dp in topic.partitions:
             where = f"{topic.name}-{dp.partition}"
             try:
+                check_not_internal(topic.name, "delete records of")
                 log = core.replicas.partition(topic.name, dp.partition).log
                 offset = log.high_watermark if dp.offset == -1 else dp.offset
                 if offset < 0:

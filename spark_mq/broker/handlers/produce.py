@@ -10,6 +10,11 @@ is reported, so damage in flight is still reported as a CRC mismatch. The log th
 with the producer state rules (idempotence). Partitions succeed or fail independently, as in
 Kafka. ``acks=0`` gets no response; if any partition failed, the connection is closed
 instead, which is how Kafka tells a fire-and-forget producer that something went wrong.
+
+Internal topics (``__consumer_offsets``, ``__transaction_state``; see
+:mod:`~spark_mq.broker.internal_topics`) are refused with INVALID_TOPIC_EXCEPTION and never
+auto-created here. The broker's coordinators write them through their own append path (the
+partition or the log directly), never through this handler.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from typing import TYPE_CHECKING, Final
 
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.internal_topics import check_not_internal
 from spark_mq.broker.partition import Partition
+from spark_mq.broker.txn.produce_check import verify_transactional_jobs
 from spark_mq.errors import (
     CorruptRecordError,
-    InvalidRequestError,
     InvalidRequiredAcksError,
     RecordTooLargeError,
 )
@@ -149,13 +155,7 @@ async def handle_produce(
     chunks = iter(split_records(records, sizes))
     jobs = [_Job(t.name, p.partition, next(chunks)) for t in request.topics for p in t.partitions]
     request_error: Exception | None = None
-    if request.transactional_id is not None:
-        request_error = InvalidRequestError(
-            f"transactional produce (transactional.id={request.transactional_id!r}) is not "
-            "supported by this broker yet; use an idempotent producer without "
-            "transactional.id"
-        )
-    elif request.acks not in (0, 1, -1):
+    if request.acks not in (0, 1, -1):
         request_error = InvalidRequiredAcksError(
             f"acks={request.acks} is not valid: use 0 (no response), 1 (leader) or -1 (all)"
         )
@@ -163,6 +163,9 @@ async def handle_produce(
         for job in jobs:
             job.error = error_of(request_error, "produce")
     else:
+        _refuse_internal(jobs)
+        if request.transactional_id is not None:
+            await verify_transactional_jobs(core, request.transactional_id, jobs)
         await _resolve_topics(core, jobs)
         if _on_executor(jobs, len(records)):
             await core.run_blocking(_append_all, core, jobs)
@@ -186,9 +189,20 @@ async def handle_produce(
     )
 
 
+def _refuse_internal(jobs: list[_Job]) -> None:
+    """Fail the jobs of internal topics (before auto-creation could create one)."""
+    for job in jobs:
+        try:
+            check_not_internal(job.topic, "produce to")
+        except Exception as exc:
+            job.error = error_of(exc, f"produce to {job.topic}-{job.partition}")
+
+
 async def _resolve_topics(core: BrokerCore, jobs: list[_Job]) -> None:
     """Auto-create missing topics (on the executor: creation fsyncs) or fail their jobs."""
-    missing = sorted({job.topic for job in jobs if not core.logs.topic_exists(job.topic)})
+    missing = sorted(
+        {job.topic for job in jobs if job.error is None and not core.logs.topic_exists(job.topic)}
+    )
     for topic in missing:
         try:
             await core.run_blocking(core.replicas.auto_create, topic)

@@ -2,7 +2,9 @@
 
 Every change runs on the executor (the log manager fsyncs each step) and topics are handled
 one at a time in request order, each with its own result. ``validate_only`` runs every check
-of a real change and changes nothing.
+of a real change and changes nothing. Internal topics (``__consumer_offsets``,
+``__transaction_state``) cannot be deleted nor given more partitions: INVALID_TOPIC_EXCEPTION
+(:mod:`~spark_mq.broker.internal_topics`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.internal_topics import check_not_internal
 from spark_mq.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -117,6 +120,7 @@ async def handle_delete_topics(
         try:
             if name in dups:
                 raise _duplicate_error(name)
+            check_not_internal(name, "delete")
             if not core.logs.topic_exists(name):
                 raise UnknownTopicOrPartitionError(
                     f"topic {name!r} does not exist, so it cannot be deleted", topic=name
@@ -140,6 +144,7 @@ def _create_partitions(
         try:
             if topic.name in dups:
                 raise _duplicate_error(topic.name)
+            check_not_internal(topic.name, "add partitions to")
             if request.validate_only:
                 current = core.logs.describe_topic(topic.name).partition_count
                 if topic.count <= current:
