@@ -22,6 +22,7 @@ from spark_mq.client import (
     BatchMetadata,
     BufferExhaustedError,
     CommitFailedError,
+    CompletionResult,
     Consumer,
     ConsumerConfig,
     ConsumerGroupMetadata,
@@ -38,12 +39,15 @@ from spark_mq.client import (
     OffsetAndTimestamp,
     PartitionDescription,
     PartitionLag,
+    PreparedTransaction,
     Producer,
     ProducerConfig,
     ProducerRecord,
     RecordMetadata,
     TopicDescription,
     TopicPartition,
+    TransactionDescription,
+    TransactionListing,
 )
 from spark_mq.errors import (
     ConfigError,
@@ -60,12 +64,15 @@ from spark_mq.errors import (
     LogDirectoryLockedError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    ProducerFencedError,
     ProducerStateError,
     ProtocolError,
     RecordTooLargeError,
     SparkMQError,
     StorageError,
     TopicExistsError,
+    TransactionAbortableError,
+    TransactionalIdNotFoundError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
     UsageError,
@@ -85,6 +92,18 @@ from spark_mq.storage.record_batch import (
 
 __version__ = "0.1.0"
 
+
+def register(spark: object) -> None:
+    """Register the ``spark_mq`` format with a SparkSession (``spark.dataSource.register``).
+
+    Not needed when this package is installed: Spark 4 finds the format through the
+    top-level module ``pyspark_spark_mq``. pyspark is imported only here, so ``import
+    spark_mq`` works without it.
+    """
+    from spark_mq.datasource import SparkMQDataSource  # noqa: PLC0415 (keeps pyspark optional)
+
+    spark.dataSource.register(SparkMQDataSource)  # type: ignore[attr-defined]
+
 __all__ = [
     "CONSUMER_SCHEMA",
     "RECORD_SCHEMA",
@@ -94,6 +113,7 @@ __all__ = [
     "BufferExhaustedError",
     "CleanerStats",
     "CommitFailedError",
+    "CompletionResult",
     "ConfigError",
     "Consumer",
     "ConsumerConfig",
@@ -132,8 +152,10 @@ __all__ = [
     "PartitionDescription",
     "PartitionLag",
     "PartitionLog",
+    "PreparedTransaction",
     "Producer",
     "ProducerConfig",
+    "ProducerFencedError",
     "ProducerRecord",
     "ProducerStateError",
     "ProtocolError",
@@ -145,11 +167,16 @@ __all__ = [
     "TopicDescription",
     "TopicExistsError",
     "TopicPartition",
+    "TransactionAbortableError",
     "TransactionCoordinatorFencedError",
+    "TransactionDescription",
+    "TransactionListing",
+    "TransactionalIdNotFoundError",
     "UnknownTopicOrPartitionError",
     "UsageError",
     "__version__",
     "decode_records",
     "encode_batch",
     "encode_control_batch",
+    "register",
 ]

@@ -1,5 +1,5 @@
-"""``spark-mq``: the command line of spark_mq (broker, topics, groups, produce, consume,
-perf).
+"""``spark-mq``: the command line of spark_mq (broker, topics, groups, transactions,
+produce, consume, perf).
 
 Every command talks to a broker: ``--path DIR`` uses the local broker that owns DIR (started
 if none runs), ``--bootstrap-server HOST:PORT`` a running one; exactly one of them, or the
@@ -31,7 +31,15 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Final, NoReturn
 
-from spark_mq import __version__, cli_broker, cli_groups, cli_perf, cli_records, cli_topics
+from spark_mq import (
+    __version__,
+    cli_broker,
+    cli_groups,
+    cli_perf,
+    cli_records,
+    cli_topics,
+    cli_transactions,
+)
 from spark_mq.cli_common import (
     ENV_PATH,
     EXIT_BROKEN_PIPE,
@@ -192,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # groups ------------------------------------------------------------------------------
     cli_groups.add_parser(commands, common)
+    cli_transactions.add_parser(commands, common)
 
     # produce -----------------------------------------------------------------------------
     produce = commands.add_parser(
@@ -366,6 +375,7 @@ def _handlers() -> dict[str, Callable[[argparse.Namespace], int]]:
         "perf_produce": cli_perf.perf_produce,
         "perf_consume": cli_perf.perf_consume,
         **cli_groups.HANDLERS,
+        **cli_transactions.HANDLERS,
     }
 
 

@@ -7,6 +7,7 @@ operation again may succeed::
 
     SparkMQError
     ├── ConfigError                      a bad option: names the key, the value and what is accepted
+    │   └── SinkSchemaError              a DataFrame column the Spark sink does not accept
     ├── UsageError                       the API was called in a way it does not support
     │   └── InvalidTopicError            a topic name Kafka would refuse
     ├── StorageError                     the local log directory
@@ -14,6 +15,7 @@ operation again may succeed::
     │   ├── CorruptIndexError            an index file failed its sanity check (it gets rebuilt)
     │   ├── CorruptCheckpointError       a checkpoint or topic metadata file failed validation
     │   ├── OffsetOutOfRangeError        an offset below the log start or above the log end
+    │   ├── DataLossError                records a reader needed are gone (deleted, topic recreated)
     │   ├── RecordTooLargeError          a batch over max.message.bytes
     │   ├── InvalidRecordError           a well-formed batch that breaks a rule (offsets, epochs)
     │   ├── LogDirectoryLockedError      another process owns the log directory
@@ -113,6 +115,15 @@ class InvalidTopicError(UsageError, ValueError):
         self.topic = topic
 
 
+class SinkSchemaError(ConfigError):
+    """A DataFrame written to the spark_mq sink has a missing, unknown or mistyped column;
+    ``column`` names it and the message lists every accepted column."""
+
+    def __init__(self, message: str, *, column: str) -> None:
+        super().__init__(message, key=column)
+        self.column = column
+
+
 # ---------------------------------------------------------------------------------------------
 # Storage
 
@@ -185,6 +196,28 @@ class OffsetOutOfRangeError(StorageError):
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
+
+
+class DataLossError(StorageError):
+    """Records a reader was to read are gone: deleted by retention or ``delete_records``
+    before being read, or their topic was deleted or recreated. ``start_offset`` and
+    ``end_offset`` bound the missing range (``end_offset`` -1 when unknown). The Spark source
+    raises it with ``failOnDataLoss=true``; set ``failOnDataLoss=false`` to skip the range."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str,
+        partition: int,
+        start_offset: int,
+        end_offset: int,
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.start_offset = start_offset
+        self.end_offset = end_offset
 
 
 class RecordTooLargeError(StorageError):

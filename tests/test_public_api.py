@@ -16,6 +16,7 @@ import spark_mq.client.partitioner
 import spark_mq.client.producer
 import spark_mq.client.records
 import spark_mq.client.subscription_state
+import spark_mq.client.transactions
 import spark_mq.config
 import spark_mq.storage.batch_decoder
 import spark_mq.storage.codecs
@@ -24,6 +25,13 @@ import spark_mq.storage.log_config
 import spark_mq.storage.record_batch
 
 EXPECTED = {
+    "CompletionResult",
+    "PreparedTransaction",
+    "ProducerFencedError",
+    "TransactionAbortableError",
+    "TransactionDescription",
+    "TransactionListing",
+    "TransactionalIdNotFoundError",
     "Admin",
     "AdminConfig",
     "BatchMetadata",
@@ -90,6 +98,7 @@ EXPECTED = {
     "decode_records",
     "encode_batch",
     "encode_control_batch",
+    "register",
 }
 
 
@@ -128,6 +137,7 @@ def test_docstring_examples_run() -> None:
         spark_mq.client.producer,
         spark_mq.client.records,
         spark_mq.client.subscription_state,
+        spark_mq.client.transactions,
     ):
         result = doctest.testmod(module)
         assert result.failed == 0, module.__name__

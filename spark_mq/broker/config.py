@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from spark_mq.broker.group.config import GroupConfig
+from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.config import (
     Config,
     at_least,
@@ -305,12 +306,13 @@ class BrokerConfig(Config):
 
 @dataclasses.dataclass(frozen=True)
 class ServerConfig:
-    """A broker's whole configuration: its own settings, the topic defaults and the group
-    coordinator's settings."""
+    """A broker's whole configuration: its own settings, the topic defaults, and the group
+    and transaction coordinators' settings."""
 
     broker: BrokerConfig
     log_defaults: LogConfig
     groups: GroupConfig = dataclasses.field(default_factory=GroupConfig)
+    transactions: TxnConfig = dataclasses.field(default_factory=TxnConfig)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object] | None = None) -> ServerConfig:
@@ -318,6 +320,7 @@ class ServerConfig:
         broker_props: dict[str, object] = {}
         topic_props: dict[str, object] = {}
         group_props: dict[str, object] = {}
+        txn_props: dict[str, object] = {}
         broker_keys = BrokerConfig.settings()
         for raw_key, raw_value in (props or {}).items():
             key, value = _resolve_alias(raw_key.strip(), raw_value)
@@ -327,9 +330,17 @@ class ServerConfig:
                 broker_props[key] = value
             elif GroupConfig.owns(key):
                 group_props[key] = value
+            elif TxnConfig.owns(key):
+                txn_props[key] = value
             else:
                 valid = sorted(
-                    [*broker_keys, *TOPIC_DEFAULT_KEYS, *_ALIASES, *GroupConfig.settings()]
+                    [
+                        *broker_keys,
+                        *TOPIC_DEFAULT_KEYS,
+                        *_ALIASES,
+                        *GroupConfig.settings(),
+                        *TxnConfig.settings(),
+                    ]
                 )
                 close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -349,7 +360,12 @@ class ServerConfig:
                 key=broker_key,
                 value=exc.value,
             ) from exc
-        return cls(broker, log_defaults, GroupConfig.from_properties(group_props))
+        return cls(
+            broker,
+            log_defaults,
+            GroupConfig.from_properties(group_props),
+            TxnConfig.from_properties(txn_props),
+        )
 
     def with_overrides(self, props: Mapping[str, object]) -> ServerConfig:
         """A copy with ``props`` applied on top of this config's non-default settings."""
@@ -362,6 +378,7 @@ class ServerConfig:
         by_topic_key = {v: k for k, v in TOPIC_DEFAULT_KEYS.items()}
         out = dict(broker)
         out.update(self.groups.overrides() if only_set else self.groups.to_properties())
+        out.update(self.transactions.overrides() if only_set else self.transactions.to_properties())
         for key, value in topic.items():
             if key in by_topic_key:  # a topic key without a broker default stays topic-only
                 out[by_topic_key[key]] = value
@@ -370,7 +387,11 @@ class ServerConfig:
     @staticmethod
     def documentation(broker_key: str) -> str | None:
         """The doc string of a broker key (or of the topic default it sets)."""
-        field = BrokerConfig.settings().get(broker_key) or GroupConfig.settings().get(broker_key)
+        field = (
+            BrokerConfig.settings().get(broker_key)
+            or GroupConfig.settings().get(broker_key)
+            or TxnConfig.settings().get(broker_key)
+        )
         if field is None and broker_key in TOPIC_DEFAULT_KEYS:
             field = LogConfig.settings().get(TOPIC_DEFAULT_KEYS[broker_key])
         return None if field is None else str(field.metadata["doc"])

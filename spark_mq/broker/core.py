@@ -2,9 +2,10 @@
 
 :class:`BrokerCore` is the broker without its network: configuration, the LogManager of the
 owned directory, the partitions (:class:`~spark_mq.broker.replica_manager.ReplicaManager`),
-the producer id allocator, the identity (node id, cluster id, epoch) and the executor that
-runs blocking storage work off the event loop. Tests drive handlers against a core built on
-a LogManager in a temporary directory, with no sockets.
+the producer id allocator, the group and transaction coordinators, the identity (node id,
+cluster id, epoch) and the executor that runs blocking storage work off the event loop.
+Tests drive handlers against a core built on a LogManager in a temporary directory, with no
+sockets.
 
 Which work runs where: appends of small produce requests and the locating phase of reads
 run on the event loop (they touch the page cache only and cost microseconds, less than a hop
@@ -27,6 +28,7 @@ from spark_mq.broker.group.service import GroupService
 from spark_mq.broker.handlers import HANDLERS
 from spark_mq.broker.producer_ids import ProducerIdManager
 from spark_mq.broker.replica_manager import ReplicaManager
+from spark_mq.broker.txn.service import TransactionService
 from spark_mq.storage.log_manager import LogManager
 
 T = TypeVar("T")
@@ -74,6 +76,8 @@ class BrokerCore:
         self.served_apis: frozenset[int] = frozenset(HANDLERS)
         #: The group coordinator (started by the server, driven from the event loop).
         self.groups = GroupService(self)
+        #: The transaction coordinator (started by the server, after the groups).
+        self.transactions = TransactionService(self)
 
     def touch(self) -> None:
         """Record activity (a request or a connection): idle exit counts from here."""

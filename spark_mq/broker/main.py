@@ -175,12 +175,14 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         ).write(root)
         scheduler.start()
         core.groups.start()
+        core.transactions.start()
         return await server.wait_stop_requested()
     finally:
         Endpoint.remove_if_ours(root, pid, meta.epoch)
         # Members waiting in JoinGroup / SyncGroup are answered now, so that their
         # connections are not among the busy ones the server waits for.
         core.groups.close()
+        core.transactions.close()
         await server.close(timeout_s)
         await scheduler.stop(timeout_s)
         core.close()

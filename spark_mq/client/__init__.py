@@ -3,9 +3,11 @@
 Modules, one concept each: ``records`` (value types), ``config`` (settings), ``connection``
 (one broker connection), ``cluster`` (metadata and routing), ``partitioner``,
 ``accumulator`` / ``sender`` / ``futures`` / ``interceptors`` (the producer's parts),
-``subscription_state`` / ``fetcher`` / ``offset_lookup`` (the consumer's parts), ``group/``
-(consumer groups: membership, heartbeats, rebalances, commits), ``assignors/``, ``admin``
-and ``errors``. ``docs/clients.md`` describes settings, threads and guarantees.
+``transactions`` / ``txn_manager`` (transactions: types, state machine, coordinator
+requests), ``subscription_state`` / ``fetcher`` / ``offset_lookup`` (the consumer's parts),
+``group/`` (consumer groups: membership, heartbeats, rebalances, commits), ``assignors/``,
+``admin`` (with ``txn_admin``) and ``errors``. ``docs/clients.md`` describes settings,
+threads and guarantees.
 """
 
 from spark_mq.client.admin import Admin, PartitionDescription, TopicDescription
@@ -38,6 +40,13 @@ from spark_mq.client.records import (
     RecordMetadata,
     TopicPartition,
 )
+from spark_mq.client.transactions import (
+    CompletionResult,
+    PreparedTransaction,
+    TransactionDescription,
+    TransactionListing,
+    TxnState,
+)
 
 __all__ = [
     "CONSUMER_SCHEMA",
@@ -46,6 +55,7 @@ __all__ = [
     "BatchMetadata",
     "BufferExhaustedError",
     "CommitFailedError",
+    "CompletionResult",
     "Consumer",
     "ConsumerConfig",
     "ConsumerGroupMetadata",
@@ -62,10 +72,14 @@ __all__ = [
     "OffsetAndTimestamp",
     "PartitionDescription",
     "PartitionLag",
+    "PreparedTransaction",
     "Producer",
     "ProducerConfig",
     "ProducerRecord",
     "RecordMetadata",
     "TopicDescription",
     "TopicPartition",
+    "TransactionDescription",
+    "TransactionListing",
+    "TxnState",
 ]

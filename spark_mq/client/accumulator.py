@@ -47,7 +47,12 @@ import pyarrow as pa
 
 from spark_mq.client.errors import BufferExhaustedError
 from spark_mq.client.futures import FutureRecordMetadata, ProduceRequestResult
-from spark_mq.storage.record_batch import CRC_START, HEADER_SIZE, encode_batch
+from spark_mq.storage.record_batch import (
+    ATTR_TRANSACTIONAL,
+    CRC_START,
+    HEADER_SIZE,
+    encode_batch,
+)
 
 #: Bytes a record costs in a batch besides its key and value, measured on encoded batches:
 #: offset delta (4), timestamp (8), key, value and header offsets (4 each), validity bits,
@@ -62,14 +67,24 @@ _PRODUCER_FIELDS = struct.Struct(">qhi")
 _PRODUCER_FIELDS_AT = 43
 _CRC = struct.Struct(">I")
 _CRC_AT = 17
+_ATTRIBUTES = struct.Struct(">h")
+_ATTRIBUTES_AT = 21
 
 
 def stamp_header(
-    encoded: bytes, producer_id: int, producer_epoch: int, base_sequence: int
+    encoded: bytes,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    transactional: bool = False,
 ) -> bytes:
-    """A new 61-byte header for ``encoded`` with the producer fields set and the CRC
-    recomputed (the CRC covers the header from ``attributes`` on and the whole body)."""
+    """A new 61-byte header for ``encoded`` with the producer fields (and, for a
+    transactional producer, the transactional attribute bit) set and the CRC recomputed (the
+    CRC covers the header from ``attributes`` on and the whole body)."""
     header = bytearray(encoded[:HEADER_SIZE])
+    if transactional:
+        (attributes,) = _ATTRIBUTES.unpack_from(header, _ATTRIBUTES_AT)
+        _ATTRIBUTES.pack_into(header, _ATTRIBUTES_AT, attributes | ATTR_TRANSACTIONAL)
     _PRODUCER_FIELDS.pack_into(
         header, _PRODUCER_FIELDS_AT, producer_id, producer_epoch, base_sequence
     )
@@ -128,9 +143,17 @@ class ProducerBatch:
     def wire_size(self) -> int:
         return sum(memoryview(b).nbytes for b in self.wire)
 
-    def encode(self, codec: str, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    def encode(
+        self,
+        codec: str,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        transactional: bool = False,
+    ) -> None:
         """Make ``wire`` the batch's bytes with these producer fields (-1s when not
-        idempotent). Record lists are encoded once; later calls only restamp the header."""
+        idempotent), marked transactional if asked. Record lists are encoded once; later
+        calls only restamp the header."""
         stamp = (producer_id, producer_epoch, base_sequence)
         if self.encoded is None:
             stamps = np.array(self.timestamps, dtype=np.float64).astype(np.int64)
@@ -143,6 +166,7 @@ class ProducerBatch:
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
                 base_sequence=base_sequence,
+                is_transactional=transactional,
             )
             self.wire = [self.encoded]
             # The encoded bytes hold the data now; the timestamps stay for the metadata.
@@ -150,7 +174,7 @@ class ProducerBatch:
             self.keys = None
             self.headers = None
         elif stamp != self.stamp:
-            header = stamp_header(self.encoded, *stamp)
+            header = stamp_header(self.encoded, *stamp, transactional)
             self.wire = [header, memoryview(self.encoded)[HEADER_SIZE:]]
         self.stamp = stamp
 

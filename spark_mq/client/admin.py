@@ -1,5 +1,6 @@
-"""The admin client: topics, partitions, configs, offsets, record deletion and consumer
-groups (the group calls are in :mod:`spark_mq.client.group.admin_groups`).
+"""The admin client: topics, partitions, configs, offsets, record deletion, consumer
+groups (the group calls are in :mod:`spark_mq.client.group.admin_groups`) and transactions
+(:mod:`spark_mq.client.txn_admin`).
 
 Every call is synchronous and raises the typed exception for the broker's error code
 (:func:`spark_mq.protocol.error_codes.error_from_code`): creating a topic that exists raises
@@ -27,6 +28,13 @@ from spark_mq.client.group.admin_groups import (
 from spark_mq.client.group.offsets import OffsetAndMetadata, OffsetsArg, normalize_offsets
 from spark_mq.client.offset_lookup import list_offsets
 from spark_mq.client.records import EARLIEST, LATEST, OffsetAndTimestamp, TopicPartition
+from spark_mq.client.transactions import (
+    CompletionResult,
+    PreparedTransaction,
+    TransactionDescription,
+    TransactionListing,
+)
+from spark_mq.client.txn_admin import TransactionAdmin
 from spark_mq.errors import SparkMQError, UnknownTopicOrPartitionError, UsageError
 from spark_mq.protocol import admin as msg
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
@@ -113,6 +121,7 @@ class Admin:
         self.config.check_endpoint()
         self._cluster = Cluster(self.config)
         self._groups = GroupAdmin(self._cluster, timeout_ms=self.config.default_api_timeout_ms)
+        self._txns = TransactionAdmin(self._cluster, timeout_ms=self.config.default_api_timeout_ms)
         self._closed = False
 
     def _request(self, request: Any, *, controller: bool = False) -> Any:
@@ -369,6 +378,73 @@ class Admin:
             lag = None if offset is None or end < 0 else max(end - offset, 0)
             out[tp] = PartitionLag(offset, end, lag, owners.get(tp))
         return out
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def complete_prepared_transactions(
+        self,
+        transactions: Sequence[PreparedTransaction],
+        *,
+        commit: bool = True,
+        owner: str | None = None,
+        sequence: int = -1,
+        abort_prefix: str | None = None,
+    ) -> CompletionResult:
+        """Commit (or, with ``commit=False``, abort) prepared transactions as one decision,
+        the second phase of a two-phase commit. ``owner`` and ``sequence`` (>= 0, increasing
+        per owner) tag a commit: the tag and the decision are one durable append, and asking
+        again with a sequence already recorded aborts ``transactions`` instead and reports
+        ``already_committed``, so a replay never doubles output. ``abort_prefix`` also aborts
+        every other open or prepared transaction whose id starts with it (leftovers of
+        earlier attempts). A commit is all or nothing: if any transaction cannot commit
+        (fenced, not prepared, unknown), nothing is committed and its typed error is raised.
+
+        Example (handles from ``Producer.prepare_transaction()`` in other processes)::
+
+            result = admin.complete_prepared_transactions(handles, owner="sink-1", sequence=7)
+            assert result.committed or result.already_committed
+        """
+        self._check(None)
+        return self._txns.complete(
+            transactions,
+            commit=commit,
+            owner=owner,
+            sequence=sequence,
+            abort_prefix=abort_prefix,
+        )
+
+    def last_committed_sequence(self, owner: str) -> int:
+        """The newest sequence committed for ``owner`` (-1: none)."""
+        self._check(None)
+        return self._txns.last_committed_sequence(owner)
+
+    def list_transactions(
+        self,
+        states: Sequence[str] = (),
+        producer_ids: Sequence[int] = (),
+        duration_ms: int = -1,
+        prefix: str | None = None,
+    ) -> list[TransactionListing]:
+        """Transactional ids known to the coordinators, sorted. Filters: ``states`` (Kafka's
+        names, any case: Ongoing, Prepared, ...), ``producer_ids``, ``duration_ms`` (only
+        transactions open longer than that: the hanging ones) and an id ``prefix``."""
+        self._check(None)
+        return self._txns.list_transactions(states, producer_ids, duration_ms, prefix)
+
+    def describe_transactions(
+        self, transactional_ids: Sequence[str]
+    ) -> list[TransactionDescription]:
+        """State, producer id and epoch, timeout, start time and partitions of each id;
+        raises TransactionalIdNotFoundError for an id the coordinator does not know."""
+        self._check(None)
+        return self._txns.describe_transactions(transactional_ids)
+
+    def abort_transaction(self, transactional_id: str) -> None:
+        """End a hanging transaction (Ongoing or Prepared) with an abort, releasing the last
+        stable offset of its partitions; its producer, if still alive, is fenced from that
+        transaction. Raises InvalidTxnStateError when there is nothing to abort."""
+        self._check(None)
+        self._txns.abort(transactional_id)
 
     # -- lifecycle ------------------------------------------------------------------------
 

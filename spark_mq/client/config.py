@@ -332,9 +332,33 @@ class ProducerConfig(ClientConfig):
         "Objects with on_send(record) and on_acknowledgement(metadata, exception).",
         parse=parse_interceptors,
     )
+    transactional_id: str = setting(
+        "transactional.id",
+        "",
+        "Makes the producer transactional (init_transactions(), begin/commit/abort); a new "
+        "producer with the same id fences the older one. Implies enable.idempotence=true and "
+        "acks=all.",
+        parse=parse_str,
+    )
+    transaction_timeout_ms: int = setting(
+        "transaction.timeout.ms",
+        60_000,
+        "The coordinator aborts an open transaction older than this (and fences its "
+        "producer); capped by the broker's transaction.max.timeout.ms. Prepared "
+        "transactions have their own, longer limit on the broker.",
+        parse=parse_int,
+        check=at_least(1),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.transactional_id and not self.enable_idempotence:
+            raise ConfigError(
+                "transactional.id needs enable.idempotence=true (and acks=all); remove the "
+                "conflicting setting or the transactional.id",
+                key="enable.idempotence",
+                value=self.enable_idempotence,
+            )
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
             raise ConfigError(
                 f"delivery.timeout.ms ({self.delivery_timeout_ms}) must be at least linger.ms + "
@@ -352,6 +376,12 @@ class ProducerConfig(ClientConfig):
                 ),
                 ("retries", self.retries > 0, "more than 0"),
             ):
+                if not ok and self.transactional_id:
+                    raise ConfigError(
+                        f"transactional.id needs {key} {need} (a transactional producer is "
+                        "idempotent); remove the conflicting setting",
+                        key=key,
+                    )
                 if not ok:
                     raise ConfigError(
                         f"enable.idempotence=true needs {key} {need}; set "
@@ -363,12 +393,17 @@ class ProducerConfig(ClientConfig):
     def from_user(cls, props: Mapping[str, object]) -> ProducerConfig:
         """Like :meth:`from_properties`, with Kafka's rule for idempotence: when the user
         sets ``acks`` to 0 or 1 (or retries to 0, or more than 5 in-flight requests) and does
-        not set ``enable.idempotence``, idempotence is turned off instead of refused."""
+        not set ``enable.idempotence``, idempotence is turned off instead of refused (but not
+        with a ``transactional.id``, which needs it: ConfigError)."""
         values = cls._parse_all(props, {})
-        if "enable_idempotence" not in values and (
-            values.get("acks", -1) != -1
-            or values.get("retries", 1) == 0
-            or values.get("max_in_flight_requests_per_connection", 5) > 5
+        if (
+            "enable_idempotence" not in values
+            and not values.get("transactional_id")
+            and (
+                values.get("acks", -1) != -1
+                or values.get("retries", 1) == 0
+                or values.get("max_in_flight_requests_per_connection", 5) > 5
+            )
         ):
             values["enable_idempotence"] = False
         return cls(**values)

@@ -8,6 +8,13 @@ by partition with one stable argsort, and encodes one batch per partition (split
 ``max.request.size``) with :func:`~spark_mq.storage.record_batch.encode_batch`; no Python
 code runs per record. See ``docs/clients.md`` for every setting, the threading model and the
 delivery guarantees.
+
+With ``transactional.id`` set the producer is transactional: ``init_transactions()`` once,
+then ``begin_transaction()``, sends (and ``send_offsets_to_transaction()``), and
+``commit_transaction()`` or ``abort_transaction()``; or ``prepare_transaction()`` for a
+two-phase commit decided elsewhere. The state machine is in
+:mod:`spark_mq.client.transactions`, the coordinator requests in
+:mod:`spark_mq.client.txn_manager`.
 """
 
 from __future__ import annotations
@@ -26,9 +33,14 @@ from spark_mq.client.accumulator import RECORD_OVERHEAD_BYTES, Callback, RecordA
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import ProducerConfig, client_config_props
 from spark_mq.client.futures import FutureBatchMetadata, FutureRecordMetadata
+from spark_mq.client.group.member_state import ConsumerGroupMetadata
+from spark_mq.client.group.offsets import OffsetAndMetadata, normalize_offsets
 from spark_mq.client.interceptors import ProducerInterceptors, ProducerRecord
 from spark_mq.client.partitioner import Partitioner, check_partition
+from spark_mq.client.records import TopicPartition
 from spark_mq.client.sender import Sender
+from spark_mq.client.transactions import PreparedTransaction, TxnState
+from spark_mq.client.txn_manager import TransactionManager
 from spark_mq.errors import InvalidRecordError, RecordTooLargeError, UsageError
 from spark_mq.storage.record_batch import encode_batch
 
@@ -131,8 +143,18 @@ class Producer:
         # Bound once: send() runs per record, and each attribute lookup there shows.
         self._partition = self._partitioner.partition
         self._append = self._accumulator.append
+        self._txn = TransactionManager(cfg, self._cluster) if cfg.transactional_id else None
+        self._txn_machine = None if self._txn is None else self._txn.machine
+        if self._txn is not None:
+            # send() checks the transaction state on its slow path.
+            self._slow_send = True
         self._sender = Sender(
-            cfg, self._accumulator, self._cluster, self._interceptors, on_fatal=self._failed
+            cfg,
+            self._accumulator,
+            self._cluster,
+            self._interceptors,
+            on_fatal=self._failed,
+            txn=self._txn,
         )
         self._sender.start()
 
@@ -159,10 +181,14 @@ class Producer:
         if self._slow_send:
             if self._closed:
                 self._raise_closed("send")
-            record = self._interceptors.on_send(
-                ProducerRecord(topic, partition, key, value, timestamp_ms, headers)
-            )
-            topic, partition, key, value, timestamp_ms, headers = record
+            machine = self._txn_machine
+            if machine is not None and not machine.in_transaction:
+                machine.require("send")
+            if self._intercept_send:
+                record = self._interceptors.on_send(
+                    ProducerRecord(topic, partition, key, value, timestamp_ms, headers)
+                )
+                topic, partition, key, value, timestamp_ms, headers = record
         if value is None:
             size = RECORD_OVERHEAD_BYTES
         else:
@@ -200,6 +226,8 @@ class Producer:
         self._closed = self._slow_send = True
 
     def _raise_closed(self, call: str) -> None:
+        if self._txn is not None and self._txn.machine.state is TxnState.FATAL_ERROR:
+            self._txn.machine.require(call)  # raises the fatal error (fenced)
         fatal = self._sender.fatal_error
         if fatal is not None:
             raise UsageError(
@@ -244,6 +272,8 @@ class Producer:
         """
         if self._closed:
             self._raise_closed("send_batch")
+        if self._txn is not None:
+            self._txn.machine.require("send_batch")
         if isinstance(table, pa.RecordBatch):
             table = pa.Table.from_batches([table])
         if not isinstance(table, pa.Table):
@@ -381,6 +411,134 @@ class Producer:
             start = stop
         return out
 
+    # -- transactions ---------------------------------------------------------------------
+
+    def _transaction(self, call: str) -> tuple[TransactionManager, TxnState]:
+        if self._txn is None:
+            raise UsageError(
+                f"{call}() needs a transactional producer: set transactional.id (e.g. "
+                "Producer(path=..., transactional_id='my-app-0'))"
+            )
+        if self._closed:
+            self._raise_closed(call)
+        return self._txn, self._txn.machine.require(call)
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Register ``transactional.id`` with its coordinator, once, before any transaction:
+        gets the producer id and a new epoch, which fences every older producer with the
+        same id; the coordinator aborts (or finishes) what that producer left open.
+        ``timeout`` in seconds (None: ``max.block.ms``); a timed out call may be repeated.
+
+        Example (assumes the broker can be started for the directory)::
+
+            producer = Producer(path="/data/mq", transactional_id="copier-0")
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send("out", b"v")
+            producer.commit_transaction()
+        """
+        txn, _ = self._transaction("init_transactions")
+        txn.machine.transition(TxnState.INITIALIZING)
+        try:
+            producer_id, epoch = txn.init_producer_id(txn.deadline(timeout))
+        except BaseException:
+            txn.machine.transition(TxnState.UNINITIALIZED)  # no-op once fatal
+            raise
+        self._sender.set_producer(producer_id, epoch)
+        txn.machine.transition(TxnState.READY)
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (local: the coordinator hears of it with the first send)."""
+        txn, _ = self._transaction("begin_transaction")
+        txn.machine.transition(TxnState.IN_TRANSACTION)
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group_metadata: str | ConsumerGroupMetadata,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit a consumer group's offsets (next offset to read) as part of the
+        transaction: the group sees them only if the transaction commits. Pass the
+        consumer's :meth:`~spark_mq.Consumer.group_metadata` so that a consumer that lost its
+        partitions to a rebalance cannot commit (a plain group id skips that check)."""
+        txn, _ = self._transaction("send_offsets_to_transaction")
+        if isinstance(group_metadata, str):
+            group = ConsumerGroupMetadata(group_metadata, -1, "", None)
+        elif isinstance(group_metadata, ConsumerGroupMetadata):
+            group = group_metadata
+        else:
+            raise UsageError(
+                "group_metadata must be a group id or consumer.group_metadata(), not "
+                f"{type(group_metadata).__name__}"
+            )
+        if not group.group_id:
+            raise UsageError("send_offsets_to_transaction() needs a group id (group.id)")
+        given: dict[TopicPartition | tuple[str, int], int | OffsetAndMetadata] = {
+            tp: value for tp, value in offsets.items()
+        }
+        normalized = normalize_offsets(given)
+        if normalized:
+            txn.add_offsets(normalized, group, txn.deadline(timeout))
+
+    def _flush_transaction(self, txn: TransactionManager, call: str, deadline: float) -> None:
+        """Send and acknowledge everything of the transaction, then check that nothing
+        failed (a failure makes the transaction abortable: this raises)."""
+        self.flush(max(deadline - time.monotonic(), 0.0))
+        if txn.machine.has_error:
+            txn.machine.require(call)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit: every record of the transaction becomes visible to
+        ``read_committed`` readers at once. Raises TransactionAbortableError if a send of the
+        transaction failed (call ``abort_transaction()``), ProducerFencedError if a newer
+        producer took the transactional id. A call that timed out may be repeated."""
+        txn, state = self._transaction("commit_transaction")
+        deadline = txn.deadline(timeout)
+        if state is TxnState.IN_TRANSACTION:
+            txn.machine.transition(TxnState.COMMITTING_TRANSACTION)
+        self._flush_transaction(txn, "commit_transaction", deadline)
+        if txn.partitions or txn.has_offsets:
+            txn.end_txn(True, deadline)
+        txn.reset_transaction()
+        txn.machine.transition(TxnState.READY)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: records not yet sent are dropped (their futures fail),
+        those written are hidden from ``read_committed`` readers forever."""
+        txn, state = self._transaction("abort_transaction")
+        deadline = txn.deadline(timeout)
+        if state is not TxnState.ABORTING_TRANSACTION:
+            txn.machine.transition(TxnState.ABORTING_TRANSACTION)
+        self._sender.wakeup()
+        self.flush(max(deadline - time.monotonic(), 0.0))
+        if txn.partitions or txn.has_offsets:
+            txn.end_txn(False, deadline)
+        txn.reset_transaction()
+        if self._sender.needs_new_epoch:
+            # A failed batch left a hole in some partition's sequence numbers: a new epoch
+            # starts them again (the coordinator has nothing open to finish by now).
+            self._sender.set_producer(*txn.init_producer_id(deadline))
+        txn.machine.transition(TxnState.READY)
+
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+        """First phase of a two-phase commit: flush, then ask the coordinator to hold the
+        transaction prepared (the ordinary ``transaction.timeout.ms`` no longer aborts it).
+        Returns the handle to commit or abort it with, from any process, through
+        :meth:`~spark_mq.Admin.complete_prepared_transactions`. The producer can begin no
+        further transaction; ``close()`` leaves the prepared one alone."""
+        txn, _ = self._transaction("prepare_transaction")
+        deadline = txn.deadline(timeout)
+        self._flush_transaction(txn, "prepare_transaction", deadline)
+        handle = txn.prepare(deadline)
+        txn.machine.transition(TxnState.PREPARED_TRANSACTION)
+        return handle
+
+    @property
+    def transaction_state(self) -> TxnState | None:
+        """The transaction state (None for a producer without ``transactional.id``)."""
+        return None if self._txn is None else self._txn.machine.state
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> None:
@@ -398,7 +556,10 @@ class Producer:
 
     def close(self, timeout: float | None = None) -> None:
         """Send what is buffered, wait up to ``timeout`` seconds (None: as long as it takes)
-        for acknowledgements, then stop; records still pending after that fail."""
+        for acknowledgements, then stop; records still pending after that fail. An open
+        transaction is not aborted here (the coordinator aborts it after
+        ``transaction.timeout.ms``, or the next producer with the id at once), and a prepared
+        one stays prepared."""
         if self._closed:
             return
         self._closed = self._slow_send = True

@@ -24,8 +24,16 @@ was in flight on it; they are sent again, with the same sequence numbers, on a n
 broker recognises a batch it already appended as a duplicate and answers with the original
 offset, so an idempotent producer never writes a record twice and never reorders one.
 
+A transactional producer (``txn`` given) gets its producer id from ``init_transactions()``
+instead of step 1, marks every batch transactional, and registers each partition with the
+transaction coordinator (AddPartitionsToTxn, one request for all new partitions, one attempt
+per loop) before its first batch to it: a partition not yet registered is never drained.
+While the transaction is being aborted, or cannot commit (AbortableError), or the producer
+is fenced (FatalError), batches not yet sent are failed instead of sent.
+
 Threads: only this thread touches the data connections and the sequence state; the user
-threads meet it in the accumulator (locked) and in the futures.
+threads meet it in the accumulator (locked) and in the futures. :meth:`Sender.set_producer`
+is called by a user thread only while nothing is queued or in flight.
 """
 
 from __future__ import annotations
@@ -48,9 +56,13 @@ from spark_mq.client.connection import BrokerConnection, Response
 from spark_mq.client.errors import DeliveryTimeoutError
 from spark_mq.client.interceptors import ProducerInterceptors
 from spark_mq.client.records import RecordMetadata
+from spark_mq.client.transactions import fenced_error
+from spark_mq.client.txn_manager import TransactionManager
 from spark_mq.errors import (
+    InvalidProducerEpochError,
     NetworkError,
     OutOfOrderSequenceError,
+    ProducerFencedError,
     SparkMQError,
     UnknownProducerIdError,
     UsageError,
@@ -87,6 +99,7 @@ class Sender(threading.Thread):
         *,
         clock: Callable[[], float] = time.monotonic,
         on_fatal: Callable[[BaseException], None] | None = None,
+        txn: TransactionManager | None = None,
     ) -> None:
         super().__init__(name=f"spark-mq-sender-{config.client_id or id(self)}", daemon=True)
         self._config = config
@@ -118,6 +131,8 @@ class Sender(threading.Thread):
         self._acked_in_epoch: set[TP] = set()
         self._metadata_retry_at = 0.0
         self._force_close = False
+        self._txn = txn
+        self._transactional = txn is not None
         self.fatal_error: BaseException | None = None
         self._on_fatal = on_fatal
         accumulator.wakeup = self.wakeup
@@ -168,6 +183,8 @@ class Sender(threading.Thread):
         self._expire()
         self._maybe_refresh_metadata()
         self._connect_leaders()
+        if self._txn is not None:
+            self._txn.before_send(self._acc, self._fail, have_producer_id=self.producer_id >= 0)
         self._send_ready()
         # Sleeping is announced before the wait is computed: a batch that becomes ready, or a
         # flush or close that starts, after this line pokes the wake socket; anything earlier
@@ -185,6 +202,8 @@ class Sender(threading.Thread):
     # -- producer id ----------------------------------------------------------------------
 
     def _maybe_init_producer_id(self) -> None:
+        if self._transactional:
+            return  # init_transactions() and abort_transaction() do it (set_producer)
         if not self._idempotent or (self.producer_id >= 0 and not self._need_new_epoch):
             return
         if self._any_in_flight() or self._clock() < self._pid_retry_at:
@@ -211,6 +230,21 @@ class Sender(threading.Thread):
             self._acked_in_epoch.clear()
             self._acc.reset_sequences()
             self._need_new_epoch = False
+
+    def set_producer(self, producer_id: int, producer_epoch: int) -> None:
+        """A transactional producer's new id and epoch (user thread; nothing may be queued
+        or in flight): sequences start again at 0."""
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self._next_sequence.clear()
+        self._acked_in_epoch.clear()
+        self._acc.reset_sequences()
+        self._need_new_epoch = False
+
+    @property
+    def needs_new_epoch(self) -> bool:
+        """Whether a sequenced batch failed for good (a hole only a new epoch repairs)."""
+        return self._need_new_epoch
 
     def _ready_to_send(self) -> bool:
         return not self._idempotent or (self.producer_id >= 0 and not self._need_new_epoch)
@@ -271,6 +305,9 @@ class Sender(threading.Thread):
             return 0
         if not self._idempotent:
             return _NO_LIMIT
+        txn = self._txn
+        if txn is not None and tp not in txn.partitions:
+            return 0
         in_flight = self._in_flight.get(tp)
         if in_flight and tp not in self._acked_in_epoch:
             return 0
@@ -339,6 +376,7 @@ class Sender(threading.Thread):
                 self.producer_id if self._idempotent else -1,
                 self.producer_epoch if self._idempotent else -1,
                 sequence,
+                self._transactional,
             )
         except SparkMQError as exc:
             self._fail(batch, exc)
@@ -360,7 +398,8 @@ class Sender(threading.Thread):
         if self._acc.has_unsent():
             # Batches waiting for a leader, a connection or a producer id: look again soon.
             waits.append(self._config.retry_backoff_ms / 1000)
-        for at in (self._pid_retry_at, self._metadata_retry_at):
+        add_retry_at = 0.0 if self._txn is None else self._txn.add_retry_at
+        for at in (self._pid_retry_at, self._metadata_retry_at, add_retry_at):
             if at > now:
                 waits.append(at - now)
         return min(waits) if waits else None
@@ -504,6 +543,11 @@ class Sender(threading.Thread):
             # Its sequence numbers are a hole the broker will never see filled: later batches
             # of the partition would be refused. A new epoch renumbers from 0.
             self._need_new_epoch = True
+        if self._txn is not None:
+            if isinstance(error, ProducerFencedError | InvalidProducerEpochError):
+                self._txn.machine.fatal(fenced_error(self._txn.transactional_id, error))
+            else:
+                self._txn.machine.abortable(error)
         batch.result.complete(-1, -1, error)
         self._notify(batch, error)
         self._acc.complete(batch)

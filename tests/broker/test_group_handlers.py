@@ -111,8 +111,8 @@ def test_find_coordinator_creates_the_offsets_topic_lazily(broker):
         unix = BrokerAddress(unix_path="/tmp/x.sock")
         found = await call(core, gp.FindCoordinatorRequest("g"), unix)
         assert (found.host, found.port) == ("unix:/tmp/x.sock", 0)
-        txn = await call(core, gp.FindCoordinatorRequest("t", key_type=1))
-        assert txn.error_code == E.INVALID_REQUEST
+        unknown_type = await call(core, gp.FindCoordinatorRequest("t", key_type=7))
+        assert unknown_type.error_code == E.INVALID_REQUEST
         empty = await call(core, gp.FindCoordinatorRequest(""))
         assert empty.error_code == E.INVALID_GROUP_ID
         metadata = await call(core, MetadataRequest([OFFSETS_TOPIC]))

@@ -14,7 +14,6 @@ from spark_mq.errors import (
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
     UnknownMemberIdError,
-    UnstableOffsetCommitError,
 )
 from spark_mq.protocol.error_codes import ErrorCode as E
 
@@ -151,31 +150,8 @@ def test_expiry_that_cannot_be_written_is_retried(h):
     assert h.coordinator.expire_offsets(h.now) == 1
 
 
-# ---------------------------------------------------------------------------------------------
-# Transactional offsets (the hook for issue 6)
-
-
-def test_transactional_offsets_are_invisible_until_the_transaction_commits(h):
-    h.commit({("t", 0): 1})
-    entry = h.group().offsets[("t", 0)]
-    new = type(entry)(9, -1, None, h.now)
-    h.coordinator.offsets.stage_transactional("g", 77, {("t", 0): new}, h.now)
-    stable = h.coordinator.fetch_offsets("g", [("t", 0)], require_stable=True)[0]
-    assert isinstance(stable.error, UnstableOffsetCommitError) and stable.entry is None
-    loose = h.coordinator.fetch_offsets("g", [("t", 0)], require_stable=False)[0]
-    assert loose.entry is not None and loose.entry.offset == 1
-    h.coordinator.offsets.complete_transaction(77, committed=True, now_ms=h.now)
-    assert h.committed() == {("t", 0): 9}
-    assert h.restarted().committed() == {("t", 0): 9}
-
-
-def test_aborted_transactional_offsets_are_dropped(h):
-    h.commit({("t", 0): 1})
-    new = type(h.group().offsets[("t", 0)])(9)
-    h.coordinator.offsets.stage_transactional("g", 5, {("t", 0): new}, h.now)
-    h.coordinator.offsets.complete_transaction(5, committed=False, now_ms=h.now)
-    assert h.committed() == {("t", 0): 1}
-    assert h.coordinator.fetch_offsets("g", [("t", 0)])[0].error is None
+# Transactional offsets (durable, through __consumer_offsets and markers) are tested on real
+# storage in tests/broker/test_txn_offsets.py.
 
 
 def test_fetch_of_an_invalid_group_id(h):

@@ -290,6 +290,12 @@ class GroupCoordinator:
                 # comes back Empty with no protocol type.
                 owner = self.groups.get(group_id) or self._create_group(group_id, now_ms)
                 owner.offsets.update(offsets)
+        for group_id, by_producer in loaded.pending.items():
+            # Transactional offsets whose transaction has no marker yet: the transaction
+            # coordinator's recovery completes them.
+            owner = self.groups.get(group_id) or self._create_group(group_id, now_ms)
+            for producer_id, entries in by_producer.items():
+                owner.pending_txn_offsets.setdefault(producer_id, {}).update(entries)
         logger.info(
             "loaded %d groups and %d committed offsets from %d records (%d skipped)",
             len(self.groups),

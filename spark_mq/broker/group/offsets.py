@@ -12,16 +12,25 @@ OffsetFetch) only once that append succeeded.
 Expiry (Kafka >= 2.1, KIP-211), every ``offsets.retention.check.interval.ms``: the offsets of
 an Empty group are removed ``offsets.retention.minutes`` after the group became empty; those
 of a group that only ever committed (no protocol type), that long after each offset's
-commit. A live group's offsets never expire. Removed offsets are written as tombstones; an
-Empty group left without offsets goes Dead and its metadata record gets a tombstone too.
+commit. A Stable consumer group (KIP-496) loses, that long after their commit, the offsets of
+topics none of its members subscribes to any more (read from the members' JoinGroup metadata,
+:mod:`~spark_mq.broker.group.subscriptions`); its other offsets, and every offset of a group
+that is rebalancing or whose subscriptions do not decode, never expire. Removed offsets are
+written as tombstones; an Empty group left without offsets goes Dead and its metadata record
+gets a tombstone too.
 
-Transactional offset commits (issue 6) go through :meth:`OffsetManager.stage_transactional`
-into ``Group.pending_txn_offsets`` (by producer id), invisible to OffsetFetch, which answers
-UNSTABLE_OFFSET_COMMIT for such a partition when asked for stable offsets; the transaction
-coordinator's marker calls :meth:`OffsetManager.complete_transaction`, which writes the
-offsets (commit) or drops them (abort). Staged offsets are in memory only: making them
-survive a restart (Kafka writes them as transactional records of ``__consumer_offsets`` and
-replays the markers on load) is part of issue 6.
+Transactional offset commits (TxnOffsetCommit, :meth:`OffsetManager.commit_transactional`)
+are checked against the group as a commit is, then appended to the group's partition of
+``__consumer_offsets`` as a *transactional* batch of the producer (its id and epoch, the
+transactional attribute), as Kafka does, and kept in ``Group.pending_txn_offsets`` (by
+producer id): invisible to OffsetFetch, which answers UNSTABLE_OFFSET_COMMIT for such a
+partition when asked for stable offsets. The transaction coordinator writes the
+transaction's marker to that partition and then calls
+:meth:`OffsetManager.complete_transaction`, which publishes the offsets (commit) or drops them
+(abort); nothing more is written, the marker is the decision. Loading the topic replays the
+same: transactional offset records wait for their producer's marker
+(``LoadedGroups.apply_marker``), and those still without one come back pending, to be
+completed by the transaction coordinator's recovery.
 """
 
 from __future__ import annotations
@@ -242,10 +251,15 @@ class OffsetManager:
                     for tp, entry in group.offsets.items()
                     if now_ms - entry.commit_timestamp_ms >= retention_ms
                 ]
+            elif group.is_in(GroupState.STABLE):
+                expired = _unsubscribed_expired(group, now_ms, retention_ms)
+                if not expired:
+                    continue
             else:
                 continue
             dies = (
-                len(expired) == len(group.offsets)
+                group.is_in(GroupState.EMPTY)
+                and len(expired) == len(group.offsets)
                 and not group.pending_members
                 and not group.pending_txn_offsets
             )
@@ -278,28 +292,108 @@ class OffsetManager:
     # -----------------------------------------------------------------------------------------
     # The transactional hook (issue 6)
 
-    def stage_transactional(
+    def commit_transactional(
         self,
         group_id: str,
+        commits: Sequence[OffsetCommit],
+        *,
         producer_id: int,
-        entries: Mapping[TopicPartitionKey, OffsetEntry],
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
         now_ms: int,
-    ) -> None:
-        """Offsets committed inside producer ``producer_id``'s open transaction: kept aside
-        until :meth:`complete_transaction`. The caller checks the group as for a commit."""
-        group = self.groups.get(group_id) or self._create_group(group_id, now_ms)
-        group.pending_txn_offsets.setdefault(producer_id, {}).update(entries)
+    ) -> list[SparkMQError | None]:
+        """Offsets committed inside producer ``producer_id``'s open transaction: checked as
+        :meth:`commit` checks them, written as one transactional batch, pending until
+        :meth:`complete_transaction`. The caller has checked the transaction itself."""
+        group = self._group_for_commit(group_id, generation_id, member_id, group_instance_id)
+        if group is None:
+            group = self._create_group(group_id, now_ms)
+        else:
+            self._touch_member(group, member_id, now_ms)
+        errors, records, accepted = self._encode_commits(group_id, commits, now_ms)
+        if records:
+            try:
+                self.store.append_transactional(
+                    group_id,
+                    records,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    now_ms=now_ms,
+                )
+            except Exception as exc:
+                # Storage's refusals (a fenced epoch, ...) go back as they are.
+                if isinstance(exc, SparkMQError) and exc.error_code != -1:
+                    return [exc if e is None else e for e in errors]
+                logger.error("group %s: writing offsets failed: %s", group_id, exc, exc_info=exc)
+                failed = CoordinatorNotAvailableError(
+                    f"group {group_id!r}: the transactional offsets could not be written to "
+                    f"__consumer_offsets ({type(exc).__name__}: {exc}); retry the commit"
+                )
+                return [failed if e is None else e for e in errors]
+            group.pending_txn_offsets.setdefault(producer_id, {}).update(accepted)
+        return errors
 
-    def complete_transaction(self, producer_id: int, *, committed: bool, now_ms: int) -> None:
-        """The transaction of ``producer_id`` ended: publish its offsets (written to the log)
-        if it committed, drop them if it aborted."""
-        for group in list(self.groups.values()):
-            staged = group.pending_txn_offsets.pop(producer_id, None)
-            if not staged or not committed:
+    def _encode_commits(
+        self, group_id: str, commits: Sequence[OffsetCommit], now_ms: int
+    ) -> tuple[
+        list[SparkMQError | None], list[Record], list[tuple[TopicPartitionKey, OffsetEntry]]
+    ]:
+        errors: list[SparkMQError | None] = []
+        records: list[Record] = []
+        accepted: list[tuple[TopicPartitionKey, OffsetEntry]] = []
+        limit = self.config.offset_metadata_max_bytes
+        for c in commits:
+            metadata_bytes = len((c.metadata or "").encode("utf-8"))
+            if metadata_bytes > limit:
+                errors.append(
+                    OffsetMetadataTooLargeError(
+                        f"{c.topic}-{c.partition}: the commit's metadata is {metadata_bytes} "
+                        f"bytes, over offset.metadata.max.bytes={limit}; commit less metadata"
+                    )
+                )
                 continue
-            records: list[Record] = [
-                (offset_key(group.group_id, topic, partition), encode_offset_value(entry))
-                for (topic, partition), entry in staged.items()
-            ]
-            self.store.append(group.group_id, records, now_ms)
-            group.offsets.update(staged)
+            entry = OffsetEntry(c.offset, c.leader_epoch, c.metadata, now_ms)
+            records.append((offset_key(group_id, c.topic, c.partition), encode_offset_value(entry)))
+            accepted.append(((c.topic, c.partition), entry))
+            errors.append(None)
+        return errors, records, accepted
+
+    def complete_transaction(
+        self, producer_id: int, *, committed: bool, partition: int | None = None
+    ) -> int:
+        """The marker of ``producer_id``'s transaction was written to ``partition`` of
+        ``__consumer_offsets`` (None: to every partition): publish the offsets it committed
+        to the groups of that partition, or drop them. How many offsets were published."""
+        published = 0
+        for group in list(self.groups.values()):
+            if producer_id not in group.pending_txn_offsets:
+                continue
+            if partition is not None and self.store.partition_for(group.group_id) != partition:
+                continue
+            staged = group.pending_txn_offsets.pop(producer_id)
+            if committed:
+                group.offsets.update(staged)
+                published += len(staged)
+        return published
+
+
+def _unsubscribed_expired(group: Group, now_ms: int, retention_ms: int) -> list[TopicPartitionKey]:
+    """KIP-496: the offsets of a Stable consumer group's topics that no member subscribes to
+    any more, ``retention_ms`` after their own commit. Nothing when the subscriptions are not
+    known (another protocol type, metadata that does not decode), and never a partition with
+    a transactional commit pending."""
+    subscribed = group.subscribed_topics()
+    if subscribed is None:
+        return []
+    staged: set[TopicPartitionKey] = set()
+    for entries in group.pending_txn_offsets.values():
+        staged.update(entries)
+    return [
+        tp
+        for tp, entry in group.offsets.items()
+        if tp[0] not in subscribed
+        and tp not in staged
+        and now_ms - entry.commit_timestamp_ms >= retention_ms
+    ]

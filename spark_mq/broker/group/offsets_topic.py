@@ -39,16 +39,17 @@ from spark_mq.broker.group.records import (
     decode_key,
     decode_offset_value,
 )
+from spark_mq.broker.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from spark_mq.broker.replica_manager import ReplicaManager
+from spark_mq.broker.txn.log_reader import read_batches
 from spark_mq.errors import CoordinatorNotAvailableError, CorruptRecordError, TopicExistsError
-from spark_mq.storage.record_batch import encode_batch
+from spark_mq.storage.record_batch import ControlType, encode_batch
 
 logger = logging.getLogger("spark_mq.broker.group")
 
-OFFSETS_TOPIC: Final = "__consumer_offsets"
-
-#: Topics the broker reports as internal in Metadata.
-INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC})
+# OFFSETS_TOPIC and INTERNAL_TOPICS live in spark_mq.broker.internal_topics (shared with the
+# transaction coordinator); they are re-exported here for the group code and its tests.
+__all__ = ["INTERNAL_TOPICS", "OFFSETS_TOPIC", "GroupStore", "LoadedGroups", "OffsetsTopic"]
 
 #: How much of a partition one read returns while loading (Kafka's offsets.load.buffer.size).
 LOAD_BUFFER_BYTES: Final = 5 * 1024 * 1024
@@ -83,6 +84,18 @@ class GroupStore(Protocol):
 
     def append(self, group_id: str, records: Sequence[Record], now_ms: int) -> None: ...
 
+    def append_transactional(
+        self,
+        group_id: str,
+        records: Sequence[Record],
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        now_ms: int,
+    ) -> None: ...
+
+    def partition_for(self, group_id: str) -> int: ...
+
 
 @dataclasses.dataclass
 class LoadedGroups:
@@ -93,9 +106,40 @@ class LoadedGroups:
     offsets: dict[str, dict[TopicPartitionKey, OffsetEntry]] = dataclasses.field(
         default_factory=dict
     )
+    #: Transactional offset commits whose transaction has no marker yet: group -> producer
+    #: id -> offsets (a tombstone in a transaction is not supported and is skipped).
+    pending: dict[str, dict[int, dict[TopicPartitionKey, OffsetEntry]]] = dataclasses.field(
+        default_factory=dict
+    )
     records: int = 0
     #: Records that did not decode, or of a key version this broker does not know.
     skipped: int = 0
+
+    def apply_transactional(self, producer_id: int, key: bytes, value: bytes | None) -> None:
+        """An offset record of producer ``producer_id``'s open transaction: kept aside until
+        its marker (:meth:`apply_marker`)."""
+        self.records += 1
+        try:
+            decoded = decode_key(key)
+            if not isinstance(decoded, OffsetKey) or value is None:
+                self.skipped += 1
+                return
+            tp = (decoded.topic, decoded.partition)
+            by_producer = self.pending.setdefault(decoded.group_id, {})
+            by_producer.setdefault(producer_id, {})[tp] = decode_offset_value(value)
+        except CorruptRecordError as exc:
+            self.skipped += 1
+            logger.error("skipping a transactional __consumer_offsets record: %s", exc)
+
+    def apply_marker(self, producer_id: int, committed: bool) -> None:
+        """The marker of ``producer_id``'s transaction: publish (commit) or drop (abort) the
+        offsets it committed."""
+        for group_id in list(self.pending):
+            staged = self.pending[group_id].pop(producer_id, None)
+            if not self.pending[group_id]:
+                del self.pending[group_id]
+            if staged and committed:
+                self.offsets.setdefault(group_id, {}).update(staged)
 
     def apply(self, key: bytes, value: bytes | None) -> None:
         self.records += 1
@@ -186,6 +230,34 @@ class OffsetsTopic:
         part.append(encode_batch(values, key=keys, now_ms=now_ms))
         self.replicas.notify([part])
 
+    def append_transactional(
+        self,
+        group_id: str,
+        records: Sequence[Record],
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        now_ms: int,
+    ) -> None:
+        """Append offset ``records`` as one *transactional* batch of the producer (Kafka's
+        TxnOffsetCommit): invisible until the transaction's marker is written to this
+        partition, dropped by an abort marker, replayed that way on load."""
+        if not records:
+            return
+        part = self.replicas.partition(OFFSETS_TOPIC, self.partition_for(group_id))
+        keys = pa.array([k for k, _ in records], pa.binary())
+        values = pa.array([v for _, v in records], pa.binary())
+        batch = encode_batch(
+            values,
+            key=keys,
+            now_ms=now_ms,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_transactional=True,
+        )
+        part.append(batch)
+        self.replicas.notify([part])
+
     def load(self) -> LoadedGroups:
         """Read every partition from its start to its high watermark. Blocking."""
         loaded = LoadedGroups()
@@ -194,14 +266,18 @@ class OffsetsTopic:
         self.ensure()
         for index in range(self.partition_count):
             log = self.logs.get_log(OFFSETS_TOPIC, index)
-            position = log.log_start_offset
-            while position < log.high_watermark:
-                table, position = log.read_records_with_next(position, LOAD_BUFFER_BYTES)
-                keys = table.column("key").to_pylist()
-                values = table.column("value").to_pylist()
-                for key, value in zip(keys, values, strict=True):
+            # Batch by batch, headers included: transactional offset commits are kept aside
+            # until their producer's marker publishes or drops them.
+            for batch in read_batches(log, LOAD_BUFFER_BYTES):
+                header = batch.header
+                if batch.marker is not None:
+                    loaded.apply_marker(header.producer_id, batch.marker.type is ControlType.COMMIT)
+                    continue
+                for key, value in batch.records:
                     if key is None:
                         loaded.skipped += 1
-                        continue
-                    loaded.apply(key, value)
+                    elif header.is_transactional:
+                        loaded.apply_transactional(header.producer_id, key, value)
+                    else:
+                        loaded.apply(key, value)
         return loaded

@@ -105,6 +105,12 @@ class GroupService:
         await self._wait(self._creating, "creating __consumer_offsets")
         return self.coordinator
 
+    async def loaded(self) -> GroupCoordinator:
+        """The coordinator once ``__consumer_offsets`` is loaded, without creating the topic
+        (the transaction coordinator waits for this before writing markers to it)."""
+        await self._wait(self._start_loading(), "loading __consumer_offsets")
+        return self.coordinator
+
     def _start_loading(self) -> asyncio.Future[None]:
         if self._loading is None or _failed(self._loading):
             self._loading = _retrieving(asyncio.ensure_future(self._load()))

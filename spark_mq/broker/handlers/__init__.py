@@ -35,6 +35,18 @@ from spark_mq.broker.handlers.topics import (
     handle_create_topics,
     handle_delete_topics,
 )
+from spark_mq.broker.handlers.transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_complete_prepared_txns,
+    handle_describe_transactions,
+    handle_describe_txn_owner,
+    handle_end_txn,
+    handle_list_transactions,
+    handle_prepare_txn,
+    handle_txn_offset_commit,
+    handle_write_txn_markers,
+)
 from spark_mq.protocol.api import ApiKey
 
 HANDLERS: Final[Mapping[ApiKey, Handler]] = {
@@ -60,6 +72,16 @@ HANDLERS: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
     ApiKey.LIST_GROUPS: handle_list_groups,
     ApiKey.DELETE_GROUPS: handle_delete_groups,
+    ApiKey.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
+    ApiKey.END_TXN: handle_end_txn,
+    ApiKey.WRITE_TXN_MARKERS: handle_write_txn_markers,
+    ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
+    ApiKey.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: handle_list_transactions,
+    ApiKey.PREPARE_TXN: handle_prepare_txn,
+    ApiKey.COMPLETE_PREPARED_TXNS: handle_complete_prepared_txns,
+    ApiKey.DESCRIBE_TXN_OWNER: handle_describe_txn_owner,
 }
 
 __all__ = ["HANDLERS"]

@@ -1,5 +1,5 @@
-"""FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13), SyncGroup (14),
-DescribeGroups (15), ListGroups (16), DeleteGroups (42).
+"""FindCoordinator (10) of groups and transactional ids, JoinGroup (11), Heartbeat (12),
+LeaveGroup (13), SyncGroup (14), DescribeGroups (15), ListGroups (16), DeleteGroups (42).
 
 Thin: each handler waits for the coordinator to be ready (``__consumer_offsets`` loaded and
 created), calls it through ``GroupService.call`` (which supplies the time and re-arms its
@@ -17,9 +17,11 @@ from typing import TypeVar
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.group.rebalance import validate_group_id
 from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.txn.coordinator import validate_transactional_id
 from spark_mq.errors import InvalidRequestError
 from spark_mq.protocol.groups import (
     COORDINATOR_GROUP,
+    COORDINATOR_TRANSACTION,
     DeletableGroupResult,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -64,17 +66,24 @@ async def handle_find_coordinator(
     ctx: RequestContext, request: FindCoordinatorRequest, _: memoryview
 ) -> Response:
     try:
-        if request.key_type != COORDINATOR_GROUP:
+        if request.key_type == COORDINATOR_TRANSACTION:
+            validate_transactional_id(request.key)
+            txns = ctx.core.transactions
+            await txns.ready()
+            # On one node this broker leads every partition of __transaction_state, so it
+            # coordinates every transactional id.
+            txns.topic.partition_for(request.key)
+        elif request.key_type == COORDINATOR_GROUP:
+            validate_group_id(request.key)
+            groups = ctx.core.groups
+            await groups.ready()
+            # On one node this broker leads every partition, so it coordinates every group.
+            groups.topic.partition_for(request.key)
+        else:
             raise InvalidRequestError(
-                f"FindCoordinator key_type {request.key_type} is not served: this broker "
-                "coordinates consumer groups (key_type 0); transactions come with their own "
-                "coordinator"
+                f"FindCoordinator key_type {request.key_type} is not known: use 0 (a consumer "
+                "group) or 1 (a transactional id)"
             )
-        validate_group_id(request.key)
-        groups = ctx.core.groups
-        await groups.ready()
-        # On one node this broker leads every partition, so it coordinates every group.
-        groups.topic.partition_for(request.key)
     except Exception as exc:
         code, message = error_of(exc, f"find the coordinator of {request.key!r}")
         return Response(FindCoordinatorResponse(code, error_message=message))

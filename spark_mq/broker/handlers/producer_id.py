@@ -1,10 +1,13 @@
-"""InitProducerId (22): ids and epochs for idempotent producers.
+"""InitProducerId (22): ids and epochs for idempotent and transactional producers.
 
-``producer_id`` and ``producer_epoch`` both -1 ask for a new id (epoch 0). An existing pair
-asks for the epoch to be bumped, which a producer does to reset its sequence numbers after
-an error while keeping its id; an epoch that cannot grow any more gets a new id. A pair this
-directory never issued is refused with UNKNOWN_PRODUCER_ID. Transactional ids wait for the
-transaction coordinator (a later issue) and get INVALID_REQUEST.
+Without ``transactional_id``: ``producer_id`` and ``producer_epoch`` both -1 ask for a new id
+(epoch 0). An existing pair asks for the epoch to be bumped, which a producer does to reset
+its sequence numbers after an error while keeping its id; an epoch that cannot grow any more
+gets a new id. A pair this directory never issued is refused with UNKNOWN_PRODUCER_ID.
+
+With ``transactional_id``: the transaction coordinator answers (a new id on the id's first
+use, otherwise its epoch bumped, fencing older incarnations and aborting what they left
+open; see ``TransactionCoordinator.init_producer_id`` and docs/transactions.md).
 """
 
 from __future__ import annotations
@@ -22,11 +25,6 @@ if TYPE_CHECKING:
 
 
 def _init(core: BrokerCore, request: InitProducerIdRequest) -> InitProducerIdResponse:
-    if request.transactional_id is not None:
-        raise InvalidRequestError(
-            f"transactional.id {request.transactional_id!r}: transactions are not supported by "
-            "this broker yet; leave transactional.id unset for an idempotent producer"
-        )
     pid, epoch = request.producer_id, request.producer_epoch
     if pid == -1 and epoch == -1:
         return InitProducerIdResponse(0, core.producer_ids.next_id(), 0)
@@ -45,10 +43,27 @@ def _init(core: BrokerCore, request: InitProducerIdRequest) -> InitProducerIdRes
     return InitProducerIdResponse(0, pid, epoch + 1)
 
 
+async def _init_transactional(
+    ctx: RequestContext, request: InitProducerIdRequest
+) -> InitProducerIdResponse:
+    txns = ctx.core.transactions
+    coordinator = await txns.ready()
+    pid, epoch = coordinator.init_producer_id(
+        request.transactional_id or "",
+        request.transaction_timeout_ms,
+        request.producer_id,
+        request.producer_epoch,
+        txns.now_ms(),
+    )
+    return InitProducerIdResponse(0, pid, epoch)
+
+
 async def handle_init_producer_id(
     ctx: RequestContext, request: InitProducerIdRequest, _: memoryview
 ) -> Response:
     try:
+        if request.transactional_id is not None:
+            return Response(await _init_transactional(ctx, request))
         # A new block of ids is reserved with an fsync: off the event loop.
         return Response(await ctx.core.run_blocking(_init, ctx.core, request))
     except Exception as exc:

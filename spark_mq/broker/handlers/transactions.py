@@ -1,0 +1,380 @@
+"""Transactions: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26),
+WriteTxnMarkers (27), TxnOffsetCommit (28), DescribeTransactions (65), ListTransactions (66),
+PrepareTxn (1000), CompletePreparedTxns (1001) and DescribeTxnOwner (1002).
+
+Thin: each handler waits for the transaction coordinator to be ready (``__transaction_state``
+loaded, recovered and created), calls it with the time and wraps the answer; the semantics
+are in :mod:`spark_mq.broker.txn` and docs/transactions.md. TxnOffsetCommit is the group
+coordinator's request: it checks the transaction with the (local) transaction coordinator
+(Ongoing, the group's ``__consumer_offsets`` partition added with AddOffsetsToTxn, same
+producer id and epoch), then the group as OffsetCommit does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from spark_mq.broker.context import RequestContext, Response
+from spark_mq.broker.group.offsets import OffsetCommit
+from spark_mq.broker.group.rebalance import validate_group_id
+from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.internal_topics import OFFSETS_TOPIC, check_not_internal
+from spark_mq.broker.txn import two_phase
+from spark_mq.broker.txn.state import TopicPartition, TxnMetadata
+from spark_mq.errors import SparkMQError
+from spark_mq.protocol.transactions import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    CompletePreparedTxnsRequest,
+    CompletePreparedTxnsResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    OwnerSequenceRequest,
+    OwnerSequenceResponse,
+    PreparedTxnResult,
+    PrepareTxnRequest,
+    PrepareTxnResponse,
+    TransactionState,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnPartitionResult,
+    TxnTopic,
+    TxnTopicResult,
+    WritableTxnMarkerResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
+
+Results = dict[TopicPartition, tuple[int, str | None]]
+
+
+def _topic_results(order: Iterable[TopicPartition], results: Results) -> list[TxnTopicResult]:
+    by_topic: dict[str, list[TxnPartitionResult]] = {}
+    for topic, partition in order:
+        code, message = results.get((topic, partition), (0, None))
+        by_topic.setdefault(topic, []).append(TxnPartitionResult(partition, code, message))
+    return [TxnTopicResult(name, parts) for name, parts in by_topic.items()]
+
+
+def _topics(txn: TxnMetadata) -> list[TxnTopic]:
+    return [TxnTopic(name, parts) for name, parts in txn.topics().items()]
+
+
+def _state(txn: TxnMetadata) -> TransactionState:
+    return TransactionState(
+        txn.transactional_id,
+        txn.state.value,
+        txn.producer_id,
+        txn.producer_epoch,
+        txn.timeout_ms,
+        txn.txn_start_ms,
+        _topics(txn),
+        txn.prepared_ms,
+    )
+
+
+def _code_of(error: Exception | None, what: str) -> tuple[int, str | None]:
+    return (0, None) if error is None else error_of(error, what)
+
+
+def _existing(ctx: RequestContext, pairs: Iterable[TopicPartition], what: str) -> Results:
+    """The errors of partitions that do not exist (or may not be written by clients)."""
+    errors: Results = {}
+    for topic, partition in pairs:
+        try:
+            ctx.core.logs.get_log(topic, partition)
+            if what == "add":
+                check_not_internal(topic, "add to a transaction the")
+        except Exception as exc:
+            errors[(topic, partition)] = error_of(exc, f"{what} {topic}-{partition}")
+    return errors
+
+
+# ---------------------------------------------------------------------------------------------
+# AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
+
+
+async def handle_add_partitions_to_txn(
+    ctx: RequestContext, request: AddPartitionsToTxnRequest, _: memoryview
+) -> Response:
+    txns = ctx.core.transactions
+    order = [(t.name, p) for t in request.topics for p in t.partitions]
+    results = _existing(ctx, order, "add")
+    valid = [tp for tp in order if tp not in results]
+    if valid:
+        try:
+            coordinator = await txns.ready()
+            coordinator.add_partitions(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                valid,
+                txns.now_ms(),
+            )
+        except Exception as exc:
+            failure = error_of(exc, f"add partitions to {request.transactional_id!r}")
+            results.update(dict.fromkeys(valid, failure))
+    return Response(AddPartitionsToTxnResponse(_topic_results(order, results)))
+
+
+async def handle_add_offsets_to_txn(
+    ctx: RequestContext, request: AddOffsetsToTxnRequest, _: memoryview
+) -> Response:
+    txns = ctx.core.transactions
+    try:
+        validate_group_id(request.group_id)
+        await ctx.core.groups.ready()
+        partition = ctx.core.groups.topic.partition_for(request.group_id)
+        coordinator = await txns.ready()
+        coordinator.add_partitions(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            [(OFFSETS_TOPIC, partition)],
+            txns.now_ms(),
+        )
+    except Exception as exc:
+        code, message = error_of(exc, f"add offsets of group {request.group_id!r}")
+        return Response(AddOffsetsToTxnResponse(code, message))
+    return Response(AddOffsetsToTxnResponse(0))
+
+
+async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest, _: memoryview) -> Response:
+    txns = ctx.core.transactions
+    try:
+        coordinator = await txns.ready()
+        coordinator.end_txn(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+            txns.now_ms(),
+        )
+    except Exception as exc:
+        verb = "commit" if request.committed else "abort"
+        code, message = error_of(exc, f"{verb} the transaction of {request.transactional_id!r}")
+        return Response(EndTxnResponse(code, message))
+    return Response(EndTxnResponse(0))
+
+
+# ---------------------------------------------------------------------------------------------
+# WriteTxnMarkers
+
+
+async def handle_write_txn_markers(
+    ctx: RequestContext, request: WriteTxnMarkersRequest, _: memoryview
+) -> Response:
+    txns = ctx.core.transactions
+    out: list[WritableTxnMarkerResult] = []
+    try:
+        # Markers for __consumer_offsets publish pending offsets: the groups must be loaded.
+        await ctx.core.groups.loaded()
+        await txns.loaded()
+    except Exception as exc:
+        failure = error_of(exc, "write transaction markers")
+        for m in request.markers:
+            order = [(t.name, p) for t in m.topics for p in t.partitions]
+            out.append(
+                WritableTxnMarkerResult(
+                    m.producer_id, _topic_results(order, dict.fromkeys(order, failure))
+                )
+            )
+        return Response(WriteTxnMarkersResponse(out))
+    for m in request.markers:
+        order = [(t.name, p) for t in m.topics for p in t.partitions]
+        results = _existing(ctx, order, "write a marker to")
+        failed = txns.markers.write(
+            [tp for tp in order if tp not in results],
+            producer_id=m.producer_id,
+            producer_epoch=m.producer_epoch,
+            commit=m.transaction_result,
+            coordinator_epoch=m.coordinator_epoch,
+        )
+        for tp, problem in failed.items():
+            results[tp] = error_of(problem, f"write a marker to {tp[0]}-{tp[1]}")
+        out.append(WritableTxnMarkerResult(m.producer_id, _topic_results(order, results)))
+    return Response(WriteTxnMarkersResponse(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# TxnOffsetCommit (the group coordinator's side)
+
+
+async def handle_txn_offset_commit(
+    ctx: RequestContext, request: TxnOffsetCommitRequest, _: memoryview
+) -> Response:
+    core = ctx.core
+    groups = core.groups
+    order = [(t.name, p.partition) for t in request.topics for p in t.partitions]
+    results = _existing(ctx, order, "commit the offset of")
+    commits = [
+        OffsetCommit(
+            t.name, p.partition, p.committed_offset, p.committed_leader_epoch, p.committed_metadata
+        )
+        for t in request.topics
+        for p in t.partitions
+        if (t.name, p.partition) not in results
+    ]
+    what = f"commit transactional offsets of group {request.group_id!r}"
+    if not commits:
+        return Response(TxnOffsetCommitResponse(_topic_results(order, results)))
+    try:
+        validate_group_id(request.group_id)
+        await groups.ready()
+        txn_coordinator = await core.transactions.loaded()
+        txn_coordinator.check_write(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            (OFFSETS_TOPIC, groups.topic.partition_for(request.group_id)),
+        )
+        errors: list[SparkMQError | None] = groups.call(
+            lambda c, now: c.offsets.commit_transactional(
+                request.group_id,
+                commits,
+                producer_id=request.producer_id,
+                producer_epoch=request.producer_epoch,
+                generation_id=request.generation_id,
+                member_id=request.member_id,
+                group_instance_id=request.group_instance_id,
+                now_ms=now,
+            )
+        )
+    except Exception as exc:
+        failure = error_of(exc, what)
+        for c in commits:
+            results[(c.topic, c.partition)] = failure
+    else:
+        for c, error in zip(commits, errors, strict=True):
+            if error is not None:
+                results[(c.topic, c.partition)] = error_of(error, what)
+    return Response(TxnOffsetCommitResponse(_topic_results(order, results)))
+
+
+# ---------------------------------------------------------------------------------------------
+# DescribeTransactions, ListTransactions
+
+
+async def handle_describe_transactions(
+    ctx: RequestContext, request: DescribeTransactionsRequest, _: memoryview
+) -> Response:
+    try:
+        coordinator = await ctx.core.transactions.ready()
+    except Exception as exc:
+        code, message = error_of(exc, "describe transactions")
+        states = [
+            TransactionState(tid, "", -1, -1, -1, -1, [], error_code=code, error_message=message)
+            for tid in request.transactional_ids
+        ]
+        return Response(DescribeTransactionsResponse(states))
+    out = []
+    for tid in request.transactional_ids:
+        try:
+            out.append(_state(coordinator.describe(tid)))
+        except Exception as exc:
+            code, message = error_of(exc, f"describe {tid!r}")
+            out.append(
+                TransactionState(
+                    tid, "", -1, -1, -1, -1, [], error_code=code, error_message=message
+                )
+            )
+    return Response(DescribeTransactionsResponse(out))
+
+
+async def handle_list_transactions(
+    ctx: RequestContext, request: ListTransactionsRequest, _: memoryview
+) -> Response:
+    txns = ctx.core.transactions
+    try:
+        coordinator = await txns.ready()
+        found = coordinator.list(
+            states=request.state_filters,
+            producer_ids=request.producer_id_filters,
+            duration_ms=request.duration_filter_ms,
+            prefix=request.transactional_id_prefix,
+            now_ms=txns.now_ms(),
+        )
+    except Exception as exc:
+        code, message = error_of(exc, "list transactions")
+        return Response(ListTransactionsResponse(code, error_message=message))
+    return Response(ListTransactionsResponse(0, [_state(t) for t in found]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Two-phase commit: PrepareTxn, CompletePreparedTxns, DescribeTxnOwner
+
+
+async def handle_prepare_txn(
+    ctx: RequestContext, request: PrepareTxnRequest, _: memoryview
+) -> Response:
+    txns = ctx.core.transactions
+    try:
+        coordinator = await txns.ready()
+        partitions = two_phase.prepare(
+            coordinator,
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            txns.now_ms(),
+        )
+    except Exception as exc:
+        code, message = error_of(exc, f"prepare the transaction of {request.transactional_id!r}")
+        return Response(PrepareTxnResponse(code, error_message=message))
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    return Response(PrepareTxnResponse(0, [TxnTopic(n, ps) for n, ps in by_topic.items()]))
+
+
+async def handle_complete_prepared_txns(
+    ctx: RequestContext, request: CompletePreparedTxnsRequest, _: memoryview
+) -> Response:
+    txns = ctx.core.transactions
+    what = "commit prepared transactions" if request.commit else "abort transactions"
+    try:
+        coordinator = await txns.ready()
+        outcome = two_phase.complete_prepared(
+            coordinator,
+            request.transactions,
+            commit=request.commit,
+            owner=request.owner,
+            sequence=request.sequence,
+            abort_prefix=request.abort_prefix,
+            now_ms=txns.now_ms(),
+        )
+    except Exception as exc:
+        failed_code, failure = error_of(exc, what)
+        return Response(CompletePreparedTxnsResponse(failed_code, error_message=failure))
+    results = [
+        PreparedTxnResult(tid, *_code_of(error, f"{what}: {tid!r}"))
+        for tid, error in outcome.results
+    ]
+    code, message = _code_of(outcome.first_error, what)
+    return Response(
+        CompletePreparedTxnsResponse(
+            code,
+            results,
+            already_committed=outcome.already_committed,
+            last_sequence=outcome.last_sequence,
+            aborted_others=outcome.aborted_others,
+            error_message=message,
+        )
+    )
+
+
+async def handle_describe_txn_owner(
+    ctx: RequestContext, request: OwnerSequenceRequest, _: memoryview
+) -> Response:
+    try:
+        coordinator = await ctx.core.transactions.ready()
+        sequence = two_phase.last_sequence(coordinator, request.owner)
+    except Exception as exc:
+        code, message = error_of(exc, f"describe owner {request.owner!r}")
+        return Response(OwnerSequenceResponse(code, error_message=message))
+    return Response(OwnerSequenceResponse(0, sequence))

@@ -1,0 +1,201 @@
+"""The transaction coordinator on the broker's event loop: loading, recovery, periodic jobs.
+
+:class:`TransactionService` owns the broker's
+:class:`~spark_mq.broker.txn.coordinator.TransactionCoordinator` and gives it:
+
+- **loading and recovery** at startup (:meth:`TransactionService.start`): once the group
+  coordinator has loaded ``__consumer_offsets`` (markers written there publish pending
+  transactional offsets, which must be loaded first), ``__transaction_state`` is read on an
+  executor thread and installed, Ongoing transactions are aborted and decided ones finished
+  (``TransactionCoordinator.recover``). Transactional requests wait for that
+  (:meth:`ready`); a load that fails is logged and retried by the next request, which
+  answers COORDINATOR_NOT_AVAILABLE (retriable) meanwhile.
+- **the topic**, created on the first transactional request if it does not exist.
+- **time** (wall clock: transaction start times are reported to clients and survive
+  restarts).
+- **periodic jobs** on the event loop (the coordinator is not thread-safe, so unlike the
+  storage jobs of ``Scheduler`` they do not run on executor threads): every
+  ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` timed-out transactions are
+  aborted (and pending marker writes retried); every
+  ``transaction.remove.expired.transaction.cleanup.interval.ms`` expired ids are forgotten.
+
+Threads: everything runs on the event loop thread except the blocking load and topic
+creation it hands to the executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from spark_mq.broker.txn.coordinator import CRASH_ENV, TransactionCoordinator
+from spark_mq.broker.txn.markers import MarkerWriter
+from spark_mq.broker.txn.state_topic import TransactionStateTopic
+from spark_mq.errors import CoordinatorNotAvailableError, LogClosedError
+
+if TYPE_CHECKING:
+    from spark_mq.broker.core import BrokerCore
+
+logger = logging.getLogger("spark_mq.broker.txn")
+
+T = TypeVar("T")
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TransactionService:
+    """The broker's transaction coordinator, bound to the running event loop."""
+
+    def __init__(self, core: BrokerCore, *, clock: Callable[[], int] = wall_clock_ms) -> None:
+        self._core = core
+        self.config = core.config.transactions
+        self.topic = TransactionStateTopic(core.replicas, self.config)
+        self.markers = MarkerWriter(
+            core.replicas, coordinator_epoch=core.epoch, on_offsets_marker=self._offsets_marker
+        )
+        self.coordinator = TransactionCoordinator(
+            self.config,
+            self.topic,
+            self.markers,
+            new_producer_id=core.producer_ids.next_id,
+            crash_at=os.environ.get(CRASH_ENV) or None,
+        )
+        self._clock = clock
+        self._loading: asyncio.Future[None] | None = None
+        self._creating: asyncio.Future[int] | None = None
+        self._jobs: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    def _offsets_marker(self, partition: int, producer_id: int, committed: bool) -> None:
+        self._core.groups.coordinator.offsets.complete_transaction(
+            producer_id, committed=committed, partition=partition
+        )
+
+    # -----------------------------------------------------------------------------------------
+    # Lifecycle
+
+    def start(self) -> None:
+        """Begin loading and recovery, and start the periodic jobs (on the loop)."""
+        self._start_loading()
+        if not self._jobs:
+            cfg = self.config
+            self._jobs = [
+                asyncio.create_task(
+                    self._every(
+                        "txn-timeouts",
+                        cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                        lambda c, now: c.abort_timed_out(now),
+                    ),
+                    name="txn-timeouts",
+                ),
+                asyncio.create_task(
+                    self._every(
+                        "txn-expiry",
+                        cfg.transaction_remove_expired_transaction_cleanup_interval_ms,
+                        lambda c, now: c.expire_ids(now),
+                    ),
+                    name="txn-expiry",
+                ),
+            ]
+
+    def close(self) -> None:
+        """Stop the periodic jobs; later requests answer COORDINATOR_NOT_AVAILABLE."""
+        self._closed = True
+        for job in self._jobs:
+            job.cancel()
+
+    async def wait_closed(self) -> None:
+        for job in self._jobs:
+            with contextlib.suppress(asyncio.CancelledError):
+                await job
+
+    async def ready(self) -> TransactionCoordinator:
+        """The coordinator once loaded, recovered, and ``__transaction_state`` exists."""
+        if self._closed:
+            raise CoordinatorNotAvailableError("the broker is shutting down; retry elsewhere")
+        await self._wait(self._start_loading(), "loading __transaction_state")
+        if self._creating is None or _failed(self._creating):
+            self._creating = _retrieving(
+                asyncio.ensure_future(self._core.run_blocking(self.topic.ensure))
+            )
+        await self._wait(self._creating, "creating __transaction_state")
+        return self.coordinator
+
+    async def loaded(self) -> TransactionCoordinator:
+        """The coordinator once loaded (without creating the topic): for checks of requests
+        that only read its state (produce, TxnOffsetCommit)."""
+        if self._closed:
+            raise CoordinatorNotAvailableError("the broker is shutting down; retry elsewhere")
+        await self._wait(self._start_loading(), "loading __transaction_state")
+        return self.coordinator
+
+    def now_ms(self) -> int:
+        return self._clock()
+
+    def _start_loading(self) -> asyncio.Future[None]:
+        if self._loading is None or _failed(self._loading):
+            self._loading = _retrieving(asyncio.ensure_future(self._load()))
+        return self._loading
+
+    async def _wait(self, future: asyncio.Future[T], what: str) -> T:
+        try:
+            return await asyncio.shield(future)
+        except (asyncio.CancelledError, CoordinatorNotAvailableError):
+            raise
+        except Exception as exc:
+            raise CoordinatorNotAvailableError(
+                f"the transaction coordinator failed {what} ({type(exc).__name__}: {exc}); it "
+                "is retried with the next request, see the broker's log"
+            ) from exc
+
+    async def _load(self) -> None:
+        started = time.monotonic()
+        try:
+            # Markers written by the recovery publish pending transactional offsets: the
+            # groups must be loaded first.
+            await self._core.groups.loaded()
+            loaded = await self._core.run_blocking(self.topic.load)
+            self.coordinator.load(loaded, self._clock())
+            if self.topic.ready:
+                self.coordinator.recover(self._clock())
+        except Exception:
+            logger.exception(
+                "loading __transaction_state failed; the next transactional request retries"
+            )
+            raise
+        logger.info("transaction coordinator ready in %.0f ms", (time.monotonic() - started) * 1000)
+
+    async def _every(
+        self, name: str, interval_ms: int, fn: Callable[[TransactionCoordinator, int], int]
+    ) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            if self._loading is None or not self._loading.done() or _failed(self._loading):
+                continue
+            if not self.topic.ready:
+                continue  # no transactional request yet: nothing to do
+            try:
+                count = fn(self.coordinator, self._clock())
+            except LogClosedError:
+                return
+            except Exception:
+                logger.exception("%s failed; retrying at the next interval", name)
+                continue
+            if count:
+                logger.info("%s: %d", name, count)
+
+
+def _failed(future: asyncio.Future[T]) -> bool:
+    return future.done() and (future.cancelled() or future.exception() is not None)
+
+
+def _retrieving(future: asyncio.Future[T]) -> asyncio.Future[T]:
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return future

@@ -1,0 +1,304 @@
+"""The transaction coordinator's core with an in-memory ``__transaction_state`` and marker
+writer: producers and fencing, write-before-change, recovery rules, two-phase decisions
+recorded once, timeouts and expiry (with an explicit clock)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pytest
+
+from spark_mq.broker.producer_ids import MAX_PRODUCER_EPOCH
+from spark_mq.broker.txn import two_phase
+from spark_mq.broker.txn.config import TxnConfig
+from spark_mq.broker.txn.coordinator import CRASH_AFTER_DECISION, TransactionCoordinator
+from spark_mq.broker.txn.records import Decision, DecisionEntry
+from spark_mq.broker.txn.state import TopicPartition, TxnState
+from spark_mq.broker.txn.state_topic import LoadedTransactions, Record, partition_for
+from spark_mq.errors import (
+    ConcurrentTransactionsError,
+    CoordinatorNotAvailableError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+)
+from spark_mq.protocol.transactions import PreparedTxnRef
+
+T0 = 1_700_000_000_000
+S = TxnState
+
+
+class MemoryStore:
+    """``__transaction_state`` in memory: appends in order; ``fail`` makes appends raise."""
+
+    def __init__(self) -> None:
+        self.appends: list[tuple[int, list[Record]]] = []
+        self.fail: Exception | None = None
+
+    def partition_for(self, key: str) -> int:
+        return partition_for(key, 4)
+
+    def append(self, key: str, records: Sequence[Record], now_ms: int) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.appends.append((self.partition_for(key), list(records)))
+
+    def loaded(self) -> LoadedTransactions:
+        loaded = LoadedTransactions()
+        for _, records in self.appends:
+            for key, value in records:
+                loaded.apply(key, value)
+        return loaded
+
+
+class Markers:
+    """Records every marker; partitions in ``fail`` fail."""
+
+    def __init__(self) -> None:
+        self.written: list[tuple[TopicPartition, int, int, bool]] = []
+        self.fail: set[TopicPartition] = set()
+
+    def write(
+        self,
+        partitions: Iterable[TopicPartition],
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int | None = None,
+    ) -> dict[TopicPartition, Exception]:
+        failed: dict[TopicPartition, Exception] = {}
+        for tp in sorted(partitions):
+            if tp in self.fail:
+                failed[tp] = OSError("disk gone")
+            else:
+                self.written.append((tp, producer_id, producer_epoch, commit))
+        return failed
+
+
+class Harness:
+    def __init__(self, store: MemoryStore | None = None, **config: Any) -> None:
+        self.store = store or MemoryStore()
+        self.markers = Markers()
+        self.ids = iter(range(100, 1000))
+        self.exits: list[int] = []
+        self.config = TxnConfig.from_properties(config)
+        self.c = TransactionCoordinator(
+            self.config,
+            self.store,
+            self.markers,
+            new_producer_id=lambda: next(self.ids),
+            exit_process=self.exits.append,
+        )
+        self.now = T0
+
+    def restarted(self) -> Harness:
+        h = Harness(self.store, **self.config.overrides())
+        h.now = self.now
+        h.c.load(self.store.loaded(), h.now)
+        h.c.recover(h.now)
+        return h
+
+    def init(self, tid: str, timeout_ms: int = 60_000) -> tuple[int, int]:
+        return self.c.init_producer_id(tid, timeout_ms, -1, -1, self.now)
+
+    def begin(self, tid: str, *partitions: TopicPartition) -> tuple[int, int]:
+        pid, epoch = self.init(tid)
+        self.c.add_partitions(tid, pid, epoch, partitions or [("t", 0)], self.now)
+        return pid, epoch
+
+    def state(self, tid: str) -> TxnState:
+        return self.c.txns[tid].state
+
+
+def test_first_init_gives_a_new_id_and_later_ones_bump_the_epoch() -> None:
+    h = Harness()
+    assert h.init("a") == (100, 0)
+    assert h.init("a") == (100, 1)
+    assert h.init("b") == (101, 0)
+    assert len(h.store.appends) == 3  # each change written before it took effect
+
+
+def test_init_fences_and_aborts_what_the_old_incarnation_left_open() -> None:
+    h = Harness()
+    pid, epoch = h.begin("a", ("t", 0), ("t", 1))
+    assert h.init("a") == (pid, epoch + 2)
+    # The abort markers carry the fencing epoch, so the old producer is refused everywhere.
+    assert h.markers.written == [
+        (("t", 0), pid, epoch + 1, False),
+        (("t", 1), pid, epoch + 1, False),
+    ]
+    assert h.state("a") is S.EMPTY
+    with pytest.raises(ProducerFencedError):
+        h.c.end_txn("a", pid, epoch, True, h.now)
+    with pytest.raises(ProducerFencedError):
+        h.c.add_partitions("a", pid, epoch, [("t", 2)], h.now)
+
+
+def test_epoch_exhaustion_moves_to_a_new_producer_id() -> None:
+    h = Harness()
+    pid, _ = h.init("a")
+    txn = h.c.txns["a"]
+    h.c.txns["a"] = txn.transition(S.EMPTY, h.now, producer_epoch=MAX_PRODUCER_EPOCH)
+    new_pid, epoch = h.init("a")
+    assert (new_pid != pid, epoch) == (True, 0)
+    assert h.c.txns["a"].last_producer_id == pid
+    with pytest.raises(ProducerFencedError):
+        h.c.add_partitions("a", pid, MAX_PRODUCER_EPOCH, [("t", 0)], h.now)
+
+
+def test_timeout_limits() -> None:
+    h = Harness(transaction_max_timeout_ms=1000)
+    with pytest.raises(InvalidTransactionTimeoutError):
+        h.init("a", timeout_ms=1001)
+    with pytest.raises(InvalidTransactionTimeoutError):
+        h.init("a", timeout_ms=0)
+
+
+def test_a_failed_append_changes_nothing() -> None:
+    h = Harness()
+    pid, epoch = h.begin("a")
+    h.store.fail = OSError("full")
+    with pytest.raises(CoordinatorNotAvailableError):
+        h.c.end_txn("a", pid, epoch, True, h.now)
+    assert h.state("a") is S.ONGOING and h.markers.written == []
+
+
+def test_failed_markers_leave_the_decision_pending_and_are_retried() -> None:
+    h = Harness()
+    pid, epoch = h.begin("a", ("t", 0), ("t", 1))
+    h.markers.fail = {("t", 1)}
+    h.c.end_txn("a", pid, epoch, True, h.now)  # the decision is durable: success
+    assert h.state("a") is S.PREPARE_COMMIT
+    with pytest.raises(ConcurrentTransactionsError):
+        h.c.add_partitions("a", pid, epoch, [("t", 0)], h.now)
+    h.c.end_txn("a", pid, epoch, True, h.now)  # a retry of the same decision is fine
+    with pytest.raises(ConcurrentTransactionsError):
+        h.c.end_txn("a", pid, epoch, False, h.now)
+    h.markers.fail = set()
+    assert h.c.retry_pending(h.now) == 1
+    assert h.state("a") is S.COMPLETE_COMMIT
+
+
+def test_recovery_aborts_ongoing_keeps_prepared_and_finishes_decided() -> None:
+    h = Harness()
+    ongoing = h.begin("ongoing")
+    prepared = h.begin("prepared")
+    two_phase.prepare(h.c, "prepared", *prepared, h.now)
+    decided = h.begin("decided")
+    h.markers.fail = {("t", 0)}
+    h.c.end_txn("decided", *decided, False, h.now)
+    assert h.state("decided") is S.PREPARE_ABORT
+    r = h.restarted()
+    assert r.state("ongoing") is S.COMPLETE_ABORT
+    assert r.c.txns["ongoing"].producer_epoch == ongoing[1] + 1  # fenced
+    assert r.state("prepared") is S.PREPARED
+    assert r.state("decided") is S.COMPLETE_ABORT
+    assert sorted((tp, commit) for tp, _, _, commit in r.markers.written) == [
+        (("t", 0), False),
+        (("t", 0), False),
+    ]
+
+
+def test_a_two_phase_decision_record_decides_after_a_crash_before_the_rest() -> None:
+    h = Harness()
+    refs = []
+    for tid in ("s-0", "s-1"):
+        pid, epoch = h.begin(tid, (tid, 0))
+        two_phase.prepare(h.c, tid, pid, epoch, h.now)
+        refs.append(PreparedTxnRef(tid, pid, epoch))
+    # Crash right after the decision record: only it reaches the log.
+    h.c.write_decision(
+        "job",
+        Decision(
+            3,
+            h.now,
+            tuple(
+                DecisionEntry(
+                    r.transactional_id,
+                    r.producer_id,
+                    r.producer_epoch,
+                    h.c.txns[r.transactional_id].txn_number,
+                    True,
+                )
+                for r in refs
+            ),
+        ),
+        h.now,
+    )
+    r = h.restarted()
+    assert [r.state(t) for t in ("s-0", "s-1")] == [S.COMPLETE_COMMIT] * 2
+    assert {(tp, commit) for tp, _, _, commit in r.markers.written} == {
+        (("s-0", 0), True),
+        (("s-1", 0), True),
+    }
+    assert two_phase.last_sequence(r.c, "job") == 3
+
+
+def test_a_decision_never_applies_to_a_later_transaction_of_the_same_epoch() -> None:
+    h = Harness()
+    pid, epoch = h.begin("s", ("t", 0))
+    two_phase.prepare(h.c, "s", pid, epoch, h.now)
+    ref = PreparedTxnRef("s", pid, epoch)
+    out = two_phase.complete_prepared(
+        h.c, [ref], commit=True, owner="job", sequence=0, abort_prefix=None, now_ms=h.now
+    )
+    assert out.committed and h.state("s") is S.COMPLETE_COMMIT
+    # Same producer, same epoch, next transaction, prepared: the old decision is not its.
+    h.c.add_partitions("s", pid, epoch, [("t", 0)], h.now)
+    two_phase.prepare(h.c, "s", pid, epoch, h.now)
+    assert h.restarted().state("s") is S.PREPARED
+
+
+def test_replayed_sequence_aborts_and_reports_already_committed() -> None:
+    h = Harness()
+    refs = []
+    for tid in ("a", "b"):
+        pid, epoch = h.begin(tid)
+        two_phase.prepare(h.c, tid, pid, epoch, h.now)
+        refs.append(PreparedTxnRef(tid, pid, epoch))
+    first = two_phase.complete_prepared(
+        h.c, refs[:1], commit=True, owner="o", sequence=5, abort_prefix=None, now_ms=h.now
+    )
+    assert first.committed and first.last_sequence == 5
+    again = two_phase.complete_prepared(
+        h.c, refs[1:], commit=True, owner="o", sequence=4, abort_prefix=None, now_ms=h.now
+    )
+    assert again.already_committed and not again.committed and again.last_sequence == 5
+    assert h.state("b") is S.COMPLETE_ABORT
+
+
+def test_prepared_takes_no_partitions_and_is_not_timed_out_by_the_producer_timeout() -> None:
+    h = Harness(transaction_prepared_max_timeout_ms=100_000)
+    pid, epoch = h.begin("p")
+    two_phase.prepare(h.c, "p", pid, epoch, h.now)
+    with pytest.raises(InvalidTxnStateError):
+        h.c.add_partitions("p", pid, epoch, [("t", 1)], h.now)
+    h.begin("o")
+    h.now += 60_001
+    assert h.c.abort_timed_out(h.now) == 1  # only the Ongoing one
+    assert (h.state("p"), h.state("o")) == (S.PREPARED, S.COMPLETE_ABORT)
+    h.now += 40_000
+    assert h.c.abort_timed_out(h.now) == 1
+    assert h.state("p") is S.COMPLETE_ABORT
+
+
+def test_idle_ids_expire_with_a_tombstone_but_open_ones_never() -> None:
+    h = Harness(transactional_id_expiration_ms=1000)
+    h.init("idle")
+    h.begin("busy")
+    h.now += 1000
+    assert h.c.expire_ids(h.now) == 1
+    assert set(h.c.txns) == {"busy"}
+    assert set(h.restarted().c.txns) == {"busy"}
+
+
+def test_the_crash_hook_exits_after_the_decision_and_before_markers() -> None:
+    h = Harness()
+    h.c._crash_at = CRASH_AFTER_DECISION
+    pid, epoch = h.begin("a")
+    h.c.end_txn("a", pid, epoch, True, h.now)
+    assert h.exits == [1]
+    # (exit_process is fake here, so the call goes on.)
+    assert h.store.loaded().txns["a"].state in (S.PREPARE_COMMIT, S.COMPLETE_COMMIT)
