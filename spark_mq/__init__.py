@@ -104,6 +104,7 @@ def register(spark: object) -> None:
 
     spark.dataSource.register(SparkMQDataSource)  # type: ignore[attr-defined]
 
+
 __all__ = [
     "CONSUMER_SCHEMA",
     "RECORD_SCHEMA",

@@ -1,0 +1,434 @@
+"""Spark source benchmark: spark_mq records read by Spark, against an in-memory ceiling.
+
+4 million 100-byte records in 4 partitions (``--records`` to change) are written to a local
+broker's log directory, then Spark counts them and sums ``length(value)``:
+
+- ``spark.read.format("spark_mq")`` (batch) and ``readStream`` with ``Trigger.AvailableNow``
+  (one run from a fresh checkpoint, aggregated in ``foreachBatch``);
+- the ceiling: a trivial Python data source, batch and streaming, that yields Arrow record
+  batches of the same schema and sizes from memory (no storage, no broker), so it measures
+  what Spark's Python data source path itself costs;
+- a peer: Spark reading the same records from Parquet.
+
+Goal: spark_mq reaches at least 0.8 of the ceiling's rows/s; each case prints PASS or MISS.
+``--out docs/benchmarks.md`` writes the ``spark-source`` section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_storage import command_line, common_facts, loadavg, section_header
+from bench_storage import write_section as shared_write_section
+
+from spark_mq import Admin, Producer
+from spark_mq.broker.local import stop_broker
+from spark_mq.datasource.schema import ARROW_SCHEMA, source_ddl
+
+SECTION_BEGIN = "<!-- BEGIN spark-source (written by benchmarks/bench_source.py) -->"
+SECTION_END = "<!-- END spark-source -->"
+TOPIC = "bench"
+PARTITIONS = 4
+VALUE_BYTES = 100
+#: Rows per Arrow batch of the ceiling: about what one fetch of a reader task decodes.
+CEILING_BATCH_ROWS = 150_000
+GOAL_FRACTION = 0.8
+PRODUCE_CHUNK = 200_000
+
+
+# ---------------------------------------------------------------------------------------------
+# The ceiling: Arrow batches from memory
+
+
+def ceiling_batches(partition: int, rows: int) -> Iterator[pa.RecordBatch]:
+    """``rows`` rows of the source schema for one partition, in batches built once."""
+    size = min(rows, CEILING_BATCH_ROWS)
+    value = pa.array(np.full(size, b"x" * VALUE_BYTES, dtype=f"S{VALUE_BYTES}"), pa.binary())
+    offsets = pa.array(np.arange(size, dtype=np.int64))
+    columns = [
+        pa.nulls(size, pa.binary()),
+        value,
+        pa.repeat(pa.scalar(TOPIC, pa.string()), size),
+        pa.array(np.full(size, partition, dtype=np.int32)),
+        offsets,
+        pa.array(np.full(size, 1_700_000_000_000_000, dtype=np.int64)).cast(
+            ARROW_SCHEMA.field("timestamp").type
+        ),
+        pa.array(np.zeros(size, dtype=np.int32)),
+    ]
+    batch = pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    left = rows
+    while left > 0:
+        yield batch if left >= size else batch.slice(0, left)
+        left -= size
+
+
+def register_ceiling(spark: Any, records: int) -> None:
+    """Register the ``bench_memory`` format: batch and streaming readers over memory."""
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceReader,
+        DataSourceStreamReader,
+        InputPartition,
+    )
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    per_partition = records // PARTITIONS
+
+    def read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return ceiling_batches(partition.value, per_partition)
+
+    class MemoryReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(p) for p in range(PARTITIONS)]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            return read(partition)
+
+    class MemoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def initialOffset(self) -> dict[str, int]:  # noqa: N802 (Spark API name)
+            return {"done": 0}
+
+        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802 (Spark API name)
+            return {"done": 1}
+
+        def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 (Spark API name)
+            pass
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+            if start == end:
+                return []
+            return [InputPartition(p) for p in range(PARTITIONS)]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            return read(partition)
+
+    class MemorySource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_memory"
+
+        def schema(self) -> str:
+            return source_ddl(False)
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return MemoryReader()
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802 (Spark API name)
+            return MemoryStreamReader()
+
+    if __name__ != "__main__":
+        # Imported (by the smoke test): Spark's workers cannot import this module, so the
+        # classes travel by value, as they do when the file runs as a script.
+        from pyspark import cloudpickle
+
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    spark.dataSource.register(MemorySource)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+
+
+def write_records(mq_dir: Path, records: int) -> None:
+    """``records`` 100-byte values, round-robin over the partitions, keyless."""
+    with Admin(path=mq_dir) as admin:
+        admin.create_topic(TOPIC, partitions=PARTITIONS)
+    value = np.full(PRODUCE_CHUNK, b"x" * VALUE_BYTES, dtype=f"S{VALUE_BYTES}")
+    with Producer(path=mq_dir, linger_ms=0) as producer:
+        done = 0
+        futures = []
+        while done < records:
+            n = min(PRODUCE_CHUNK, records - done)
+            table = pa.table(
+                {
+                    "value": pa.array(value[:n], pa.binary()),
+                    "partition": pa.array(np.arange(done, done + n) % PARTITIONS, pa.int32()),
+                }
+            )
+            futures.append(producer.send_batch(TOPIC, table))
+            done += n
+        for future in futures:
+            future.get()
+
+
+def write_parquet(spark: Any, mq_dir: Path, target: Path) -> None:
+    """The same records as Parquet, written by Spark from a spark_mq batch read."""
+    df = spark.read.format("spark_mq").option("path", str(mq_dir)).option("subscribe", TOPIC)
+    df.load().write.mode("overwrite").parquet(str(target))
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurements
+
+
+@dataclass
+class Case:
+    name: str
+    query: str
+    seconds: float
+    rows: int
+    total_bytes: int
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds
+
+
+def _best(reps: int, run: Callable[[], tuple[int, int]]) -> tuple[float, int, int]:
+    """The fastest of ``reps`` timed runs, after one untimed warm-up run (Python workers
+    started, imports done, page cache filled) so the first case does not pay for them."""
+    result = run()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        result = run()
+        best = min(best, time.perf_counter() - t0)
+    return best, result[0], result[1]
+
+
+def batch_case(spark: Any, name: str, load: Callable[[], Any], reps: int) -> list[Case]:
+    out = []
+    for query, exprs in (
+        ("count", ["count(*) AS n", "0L AS b"]),
+        ("sum(length(value))", ["count(*) AS n", "sum(length(value)) AS b"]),
+    ):
+
+        def run(exprs: list[str] = exprs) -> tuple[int, int]:
+            row = load().selectExpr(*exprs).first()
+            return int(row.n), int(row.b or 0)
+
+        seconds, rows, total = _best(reps, run)
+        out.append(Case(name, query, seconds, rows, total))
+    return out
+
+
+def stream_case(spark: Any, name: str, reader: Callable[[], Any], work: Path, reps: int) -> Case:
+    def run() -> tuple[int, int]:
+        totals = [0, 0]
+
+        def each(df: Any, batch_id: int) -> None:
+            row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").first()
+            totals[0] += int(row.n)
+            totals[1] += int(row.b or 0)
+
+        checkpoint = Path(tempfile.mkdtemp(prefix="ckpt_", dir=work))
+        query = (
+            reader()
+            .writeStream.foreachBatch(each)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        return totals[0], totals[1]
+
+    seconds, rows, total = _best(reps, run)
+    return Case(name, "AvailableNow count + sum(length(value))", seconds, rows, total)
+
+
+def measure(spark: Any, work: Path, records: int, reps: int) -> list[Case]:
+    """Write the records, then run every case; returns them in table order."""
+    mq_dir = work / "mq"
+    mq_dir.mkdir()
+    write_records(mq_dir, records)
+    register_ceiling(spark, records)
+    parquet = work / "parquet"
+    write_parquet(spark, mq_dir, parquet)
+
+    def mq_batch() -> Any:
+        return (
+            spark.read.format("spark_mq")
+            .option("path", str(mq_dir))
+            .option("subscribe", TOPIC)
+            .load()
+        )
+
+    def mq_stream() -> Any:
+        return (
+            spark.readStream.format("spark_mq")
+            .option("path", str(mq_dir))
+            .option("subscribe", TOPIC)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+
+    try:
+        cases = [
+            *batch_case(spark, "spark_mq", mq_batch, reps),
+            *batch_case(spark, "ceiling", lambda: spark.read.format("bench_memory").load(), reps),
+            *batch_case(spark, "Parquet", lambda: spark.read.parquet(str(parquet)), reps),
+            stream_case(spark, "spark_mq", mq_stream, work, reps),
+            stream_case(
+                spark, "ceiling", lambda: spark.readStream.format("bench_memory").load(), work, reps
+            ),
+        ]
+    finally:
+        stop_broker(mq_dir)
+    return cases
+
+
+def verdicts(cases: list[Case]) -> list[tuple[Case, Case, float, str]]:
+    """(spark_mq case, its ceiling, fraction, PASS/MISS) for every query."""
+    ceilings = {c.query: c for c in cases if c.name == "ceiling"}
+    out = []
+    for case in cases:
+        if case.name == "spark_mq":
+            ceiling = ceilings[case.query]
+            fraction = case.rows_per_s / ceiling.rows_per_s
+            out.append((case, ceiling, fraction, "PASS" if fraction >= GOAL_FRACTION else "MISS"))
+    return out
+
+
+def table(cases: list[Case]) -> str:
+    lines = [
+        "| source | query | best s | rows | rows/s | MB/s of values |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for c in cases:
+        mb = c.rows * VALUE_BYTES / c.seconds / 1e6
+        lines.append(
+            f"| {c.name} | {c.query} | {c.seconds:.2f} | {c.rows:,} | "
+            f"{c.rows_per_s:,.0f} | {mb:,.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def verdict_lines(cases: list[Case]) -> list[str]:
+    return [
+        f"- {case.query}: spark_mq {case.rows_per_s:,.0f} rows/s is {fraction:.2f} of the "
+        f"ceiling's {ceiling.rows_per_s:,.0f} (goal {GOAL_FRACTION}): **{word}**"
+        for case, ceiling, fraction, word in verdicts(cases)
+    ]
+
+
+def render_markdown(
+    *,
+    command: str,
+    started: datetime.datetime,
+    elapsed: float,
+    load: tuple[str, str],
+    records: int,
+    reps: int,
+    cases: list[Case],
+) -> str:
+    lines = [
+        SECTION_BEGIN,
+        *section_header(
+            "Spark source (spark_mq format)",
+            command=command,
+            started=started,
+            elapsed=elapsed,
+            facts=common_facts(("pyspark", "pyarrow", "numpy")),
+            load=load,
+        ),
+        f"- {records:,} records of {VALUE_BYTES}-byte values, keyless, in {PARTITIONS} "
+        "partitions of one topic, written with `Producer.send_batch` to the local broker of "
+        "a fresh log directory (`path=DIR`, Unix socket).",
+        "- Spark `local[2]`, driver memory 2g; each case is the best of "
+        f"{reps} runs (wall clock of the action, planning included).",
+        "- Batch: `spark.read.format(...).load().selectExpr(...)`, `count(*)` and "
+        "`sum(length(value))`. Python data sources get no column pruning, so `count` moves "
+        "every column too.",
+        "- Streaming: `readStream` with `Trigger.AvailableNow` from a fresh checkpoint, "
+        "`count` and `sum(length(value))` of each micro-batch in `foreachBatch`.",
+        "- Ceiling: a Python data source (`bench_memory`) yielding Arrow batches of the same "
+        f"schema, {CEILING_BATCH_ROWS:,} rows each, built once per partition in memory: "
+        "Spark's Python data source path with no storage and no broker.",
+        "- Peer: Spark's Parquet reader on the same records (written by Spark from a "
+        "spark_mq read); `count` reads Parquet metadata only.",
+        "",
+        "Results:",
+        "",
+        table(cases),
+        "",
+        *verdict_lines(cases),
+        SECTION_END,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def make_session() -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("bench_source")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--records", type=int, default=4_000_000, help="records (default 4M)")
+    p.add_argument("--reps", type=int, default=3, help="runs per case, best kept (default 3)")
+    p.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="work dir")
+    p.add_argument("--out", type=Path, help="write the results section into this Markdown file")
+    args = p.parse_args(argv)
+    if args.records < PARTITIONS or args.records % PARTITIONS:
+        p.error(f"--records must be a positive multiple of {PARTITIONS}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = datetime.datetime.now(datetime.UTC).astimezone()
+    t_start = time.perf_counter()
+    load_start = loadavg()
+    command = command_line()
+    print(f"command: {command}\nload average at start: {load_start}", flush=True)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench_source_", dir=args.dir))
+    spark = make_session()
+    try:
+        cases = measure(spark, work, args.records, args.reps)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    elapsed = time.perf_counter() - t_start
+    load_end = loadavg()
+    print(table(cases))
+    print("\n".join(verdict_lines(cases)))
+    print(f"load average at end: {load_end}; total {elapsed:.0f} s")
+    if args.out is not None:
+        section = render_markdown(
+            command=command,
+            started=started,
+            elapsed=elapsed,
+            load=(load_start, load_end),
+            records=args.records,
+            reps=args.reps,
+            cases=cases,
+        )
+        shared_write_section(args.out, section, begin_marker=SECTION_BEGIN, end_marker=SECTION_END)
+        print(f"wrote the spark-source section of {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

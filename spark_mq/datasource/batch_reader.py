@@ -1,0 +1,56 @@
+"""``spark.read.format("spark_mq")``: a fixed range per partition, from ``startingOffsets``
+(or a starting timestamp) to ``endingOffsets`` (or an ending timestamp), resolved once on
+the driver when Spark plans the read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from spark_mq.datasource.broker_view import BrokerView
+from spark_mq.datasource.offsets import PartitionRange, ReadSettings, plan_ranges
+from spark_mq.datasource.options import SourceOptions
+from spark_mq.datasource.partition_reader import read_partition_range
+from spark_mq.errors import ConfigError
+
+
+def read_settings(options: SourceOptions) -> ReadSettings:
+    """The part of the options every reader task needs."""
+    return ReadSettings(
+        consumer_properties=options.consumer_properties(),
+        include_headers=options.include_headers,
+        fail_on_data_loss=options.fail_on_data_loss,
+        poll_timeout_ms=options.poll_timeout_ms,
+    )
+
+
+class SparkMQBatchReader(DataSourceReader):
+    """Batch reads: one input partition per log partition with records in range."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        view = BrokerView(self.options)
+        try:
+            tps = view.partitions()
+            start = view.resolve(self.options.starting, tps, starting=True)
+            end = view.resolve(self.options.ending, tps, starting=False)
+        finally:
+            view.close()
+        backwards = [f"{tp} ({start[tp]} > {end[tp]})" for tp in tps if start[tp] > end[tp]]
+        if backwards:
+            raise ConfigError(
+                f"the read would end before it starts for {', '.join(backwards)}; check "
+                "startingOffsets/endingOffsets (or their timestamp forms)",
+                key="endingOffsets",
+            )
+        return plan_ranges(start, end, read_settings(self.options))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, PartitionRange):
+            # pyspark reads one placeholder partition (None) when planning returned none.
+            return iter(())
+        return read_partition_range(partition)

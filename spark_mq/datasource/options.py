@@ -1,0 +1,336 @@
+"""The options of ``.format("spark_mq")`` reads, parsed and checked once, up front.
+
+Spark hands options over as strings with case-insensitive names; :func:`parse_source_options`
+turns them into a frozen :class:`SourceOptions` or raises :class:`~spark_mq.errors.ConfigError`
+naming the option, the value and what is accepted. The names and meanings are those of
+Spark's Kafka source (``docs/spark_source.md`` has the table). ``kafka.<key>`` options are
+passed to the consumer that ``read()`` uses (``kafka.max.partition.fetch.bytes``, ...) and
+checked by :class:`~spark_mq.ConsumerConfig` here, on the driver; keys the source itself
+controls (offsets, groups, commits) are refused.
+
+>>> opts = parse_source_options({"path": "/data/mq", "subscribe": "a,b"}, streaming=True)
+>>> opts.subscription.topics, opts.starting.kind, opts.fail_on_data_loss
+(('a', 'b'), 'latest', True)
+>>> parse_source_options({"path": "/d"}, streaming=False)  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+spark_mq.errors.ConfigError: spark_mq needs exactly one of the options assign, subscribe, ...
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from spark_mq.client.config import ConsumerConfig
+from spark_mq.datasource.connection import client_endpoint, lookup
+from spark_mq.errors import ConfigError
+
+SubscriptionKind = Literal["assign", "subscribe", "subscribePattern"]
+#: ``earliest``/``latest``; ``offsets``: JSON per partition (-2 earliest, -1 latest);
+#: ``timestamp``: one time for every partition; ``timestamps``: JSON times per partition.
+SpecKind = Literal["earliest", "latest", "offsets", "timestamp", "timestamps"]
+
+EARLIEST: Final = -2
+LATEST: Final = -1
+_ISOLATION_LEVELS: Final = ("read_committed", "read_uncommitted")
+_STRATEGIES: Final = ("error", "latest")
+#: Consumer keys the source sets itself; as ``kafka.<key>`` they are refused.
+_CONTROLLED_KEYS: Final = frozenset(
+    {
+        "group.id",
+        "group.instance.id",
+        "auto.offset.reset",
+        "enable.auto.commit",
+        "auto.commit.interval.ms",
+        "interceptors",
+        "partition.assignment.strategy",
+    }
+)
+_ALIASES: Final = {"kafka.isolation.level": "isolation.level", "kafka.bootstrap.servers": ""}
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
+_DURATION_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which partitions to read: named topics, a pattern, or fixed partitions."""
+
+    kind: SubscriptionKind
+    topics: tuple[str, ...] = ()
+    pattern: str = ""
+    assigned: tuple[tuple[str, int], ...] = ()
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` belongs to the subscription (internal ``__`` topics never do)."""
+        if self.kind == "subscribe":
+            return topic in self.topics
+        if self.kind == "subscribePattern":
+            return not topic.startswith("__") and re.fullmatch(self.pattern, topic) is not None
+        return any(t == topic for t, _ in self.assigned)
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where a read starts or ends. ``per_partition`` maps (topic, partition) to an offset
+    (offsets; -2 earliest, -1 latest) or a timestamp in ms (timestamps)."""
+
+    kind: SpecKind
+    timestamp_ms: int = -1
+    per_partition: tuple[tuple[tuple[str, int], int], ...] = ()
+
+    def as_dict(self) -> dict[tuple[str, int], int]:
+        return dict(self.per_partition)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Every option of a spark_mq read, typed (see the module docstring)."""
+
+    endpoint: Mapping[str, object]
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    #: What to do when a starting timestamp matches no record: ``error`` or ``latest``.
+    timestamp_strategy: str = "error"
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    isolation_level: str = "read_committed"
+    group_id: str | None = None
+    max_offsets_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    poll_timeout_ms: int = 120_000
+    consumer_config: Mapping[str, object] = field(default_factory=dict)
+
+    def consumer_properties(self) -> dict[str, object]:
+        """Properties of the consumer a reader task uses (it assigns and seeks itself)."""
+        props: dict[str, object] = dict(self.consumer_config)
+        props.update(self.endpoint)
+        props["isolation.level"] = self.isolation_level
+        props["auto.offset.reset"] = "none"
+        return props
+
+
+def _bad(name: str, value: object, accepted: str) -> ConfigError:
+    return ConfigError(f"option {name}={value!r} is not valid: {accepted}", key=name, value=value)
+
+
+def _json(name: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _bad(name, text, f"expected JSON ({exc.msg} at char {exc.pos})") from exc
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    text = lookup(options, name)
+    if text is None:
+        return default
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise _bad(name, text, "use true or false")
+    return lowered == "true"
+
+
+def _positive(options: Mapping[str, str], name: str) -> int | None:
+    text = lookup(options, name)
+    if text is None:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise _bad(name, text, "use a positive whole number")
+    return value
+
+
+def parse_duration_ms(name: str, text: str) -> int:
+    """A Spark duration (``15m``, ``30s``, ``100ms``, ``1h``, ``2d``; a bare number is ms)."""
+    match = _DURATION.match(text)
+    if not match:
+        raise _bad(name, text, "use a duration such as 100ms, 30s, 15m, 1h or 2d")
+    unit = (match.group(2) or "ms").lower()
+    return int(match.group(1)) * (86_400_000 if unit == "d" else _DURATION_MS[unit])
+
+
+def _subscription(options: Mapping[str, str]) -> Subscription:
+    given = {
+        name: value
+        for name in ("assign", "subscribe", "subscribePattern")
+        if (value := lookup(options, name)) is not None
+    }
+    if len(given) != 1:
+        raise ConfigError(
+            "spark_mq needs exactly one of the options assign, subscribe, subscribePattern "
+            f"(got {', '.join(sorted(given)) or 'none'}): subscribe='t1,t2', "
+            "subscribePattern='events-.*', or assign='{\"t1\": [0, 1]}'",
+            key="subscribe",
+        )
+    ((name, value),) = given.items()
+    if name == "subscribe":
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
+        if not topics:
+            raise _bad(name, value, "give one or more comma-separated topic names")
+        return Subscription("subscribe", topics=topics)
+    if name == "subscribePattern":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise _bad(name, value, f"not a regular expression ({exc})") from exc
+        if not value.strip():
+            raise _bad(name, value, "give a regular expression that topic names must match")
+        return Subscription("subscribePattern", pattern=value)
+    parsed = _json(name, value)
+    accepted = 'use JSON such as {"topic": [0, 1]}'
+    if not isinstance(parsed, dict) or not parsed:
+        raise _bad(name, value, accepted)
+    assigned: list[tuple[str, int]] = []
+    for topic, parts in parsed.items():
+        if not isinstance(parts, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in parts
+        ):
+            raise _bad(name, value, accepted)
+        assigned.extend((topic, p) for p in parts)
+    return Subscription("assign", assigned=tuple(sorted(set(assigned))))
+
+
+def _per_partition(name: str, text: str, *, what: str, minimum: int) -> OffsetSpec:
+    parsed = _json(name, text)
+    accepted = f'use JSON such as {{"topic": {{"0": 23, "1": -2}}}} mapping partitions to {what}'
+    if not isinstance(parsed, dict):
+        raise _bad(name, text, accepted)
+    items: list[tuple[tuple[str, int], int]] = []
+    for topic, parts in parsed.items():
+        if not isinstance(parts, dict):
+            raise _bad(name, text, accepted)
+        for part, value in parts.items():
+            if not (isinstance(part, str) and part.isdigit()):
+                raise _bad(name, text, f"partition {part!r} of {topic!r} is not a number")
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise _bad(name, text, f"{topic}-{part}: {value!r} is not one of {what}")
+            items.append(((topic, int(part)), value))
+    kind: SpecKind = "timestamps" if what.startswith("timestamps") else "offsets"
+    return OffsetSpec(kind, per_partition=tuple(sorted(items)))
+
+
+def _offsets_spec(
+    options: Mapping[str, str], prefix: str, *, default: SpecKind, streaming: bool
+) -> OffsetSpec:
+    """``startingX`` or ``endingX``: a global timestamp beats per-partition timestamps,
+    which beat offsets (Spark's order)."""
+    ts_name = f"{prefix}Timestamp"
+    by_ts_name = f"{prefix}OffsetsByTimestamp"
+    offsets_name = f"{prefix}Offsets"
+    ts_text = lookup(options, ts_name)
+    if ts_text is not None:
+        try:
+            ts = int(ts_text.strip())
+        except ValueError:
+            ts = -1
+        if ts < 0:
+            raise _bad(ts_name, ts_text, "use a time in milliseconds since the epoch")
+        return OffsetSpec("timestamp", timestamp_ms=ts)
+    by_ts = lookup(options, by_ts_name)
+    if by_ts is not None:
+        return _per_partition(by_ts_name, by_ts, what="timestamps in ms", minimum=0)
+    text = lookup(options, offsets_name)
+    if text is None:
+        return OffsetSpec(default)
+    lowered = text.strip().lower()
+    if lowered in ("earliest", "latest"):
+        kind: SpecKind = "earliest" if lowered == "earliest" else "latest"
+        if not streaming and prefix == "starting" and kind == "latest":
+            raise _bad(offsets_name, text, "a batch read cannot start at latest; use earliest")
+        if prefix == "ending" and kind == "earliest":
+            raise _bad(offsets_name, text, "a batch read cannot end at earliest; use latest")
+        return OffsetSpec(kind)
+    spec = _per_partition(
+        offsets_name, text, what="offsets, -2 (earliest) or -1 (latest)", minimum=-2
+    )
+    for (topic, part), value in spec.per_partition:
+        if prefix == "ending" and value == EARLIEST:
+            raise _bad(offsets_name, text, f"{topic}-{part} cannot end at -2 (earliest)")
+        if not streaming and prefix == "starting" and value == LATEST:
+            raise _bad(offsets_name, text, f"{topic}-{part}: a batch read cannot start at -1")
+    return spec
+
+
+def _consumer_config(options: Mapping[str, str]) -> dict[str, object]:
+    props: dict[str, object] = {}
+    for raw_key, value in options.items():
+        key = raw_key.lower()
+        if not key.startswith("kafka.") or key in _ALIASES:
+            continue
+        name = key[len("kafka.") :]
+        if name in _CONTROLLED_KEYS:
+            hint = " (use the option group.id)" if name == "group.id" else ""
+            raise ConfigError(
+                f"option {raw_key} is not accepted: the spark_mq source sets {name} itself{hint}",
+                key=raw_key,
+                value=value,
+            )
+        props[name] = value
+    if props:
+        # Checked here, on the driver, so a typo fails the query before any task runs.
+        ConsumerConfig.from_properties({**props, "path": "/unused"})
+    return props
+
+
+def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Parse Spark's option strings for a batch (``streaming=False``) or streaming read."""
+    endpoint = client_endpoint(options)
+    subscription = _subscription(options)
+    starting = _offsets_spec(
+        options, "starting", default="latest" if streaming else "earliest", streaming=streaming
+    )
+    ending = _offsets_spec(options, "ending", default="latest", streaming=streaming)
+    if streaming and any(
+        lookup(options, n) is not None
+        for n in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+    ):
+        raise ConfigError(
+            "endingOffsets, endingTimestamp and endingOffsetsByTimestamp are for batch reads "
+            "(spark.read); a stream has no end (use Trigger.AvailableNow to stop at the "
+            "offsets present when it starts)",
+            key="endingOffsets",
+        )
+    strategy = (lookup(options, "startingOffsetsByTimestampStrategy") or "error").strip().lower()
+    if strategy not in _STRATEGIES:
+        raise _bad("startingOffsetsByTimestampStrategy", strategy, "use error or latest")
+    isolation = lookup(options, "isolation.level") or lookup(options, "kafka.isolation.level")
+    isolation = (isolation or "read_committed").strip().lower()
+    if isolation not in _ISOLATION_LEVELS:
+        raise _bad("isolation.level", isolation, "use read_committed or read_uncommitted")
+    delay_text = lookup(options, "maxTriggerDelay")
+    group_id = lookup(options, "group.id")
+    if group_id is not None and not group_id.strip():
+        raise _bad("group.id", group_id, "give a consumer group name")
+    poll_text = lookup(options, "kafkaConsumer.pollTimeoutMs")
+    poll_timeout_ms = 120_000
+    if poll_text is not None:
+        poll_timeout_ms = _positive(options, "kafkaConsumer.pollTimeoutMs") or poll_timeout_ms
+    return SourceOptions(
+        endpoint=endpoint,
+        subscription=subscription,
+        starting=starting,
+        ending=ending,
+        timestamp_strategy=strategy,
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        include_headers=_bool(options, "includeHeaders", False),
+        isolation_level=isolation,
+        group_id=group_id,
+        max_offsets_per_trigger=_positive(options, "maxOffsetsPerTrigger"),
+        max_bytes_per_trigger=_positive(options, "maxBytesPerTrigger"),
+        min_offsets_per_trigger=_positive(options, "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=(
+            15 * 60_000 if delay_text is None else parse_duration_ms("maxTriggerDelay", delay_text)
+        ),
+        poll_timeout_ms=poll_timeout_ms,
+        consumer_config=_consumer_config(options),
+    )

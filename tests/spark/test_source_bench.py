@@ -1,0 +1,57 @@
+"""Smoke run of ``benchmarks/bench_source.py`` on a few records, in the test session: every
+case reads every record, the ceiling yields the exact schema, and the section renders."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import bench_source  # noqa: E402
+
+from spark_mq.datasource.schema import ARROW_SCHEMA  # noqa: E402
+
+
+def test_ceiling_batches_have_the_source_schema() -> None:
+    batches = list(bench_source.ceiling_batches(2, 10))
+    assert sum(b.num_rows for b in batches) == 10
+    assert all(b.schema == ARROW_SCHEMA for b in batches)
+    assert batches[0].column("partition")[0] == pa.scalar(2, pa.int32())
+
+
+def test_smoke_run_reads_every_record(spark: Any, tmp_path: Path) -> None:
+    records = 2_000
+    work = tmp_path / "work"
+    work.mkdir()
+    cases = bench_source.measure(spark, work, records, reps=1)
+    assert [(c.name, c.rows) for c in cases] == [
+        ("spark_mq", records),
+        ("spark_mq", records),
+        ("ceiling", records),
+        ("ceiling", records),
+        ("Parquet", records),
+        ("Parquet", records),
+        ("spark_mq", records),
+        ("ceiling", records),
+    ]
+    for case in cases:
+        if case.query != "count":
+            assert case.total_bytes == records * bench_source.VALUE_BYTES
+    section = bench_source.render_markdown(
+        command="bench",
+        started=datetime.datetime.now(datetime.UTC),
+        elapsed=1.0,
+        load=("0", "0"),
+        records=records,
+        reps=1,
+        cases=cases,
+    )
+    assert section.startswith(bench_source.SECTION_BEGIN)
+    assert section.rstrip().endswith(bench_source.SECTION_END)
+    assert section.count("**PASS**") + section.count("**MISS**") == 3
