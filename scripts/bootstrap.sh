@@ -25,7 +25,9 @@ fi
 stamp=".venv/.spark-mq-installed-${extras//,/-}-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "installing spark-mq[$extras] into .venv ..."
-  .venv/bin/python -m pip install --quiet -e ".[$extras]"
+  # compat mode puts the checkout on sys.path (a .pth file), so that pkgutil.iter_modules()
+  # sees the top-level pyspark_spark_mq module: Spark finds the format through it.
+  .venv/bin/python -m pip install --quiet -e ".[$extras]" --config-settings editable_mode=compat
   touch "$stamp"
 fi
 PY="$root/.venv/bin/python"
