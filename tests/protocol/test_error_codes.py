@@ -24,6 +24,9 @@ CODES = [code for code in ErrorCode if code is not ErrorCode.NONE]
 #: Codes that more than one class carries, and the class the client raises for each. The
 #: other classes are what the broker sees; docs/protocol.md names them in its error table.
 SHARED_CODES: dict[int, tuple[type[e.SparkMQError], set[type[e.SparkMQError]]]] = {
+    # SinkSchemaError is raised on the Spark driver only; on the wire it would be a config
+    # error like any other.
+    40: (e.ConfigError, {e.ConfigError, e.SinkSchemaError}),
     42: (e.InvalidRequestError, {e.InvalidRequestError, e.CorruptFrameError}),
     56: (e.KafkaStorageError, {e.KafkaStorageError, e.LogDirectoryFullError}),
 }

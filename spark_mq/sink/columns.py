@@ -1,0 +1,129 @@
+"""Input columns of the sink, as in Spark's Kafka sink, and their columnar conversion.
+
+A DataFrame written with ``format("spark_mq")`` has a ``value`` column (string or binary,
+required) and optionally ``key`` (string or binary), ``topic`` (string), ``partition``
+(int), ``headers`` (``array<struct<key: string, value: binary>>``) and ``timestamp``
+(timestamp). :func:`check_schema` validates the Spark schema on the driver, when the writer
+is created, and returns a :class:`ColumnPlan`; on the executors :func:`to_send_tables` turns
+each Arrow record batch into the tables :meth:`~spark_mq.Producer.send_batch` takes, one per
+target topic, with Arrow compute kernels only (no Python code per row).
+
+>>> from pyspark.sql.types import StructType, StructField, StringType
+>>> plan = check_schema(StructType([StructField("value", StringType())]), topic_option="t")
+>>> plan.columns
+('value',)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_mq.errors import InvalidRecordError, SinkSchemaError
+
+#: Accepted columns and the Spark SQL types each may have (simpleString form).
+ACCEPTED_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
+    "value": ("string", "binary"),
+    "key": ("string", "binary"),
+    "topic": ("string",),
+    "partition": ("int",),
+    "headers": ("array<struct<key:string,value:binary>>",),
+    "timestamp": ("timestamp",),
+}
+
+
+def _accepted_text() -> str:
+    return "; ".join(f"{name} ({' or '.join(types)})" for name, types in ACCEPTED_COLUMNS.items())
+
+
+def _schema_error(message: str, column: str) -> SinkSchemaError:
+    return SinkSchemaError(
+        f"{message}. The spark_mq sink accepts the columns: {_accepted_text()}", column=column
+    )
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    """The columns present in the written DataFrame, in Spark's order, and where the topic
+    of each row comes from (``topic`` option, else the ``topic`` column)."""
+
+    columns: tuple[str, ...]
+    topic_option: str | None
+
+    @property
+    def topic_from_column(self) -> bool:
+        """Whether rows are routed by their ``topic`` column."""
+        return self.topic_option is None
+
+
+def check_schema(schema: Any, *, topic_option: str | None) -> ColumnPlan:
+    """Validate a Spark ``StructType`` against the accepted columns (raises SinkSchemaError)."""
+    names: list[str] = []
+    for field in schema.fields:
+        name = field.name
+        lowered = name.lower()
+        if lowered not in ACCEPTED_COLUMNS:
+            raise _schema_error(f"unknown column {name!r}", name)
+        if lowered != name:
+            raise _schema_error(
+                f"column {name!r} must be spelled {lowered!r} (column names are matched exactly)",
+                name,
+            )
+        spark_type = field.dataType.simpleString()
+        if spark_type not in ACCEPTED_COLUMNS[name]:
+            raise _schema_error(
+                f"column {name!r} has type {spark_type}, expected "
+                f"{' or '.join(ACCEPTED_COLUMNS[name])}",
+                name,
+            )
+        names.append(name)
+    if "value" not in names:
+        raise _schema_error("the required column 'value' is missing", "value")
+    if topic_option is None and "topic" not in names:
+        raise _schema_error('no topic: give .option("topic", NAME) or a topic column', "topic")
+    return ColumnPlan(columns=tuple(names), topic_option=topic_option)
+
+
+def _send_columns(batch: pa.RecordBatch, plan: ColumnPlan) -> dict[str, pa.Array]:
+    """The columns of ``batch`` that send_batch takes, with nulls in ``timestamp`` set to
+    now (Kafka's producer does the same for a record without a timestamp)."""
+    columns = {name: batch.column(i) for i, name in enumerate(plan.columns) if name != "topic"}
+    stamps = columns.get("timestamp")
+    if stamps is not None and stamps.null_count:
+        now = pa.scalar(int(time.time() * 1000) * 1000, pa.timestamp("us"))
+        columns["timestamp"] = pc.fill_null(stamps.cast(pa.timestamp("us")), now)
+    return columns
+
+
+def to_send_tables(batch: pa.RecordBatch, plan: ColumnPlan) -> list[tuple[str, pa.Table]]:
+    """Split one Arrow record batch into ``(topic, table)`` pairs for ``send_batch``.
+
+    With the ``topic`` option every row goes to it; otherwise rows are grouped by their
+    ``topic`` column (each group keeps the rows' order). A null topic raises
+    InvalidRecordError, as Spark's Kafka sink does.
+    """
+    if batch.num_rows == 0:
+        return []
+    if batch.num_columns != len(plan.columns):
+        raise InvalidRecordError(
+            f"the sink expected columns {list(plan.columns)} but a batch has {batch.schema.names}"
+        )
+    table = pa.Table.from_pydict(_send_columns(batch, plan))
+    if plan.topic_option is not None:
+        return [(plan.topic_option, table)]
+    topics = batch.column(plan.columns.index("topic"))
+    if topics.null_count:
+        raise InvalidRecordError(
+            "a row has a null topic; give every row a topic or set .option('topic', NAME)"
+        )
+    first, last = pc.min_max(topics).values()
+    if first.as_py() == last.as_py():
+        return [(str(first.as_py()), table)]
+    out: list[tuple[str, pa.Table]] = []
+    for topic in pc.unique(topics).to_pylist():
+        out.append((str(topic), table.filter(pc.equal(topics, topic))))
+    return out

@@ -1,0 +1,165 @@
+"""The driver side of the exactly-once sink: one decision per micro-batch (or batch job).
+
+Spark calls ``commit(messages, batchId)`` once every write task has succeeded, in a fresh
+writer on the driver, and calls it again with the same ``batchId`` after a restart when the
+driver died before recording the batch in its own commit log. :func:`commit_prepared` asks
+the transaction coordinator to commit every prepared transaction of the batch as one
+decision tagged ``(owner=sink id, sequence=batchId)`` and to abort every other open or
+prepared transaction whose id starts with ``{sink_id}/`` (leftovers of a run with more
+partitions, or of a speculative or zombie attempt). The coordinator records the decision and
+the tag in one durable append before it writes any marker, and answers a sequence that is
+not above the owner's last one by aborting the given transactions: a replayed batch never
+doubles output, and the second call is harmless.
+
+Test hook: the crash tests need to kill the driver at named points of this path. When the
+environment variable ``SPARK_MQ_SINK_TEST_HOOK`` is ``POINT:BATCH_ID`` and
+``SPARK_MQ_SINK_TEST_PGID`` names a process group, reaching ``POINT`` while committing
+``BATCH_ID`` sends SIGKILL to that group (the test's Spark driver). Points are
+``before_complete`` (handles collected, nothing decided), ``during_complete`` (the
+coordinator call in flight: the kill comes from a timer a few milliseconds after it starts)
+and ``after_complete`` (decided, but Spark has not yet written its commit log). The hook is
+off unless both variables are set; it exists only for ``tests/spark/test_sink_crash.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Sequence
+from typing import Any, Final
+
+from spark_mq.client.admin import Admin
+from spark_mq.client.transactions import PreparedTransaction
+from spark_mq.errors import SparkMQError, UsageError
+from spark_mq.sink.task import SinkCommitMessage
+
+TEST_HOOK_ENV: Final = "SPARK_MQ_SINK_TEST_HOOK"
+TEST_PGID_ENV: Final = "SPARK_MQ_SINK_TEST_PGID"
+#: Delay of the ``during_complete`` kill after the coordinator call starts, in seconds.
+_DURING_DELAY_S: Final = 0.003
+
+_log = logging.getLogger(__name__)
+
+
+def _test_hook(point: str, sequence: int) -> threading.Timer | None:
+    spec = os.environ.get(TEST_HOOK_ENV)
+    pgid = os.environ.get(TEST_PGID_ENV)
+    if not spec or not pgid:
+        return None
+    want_point, _, want_batch = spec.partition(":")
+    if want_point != point or want_batch != str(sequence):
+        return None
+
+    def kill() -> None:
+        os.killpg(int(pgid), signal.SIGKILL)
+
+    if point == "during_complete":
+        timer = threading.Timer(_DURING_DELAY_S, kill)
+        timer.daemon = True
+        timer.start()
+        return timer
+    kill()
+    return None
+
+
+def _messages(messages: Sequence[Any], what: str) -> list[SinkCommitMessage]:
+    out = []
+    for message in messages:
+        if message is None:
+            continue
+        if not isinstance(message, SinkCommitMessage):
+            raise UsageError(
+                f"spark_mq sink {what}: a commit message of type {type(message).__name__} is "
+                "not from this sink"
+            )
+        out.append(message)
+    return out
+
+
+def sink_id_of(messages: Sequence[SinkCommitMessage], configured: str | None) -> str | None:
+    """The sink id the tasks used (they must all agree, and agree with ``sink.id``)."""
+    ids = {m.sink_id for m in messages}
+    if configured is not None:
+        ids.add(configured)
+    if len(ids) > 1:
+        raise UsageError(f"spark_mq sink: write tasks used different sink ids {sorted(ids)}")
+    return next(iter(ids), None)
+
+
+def _handles(messages: Sequence[SinkCommitMessage]) -> list[PreparedTransaction]:
+    return [PreparedTransaction.from_json(m.transaction) for m in messages if m.transaction]
+
+
+def commit_prepared(
+    endpoint: dict[str, object],
+    messages: Sequence[Any],
+    *,
+    sink_id: str | None,
+    sequence: int,
+) -> Any:
+    """Commit the prepared transactions of ``messages`` as one decision ``(sink_id, sequence)``
+    and abort every other transaction of the sink; returns the coordinator's
+    :class:`~spark_mq.client.transactions.CompletionResult` (None when there was nothing to
+    decide: no task ran)."""
+    if any(m is None for m in messages):
+        raise UsageError("spark_mq sink: commit called with a failed task's missing message")
+    ours = _messages(messages, "commit")
+    owner = sink_id_of(ours, sink_id)
+    if owner is None:
+        return None
+    handles = _handles(ours)
+    _test_hook("before_complete", sequence)
+    with Admin(**endpoint) as admin:  # type: ignore[arg-type]
+        timer = _test_hook("during_complete", sequence)
+        try:
+            result = admin.complete_prepared_transactions(
+                handles,
+                commit=True,
+                owner=owner,
+                sequence=sequence,
+                abort_prefix=owner + "/",
+            )
+        finally:
+            if timer is not None:
+                timer.join()
+    _test_hook("after_complete", sequence)
+    if result.already_committed:
+        _log.warning(
+            "spark_mq sink %s: batch %d was already committed; its %d re-run transactions "
+            "were aborted",
+            owner,
+            sequence,
+            len(handles),
+        )
+    return result
+
+
+def abort_prepared(
+    endpoint: dict[str, object], messages: Sequence[Any], *, sink_id: str | None
+) -> None:
+    """Abort the prepared transactions of the tasks that finished and, when the sink id is
+    known, every other open transaction of the sink (tasks Spark cancelled mid-write), so
+    that nothing of the failed batch holds back ``read_committed`` readers.
+
+    Best effort: a transaction that is already aborted or fenced is what abort wants, so a
+    failure is logged, not raised (Spark is already failing the batch for its own reason)."""
+    ours = _messages(messages, "abort")
+    owner = sink_id_of(ours, sink_id)
+    handles = _handles(ours)
+    if not handles and owner is None:
+        return
+    try:
+        with Admin(**endpoint) as admin:  # type: ignore[arg-type]
+            admin.complete_prepared_transactions(
+                handles, commit=False, abort_prefix=None if owner is None else owner + "/"
+            )
+    except SparkMQError as exc:
+        _log.warning(
+            "spark_mq sink %s: aborting %d prepared transactions failed (%s); they end at the "
+            "coordinator's prepared-transaction timeout, or with `spark-mq transactions abort`",
+            owner,
+            len(handles),
+            exc,
+        )

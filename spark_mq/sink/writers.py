@@ -1,0 +1,103 @@
+"""Spark's writer classes for ``df.write`` and ``df.writeStream`` ``.format("spark_mq")``.
+
+The data source (:class:`spark_mq.datasource.SparkMQDataSource`) calls :func:`batch_writer`
+and :func:`stream_writer`; both parse and check the options and the DataFrame's schema on
+the driver, so that a bad option or column fails the job before any task runs. The writer
+objects hold only the plain :class:`~spark_mq.sink.task.TaskPlan`; Spark pickles them to the
+executors, where ``write()`` opens its producer.
+
+- :class:`MQBatchWriter`: the whole job is one transaction per task, committed as one
+  decision in ``commit(messages)``, owner a fresh id per job (``{sink.id}/{uuid}``, sink id
+  ``spark-batch`` by default): the job's output appears all at once, or, if it fails, never.
+- :class:`MQStreamWriter`: one decision per micro-batch, tagged ``(sink id, batchId)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
+
+from spark_mq.sink.columns import check_schema
+from spark_mq.sink.commit import abort_prepared, commit_prepared
+from spark_mq.sink.options import parse_sink_options
+from spark_mq.sink.task import SinkCommitMessage, TaskPlan, write_task
+
+#: Sink id of batch jobs that set no ``sink.id``; each job appends its own uuid.
+BATCH_SINK_ID: Final = "spark-batch"
+
+_log = logging.getLogger(__name__)
+
+
+class MQBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("spark_mq")``: atomic, one decision for the whole job."""
+
+    def __init__(self, plan: TaskPlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        """Write one task's rows (runs on an executor)."""
+        return write_task(self.plan, iterator)
+
+    def commit(self, messages: list[Any]) -> None:
+        """Make the whole job's output visible at once (runs on the driver)."""
+        if self.plan.options.exactly_once:
+            commit_prepared(
+                self.plan.options.endpoint, messages, sink_id=self.plan.sink_id, sequence=0
+            )
+
+    def abort(self, messages: list[Any]) -> None:
+        """End the transactions of the tasks that had finished: none of the job shows."""
+        if self.plan.options.exactly_once:
+            abort_prepared(self.plan.options.endpoint, messages, sink_id=self.plan.sink_id)
+
+
+class MQStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("spark_mq")``: exactly once per micro-batch by default."""
+
+    def __init__(self, plan: TaskPlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        """Write one task's rows of a micro-batch (runs on an executor)."""
+        return write_task(self.plan, iterator)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 (Spark's name)
+        """Commit micro-batch ``batchId`` as one decision; idempotent for a replayed id."""
+        if not self.plan.options.exactly_once:
+            rows = sum(m.rows for m in messages if isinstance(m, SinkCommitMessage))
+            _log.info("spark_mq sink: batch %d wrote %d rows (at least once)", batchId, rows)
+            return
+        commit_prepared(
+            self.plan.options.endpoint, messages, sink_id=self.plan.sink_id, sequence=batchId
+        )
+
+    def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 (Spark's name)
+        """Abort micro-batch ``batchId``'s prepared transactions."""
+        if self.plan.options.exactly_once:
+            abort_prepared(self.plan.options.endpoint, messages, sink_id=self.plan.sink_id)
+
+
+def _plan(options: Mapping[str, str], schema: Any, sink_id: str | None) -> TaskPlan:
+    parsed = parse_sink_options(options)
+    columns = check_schema(schema, topic_option=parsed.topic)
+    return TaskPlan(options=parsed, columns=columns, sink_id=sink_id)
+
+
+def batch_writer(options: Mapping[str, str], schema: Any, overwrite: bool) -> MQBatchWriter:
+    """The writer of ``df.write.format("spark_mq")`` (``overwrite`` is ignored: a log is
+    append-only, as with Spark's Kafka sink)."""
+    parsed = parse_sink_options(options)
+    job_id = f"{parsed.sink_id or BATCH_SINK_ID}/{uuid.uuid4().hex}"
+    return MQBatchWriter(_plan(options, schema, job_id))
+
+
+def stream_writer(options: Mapping[str, str], schema: Any, overwrite: bool) -> MQStreamWriter:
+    """The writer of ``df.writeStream.format("spark_mq")``; Spark creates one per query run
+    for the tasks and a fresh one for every ``commit``/``abort``, so it holds no state."""
+    parsed = parse_sink_options(options)
+    return MQStreamWriter(_plan(options, schema, parsed.sink_id))

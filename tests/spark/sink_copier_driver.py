@@ -1,0 +1,91 @@
+"""A Spark driver for the sink's crash test: a streaming query that copies an input topic to
+an output topic with a transformation, exactly once, from a checkpoint.
+
+Run by ``tests/spark/test_sink_crash.py`` in its own process group, which kills it with
+SIGKILL at random times and through the sink's commit test hook
+(``SPARK_MQ_SINK_TEST_HOOK``, see :mod:`spark_mq.sink.commit`), then restarts it from the
+same checkpoint. Exits 0 once the query has copied everything present (AvailableNow).
+
+Failures are injected too: the first attempt of partition 0's task fails in every even
+micro-batch (``spark.task.maxFailures`` 4 lets the retry run), so re-run tasks fence their
+failed first attempts.
+
+    python tests/spark/sink_copier_driver.py --path MQ --checkpoint CKPT --input in --output out
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _transform_value(value):  # no hints: pyspark would read them as a pandas UDF
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is not None and context.attemptNumber() == 0 and context.partitionId() == 0:
+        batch = context.getLocalProperty("streaming.sql.batchId")
+        if batch is not None and int(batch) % 2 == 0:
+            raise RuntimeError(f"injected failure: first attempt of batch {batch} partition 0")
+    return "copied-" + value.upper()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--path", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=300)
+    parser.add_argument("--started-file", help="touched once the query has started")
+    args = parser.parse_args()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
+    )
+    # The sink's test hook kills this whole process group (driver, JVM, Python workers).
+    os.environ["SPARK_MQ_SINK_TEST_PGID"] = str(os.getpgid(0))
+    from pyspark.sql import SparkSession
+    from pyspark.sql.functions import col, udf
+
+    spark = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("spark_mq-sink-copier")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    transform = udf(_transform_value, "string")
+    source = (
+        spark.readStream.format("spark_mq")
+        .option("path", args.path)
+        .option("subscribe", args.input)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
+        .load()
+    )
+    copied = source.select(col("key"), transform(col("value").cast("string")).alias("value"))
+    query = (
+        copied.writeStream.format("spark_mq")
+        .option("path", args.path)
+        .option("topic", args.output)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    if args.started_file:
+        Path(args.started_file).touch()
+    query.awaitTermination()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

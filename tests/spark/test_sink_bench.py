@@ -1,0 +1,75 @@
+"""The sink benchmark (``benchmarks/bench_sink.py``): its goal line, table and Markdown
+section, and a small smoke run."""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import bench_sink as bench  # noqa: E402
+
+
+def _cases(sink_seconds: float) -> list[bench.Case]:
+    return [
+        bench.Case("discard (ceiling)", [10.0, 12.0]),
+        bench.Case("spark_mq, exactlyOnce=true", [sink_seconds]),
+        bench.Case("spark_mq, exactlyOnce=false", [12.0]),
+        bench.Case("Parquet (peer)", [5.0]),
+    ]
+
+
+def test_goal_line_passes_at_the_ratio_and_misses_below() -> None:
+    assert bench.goal_line(_cases(10.0 / 0.7), 1_000_000).startswith("PASS")
+    assert bench.goal_line(_cases(10.0 / 0.69), 1_000_000).startswith("MISS")
+
+
+def test_table_reports_best_runs_and_ratios() -> None:
+    table = bench.results_table(_cases(20.0), 1_000_000)
+    assert "| discard (ceiling) | 100,000 | 10.0 | 1.00 | 1.20 | 10.0, 12.0 |" in table
+    assert "| spark_mq, exactlyOnce=true | 50,000 | 5.0 | 0.50 | 0.60 | 20.0 |" in table
+
+
+def test_section_replaces_only_its_own_markers(tmp_path: Path) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"keep me\n{bench.SECTION_BEGIN}\nold\n{bench.SECTION_END}\ntail\n")
+    section = bench.render_markdown(
+        command="cmd",
+        started=datetime.datetime.now(datetime.UTC),
+        elapsed=1.0,
+        load=("0.1", "0.2"),
+        master="local[4]",
+        rows=1_000_000,
+        cases=_cases(20.0),
+    )
+    bench.shared_write_section(
+        doc, section, begin_marker=bench.SECTION_BEGIN, end_marker=bench.SECTION_END
+    )
+    text = doc.read_text()
+    assert text.startswith("keep me\n") and text.endswith("tail\n")
+    assert "old" not in text and "## Spark sink" in text and "MISS" in text
+
+
+@pytest.mark.slow
+def test_smoke_run_writes_its_section(tmp_path: Path) -> None:
+    out = tmp_path / "bench.md"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "bench_sink.py"),
+            *("--rows", "20000", "--runs", "1", "--master", "local[2]", "--out", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert "exactly-once spark_mq writes" in done.stdout
+    assert "| Parquet (peer) |" in out.read_text()

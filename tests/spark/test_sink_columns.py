@@ -1,0 +1,179 @@
+"""Sink column validation (on the driver) and the columnar conversion of Arrow batches (on
+the executors), plus option parsing. No Spark session: schemas are plain StructTypes."""
+
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_mq.errors import ConfigError, InvalidRecordError, SinkSchemaError
+from spark_mq.sink import check_schema, parse_sink_options, to_send_tables
+
+HEADERS = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
+
+
+def _schema(*fields: tuple[str, object]) -> StructType:
+    return StructType([StructField(name, kind) for name, kind in fields])  # type: ignore[arg-type]
+
+
+def test_every_accepted_column_passes() -> None:
+    schema = _schema(
+        ("key", BinaryType()),
+        ("value", StringType()),
+        ("topic", StringType()),
+        ("partition", IntegerType()),
+        ("headers", HEADERS),
+        ("timestamp", TimestampType()),
+    )
+    plan = check_schema(schema, topic_option=None)
+    assert plan.columns == ("key", "value", "topic", "partition", "headers", "timestamp")
+    assert plan.topic_from_column
+
+
+@pytest.mark.parametrize(
+    ("fields", "column", "fragment"),
+    [
+        ([("key", StringType())], "value", "required column 'value' is missing"),
+        ([("value", StringType()), ("extra", StringType())], "extra", "unknown column 'extra'"),
+        ([("value", LongType())], "value", "has type bigint, expected string or binary"),
+        ([("value", StringType()), ("key", IntegerType())], "key", "has type int"),
+        ([("value", StringType()), ("partition", LongType())], "partition", "expected int"),
+        ([("value", StringType()), ("timestamp", LongType())], "timestamp", "expected timestamp"),
+        ([("Value", StringType())], "Value", "must be spelled 'value'"),
+        (
+            [("value", StringType()), ("headers", ArrayType(StringType()))],
+            "headers",
+            "expected array<struct<key:string,value:binary>>",
+        ),
+    ],
+)
+def test_bad_columns_are_named_and_the_accepted_ones_listed(
+    fields: list[tuple[str, object]], column: str, fragment: str
+) -> None:
+    with pytest.raises(SinkSchemaError) as info:
+        check_schema(_schema(*fields), topic_option="t")
+    assert info.value.column == column
+    assert fragment in str(info.value)
+    assert "value (string or binary); key (string or binary); topic (string)" in str(info.value)
+
+
+def test_a_topic_is_needed_from_the_option_or_a_column() -> None:
+    with pytest.raises(SinkSchemaError, match=r'option\("topic", NAME\) or a topic column'):
+        check_schema(_schema(("value", StringType())), topic_option=None)
+
+
+def test_rows_are_grouped_by_topic_in_order() -> None:
+    plan = check_schema(
+        _schema(("topic", StringType()), ("value", StringType())), topic_option=None
+    )
+    batch = pa.record_batch(
+        {"topic": ["a", "b", "a", "b", "a"], "value": ["1", "2", "3", "4", "5"]}
+    )
+    tables = dict(to_send_tables(batch, plan))
+    assert sorted(tables) == ["a", "b"]
+    assert tables["a"].column("value").to_pylist() == ["1", "3", "5"]
+    assert tables["b"].column("value").to_pylist() == ["2", "4"]
+    assert tables["a"].column_names == ["value"]
+
+
+def test_the_topic_option_overrides_the_column() -> None:
+    plan = check_schema(_schema(("topic", StringType()), ("value", StringType())), topic_option="o")
+    batch = pa.record_batch({"topic": ["a", "b"], "value": ["1", "2"]})
+    [(topic, table)] = to_send_tables(batch, plan)
+    assert topic == "o" and table.num_rows == 2
+
+
+def test_a_null_topic_is_refused() -> None:
+    plan = check_schema(
+        _schema(("topic", StringType()), ("value", StringType())), topic_option=None
+    )
+    batch = pa.record_batch({"topic": ["a", None], "value": ["1", "2"]})
+    with pytest.raises(InvalidRecordError, match="null topic"):
+        to_send_tables(batch, plan)
+
+
+def test_null_timestamps_become_now() -> None:
+    plan = check_schema(
+        _schema(("value", StringType()), ("timestamp", TimestampType())), topic_option="t"
+    )
+    stamps = pa.array([1_000_000, None], pa.timestamp("us", tz="UTC"))
+    batch = pa.record_batch({"value": ["1", "2"], "timestamp": stamps})
+    [(_, table)] = to_send_tables(batch, plan)
+    assert table.column("timestamp").null_count == 0
+    assert table.column("timestamp")[0].value == 1_000_000
+
+
+def test_options_are_parsed_and_checked() -> None:
+    opts = parse_sink_options(
+        {
+            "PATH": "/data/mq",
+            "topic": "out",
+            "compression.type": "zstd",
+            "partitioner": "round_robin",
+            "batch.size": "65536",
+            "linger.ms": "20",
+            "kafka.max.request.size": "2097152",
+            "exactlyonce": "false",
+            "sink.id": "copier",
+            "checkpointlocation": "/ckpt",
+        }
+    )
+    assert opts.endpoint == {"path": "/data/mq"}
+    assert (opts.topic, opts.exactly_once, opts.sink_id) == ("out", False, "copier")
+    assert opts.producer_settings == {
+        "max.request.size": "2097152",
+        "compression.type": "zstd",
+        "partitioner": "round_robin",
+        "batch.size": "65536",
+        "linger.ms": "20",
+    }
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ({}, 'needs exactly one of .option("path"'),
+        ({"path": "/d", "compression.type": "brotli"}, "compression.type"),
+        ({"path": "/d", "partitioner": "hash"}, "partitioner must be one of"),
+        ({"path": "/d", "linger.ms": "soon"}, "linger.ms"),
+        ({"path": "/d", "exactlyOnce": "maybe"}, "exactlyOnce must be true or false"),
+        ({"path": "/d", "kafka.transactional.id": "x"}, "set by the spark_mq sink itself"),
+        ({"path": "/d", "kafka.lingerms": "5"}, "did you mean 'linger.ms'"),
+        ({"path": "/d", "sink.id": " "}, "sink.id must be 1-200 printable"),
+    ],
+)
+def test_bad_options_raise_config_errors(options: dict[str, str], fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_sink_options(options)
+    assert fragment in str(info.value)
+
+
+def test_unknown_options_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="spark_mq.sink.options"):
+        parse_sink_options({"path": "/d", "compresion.type": "lz4"})
+    assert "did you mean 'compression.type'" in caplog.text
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    import spark_mq.sink.columns
+    import spark_mq.sink.options
+
+    for module in (spark_mq.sink.options, spark_mq.sink.columns):
+        result = doctest.testmod(module)
+        assert result.attempted and result.failed == 0, module.__name__
