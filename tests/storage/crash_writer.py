@@ -96,6 +96,10 @@ def main(argv: list[str]) -> int:
     directory, seed_text, recovery_point_text, config_json, ack_path = argv
     seed = int(seed_text)
     config = LogConfig.from_properties(json.loads(config_json))
+    # Build one batch before the log is opened: pyarrow imports pandas (when installed, as
+    # pyspark needs it) on the first pa.array() of a Python list, which takes longer than the
+    # parent's kill window after "open". That belongs to the import phase, not to an append.
+    encode_batch(pa.array([b"warm-up"], pa.binary()))
     ack_fd = os.open(ack_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     log = PartitionLog.open(
         directory,
