@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from spark_mq.broker.coordinator_topic import Record
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.group.coordinator import GroupCoordinator, counting_member_ids
 from spark_mq.broker.group.group import Group
 from spark_mq.broker.group.offsets import OffsetCommit
-from spark_mq.broker.group.offsets_topic import LoadedGroups, Record
+from spark_mq.broker.group.offsets_topic import LoadedGroups
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.groups import (
     HeartbeatRequest,

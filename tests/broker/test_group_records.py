@@ -10,10 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spark_mq.broker.coordinator_topic import java_string_hashcode, kafka_abs
 from spark_mq.broker.group.offsets_topic import (
     LoadedGroups,
-    java_string_hashcode,
-    kafka_abs,
     partition_for,
 )
 from spark_mq.broker.group.records import (

@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
+from spark_mq.broker.coordinator_topic import Record
 from spark_mq.broker.producer_ids import MAX_PRODUCER_EPOCH
 from spark_mq.broker.txn import two_phase
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.broker.txn.coordinator import CRASH_AFTER_DECISION, TransactionCoordinator
 from spark_mq.broker.txn.records import Decision, DecisionEntry
 from spark_mq.broker.txn.state import TopicPartition, TxnState
-from spark_mq.broker.txn.state_topic import LoadedTransactions, Record, partition_for
+from spark_mq.broker.txn.state_topic import LoadedTransactions, partition_for
 from spark_mq.errors import (
     ConcurrentTransactionsError,
     CoordinatorNotAvailableError,

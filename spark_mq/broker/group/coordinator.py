@@ -32,12 +32,13 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 
+from spark_mq.broker.coordinator_topic import Record
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.group.group import Group
 from spark_mq.broker.group.join import JoinHandler
 from spark_mq.broker.group.member import JoinCallback, SyncCallback
 from spark_mq.broker.group.offsets import FetchedOffset, OffsetCommit, OffsetManager
-from spark_mq.broker.group.offsets_topic import GroupStore, LoadedGroups, Record
+from spark_mq.broker.group.offsets_topic import GroupStore, LoadedGroups
 from spark_mq.broker.group.rebalance import Rebalancer, validate_group_id
 from spark_mq.broker.group.records import TopicPartitionKey, group_key, offset_key
 from spark_mq.broker.group.state import GroupState

@@ -39,9 +39,10 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
+from spark_mq.broker.coordinator_topic import Record
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.group.group import Group
-from spark_mq.broker.group.offsets_topic import GroupStore, Record
+from spark_mq.broker.group.offsets_topic import GroupStore
 from spark_mq.broker.group.records import (
     OffsetEntry,
     TopicPartitionKey,

@@ -20,7 +20,6 @@ produce path appends small requests), never at the same time as a load.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from typing import Final, Protocol
 
 import pyarrow as pa
 
+from spark_mq.broker.coordinator_topic import CoordinatorTopic, Record, coordinator_partition
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.group.records import (
     GroupKey,
@@ -42,7 +42,7 @@ from spark_mq.broker.group.records import (
 from spark_mq.broker.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.txn.log_reader import read_batches
-from spark_mq.errors import CoordinatorNotAvailableError, CorruptRecordError, TopicExistsError
+from spark_mq.errors import CorruptRecordError
 from spark_mq.storage.record_batch import ControlType, encode_batch
 
 logger = logging.getLogger("spark_mq.broker.group")
@@ -54,29 +54,10 @@ __all__ = ["INTERNAL_TOPICS", "OFFSETS_TOPIC", "GroupStore", "LoadedGroups", "Of
 #: How much of a partition one read returns while loading (Kafka's offsets.load.buffer.size).
 LOAD_BUFFER_BYTES: Final = 5 * 1024 * 1024
 
-#: (key, value) of one record; a None value is a tombstone.
-Record = tuple[bytes, bytes | None]
-
-
-def java_string_hashcode(text: str) -> int:
-    """Java's ``String.hashCode``: ``s[0]*31^(n-1) + ... + s[n-1]`` over UTF-16 code units,
-    in 32-bit two's complement."""
-    h = 0
-    data = text.encode("utf-16-be", "surrogatepass")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def kafka_abs(n: int) -> int:
-    """Kafka's ``Utils.abs``: ``Integer.MIN_VALUE`` maps to 0 (Java's ``Math.abs`` would
-    leave it negative)."""
-    return 0 if n == -(2**31) else abs(n)
-
 
 def partition_for(group_id: str, partitions: int) -> int:
     """The ``__consumer_offsets`` partition of a group."""
-    return kafka_abs(java_string_hashcode(group_id)) % partitions
+    return coordinator_partition(group_id, partitions)
 
 
 class GroupStore(Protocol):
@@ -170,65 +151,17 @@ class LoadedGroups:
             logger.error("skipping a __consumer_offsets record that does not decode: %s", exc)
 
 
-class OffsetsTopic:
-    """The internal topic, through the broker's partitions (so appends move the high
-    watermark and wake fetches, as any append does)."""
+class OffsetsTopic(CoordinatorTopic):
+    """``__consumer_offsets``, through the broker's partitions."""
 
     def __init__(self, replicas: ReplicaManager, config: GroupConfig) -> None:
-        self.replicas = replicas
-        self.logs = replicas.logs
+        super().__init__(
+            replicas,
+            OFFSETS_TOPIC,
+            num_partitions=config.offsets_topic_num_partitions,
+            segment_bytes=config.offsets_topic_segment_bytes,
+        )
         self.config = config
-        self._partitions: int | None = None
-
-    @property
-    def partition_count(self) -> int:
-        if self._partitions is None:
-            raise CoordinatorNotAvailableError(
-                f"{OFFSETS_TOPIC} is not ready yet (the coordinator is starting); retry"
-            )
-        return self._partitions
-
-    def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.partition_count)
-
-    def ensure(self) -> int:
-        """Create the topic if it does not exist; its partition count. Blocking."""
-        if not self.logs.topic_exists(OFFSETS_TOPIC):
-            configs = {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(self.config.offsets_topic_segment_bytes),
-                "compression.type": "producer",
-            }
-            # A racing creator (there is none on one node, but it would be as good) wins.
-            with contextlib.suppress(TopicExistsError):
-                self.logs.create_topic(
-                    OFFSETS_TOPIC, self.config.offsets_topic_num_partitions, configs
-                )
-                logger.info(
-                    "created %s with %d partitions",
-                    OFFSETS_TOPIC,
-                    self.config.offsets_topic_num_partitions,
-                )
-        info = self.logs.describe_topic(OFFSETS_TOPIC)
-        if not info.config.compact and self._partitions is None:
-            # Someone made it by hand (or by auto-creation) before any group request did.
-            logger.warning(
-                "%s exists without cleanup.policy=compact: committed offsets will not be "
-                "compacted and retention may delete them; alter the topic's cleanup.policy",
-                OFFSETS_TOPIC,
-            )
-        self._partitions = info.partition_count
-        return self._partitions
-
-    def append(self, group_id: str, records: Sequence[Record], now_ms: int) -> None:
-        """Append ``records`` as one batch to the group's partition (all or nothing)."""
-        if not records:
-            return
-        part = self.replicas.partition(OFFSETS_TOPIC, self.partition_for(group_id))
-        keys = pa.array([k for k, _ in records], pa.binary())
-        values = pa.array([v for _, v in records], pa.binary())
-        part.append(encode_batch(values, key=keys, now_ms=now_ms))
-        self.replicas.notify([part])
 
     def append_transactional(
         self,

@@ -33,6 +33,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol
 
+from spark_mq.broker.coordinator_topic import Record
 from spark_mq.broker.producer_ids import MAX_PRODUCER_EPOCH
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.broker.txn.records import (
@@ -44,7 +45,7 @@ from spark_mq.broker.txn.records import (
     txn_key,
 )
 from spark_mq.broker.txn.state import TopicPartition, TxnMetadata, TxnState
-from spark_mq.broker.txn.state_topic import LoadedTransactions, Record
+from spark_mq.broker.txn.state_topic import LoadedTransactions
 from spark_mq.errors import (
     ConcurrentTransactionsError,
     CoordinatorNotAvailableError,

@@ -20,15 +20,11 @@ the same time as a load.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-from collections.abc import Sequence
 from typing import Final
 
-import pyarrow as pa
-
-from spark_mq.broker.group.offsets_topic import java_string_hashcode, kafka_abs
+from spark_mq.broker.coordinator_topic import CoordinatorTopic, coordinator_partition
 from spark_mq.broker.internal_topics import TRANSACTION_STATE_TOPIC
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.txn.config import TxnConfig
@@ -43,8 +39,7 @@ from spark_mq.broker.txn.records import (
     decode_txn_value,
 )
 from spark_mq.broker.txn.state import TxnMetadata
-from spark_mq.errors import CoordinatorNotAvailableError, CorruptRecordError, TopicExistsError
-from spark_mq.storage.record_batch import encode_batch
+from spark_mq.errors import CorruptRecordError
 
 logger = logging.getLogger("spark_mq.broker.txn")
 
@@ -52,13 +47,10 @@ logger = logging.getLogger("spark_mq.broker.txn")
 #: transaction.state.log.load.buffer.size).
 LOAD_BUFFER_BYTES: Final = 5 * 1024 * 1024
 
-#: (key, value) of one record; a None value is a tombstone.
-Record = tuple[bytes, bytes | None]
-
 
 def partition_for(key: str, partitions: int) -> int:
     """The ``__transaction_state`` partition of a transactional id (or of an owner)."""
-    return kafka_abs(java_string_hashcode(key)) % partitions
+    return coordinator_partition(key, partitions)
 
 
 @dataclasses.dataclass
@@ -98,61 +90,17 @@ class LoadedTransactions:
             logger.error("skipping a __transaction_state record that does not decode: %s", exc)
 
 
-class TransactionStateTopic:
-    """The internal topic, through the broker's partitions."""
+class TransactionStateTopic(CoordinatorTopic):
+    """``__transaction_state``, through the broker's partitions."""
 
     def __init__(self, replicas: ReplicaManager, config: TxnConfig) -> None:
-        self.replicas = replicas
-        self.logs = replicas.logs
+        super().__init__(
+            replicas,
+            TRANSACTION_STATE_TOPIC,
+            num_partitions=config.transaction_state_log_num_partitions,
+            segment_bytes=config.transaction_state_log_segment_bytes,
+        )
         self.config = config
-        self._partitions: int | None = None
-
-    @property
-    def partition_count(self) -> int:
-        if self._partitions is None:
-            raise CoordinatorNotAvailableError(
-                f"{TRANSACTION_STATE_TOPIC} is not ready yet (the coordinator is starting); retry"
-            )
-        return self._partitions
-
-    def partition_for(self, key: str) -> int:
-        return partition_for(key, self.partition_count)
-
-    def ensure(self) -> int:
-        """Create the topic if it does not exist; its partition count. Blocking."""
-        if not self.logs.topic_exists(TRANSACTION_STATE_TOPIC):
-            configs = {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(self.config.transaction_state_log_segment_bytes),
-                "compression.type": "producer",
-            }
-            with contextlib.suppress(TopicExistsError):
-                self.logs.create_topic(
-                    TRANSACTION_STATE_TOPIC,
-                    self.config.transaction_state_log_num_partitions,
-                    configs,
-                )
-                logger.info(
-                    "created %s with %d partitions",
-                    TRANSACTION_STATE_TOPIC,
-                    self.config.transaction_state_log_num_partitions,
-                )
-        self._partitions = self.logs.describe_topic(TRANSACTION_STATE_TOPIC).partition_count
-        return self._partitions
-
-    @property
-    def ready(self) -> bool:
-        return self._partitions is not None
-
-    def append(self, key: str, records: Sequence[Record], now_ms: int) -> None:
-        """Append ``records`` as one batch to the partition of ``key`` (all or nothing)."""
-        if not records:
-            return
-        part = self.replicas.partition(TRANSACTION_STATE_TOPIC, self.partition_for(key))
-        keys = pa.array([k for k, _ in records], pa.binary())
-        values = pa.array([v for _, v in records], pa.binary())
-        part.append(encode_batch(values, key=keys, now_ms=now_ms))
-        self.replicas.notify([part])
 
     def load(self) -> LoadedTransactions:
         """Read every partition from its start to its high watermark. Blocking."""
