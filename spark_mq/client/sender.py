@@ -322,6 +322,12 @@ class Sender(threading.Thread):
             batches = self._acc.drain(self._can_send, self._config.max_request_size)
             if not batches:
                 return
+            if self._txn is not None and self._txn.drops_unsent():
+                # abort_transaction() began after before_send() looked, and its flush made
+                # these ready: they must not go out (they have no sequence yet, so failing
+                # them leaves no gap).
+                self._txn.fail_unsent(batches, self._fail)
+                return
             by_node: dict[int, list[ProducerBatch]] = {}
             for batch in batches:
                 node = self._cluster.leader(batch.topic, batch.partition)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -245,6 +245,29 @@ class TransactionManager:
         self.machine.producer_epoch = response.producer_epoch
         return response.producer_id, response.producer_epoch
 
+    def drops_unsent(self) -> bool:
+        """Whether batches not yet sent must be failed instead of sent: the transaction is
+        aborting, cannot commit (AbortableError), or the producer is fenced (FatalError)."""
+        return self.machine.state in (
+            TxnState.ABORTING_TRANSACTION,
+            TxnState.ABORTABLE_ERROR,
+            TxnState.FATAL_ERROR,
+        )
+
+    def fail_unsent(
+        self,
+        batches: Sequence[ProducerBatch],
+        fail: Callable[[ProducerBatch, SparkMQError], None],
+    ) -> None:
+        """Fail ``batches`` (never sent) with the reason the transaction gives."""
+        error = self.machine.error
+        if error is None or self.machine.state is TxnState.ABORTING_TRANSACTION:
+            error = TransactionAbortableError(
+                "the transaction was aborted before this record was sent"
+            )
+        for batch in batches:
+            fail(batch, error)
+
     def before_send(
         self,
         acc: RecordAccumulator,
@@ -255,16 +278,8 @@ class TransactionManager:
         """The sender's step before it drains (sender thread): fail the unsent batches of a
         transaction that will not commit (aborting, AbortableError, FatalError), or register
         the partitions that have data but are not yet in the transaction."""
-        state = self.machine.state
-        if state in (TxnState.ABORTING_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.FATAL_ERROR):
-            dropped = acc.abort_all()
-            error = self.machine.error
-            if error is None or state is TxnState.ABORTING_TRANSACTION:
-                error = TransactionAbortableError(
-                    "the transaction was aborted before this record was sent"
-                )
-            for batch in dropped:
-                fail(batch, error)
+        if self.drops_unsent():
+            self.fail_unsent(acc.abort_all(), fail)
             return
         if not have_producer_id or time.monotonic() < self.add_retry_at:
             return
