@@ -31,6 +31,7 @@ import contextlib
 import itertools
 import select
 import socket
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,6 +55,49 @@ from spark_mq.protocol.framing import (
 RECEIVE_BUFFER_BYTES = 256 * 1024
 #: sendmsg takes at most IOV_MAX (1024 on Linux) buffers per call.
 _MAX_IOV = 1000
+
+
+class FrameBufferPool:
+    """Buffers for large response frames, reused once nothing points into them any more.
+
+    A fetch response's record batches are decoded without a copy: the Arrow columns a
+    consumer returns point into the frame's buffer, and keep it alive as long as they live.
+    Allocating a fresh buffer for every frame makes the kernel hand out (and zero) new pages
+    for every byte received, which costs more than the receive itself (benchmarks/
+    bench_source.py); a buffer whose only reference left is this pool's is free, so it is
+    read into again. Nothing is reused while any view, Arrow buffer or array made from it is
+    alive: Python's reference count says so.
+    """
+
+    def __init__(self, max_buffers: int = 4) -> None:
+        self._max_buffers = max_buffers
+        self._buffers: list[np.ndarray[Any, Any]] = []
+
+    def take(self, size: int) -> memoryview:
+        """A writable ``size``-byte view, in a free pooled buffer when one is big enough."""
+        buffers = self._buffers
+        for index in range(len(buffers)):
+            if buffers[index].nbytes >= size and self._free(index):
+                return buffers[index][:size].data
+        fresh = np.empty(size, dtype=np.uint8)
+        if len(buffers) < self._max_buffers:
+            buffers.append(fresh)
+        else:
+            for index in range(len(buffers)):
+                if buffers[index].nbytes < size and self._free(index):
+                    buffers[index] = fresh  # a free one too small: replace it
+                    break
+        return fresh[:size].data
+
+    def _free(self, index: int) -> bool:
+        # Two references: the pool's list and getrefcount's own argument. Any other is a
+        # view, an Arrow buffer or an array made from an earlier frame, still alive.
+        return sys.getrefcount(self._buffers[index]) == 2
+
+    def clear(self) -> None:
+        self._buffers.clear()
+
+
 _correlation_ids = itertools.count(1)
 
 
@@ -116,6 +160,7 @@ class BrokerConnection:
         self._big_filled = 0
         # The last frame was large: read just the next size prefix first.
         self._expect_big = False
+        self._frames = FrameBufferPool()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -154,6 +199,7 @@ class BrokerConnection:
         self._start = self._end = 0
         self._big = None
         self._big_filled = 0
+        self._frames.clear()
         return pending
 
     # -- sending --------------------------------------------------------------------------
@@ -366,7 +412,7 @@ class BrokerConnection:
         self._expect_big = size > len(self._buf) // 2
         if self._expect_big:
             # A large frame: read it into a buffer of its own, starting with what we have.
-            big = np.empty(size, dtype=np.uint8).data
+            big = self._frames.take(size)
             have = min(available - SIZE.size, size)
             big[:have] = self._view[begin : begin + have]
             self._start = begin + have

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from spark_mq.client.connection import RECEIVE_BUFFER_BYTES, BrokerConnection
@@ -152,6 +153,51 @@ def test_large_frames_back_to_back_and_a_small_one_after_them(peer: Peer) -> Non
     responses = [conn.receive(5) for _ in range(3)]
     assert [bytes(r.records) for r in responses[:2] if r is not None] == [first, second]
     assert responses[2] is not None and responses[2].body.cluster_id == "c"
+
+
+def test_large_frame_buffers_are_reused_only_once_nothing_points_into_them(peer: Peer) -> None:
+    # Fetched records are decoded without a copy, so a frame's buffer must not be read into
+    # again while anything made from it lives; once released, it is reused.
+    size = RECEIVE_BUFFER_BYTES * 2
+    payloads = [bytes([n]) * size for n in range(1, 8)]
+
+    def fetch_reply(cid: int, records: bytes) -> bytes:
+        part = FetchPartitionResponse(0, 0, 1, 1, 0, len(records))
+        body = FetchResponse(0, [FetchTopicResponse("t", [part])])
+        head, encoded = encode_response(body, correlation_id=cid, records_len=len(records))
+        return head + encoded + records
+
+    def script(sock: socket.socket) -> None:
+        for records in payloads:
+            sock.sendall(fetch_reply(read_request_id(sock), records))
+        sock.recv(1)
+
+    from spark_mq.protocol.fetch import FetchRequest
+
+    conn = peer(script)
+
+    def fetch() -> memoryview:
+        conn.send(FetchRequest(0, 0, 1, []))
+        response = conn.receive(5)
+        assert response is not None
+        return memoryview(response.records)
+
+    kept = [fetch() for _ in range(5)]  # more than the pool holds, all alive
+    assert [bytes(v) for v in kept] == payloads[:5]
+    addresses = [pa.py_buffer(v).address for v in kept]
+    assert len(set(addresses)) == 5
+    arrow_view = pa.py_buffer(kept[0])  # an Arrow buffer keeps the bytes alive too
+    del kept
+    sixth = fetch()
+    assert bytes(sixth) == payloads[5]
+    assert bytes(arrow_view) == payloads[0], "a live Arrow buffer's bytes were overwritten"
+    # Read into a pooled buffer nothing points into any more (not the first: Arrow holds it).
+    assert pa.py_buffer(sixth).address in addresses[1:4]
+    del arrow_view
+    seventh = fetch()
+    assert bytes(seventh) == payloads[6]
+    assert bytes(sixth) == payloads[5]
+    assert pa.py_buffer(seventh).address in set(addresses[:4]) - {pa.py_buffer(sixth).address}
 
 
 def produce_request(records: bytes) -> ProduceRequest:
