@@ -61,7 +61,13 @@ import numpy as np
 
 # Machine facts and the doc writer are shared with the storage benchmark next to this file,
 # whose import also makes spark_mq importable from the repository when it is not installed.
-from bench_storage import command_line, common_facts, loadavg, section_header
+from bench_storage import (
+    command_line,
+    common_facts,
+    loadavg,
+    new_page_cache_write,
+    section_header,
+)
 from bench_storage import write_section as shared_write_section
 
 MIB = 1024 * 1024
@@ -142,6 +148,10 @@ class Results:
     rows: list[Row] = dataclasses.field(default_factory=list)
     latencies: list[Latency] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: New page cache on this machine: (MB/s, CPU s per GB, MB/s rewriting cached pages).
+    page_cache: tuple[float, float, float] | None = None
+    #: Bytes a send_batch() record takes in the log (codec none).
+    stored_bytes_per_record: float | None = None
 
     def find(self, system: str, transport: str, partitions: int, op: str) -> Row | None:
         for r in self.rows:
@@ -451,6 +461,19 @@ def run_spark_mq(settings: Settings, work: Path, results: Results) -> None:
 # Peers
 
 
+def run_page_cache(work: Path, results: Results) -> None:
+    """What appending new bytes to any file costs here, and what a send_batch() record
+    weighs in the log (its batch encoded as the producer encodes it, codec none)."""
+    import pyarrow as pa
+
+    from spark_mq.storage.record_batch import encode_batch
+
+    step("[ceiling] new page cache")
+    results.page_cache = new_page_cache_write(work)
+    values = pa.array(payloads()[:1] * 10_000, pa.binary())
+    results.stored_bytes_per_record = len(encode_batch(values)) / len(values)
+
+
 def run_ceiling(settings: Settings, results: Results) -> None:
     pool = os.urandom(8 * MIB)
     records = settings.ceiling_bytes // RECORD_BYTES
@@ -555,6 +578,23 @@ def _verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
+def storage_lines(results: Results, goal: float) -> list[str]:
+    """What storing ``goal`` records/s costs the broker's kernel alone on this machine."""
+    if results.page_cache is None or results.stored_bytes_per_record is None:
+        return []
+    new_mb_s, cpu_per_gb, rewrite_mb_s = results.page_cache
+    stored_mb_s = goal * results.stored_bytes_per_record / 1e6
+    return [
+        "INFO storing send_batch() records: one takes "
+        f"{results.stored_bytes_per_record:.1f} bytes in the log, so {fmt_int(goal)} "
+        f"records/s append {stored_mb_s:,.0f} MB/s of new page cache; "
+        f"this machine wrote new page cache at {new_mb_s:,.0f} MB/s using "
+        f"{cpu_per_gb:.2f} CPU s/GB (rewriting cached pages: {rewrite_mb_s:,.0f} MB/s), so "
+        f"the goal costs {stored_mb_s / 1e3 * cpu_per_gb:.2f} CPU s per second in the "
+        "broker's write() alone"
+    ]
+
+
 def goal_lines(results: Results) -> list[str]:
     lines: list[str] = []
     local = "path= (unix)"
@@ -573,6 +613,8 @@ def goal_lines(results: Results) -> list[str]:
                 f"{_verdict(r.rps >= goal)} {op} >= {fmt_int(goal)} records/s ({where}): "
                 f"{fmt_int(r.rps)} ({r.rps / goal:.0%} of the goal)"
             )
+            if op == "send_batch()" and k == PARTITION_COUNTS[0]:
+                lines.extend(storage_lines(results, goal))
         lat = next(
             (
                 x
@@ -862,6 +904,8 @@ def main(argv: list[str] | None = None) -> int:
     redis_version = "not measured"
     try:
         run_ceiling(settings, results)
+        if not args.no_spark_mq:
+            run_page_cache(work, results)
         if settings.redis:
             redis_version = run_redis(settings, work, results)
         if not args.no_spark_mq:

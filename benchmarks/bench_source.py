@@ -252,6 +252,9 @@ def measure(spark: Any, work: Path, records: int, reps: int) -> list[Case]:
     register_ceiling(spark, records)
     parquet = work / "parquet"
     write_parquet(spark, mq_dir, parquet)
+    # The set-up wrote about 1 GB (log and Parquet); without this the kernel writes it back
+    # (30 s after it was dirtied) during whichever case is running then, usually the first.
+    os.sync()
 
     def mq_batch() -> Any:
         return (

@@ -107,6 +107,20 @@ def test_goal_lines_pass_miss_and_not_measured():
     assert eight and all(line.startswith("MISS") and "not measured" in line for line in eight)
 
 
+def test_goal_lines_say_what_storing_the_send_batch_goal_costs():
+    results = _results()
+    assert not any("storing" in line for line in bench_clients.goal_lines(results))
+    results.page_cache = (400.0, 2.5, 5000.0)  # new pages: MB/s, CPU s per GB; rewrite MB/s
+    results.stored_bytes_per_record = 130.0
+    lines = bench_clients.goal_lines(results)
+    at = next(i for i, line in enumerate(lines) if line.startswith("MISS send_batch()"))
+    info = lines[at + 1]
+    assert info.startswith("INFO storing send_batch() records: one takes 130.0 bytes")
+    # 3M records/s x 130 bytes = 390 MB/s; at 2.5 CPU s/GB that is 0.975 CPU s per second.
+    assert "append 390 MB/s of new page cache" in info and "costs 0.98 CPU s" in info
+    assert sum("storing" in line for line in lines) == 1  # once, under the 1-partition goal
+
+
 def test_markdown_section_replaces_only_its_own_markers(tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text(

@@ -18,11 +18,15 @@ import bench_sink as bench  # noqa: E402
 
 def _cases(sink_seconds: float) -> list[bench.Case]:
     return [
-        bench.Case("discard (ceiling)", [10.0, 12.0]),
-        bench.Case("spark_mq, exactlyOnce=true", [sink_seconds]),
-        bench.Case("spark_mq, exactlyOnce=false", [12.0]),
-        bench.Case("Parquet (peer)", [5.0]),
+        bench.Case("discard (ceiling)", [10.0, 12.0], cpu=[19.0, 20.0]),
+        bench.Case("spark_mq, exactlyOnce=true", [sink_seconds], cpu=[30.0], broker_cpu=[8.0]),
+        bench.Case("spark_mq, exactlyOnce=false", [12.0], cpu=[24.0]),
+        bench.Case("Parquet (peer)", [25.0], cpu=[40.0]),
     ]
+
+
+#: 100 bytes a row, new page cache at 2 CPU s per GB: 1M rows cost 0.2 CPU s to store.
+CHEAP_STORAGE = bench.Storage(100.0, 500.0, 2.0, 5000.0)
 
 
 def test_goal_line_passes_at_the_ratio_and_misses_below() -> None:
@@ -32,8 +36,23 @@ def test_goal_line_passes_at_the_ratio_and_misses_below() -> None:
 
 def test_table_reports_best_runs_and_ratios() -> None:
     table = bench.results_table(_cases(20.0), 1_000_000)
-    assert "| discard (ceiling) | 100,000 | 10.0 | 1.00 | 1.20 | 10.0, 12.0 |" in table
-    assert "| spark_mq, exactlyOnce=true | 50,000 | 5.0 | 0.50 | 0.60 | 20.0 |" in table
+    assert "| discard (ceiling) | 100,000 | 10.0 | 1.00 | 1.20 | 19.0 | 10.0, 12.0 |" in table
+    assert "| spark_mq, exactlyOnce=true | 50,000 | 5.0 | 0.50 | 0.60 | 30.0 | 20.0 |" in table
+
+
+def test_analysis_compares_the_cost_of_storing_with_what_the_goal_leaves() -> None:
+    cases = _cases(20.0)
+    cores = len(bench.os.sched_getaffinity(0))
+    budget = cores * 10.0 / bench.GOAL_RATIO - 19.0
+    cheap = "\n".join(bench.where_the_time_goes(cases, 1_000_000, CHEAP_STORAGE))
+    assert f"**{budget:.1f} CPU s**" in cheap
+    assert "costs **0.2 CPU s** in the kernel alone: within the budget." in cheap
+    assert "the broker process (receiving, validating and appending every byte) took 8.0" in cheap
+    # 10 GB/s of page cache at 2 CPU s/GB: far over any budget this test can compute.
+    costly = bench.Storage(100.0, 50.0, 2.0, 5000.0)
+    text = "\n".join(bench.where_the_time_goes(cases, 1_000_000_000, costly))
+    assert "could have reached the goal" in text
+    assert "Parquet writer" in text  # the peer, at 0.4 of discard here, is below the goal too
 
 
 def test_section_replaces_only_its_own_markers(tmp_path: Path) -> None:
@@ -47,6 +66,7 @@ def test_section_replaces_only_its_own_markers(tmp_path: Path) -> None:
         master="local[4]",
         rows=1_000_000,
         cases=_cases(20.0),
+        storage=CHEAP_STORAGE,
     )
     bench.shared_write_section(
         doc, section, begin_marker=bench.SECTION_BEGIN, end_marker=bench.SECTION_END
