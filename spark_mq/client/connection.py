@@ -66,11 +66,13 @@ class FrameBufferPool:
     for every byte received, which costs more than the receive itself (benchmarks/
     bench_source.py); a buffer whose only reference left is this pool's is free, so it is
     read into again. Nothing is reused while any view, Arrow buffer or array made from it is
-    alive: Python's reference count says so.
+    alive: Python's reference count says so. At most ``max_buffers`` buffers and ``max_bytes``
+    bytes are kept between frames; a frame past that gets a buffer freed with it.
     """
 
-    def __init__(self, max_buffers: int = 4) -> None:
+    def __init__(self, max_buffers: int = 4, max_bytes: int = 64 * 1024 * 1024) -> None:
         self._max_buffers = max_buffers
+        self._max_bytes = max_bytes
         self._buffers: list[np.ndarray[Any, Any]] = []
 
     def take(self, size: int) -> memoryview:
@@ -80,11 +82,13 @@ class FrameBufferPool:
             if buffers[index].nbytes >= size and self._free(index):
                 return buffers[index][:size].data
         fresh = np.empty(size, dtype=np.uint8)
-        if len(buffers) < self._max_buffers:
+        pooled = sum(b.nbytes for b in buffers)
+        if len(buffers) < self._max_buffers and pooled + size <= self._max_bytes:
             buffers.append(fresh)
         else:
             for index in range(len(buffers)):
-                if buffers[index].nbytes < size and self._free(index):
+                old = buffers[index].nbytes
+                if old < size and pooled - old + size <= self._max_bytes and self._free(index):
                     buffers[index] = fresh  # a free one too small: replace it
                     break
         return fresh[:size].data

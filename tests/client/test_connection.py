@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from spark_mq.client.connection import RECEIVE_BUFFER_BYTES, BrokerConnection
+from spark_mq.client.connection import RECEIVE_BUFFER_BYTES, BrokerConnection, FrameBufferPool
 from spark_mq.errors import BrokerNotAvailableError, NetworkError, UnsupportedVersionError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import encode_frame_error, encode_response
@@ -198,6 +198,20 @@ def test_large_frame_buffers_are_reused_only_once_nothing_points_into_them(peer:
     assert bytes(seventh) == payloads[6]
     assert bytes(sixth) == payloads[5]
     assert pa.py_buffer(seventh).address in set(addresses[:4]) - {pa.py_buffer(sixth).address}
+
+
+def test_the_frame_buffer_pool_keeps_no_more_than_its_byte_limit() -> None:
+    pool = FrameBufferPool(max_buffers=4, max_bytes=1000)
+    first = pool.take(600)
+    first_address = pa.py_buffer(first).address
+    second = pool.take(700)  # 600 + 700 is over the limit: a buffer of its own, not kept
+    assert [b.nbytes for b in pool._buffers] == [600]
+    third = pool.take(300)  # 600 + 300 fits
+    assert [b.nbytes for b in pool._buffers] == [600, 300]
+    del first, second
+    again = pool.take(500)  # the free 600-byte buffer is read into again
+    assert pa.py_buffer(again).address == first_address
+    assert len(third) == 300
 
 
 def produce_request(records: bytes) -> ProduceRequest:
