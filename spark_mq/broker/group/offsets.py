@@ -125,24 +125,7 @@ class OffsetManager:
             group = self._create_group(group_id, now_ms)
         else:
             self._touch_member(group, member_id, now_ms)
-        errors: list[SparkMQError | None] = []
-        records: list[Record] = []
-        accepted: list[tuple[TopicPartitionKey, OffsetEntry]] = []
-        limit = self.config.offset_metadata_max_bytes
-        for c in commits:
-            metadata_bytes = len((c.metadata or "").encode("utf-8"))
-            if metadata_bytes > limit:
-                errors.append(
-                    OffsetMetadataTooLargeError(
-                        f"{c.topic}-{c.partition}: the commit's metadata is {metadata_bytes} "
-                        f"bytes, over offset.metadata.max.bytes={limit}; commit less metadata"
-                    )
-                )
-                continue
-            entry = OffsetEntry(c.offset, c.leader_epoch, c.metadata, now_ms)
-            records.append((offset_key(group_id, c.topic, c.partition), encode_offset_value(entry)))
-            accepted.append(((c.topic, c.partition), entry))
-            errors.append(None)
+        errors, records, accepted = self._encode_commits(group_id, commits, now_ms)
         if records:
             try:
                 self.store.append(group_id, records, now_ms)
@@ -341,6 +324,7 @@ class OffsetManager:
     ) -> tuple[
         list[SparkMQError | None], list[Record], list[tuple[TopicPartitionKey, OffsetEntry]]
     ]:
+        """Each commit's record and entry, or OffsetMetadataTooLargeError in its place."""
         errors: list[SparkMQError | None] = []
         records: list[Record] = []
         accepted: list[tuple[TopicPartitionKey, OffsetEntry]] = []

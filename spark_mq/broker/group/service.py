@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from spark_mq.broker.group.coordinator import GroupCoordinator
 from spark_mq.broker.group.offsets_topic import LoadedGroups, OffsetsTopic
+from spark_mq.broker.retried_step import RetriedStep
 from spark_mq.errors import CoordinatorNotAvailableError, LogClosedError
 
 if TYPE_CHECKING:
@@ -46,17 +47,6 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _failed(future: asyncio.Future[T]) -> bool:
-    return future.done() and (future.cancelled() or future.exception() is not None)
-
-
-def _retrieving(future: asyncio.Future[T]) -> asyncio.Future[T]:
-    """``future``, its exception marked retrieved (it is logged where it happens, and the
-    next request retries), so asyncio does not warn about it."""
-    future.add_done_callback(lambda f: f.cancelled() or f.exception())
-    return future
-
-
 class GroupService:
     """The broker's group coordinator, bound to the running event loop."""
 
@@ -66,8 +56,14 @@ class GroupService:
         self.topic = OffsetsTopic(core.replicas, self.config)
         self.coordinator = GroupCoordinator(self.config, self.topic)
         self._clock = clock
-        self._loading: asyncio.Future[None] | None = None
-        self._creating: asyncio.Future[int] | None = None
+        self._loading = RetriedStep(
+            self._load, what="loading __consumer_offsets", owner="group coordinator"
+        )
+        self._creating = RetriedStep(
+            lambda: self._core.run_blocking(self.topic.ensure),
+            what="creating __consumer_offsets",
+            owner="group coordinator",
+        )
         self._timer: asyncio.TimerHandle | None = None
         self._timer_deadline_ms: int | None = None
         self._expiry: asyncio.Task[None] | None = None
@@ -78,7 +74,7 @@ class GroupService:
 
     def start(self) -> None:
         """Begin loading ``__consumer_offsets`` and start the expiry job (on the loop)."""
-        self._start_loading()
+        self._loading.start()
         if self._expiry is None:
             self._expiry = asyncio.create_task(self._expire_periodically(), name="group-expiry")
 
@@ -97,35 +93,15 @@ class GroupService:
         CoordinatorNotAvailableError (retriable) if either cannot be done now."""
         if self._closed:
             raise CoordinatorNotAvailableError("the broker is shutting down; retry elsewhere")
-        await self._wait(self._start_loading(), "loading __consumer_offsets")
-        if self._creating is None or _failed(self._creating):
-            self._creating = _retrieving(
-                asyncio.ensure_future(self._core.run_blocking(self.topic.ensure))
-            )
-        await self._wait(self._creating, "creating __consumer_offsets")
+        await self._loading.wait()
+        await self._creating.wait()
         return self.coordinator
 
     async def loaded(self) -> GroupCoordinator:
         """The coordinator once ``__consumer_offsets`` is loaded, without creating the topic
         (the transaction coordinator waits for this before writing markers to it)."""
-        await self._wait(self._start_loading(), "loading __consumer_offsets")
+        await self._loading.wait()
         return self.coordinator
-
-    def _start_loading(self) -> asyncio.Future[None]:
-        if self._loading is None or _failed(self._loading):
-            self._loading = _retrieving(asyncio.ensure_future(self._load()))
-        return self._loading
-
-    async def _wait(self, future: asyncio.Future[T], what: str) -> T:
-        try:
-            return await asyncio.shield(future)
-        except (asyncio.CancelledError, CoordinatorNotAvailableError):
-            raise
-        except Exception as exc:
-            raise CoordinatorNotAvailableError(
-                f"the group coordinator failed {what} ({type(exc).__name__}: {exc}); it is "
-                "retried with the next request, see the broker's log"
-            ) from exc
 
     async def _load(self) -> None:
         started = time.monotonic()
@@ -181,7 +157,7 @@ class GroupService:
         interval_s = self.config.offsets_retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
-            if self._loading is None or not self._loading.done() or _failed(self._loading):
+            if not self._loading.succeeded:
                 continue
             try:
                 removed = self.call(lambda c, now: c.expire_offsets(now))

@@ -31,8 +31,9 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
+from spark_mq.broker.retried_step import RetriedStep
 from spark_mq.broker.txn.coordinator import CRASH_ENV, TransactionCoordinator
 from spark_mq.broker.txn.markers import MarkerWriter
 from spark_mq.broker.txn.state_topic import TransactionStateTopic
@@ -42,8 +43,6 @@ if TYPE_CHECKING:
     from spark_mq.broker.core import BrokerCore
 
 logger = logging.getLogger("spark_mq.broker.txn")
-
-T = TypeVar("T")
 
 
 def wall_clock_ms() -> int:
@@ -68,8 +67,14 @@ class TransactionService:
             crash_at=os.environ.get(CRASH_ENV) or None,
         )
         self._clock = clock
-        self._loading: asyncio.Future[None] | None = None
-        self._creating: asyncio.Future[int] | None = None
+        self._loading = RetriedStep(
+            self._load, what="loading __transaction_state", owner="transaction coordinator"
+        )
+        self._creating = RetriedStep(
+            lambda: self._core.run_blocking(self.topic.ensure),
+            what="creating __transaction_state",
+            owner="transaction coordinator",
+        )
         self._jobs: list[asyncio.Task[None]] = []
         self._closed = False
 
@@ -83,7 +88,7 @@ class TransactionService:
 
     def start(self) -> None:
         """Begin loading and recovery, and start the periodic jobs (on the loop)."""
-        self._start_loading()
+        self._loading.start()
         if not self._jobs:
             cfg = self.config
             self._jobs = [
@@ -120,12 +125,8 @@ class TransactionService:
         """The coordinator once loaded, recovered, and ``__transaction_state`` exists."""
         if self._closed:
             raise CoordinatorNotAvailableError("the broker is shutting down; retry elsewhere")
-        await self._wait(self._start_loading(), "loading __transaction_state")
-        if self._creating is None or _failed(self._creating):
-            self._creating = _retrieving(
-                asyncio.ensure_future(self._core.run_blocking(self.topic.ensure))
-            )
-        await self._wait(self._creating, "creating __transaction_state")
+        await self._loading.wait()
+        await self._creating.wait()
         return self.coordinator
 
     async def loaded(self) -> TransactionCoordinator:
@@ -133,27 +134,11 @@ class TransactionService:
         that only read its state (produce, TxnOffsetCommit)."""
         if self._closed:
             raise CoordinatorNotAvailableError("the broker is shutting down; retry elsewhere")
-        await self._wait(self._start_loading(), "loading __transaction_state")
+        await self._loading.wait()
         return self.coordinator
 
     def now_ms(self) -> int:
         return self._clock()
-
-    def _start_loading(self) -> asyncio.Future[None]:
-        if self._loading is None or _failed(self._loading):
-            self._loading = _retrieving(asyncio.ensure_future(self._load()))
-        return self._loading
-
-    async def _wait(self, future: asyncio.Future[T], what: str) -> T:
-        try:
-            return await asyncio.shield(future)
-        except (asyncio.CancelledError, CoordinatorNotAvailableError):
-            raise
-        except Exception as exc:
-            raise CoordinatorNotAvailableError(
-                f"the transaction coordinator failed {what} ({type(exc).__name__}: {exc}); it "
-                "is retried with the next request, see the broker's log"
-            ) from exc
 
     async def _load(self) -> None:
         started = time.monotonic()
@@ -177,7 +162,7 @@ class TransactionService:
     ) -> None:
         while True:
             await asyncio.sleep(interval_ms / 1000)
-            if self._loading is None or not self._loading.done() or _failed(self._loading):
+            if not self._loading.succeeded:
                 continue
             if not self.topic.ready:
                 continue  # no transactional request yet: nothing to do
@@ -190,12 +175,3 @@ class TransactionService:
                 continue
             if count:
                 logger.info("%s: %d", name, count)
-
-
-def _failed(future: asyncio.Future[T]) -> bool:
-    return future.done() and (future.cancelled() or future.exception() is not None)
-
-
-def _retrieving(future: asyncio.Future[T]) -> asyncio.Future[T]:
-    future.add_done_callback(lambda f: f.cancelled() or f.exception())
-    return future
