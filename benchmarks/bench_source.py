@@ -6,7 +6,7 @@ broker's log directory, then Spark counts them and sums ``length(value)``:
 - ``spark.read.format("spark_mq")`` (batch) and ``readStream`` with ``Trigger.AvailableNow``
   (one run from a fresh checkpoint, aggregated in ``foreachBatch``);
 - the ceiling: a trivial Python data source, batch and streaming, that yields Arrow record
-  batches of the same schema and sizes from memory (no storage, no broker), so it measures
+  batches of the same schema from memory (no storage, no broker), so it measures
   what Spark's Python data source path itself costs;
 - a peer: Spark reading the same records from Parquet.
 
@@ -189,19 +189,39 @@ class Case:
         return self.rows / self.seconds
 
 
-def _best(reps: int, run: Callable[[], tuple[int, int]]) -> tuple[float, int, int]:
-    """The fastest of ``reps`` timed runs, after one untimed warm-up run (Python workers
-    started, imports done, page cache filled) so the first case does not pay for them."""
-    result = run()
-    best = float("inf")
+@dataclass
+class Plan:
+    """One case before it is measured: ``run`` performs the query once and returns (rows,
+    sum of value lengths)."""
+
+    name: str
+    query: str
+    run: Callable[[], tuple[int, int]]
+
+
+def timed(plans: list[Plan], reps: int) -> list[Case]:
+    """Every plan run once untimed (Python workers started, imports done, page cache filled,
+    the JVM's hot paths compiled), then ``reps`` rounds that run each plan once in turn; a
+    case's time is its fastest round.
+
+    Round-robin rather than one case after another: the JVM keeps compiling for the first
+    several queries of a session and the machine's other load comes and goes, and running
+    the cases in turn spreads both evenly instead of charging them to whichever case ran first.
+    """
+    results = [plan.run() for plan in plans]
+    best = [float("inf")] * len(plans)
     for _ in range(reps):
-        t0 = time.perf_counter()
-        result = run()
-        best = min(best, time.perf_counter() - t0)
-    return best, result[0], result[1]
+        for i, plan in enumerate(plans):
+            t0 = time.perf_counter()
+            results[i] = plan.run()
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return [
+        Case(plan.name, plan.query, seconds, rows, total)
+        for plan, seconds, (rows, total) in zip(plans, best, results, strict=True)
+    ]
 
 
-def batch_case(spark: Any, name: str, load: Callable[[], Any], reps: int) -> list[Case]:
+def batch_plans(name: str, load: Callable[[], Any]) -> list[Plan]:
     out = []
     for query, exprs in (
         ("count", ["count(*) AS n", "0L AS b"]),
@@ -212,12 +232,11 @@ def batch_case(spark: Any, name: str, load: Callable[[], Any], reps: int) -> lis
             row = load().selectExpr(*exprs).first()
             return int(row.n), int(row.b or 0)
 
-        seconds, rows, total = _best(reps, run)
-        out.append(Case(name, query, seconds, rows, total))
+        out.append(Plan(name, query, run))
     return out
 
 
-def stream_case(spark: Any, name: str, reader: Callable[[], Any], work: Path, reps: int) -> Case:
+def stream_plan(name: str, reader: Callable[[], Any], work: Path) -> Plan:
     def run() -> tuple[int, int]:
         totals = [0, 0]
 
@@ -240,8 +259,7 @@ def stream_case(spark: Any, name: str, reader: Callable[[], Any], work: Path, re
         shutil.rmtree(checkpoint, ignore_errors=True)
         return totals[0], totals[1]
 
-    seconds, rows, total = _best(reps, run)
-    return Case(name, "AvailableNow count + sum(length(value))", seconds, rows, total)
+    return Plan(name, "AvailableNow count + sum(length(value))", run)
 
 
 def measure(spark: Any, work: Path, records: int, reps: int) -> list[Case]:
@@ -273,16 +291,15 @@ def measure(spark: Any, work: Path, records: int, reps: int) -> list[Case]:
             .load()
         )
 
+    plans = [
+        *batch_plans("spark_mq", mq_batch),
+        *batch_plans("ceiling", lambda: spark.read.format("bench_memory").load()),
+        *batch_plans("Parquet", lambda: spark.read.parquet(str(parquet))),
+        stream_plan("spark_mq", mq_stream, work),
+        stream_plan("ceiling", lambda: spark.readStream.format("bench_memory").load(), work),
+    ]
     try:
-        cases = [
-            *batch_case(spark, "spark_mq", mq_batch, reps),
-            *batch_case(spark, "ceiling", lambda: spark.read.format("bench_memory").load(), reps),
-            *batch_case(spark, "Parquet", lambda: spark.read.parquet(str(parquet)), reps),
-            stream_case(spark, "spark_mq", mq_stream, work, reps),
-            stream_case(
-                spark, "ceiling", lambda: spark.readStream.format("bench_memory").load(), work, reps
-            ),
-        ]
+        cases = timed(plans, reps)
     finally:
         stop_broker(mq_dir)
     return cases
@@ -345,8 +362,9 @@ def render_markdown(
         f"- {records:,} records of {VALUE_BYTES}-byte values, keyless, in {PARTITIONS} "
         "partitions of one topic, written with `Producer.send_batch` to the local broker of "
         "a fresh log directory (`path=DIR`, Unix socket).",
-        "- Spark `local[2]`, driver memory 2g; each case is the best of "
-        f"{reps} runs (wall clock of the action, planning included).",
+        "- Spark `local[2]`, driver memory 2g. Every case runs once untimed, then "
+        f"{reps} rounds run each case once in turn; a case's figure is its fastest round "
+        "(wall clock of the action, planning included).",
         "- Batch: `spark.read.format(...).load().selectExpr(...)`, `count(*)` and "
         "`sum(length(value))`. Python data sources get no column pruning, so `count` moves "
         "every column too.",

@@ -29,9 +29,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import os
 import select
 import socket
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,38 +70,64 @@ class FrameBufferPool:
     read into again. Nothing is reused while any view, Arrow buffer or array made from it is
     alive: Python's reference count says so. At most ``max_buffers`` buffers and ``max_bytes``
     bytes are kept between frames; a frame past that gets a buffer freed with it.
+
+    Connections share one pool per process (:data:`SHARED_FRAME_BUFFERS`), so that a process
+    that opens a consumer per job (a Spark Python worker runs one per task) keeps reusing
+    the same pages instead of faulting in new ones for every consumer. ``take`` holds a lock:
+    consumers in several threads may share the pool. A forked child starts with an empty one.
     """
 
     def __init__(self, max_buffers: int = 4, max_bytes: int = 64 * 1024 * 1024) -> None:
         self._max_buffers = max_buffers
         self._max_bytes = max_bytes
         self._buffers: list[np.ndarray[Any, Any]] = []
+        self._lock = threading.Lock()
 
     def take(self, size: int) -> memoryview:
         """A writable ``size``-byte view, in a free pooled buffer when one is big enough."""
-        buffers = self._buffers
-        for index in range(len(buffers)):
-            if buffers[index].nbytes >= size and self._free(index):
-                return buffers[index][:size].data
-        fresh = np.empty(size, dtype=np.uint8)
-        pooled = sum(b.nbytes for b in buffers)
-        if len(buffers) < self._max_buffers and pooled + size <= self._max_bytes:
-            buffers.append(fresh)
-        else:
+        with self._lock:
+            buffers = self._buffers
             for index in range(len(buffers)):
-                old = buffers[index].nbytes
-                if old < size and pooled - old + size <= self._max_bytes and self._free(index):
-                    buffers[index] = fresh  # a free one too small: replace it
-                    break
-        return fresh[:size].data
+                if buffers[index].nbytes >= size and self._free(index):
+                    # The view holds a reference before the lock is let go, so no other
+                    # thread can find this buffer free.
+                    return buffers[index][:size].data
+            fresh = np.empty(size, dtype=np.uint8)
+            pooled = sum(b.nbytes for b in buffers)
+            if len(buffers) < self._max_buffers and pooled + size <= self._max_bytes:
+                buffers.append(fresh)
+            else:
+                for index in range(len(buffers)):
+                    old = buffers[index].nbytes
+                    if old < size and pooled - old + size <= self._max_bytes and self._free(index):
+                        buffers[index] = fresh  # a free one too small: replace it
+                        break
+            return fresh[:size].data
 
     def _free(self, index: int) -> bool:
         # Two references: the pool's list and getrefcount's own argument. Any other is a
         # view, an Arrow buffer or an array made from an earlier frame, still alive.
         return sys.getrefcount(self._buffers[index]) == 2
 
+    @property
+    def pooled_bytes(self) -> int:
+        """Bytes of the buffers kept, in use or free."""
+        with self._lock:
+            return sum(b.nbytes for b in self._buffers)
+
     def clear(self) -> None:
-        self._buffers.clear()
+        """Drop every buffer (those still in use live on until their last reference goes)."""
+        with self._lock:
+            self._buffers.clear()
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+        self._buffers = []
+
+
+#: The pool of every connection in this process.
+SHARED_FRAME_BUFFERS = FrameBufferPool()
+os.register_at_fork(after_in_child=SHARED_FRAME_BUFFERS._after_fork_in_child)
 
 
 _correlation_ids = itertools.count(1)
@@ -164,7 +192,7 @@ class BrokerConnection:
         self._big_filled = 0
         # The last frame was large: read just the next size prefix first.
         self._expect_big = False
-        self._frames = FrameBufferPool()
+        self._frames = SHARED_FRAME_BUFFERS
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -203,7 +231,6 @@ class BrokerConnection:
         self._start = self._end = 0
         self._big = None
         self._big_filled = 0
-        self._frames.clear()
         return pending
 
     # -- sending --------------------------------------------------------------------------

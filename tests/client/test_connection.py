@@ -3,6 +3,8 @@ pipelining, big frames, frame errors, corrupt streams, timeouts and connection l
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -11,7 +13,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from spark_mq.client.connection import RECEIVE_BUFFER_BYTES, BrokerConnection, FrameBufferPool
+from spark_mq.client.connection import (
+    RECEIVE_BUFFER_BYTES,
+    SHARED_FRAME_BUFFERS,
+    BrokerConnection,
+    FrameBufferPool,
+)
 from spark_mq.errors import BrokerNotAvailableError, NetworkError, UnsupportedVersionError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import encode_frame_error, encode_response
@@ -174,6 +181,7 @@ def test_large_frame_buffers_are_reused_only_once_nothing_points_into_them(peer:
 
     from spark_mq.protocol.fetch import FetchRequest
 
+    SHARED_FRAME_BUFFERS.clear()  # what earlier tests left there would change the counts
     conn = peer(script)
 
     def fetch() -> memoryview:
@@ -212,6 +220,78 @@ def test_the_frame_buffer_pool_keeps_no_more_than_its_byte_limit() -> None:
     again = pool.take(500)  # the free 600-byte buffer is read into again
     assert pa.py_buffer(again).address == first_address
     assert len(third) == 300
+
+
+def test_a_later_connection_reads_into_the_buffers_an_earlier_one_released(peer: Peer) -> None:
+    # A Spark Python worker opens a consumer per task: the pages of one task's fetches are
+    # used again by the next task's rather than faulted in anew.
+    from spark_mq.protocol.fetch import FetchRequest
+
+    size = RECEIVE_BUFFER_BYTES * 2
+    SHARED_FRAME_BUFFERS.clear()
+    addresses = []
+    for n in (1, 2):
+        records = bytes([n]) * size
+
+        def script(sock: socket.socket, records: bytes = records) -> None:
+            part = FetchPartitionResponse(0, 0, 1, 1, 0, len(records))
+            body = FetchResponse(0, [FetchTopicResponse("t", [part])])
+            head, encoded = encode_response(
+                body, correlation_id=read_request_id(sock), records_len=len(records)
+            )
+            sock.sendall(head + encoded + records)
+            sock.recv(1)
+
+        conn = peer(script)
+        conn.send(FetchRequest(0, 0, 1, []))
+        response = conn.receive(5)
+        assert response is not None and bytes(response.records) == records
+        addresses.append(pa.py_buffer(response.records).address)
+        conn.close()
+        del response
+    assert addresses[0] == addresses[1]
+    assert size <= SHARED_FRAME_BUFFERS.pooled_bytes < 2 * size  # one buffer, kept
+
+
+def test_threads_taking_buffers_at_once_never_get_the_same_one() -> None:
+    pool = FrameBufferPool(max_buffers=4, max_bytes=1 << 20)
+    for view in [pool.take(1000) for _ in range(4)]:
+        del view  # four free buffers in the pool
+    held: list[memoryview] = []
+    barrier = threading.Barrier(8)
+
+    def grab() -> None:
+        barrier.wait()
+        for _ in range(200):
+            view = pool.take(1000)
+            held.append(view)
+            if len(held) > 16:
+                with contextlib.suppress(IndexError):
+                    held.pop(0)
+
+    threads = [threading.Thread(target=grab) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    live = [pa.py_buffer(v).address for v in held]
+    assert len(live) == len(set(live)), "two live views share a buffer"
+
+
+def test_a_forked_child_starts_with_an_empty_pool() -> None:
+    view = SHARED_FRAME_BUFFERS.take(RECEIVE_BUFFER_BYTES * 2)
+    assert SHARED_FRAME_BUFFERS.pooled_bytes > 0
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its pool's size and leave at once
+        os.write(write_end, str(SHARED_FRAME_BUFFERS.pooled_bytes).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as reader:
+        assert reader.read() == "0"
+    os.waitpid(pid, 0)
+    assert SHARED_FRAME_BUFFERS.pooled_bytes > 0
+    del view
 
 
 def produce_request(records: bytes) -> ProduceRequest:

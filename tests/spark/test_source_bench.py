@@ -25,6 +25,23 @@ def test_ceiling_batches_have_the_source_schema() -> None:
     assert batches[0].column("partition")[0] == pa.scalar(2, pa.int32())
 
 
+def test_cases_are_warmed_up_then_timed_in_turn() -> None:
+    calls: list[str] = []
+
+    def plan(name: str) -> bench_source.Plan:
+        def run() -> tuple[int, int]:
+            calls.append(name)
+            return len(calls), 0
+
+        return bench_source.Plan(name, "q", run)
+
+    cases = bench_source.timed([plan("a"), plan("b")], reps=2)
+    # One untimed run of each, then the timed rounds a, b, a, b (not a, a, b, b).
+    assert calls == ["a", "b", "a", "b", "a", "b"]
+    assert [(c.name, c.rows) for c in cases] == [("a", 5), ("b", 6)]
+    assert all(c.seconds > 0 for c in cases)
+
+
 def test_smoke_run_reads_every_record(spark: Any, tmp_path: Path) -> None:
     records = 2_000
     work = tmp_path / "work"
