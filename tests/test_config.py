@@ -41,6 +41,10 @@ KAFKA_TOPIC_DEFAULTS = {
     "unclean.leader.election.enable": "false",
     "preallocate": "false",
 }
+#: Topic settings of spark_mq's own, not in Kafka (each doc says so), with their defaults.
+OWN_TOPIC_DEFAULTS = {
+    "segment.drop.behind.bytes": "8388608",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -49,6 +53,11 @@ KAFKA_TOPIC_DEFAULTS = {
 
 @pytest.mark.parametrize(("key", "value"), list(KAFKA_TOPIC_DEFAULTS.items()))
 def test_default_equals_kafkas(key: str, value: str) -> None:
+    assert LogConfig().to_properties()[key] == value
+
+
+@pytest.mark.parametrize(("key", "value"), list(OWN_TOPIC_DEFAULTS.items()))
+def test_own_setting_defaults(key: str, value: str) -> None:
     assert LogConfig().to_properties()[key] == value
 
 
@@ -74,10 +83,12 @@ def test_default_values_are_typed() -> None:
 
 def test_every_setting_has_a_kafka_key_and_a_doc() -> None:
     settings_ = LogConfig.settings()
-    assert set(settings_) == set(KAFKA_TOPIC_DEFAULTS)
+    assert set(settings_) == set(KAFKA_TOPIC_DEFAULTS) | set(OWN_TOPIC_DEFAULTS)
     for key, field in settings_.items():
         assert field.metadata["key"] == key
         assert field.metadata["doc"].strip()
+        if key in OWN_TOPIC_DEFAULTS:
+            assert field.metadata["doc"].startswith("Not in Kafka.")
         assert field.name == key.replace(".", "_")
 
 
@@ -291,7 +302,7 @@ def test_to_properties_round_trip() -> None:
     )
     props = config.to_properties()
     assert all(isinstance(v, str) for v in props.values())
-    assert set(props) == set(KAFKA_TOPIC_DEFAULTS)
+    assert set(props) == set(KAFKA_TOPIC_DEFAULTS) | set(OWN_TOPIC_DEFAULTS)
     assert props["cleanup.policy"] == "compact,delete"
     assert props["unclean.leader.election.enable"] == "true"
     assert LogConfig.from_properties(props) == config

@@ -63,6 +63,7 @@ TOPIC_DEFAULT_KEYS: Final[Mapping[str, str]] = {
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
     "log.preallocate": "preallocate",
+    "log.segment.drop.behind.bytes": "segment.drop.behind.bytes",
 }
 
 #: Alias -> (canonical key, factor applied to an integer value).

@@ -3,8 +3,11 @@
 The file is a plain concatenation of record batches (see ``record_batch.py`` and
 ``docs/format.md``); nothing else is in it and nothing is checksummed beyond each batch's own
 CRC. Appends go to the end with ``write``/``writev``; a failed write is rolled back with
-``ftruncate`` so a full disk never leaves a torn batch behind. A crash can still leave a torn
-tail (the OS wrote part of the last write); recovery finds it by validation and truncates.
+``ftruncate`` so a full disk never leaves a torn batch behind. The active segment drops behind
+(:mod:`spark_mq.storage.page_cache`): completed windows of ``drop_behind_bytes`` are written
+back early and their pages let go, so appends keep reusing the same memory. A crash can still
+leave a torn tail (the OS wrote part of the last write); recovery finds it by validation and
+truncates.
 
 Reads are positional (``pread``), so appends and reads never share a file offset. A
 :class:`FileRange` names a run of whole batches and holds its own duplicate of the file
@@ -25,6 +28,7 @@ from typing import Final
 from spark_mq.errors import LogClosedError, LogDirectoryFullError, StorageError
 from spark_mq.storage.batch_decoder import peek_size, validate_batch
 from spark_mq.storage.codecs import Bytes
+from spark_mq.storage.page_cache import DropBehind
 from spark_mq.storage.record_batch import HEADER_SIZE, BatchHeader
 
 #: Header scans read the file in blocks of this size, so small batches cost no syscall each.
@@ -102,6 +106,7 @@ class FileRecords:
             raise StorageError(f"cannot open segment file {self._path}: {exc}") from exc
         self._size_bytes = os.fstat(self._fd).st_size
         self._writable = writable
+        self._drop_behind = DropBehind(0, self._size_bytes)
 
     # -----------------------------------------------------------------------------------------
 
@@ -118,6 +123,15 @@ class FileRecords:
         if self._fd < 0:
             raise LogClosedError(f"segment file {self._path} is closed")
         return self._fd
+
+    @property
+    def drop_behind_bytes(self) -> int:
+        """Window of drop-behind (:mod:`spark_mq.storage.page_cache`); 0 when off."""
+        return self._drop_behind.window
+
+    @drop_behind_bytes.setter
+    def drop_behind_bytes(self, window: int) -> None:
+        self._drop_behind.window = max(window, 0)
 
     def append(self, chunks: Sequence[Bytes]) -> int:
         """Write ``chunks`` at the end, in order; returns the bytes written.
@@ -146,9 +160,11 @@ class FileRecords:
                 ) from exc
             raise StorageError(f"write to {self._path} failed: {exc}") from exc
         self._size_bytes = start + total
+        self._drop_behind.appended(fd, self._size_bytes)
         return total
 
     def _rollback(self, size: int) -> None:
+        self._drop_behind.truncated(size)
         try:
             os.ftruncate(self._fd, size)
         except OSError as exc:  # The disk is unusable; the next open recovers by validation.
@@ -240,6 +256,7 @@ class FileRecords:
             )
         os.ftruncate(self.fd, size)
         self._size_bytes = size
+        self._drop_behind.truncated(size)
 
     def flush(self) -> None:
         os.fsync(self.fd)

@@ -49,15 +49,25 @@ class LocalLog:
     ) -> None:
         assert segments, "a log has at least one (active) segment"
         self.directory = directory
-        self.config = config
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
+        self.config = config
         self.log_end_offset = log_end_offset
         self.recovery_point = recovery_point
         self._time_ms = time_ms
         self._rng = rng
         #: When a flush last moved the recovery point (for flush.ms).
         self.last_flush_ms = time_ms()
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        self._config = config
+        # Only the active segment is appended to, so only it drops behind.
+        self.active_segment.records.drop_behind_bytes = config.segment_drop_behind_bytes
 
     # -----------------------------------------------------------------------------------------
     # Segments
@@ -81,7 +91,7 @@ class LocalLog:
 
     def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
         config = self.config
-        return LogSegment(
+        segment = LogSegment(
             self.directory,
             base_offset,
             index_interval_bytes=config.index_interval_bytes,
@@ -89,6 +99,8 @@ class LocalLog:
             rolling_jitter_ms=self._roll_jitter_ms(),
             created_ms=now_ms,
         )
+        segment.records.drop_behind_bytes = config.segment_drop_behind_bytes
+        return segment
 
     def _roll_jitter_ms(self) -> int:
         """Kafka's segment.jitter.ms: a random part of segment.ms taken off each new segment's

@@ -183,6 +183,18 @@ class LogConfig(Config):
         "Allow an out-of-sync replica to become leader, at the cost of losing data.",
         parse=parse_bool,
     )
+    segment_drop_behind_bytes: int = setting(
+        "segment.drop.behind.bytes",
+        8 * 1024 * 1024,
+        "Not in Kafka. Each time the active segment grows by this many bytes, the completed "
+        "bytes are written back to disk early and, one such window later, dropped from the OS "
+        "page cache, so appends keep reusing the same memory instead of new pages (which cost "
+        "a host fault on VMs that hand free memory back). The newest one to two windows stay "
+        "cached for readers at the tail. 0 leaves caching to the OS, as Kafka does. Linux "
+        "only; see spark_mq/storage/page_cache.py.",
+        parse=parse_int,
+        check=at_least(0),
+    )
     preallocate: bool = setting(
         "preallocate",
         False,

@@ -1,0 +1,165 @@
+"""Drop-behind of the active segment (spark_mq/storage/page_cache.py): which ranges are
+written back and dropped when, that the bytes read back unchanged, and (on Linux) that the
+pages of dropped windows really leave the page cache while the newest stay."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+from pathlib import Path
+
+import pytest
+
+from spark_mq.storage import page_cache
+from spark_mq.storage.file_records import FileRecords
+from spark_mq.storage.log import PartitionLog
+from spark_mq.storage.log_config import LogConfig
+from spark_mq.storage.page_cache import DropBehind
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
+    seen: list[tuple[str, int, int]] = []
+    monkeypatch.setattr(
+        page_cache, "start_writeback", lambda fd, o, n: seen.append(("writeback", o, n))
+    )
+    monkeypatch.setattr(page_cache, "drop_cached", lambda fd, o, n: seen.append(("drop", o, n)))
+    return seen
+
+
+def test_completed_windows_are_written_back_and_dropped_one_window_later(
+    calls: list[tuple[str, int, int]],
+) -> None:
+    drop = DropBehind(100, 0)
+    drop.appended(-1, 50)
+    assert calls == []
+    drop.appended(-1, 100)
+    assert calls == [("writeback", 0, 100)]
+    calls.clear()
+    drop.appended(-1, 250)  # completes [100, 200): the window before it may go
+    assert calls == [("writeback", 100, 100), ("drop", 0, 100)]
+    calls.clear()
+    drop.appended(-1, 299)
+    assert calls == []
+    drop.appended(-1, 520)  # three windows at once: only what was written back before goes
+    assert calls == [("writeback", 200, 300), ("drop", 100, 100)]
+    calls.clear()
+    drop.appended(-1, 600)
+    assert calls == [("writeback", 500, 100), ("drop", 200, 300)]
+
+
+def test_a_truncation_moves_the_marks_back(calls: list[tuple[str, int, int]]) -> None:
+    drop = DropBehind(100, 0)
+    drop.appended(-1, 300)
+    calls.clear()
+    drop.truncated(150)  # e.g. a failed write rolled back, or a follower's truncation
+    drop.appended(-1, 300)  # the rewritten bytes are written back before they are dropped
+    assert calls == [("writeback", 150, 150), ("drop", 0, 150)]
+    calls.clear()
+    drop.appended(-1, 400)
+    assert calls == [("writeback", 300, 100), ("drop", 150, 150)]
+
+
+def test_bytes_present_at_open_are_left_to_the_kernel(calls: list[tuple[str, int, int]]) -> None:
+    drop = DropBehind(100, 1_000)
+    drop.appended(-1, 1_050)
+    assert calls == []
+    drop.appended(-1, 1_200)
+    assert calls == [("writeback", 1_000, 200)]
+
+
+def test_window_zero_is_off(calls: list[tuple[str, int, int]]) -> None:
+    drop = DropBehind(0, 0)
+    drop.appended(-1, 10**9)
+    assert calls == []
+
+
+def test_appends_read_back_unchanged_through_many_windows(tmp_path: Path) -> None:
+    records = FileRecords(tmp_path / "0.log")
+    records.drop_behind_bytes = 4096
+    chunks = [os.urandom(1000 + 37 * i) for i in range(60)]
+    for chunk in chunks:
+        records.append([chunk])
+    assert records.read(0, records.size_bytes) == b"".join(chunks)
+    records.truncate_to(5000)
+    records.append([b"tail"])
+    assert records.read(0, 5004) == b"".join(chunks)[:5000] + b"tail"
+    records.close()
+
+
+def test_the_log_gives_its_active_segment_the_topic_window(tmp_path: Path) -> None:
+    config = LogConfig.from_properties({"segment.drop.behind.bytes": "65536"})
+    log = PartitionLog.open(tmp_path / "t-0", config, topic="t", partition=0)
+    try:
+        assert log.active_segment.records.drop_behind_bytes == 65536
+        log.update_config(LogConfig.from_properties({"segment.drop.behind.bytes": "0"}))
+        assert log.active_segment.records.drop_behind_bytes == 0
+    finally:
+        log.close()
+
+
+def test_the_default_window_is_on() -> None:
+    assert LogConfig().segment_drop_behind_bytes == 8 * 1024 * 1024
+
+
+# -- the real page cache ----------------------------------------------------------------------
+
+_PAGE = mmap.PAGESIZE
+
+
+def _resident_pages(fd: int, offset: int, length: int) -> list[bool]:
+    """Which pages of the range are in the page cache (``mincore`` of a shared mapping)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    address = libc.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, offset)
+    assert address not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    pages = (length + _PAGE - 1) // _PAGE
+    vec = ctypes.create_string_buffer(pages)
+    try:
+        assert libc.mincore(address, length, vec) == 0, os.strerror(ctypes.get_errno())
+    finally:
+        libc.munmap(address, length)
+    return [bool(b & 1) for b in vec.raw]
+
+
+def _kernel_drops_clean_pages(directory: Path) -> bool:
+    """Whether DONTNEED frees the clean pages of a file here (not on tmpfs, for one)."""
+    path = directory / "probe"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(fd, b"x" * 16 * _PAGE)
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 16 * _PAGE, os.POSIX_FADV_DONTNEED)
+        return not any(_resident_pages(fd, 0, 16 * _PAGE))
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+@pytest.mark.skipif(not page_cache.SUPPORTED, reason="drop-behind is Linux only")
+def test_dropped_windows_leave_the_page_cache_and_the_newest_stay(tmp_path: Path) -> None:
+    if not _kernel_drops_clean_pages(tmp_path):
+        pytest.skip("this file system keeps clean pages after POSIX_FADV_DONTNEED")
+    window = 64 * _PAGE
+    records = FileRecords(tmp_path / "0.log")
+    records.drop_behind_bytes = window
+    records.append([os.urandom(window)])
+    records.append([os.urandom(window)])
+    records.flush()  # the first two windows are clean now, so dropping them cannot be refused
+    records.append([os.urandom(window)])  # completes the third: the second is dropped
+    fd = records.fd
+    assert not any(_resident_pages(fd, window, window)), "the dropped window is still cached"
+    assert all(_resident_pages(fd, 2 * window, window)), "the newest window left the cache"
+    records.close()
