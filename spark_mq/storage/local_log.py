@@ -235,8 +235,10 @@ class LocalLog:
         del self._bases[keep + 1 :]
         segment = self._segments[keep]
         segment.truncate_to(offset)
-        # An older segment that becomes active again had its indexes trimmed when it rolled.
+        # An older segment that becomes active again had its indexes trimmed when it rolled,
+        # and may have missed config changes made since.
         segment.resize_indexes(self.config.segment_index_bytes)
+        segment.records.drop_behind_bytes = self.config.segment_drop_behind_bytes
         self.log_end_offset = segment.next_offset()
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
 

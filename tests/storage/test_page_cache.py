@@ -10,6 +10,7 @@ import mmap
 import os
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from spark_mq.storage import page_cache
@@ -17,6 +18,7 @@ from spark_mq.storage.file_records import FileRecords
 from spark_mq.storage.log import PartitionLog
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.page_cache import DropBehind
+from spark_mq.storage.record_batch import encode_batch
 
 
 @pytest.fixture
@@ -96,6 +98,22 @@ def test_the_log_gives_its_active_segment_the_topic_window(tmp_path: Path) -> No
         assert log.active_segment.records.drop_behind_bytes == 65536
         log.update_config(LogConfig.from_properties({"segment.drop.behind.bytes": "0"}))
         assert log.active_segment.records.drop_behind_bytes == 0
+    finally:
+        log.close()
+
+
+def test_a_segment_active_again_after_truncation_gets_the_current_window(tmp_path: Path) -> None:
+    config = LogConfig.from_properties({"segment.drop.behind.bytes": "4096"})
+    log = PartitionLog.open(tmp_path / "t-0", config, topic="t", partition=0)
+    try:
+        log.append(encode_batch(pa.array([b"a" * 100])))
+        log.append(encode_batch(pa.array([b"a" * 100])))
+        log.roll()
+        log.append(encode_batch(pa.array([b"b" * 100])))
+        log.update_config(LogConfig.from_properties({"segment.drop.behind.bytes": "8192"}))
+        log.truncate_to(1)  # the first segment is the active one again
+        assert len(log.segments) == 1
+        assert log.active_segment.records.drop_behind_bytes == 8192
     finally:
         log.close()
 
