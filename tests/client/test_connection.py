@@ -22,7 +22,12 @@ from spark_mq.client.connection import (
 from spark_mq.errors import BrokerNotAvailableError, NetworkError, UnsupportedVersionError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import encode_frame_error, encode_response
-from spark_mq.protocol.fetch import FetchPartitionResponse, FetchResponse, FetchTopicResponse
+from spark_mq.protocol.fetch import (
+    FetchPartitionResponse,
+    FetchRequest,
+    FetchResponse,
+    FetchTopicResponse,
+)
 from spark_mq.protocol.framing import SIZE, RequestFrame, decode_request
 from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
 from spark_mq.protocol.produce import (
@@ -52,6 +57,14 @@ def read_request(sock: socket.socket) -> RequestFrame:
 
 def read_request_id(sock: socket.socket) -> int:
     return read_request(sock).header.correlation_id
+
+
+def fetch_reply(correlation_id: int, records: bytes) -> bytes:
+    """A Fetch response of one partition carrying ``records`` raw."""
+    part = FetchPartitionResponse(0, 0, 1, 1, 0, len(records))
+    body = FetchResponse(0, [FetchTopicResponse("t", [part])])
+    head, encoded = encode_response(body, correlation_id=correlation_id, records_len=len(records))
+    return head + encoded + records
 
 
 def metadata_reply(correlation_id: int, cluster_id: str = "c") -> bytes:
@@ -122,8 +135,6 @@ def test_a_frame_larger_than_the_buffer_is_read_into_its_own(peer: Peer) -> None
         sock.sendall(metadata_reply(cid))
         sock.recv(1)
 
-    from spark_mq.protocol.fetch import FetchRequest
-
     conn = peer(script)
     conn.send(FetchRequest(0, 0, 1, []))
     response = conn.receive(5)
@@ -138,20 +149,12 @@ def test_large_frames_back_to_back_and_a_small_one_after_them(peer: Peer) -> Non
     first = bytes(range(256)) * (RECEIVE_BUFFER_BYTES // 256)
     second = bytes(reversed(first)) * 2
 
-    def fetch_reply(cid: int, records: bytes) -> bytes:
-        part = FetchPartitionResponse(0, 0, 1, 1, 0, len(records))
-        body = FetchResponse(0, [FetchTopicResponse("t", [part])])
-        head, encoded = encode_response(body, correlation_id=cid, records_len=len(records))
-        return head + encoded + records
-
     def script(sock: socket.socket) -> None:
         ids = [read_request_id(sock) for _ in range(3)]
         sock.sendall(
             fetch_reply(ids[0], first) + fetch_reply(ids[1], second) + metadata_reply(ids[2])
         )
         sock.recv(1)
-
-    from spark_mq.protocol.fetch import FetchRequest
 
     conn = peer(script)
     conn.send(FetchRequest(0, 0, 1, []))
@@ -168,18 +171,10 @@ def test_large_frame_buffers_are_reused_only_once_nothing_points_into_them(peer:
     size = RECEIVE_BUFFER_BYTES * 2
     payloads = [bytes([n]) * size for n in range(1, 8)]
 
-    def fetch_reply(cid: int, records: bytes) -> bytes:
-        part = FetchPartitionResponse(0, 0, 1, 1, 0, len(records))
-        body = FetchResponse(0, [FetchTopicResponse("t", [part])])
-        head, encoded = encode_response(body, correlation_id=cid, records_len=len(records))
-        return head + encoded + records
-
     def script(sock: socket.socket) -> None:
         for records in payloads:
             sock.sendall(fetch_reply(read_request_id(sock), records))
         sock.recv(1)
-
-    from spark_mq.protocol.fetch import FetchRequest
 
     SHARED_FRAME_BUFFERS.clear()  # what earlier tests left there would change the counts
     conn = peer(script)
@@ -225,8 +220,6 @@ def test_the_frame_buffer_pool_keeps_no_more_than_its_byte_limit() -> None:
 def test_a_later_connection_reads_into_the_buffers_an_earlier_one_released(peer: Peer) -> None:
     # A Spark Python worker opens a consumer per task: the pages of one task's fetches are
     # used again by the next task's rather than faulted in anew.
-    from spark_mq.protocol.fetch import FetchRequest
-
     size = RECEIVE_BUFFER_BYTES * 2
     SHARED_FRAME_BUFFERS.clear()
     addresses = []
@@ -234,12 +227,7 @@ def test_a_later_connection_reads_into_the_buffers_an_earlier_one_released(peer:
         records = bytes([n]) * size
 
         def script(sock: socket.socket, records: bytes = records) -> None:
-            part = FetchPartitionResponse(0, 0, 1, 1, 0, len(records))
-            body = FetchResponse(0, [FetchTopicResponse("t", [part])])
-            head, encoded = encode_response(
-                body, correlation_id=read_request_id(sock), records_len=len(records)
-            )
-            sock.sendall(head + encoded + records)
+            sock.sendall(fetch_reply(read_request_id(sock), records))
             sock.recv(1)
 
         conn = peer(script)
