@@ -3,11 +3,11 @@
 The file is a plain concatenation of record batches (see ``record_batch.py`` and
 ``docs/format.md``); nothing else is in it and nothing is checksummed beyond each batch's own
 CRC. Appends go to the end with ``write``/``writev``; a failed write is rolled back with
-``ftruncate`` so a full disk never leaves a torn batch behind. The active segment drops behind
-(:mod:`spark_mq.storage.page_cache`): completed windows of ``drop_behind_bytes`` are written
-back early and their pages let go, so appends keep reusing the same memory. A crash can still
-leave a torn tail (the OS wrote part of the last write); recovery finds it by validation and
-truncates.
+``ftruncate`` so a full disk never leaves a torn batch behind. An append given a
+``drop_behind_bytes`` window (the active segment's, from the topic config) drops behind
+(:mod:`spark_mq.storage.page_cache`): completed windows are written back early and their pages
+let go, so appends keep reusing the same memory. A crash can still leave a torn tail (the OS
+wrote part of the last write); recovery finds it by validation and truncates.
 
 Reads are positional (``pread``), so appends and reads never share a file offset. A
 :class:`FileRange` names a run of whole batches and holds its own duplicate of the file
@@ -106,7 +106,7 @@ class FileRecords:
             raise StorageError(f"cannot open segment file {self._path}: {exc}") from exc
         self._size_bytes = os.fstat(self._fd).st_size
         self._writable = writable
-        self._drop_behind = DropBehind(0, self._size_bytes)
+        self._drop_behind = DropBehind(self._size_bytes)
 
     # -----------------------------------------------------------------------------------------
 
@@ -124,17 +124,11 @@ class FileRecords:
             raise LogClosedError(f"segment file {self._path} is closed")
         return self._fd
 
-    @property
-    def drop_behind_bytes(self) -> int:
-        """Window of drop-behind (:mod:`spark_mq.storage.page_cache`); 0 when off."""
-        return self._drop_behind.window
-
-    @drop_behind_bytes.setter
-    def drop_behind_bytes(self, window: int) -> None:
-        self._drop_behind.window = max(window, 0)
-
-    def append(self, chunks: Sequence[Bytes]) -> int:
+    def append(self, chunks: Sequence[Bytes], *, drop_behind_bytes: int = 0) -> int:
         """Write ``chunks`` at the end, in order; returns the bytes written.
+
+        ``drop_behind_bytes`` is the drop-behind window (:mod:`spark_mq.storage.page_cache`;
+        0, the default, leaves the written pages to the kernel).
 
         On any failure the file is cut back to its previous size before the error propagates,
         so a partial write never stays in the file. ENOSPC/EDQUOT raise LogDirectoryFullError.
@@ -160,7 +154,7 @@ class FileRecords:
                 ) from exc
             raise StorageError(f"write to {self._path} failed: {exc}") from exc
         self._size_bytes = start + total
-        self._drop_behind.appended(fd, self._size_bytes)
+        self._drop_behind.appended(fd, self._size_bytes, drop_behind_bytes)
         return total
 
     def _rollback(self, size: int) -> None:

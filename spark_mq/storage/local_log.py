@@ -49,25 +49,15 @@ class LocalLog:
     ) -> None:
         assert segments, "a log has at least one (active) segment"
         self.directory = directory
+        self.config = config
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
-        self.config = config
         self.log_end_offset = log_end_offset
         self.recovery_point = recovery_point
         self._time_ms = time_ms
         self._rng = rng
         #: When a flush last moved the recovery point (for flush.ms).
         self.last_flush_ms = time_ms()
-
-    @property
-    def config(self) -> LogConfig:
-        return self._config
-
-    @config.setter
-    def config(self, config: LogConfig) -> None:
-        self._config = config
-        # Only the active segment is appended to, so only it drops behind.
-        self.active_segment.records.drop_behind_bytes = config.segment_drop_behind_bytes
 
     # -----------------------------------------------------------------------------------------
     # Segments
@@ -91,7 +81,7 @@ class LocalLog:
 
     def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
         config = self.config
-        segment = LogSegment(
+        return LogSegment(
             self.directory,
             base_offset,
             index_interval_bytes=config.index_interval_bytes,
@@ -99,8 +89,6 @@ class LocalLog:
             rolling_jitter_ms=self._roll_jitter_ms(),
             created_ms=now_ms,
         )
-        segment.records.drop_behind_bytes = config.segment_drop_behind_bytes
-        return segment
 
     def _roll_jitter_ms(self) -> int:
         """Kafka's segment.jitter.ms: a random part of segment.ms taken off each new segment's
@@ -144,8 +132,11 @@ class LocalLog:
         return segment
 
     def append(self, chunks: Sequence[Bytes], batches: Sequence[BatchPosition]) -> None:
-        """Append batches (offsets assigned, at or past the log end) to the active segment."""
-        self._segments[-1].append(chunks, batches)
+        """Append batches (offsets assigned, at or past the log end) to the active segment,
+        which drops behind by the config in force (only the active segment is appended to)."""
+        self._segments[-1].append(
+            chunks, batches, drop_behind_bytes=self.config.segment_drop_behind_bytes
+        )
         self.log_end_offset = batches[-1].header.next_offset
 
     def flush_up_to(self, offset: int) -> None:
@@ -235,10 +226,8 @@ class LocalLog:
         del self._bases[keep + 1 :]
         segment = self._segments[keep]
         segment.truncate_to(offset)
-        # An older segment that becomes active again had its indexes trimmed when it rolled,
-        # and may have missed config changes made since.
+        # An older segment that becomes active again had its indexes trimmed when it rolled.
         segment.resize_indexes(self.config.segment_index_bytes)
-        segment.records.drop_behind_bytes = self.config.segment_drop_behind_bytes
         self.log_end_offset = segment.next_offset()
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
 

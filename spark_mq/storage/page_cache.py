@@ -70,22 +70,22 @@ def drop_cached(fd: int, offset: int, length: int) -> None:
 
 
 class DropBehind:
-    """Where one file's drop-behind stands: which windows were written back and dropped.
+    """Where one file's drop-behind stands: how far it was written back and dropped.
 
-    ``window`` bytes per window (0 turns it off). :meth:`appended` is called with the file's
-    new size after every append; it returns at once unless the append completed a window.
+    :meth:`appended` is called with the file's new size and the window (the appender's
+    ``segment.drop.behind.bytes``, 0 for off) after every append; it returns at once unless
+    the append completed a window. The window is taken per call, from the config in force, so
+    a config change applies from the next append with nothing to keep in sync.
     """
 
-    __slots__ = ("_dropped_to", "_written_to", "window")
+    __slots__ = ("_dropped_to", "_written_to")
 
-    def __init__(self, window: int, size: int) -> None:
-        self.window = window
+    def __init__(self, size: int) -> None:
         # Bytes already in the file when it was opened are left to the kernel.
         self._written_to = size
         self._dropped_to = size
 
-    def appended(self, fd: int, size: int) -> None:
-        window = self.window
+    def appended(self, fd: int, size: int, window: int) -> None:
         if window <= 0 or size - self._written_to < window:
             return
         complete = size - size % window

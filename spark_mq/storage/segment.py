@@ -152,8 +152,15 @@ class LogSegment:
     def can_hold(self, last_offset: int) -> bool:
         return last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
 
-    def append(self, chunks: Sequence[Bytes], batches: Sequence[BatchPosition]) -> None:
+    def append(
+        self,
+        chunks: Sequence[Bytes],
+        batches: Sequence[BatchPosition],
+        *,
+        drop_behind_bytes: int = 0,
+    ) -> None:
         """Append ``chunks`` (the batches' bytes, offsets already assigned) and index them.
+        ``drop_behind_bytes``: see :meth:`FileRecords.append`.
 
         ``batches`` give each batch's header and its position relative to the start of the
         append. Index entries go in after the write, so a crash between the two leaves an index
@@ -170,7 +177,7 @@ class LogSegment:
                 f"batch offsets {first.base_offset}..{batches[-1].header.last_offset} do not fit "
                 f"segment {self.base_offset}"
             )
-        self.records.append(chunks)
+        self.records.append(chunks, drop_behind_bytes=drop_behind_bytes)
         if self._rolling_based_timestamp is None:
             self._rolling_based_timestamp = first.max_timestamp
         for batch in batches:
