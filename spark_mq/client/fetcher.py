@@ -155,7 +155,9 @@ class Fetcher:
         self._reconnect_at: dict[int, float] = {}
         self._metadata_at = 0.0
         self._turn = 0
-        self._errors: list[SparkMQError] = []
+        # Errors for the next collect(), each with the partition and fetch offset it is about
+        # (None for a whole response): a partition's error is stale once its position moved.
+        self._errors: list[tuple[SparkMQError, TopicPartition | None, int]] = []
 
     # -- requests -------------------------------------------------------------------------
 
@@ -289,13 +291,13 @@ class Fetcher:
     def _handle(self, node: int, response: Response) -> None:
         requested = self._in_flight.pop(node, {})
         if response.error is not None:
-            self._errors.append(response.error)
+            self._errors.append((response.error, None, -1))
             return
         body: FetchResponse = response.body
         if body.error_code != ErrorCode.NONE:
             error = error_from_code(body.error_code)
             if not error.retriable:
-                self._errors.append(error)
+                self._errors.append((error, None, -1))
             return
         sizes = [p.records_size for t in body.topics for p in t.partitions]
         views = iter(split_records(response.records, sizes))
@@ -332,7 +334,7 @@ class Fetcher:
         if isinstance(error, OffsetOutOfRangeError):
             if self._config.auto_offset_reset == "none":
                 error.offset = offset
-                self._errors.append(error)
+                self._errors.append((error, tp, offset))
             else:
                 log.info(
                     "offset %d of %s is out of range; resetting to %s",
@@ -348,16 +350,21 @@ class Fetcher:
             self._metadata_at = 0.0
             self._refresh_metadata({tp.topic}, time.monotonic())
             return
-        self._errors.append(error)
+        self._errors.append((error, tp, offset))
 
     # -- handing records out --------------------------------------------------------------
 
     def collect(self, max_records: int | None) -> list[tuple[TopicPartition, pa.Table]]:
         """Take up to ``max_records`` buffered records (None: all), advancing positions.
-        Raises the first error a fetch reported since the last call."""
-        if self._errors:
-            error = self._errors.pop(0)
-            raise error
+        Raises the first error a fetch reported since the last call, unless it is about a
+        partition whose position is not where that fetch read: the application moved it (a
+        seek after the response came in, say while another request of the consumer waited for
+        its answer), or records fetched before it are still to be returned. Such an error is
+        dropped; a fetch from the position, when the partition gets there, reports it again."""
+        while self._errors:
+            error, tp, offset = self._errors.pop(0)
+            if tp is None or (self._subs.is_assigned(tp) and self._subs.position(tp) == offset):
+                raise error
         out: list[tuple[TopicPartition, pa.Table]] = []
         remaining = max_records
         for tp in list(self._buffered):

@@ -151,6 +151,43 @@ def test_out_of_range_resets_or_raises() -> None:
     assert (info.value.topic, info.value.partition, info.value.offset) == ("t", 0, 500)
 
 
+def test_an_error_received_before_a_seek_is_not_raised_after_it() -> None:
+    # A consumer raises out-of-range at offset 5; a second fetch at 5 was already out and
+    # its answer (out of range again) comes in while the application asks for the log start
+    # before seeking there. Raising that answer after the seek would blame the new position.
+    fetcher, subs = _fetcher(auto_offset_reset="none")
+    subs.seek(TP, 5)
+    for _ in range(2):
+        fetcher._in_flight[0] = {TP: 5}
+        fetcher._handle(0, _response(b"", error_code=1))
+    with pytest.raises(OffsetOutOfRangeError):
+        fetcher.collect(None)
+    subs.seek(TP, 9)
+    assert fetcher.collect(None) == []  # the second answer was about offset 5: dropped
+    fetcher._in_flight[0] = {TP: 9}
+    fetcher._handle(0, _response(batch(9, [b"j"])))
+    ((_, table),) = fetcher.collect(None)
+    assert table.column("offset").to_pylist() == [9]
+
+
+def test_an_error_past_buffered_records_comes_after_them() -> None:
+    # Records at 0 are buffered and the pipelined fetch at 1 fails: the records are returned
+    # first, and the error only once the position has reached it.
+    fetcher, subs = _fetcher(auto_offset_reset="none")
+    subs.seek(TP, 0)
+    fetcher._in_flight[0] = {TP: 0}
+    fetcher._handle(0, _response(batch(0, [b"a"])))
+    fetcher._in_flight[0] = {TP: 1}
+    fetcher._handle(0, _response(b"", error_code=1))
+    ((_, table),) = fetcher.collect(None)
+    assert table.column("offset").to_pylist() == [0] and subs.position(TP) == 1
+    fetcher._in_flight[0] = {TP: 1}  # the fetch from the position, sent again
+    fetcher._handle(0, _response(b"", error_code=1))
+    with pytest.raises(OffsetOutOfRangeError) as info:
+        fetcher.collect(None)
+    assert info.value.offset == 1
+
+
 def test_paused_partitions_keep_their_position() -> None:
     fetcher, subs = _fetcher()
     subs.seek(TP, 0)
