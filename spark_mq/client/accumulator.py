@@ -18,10 +18,11 @@ The sender thread drains ready batches (:meth:`RecordAccumulator.drain`) and enc
 with one :func:`~spark_mq.storage.record_batch.encode_batch` call over Arrow arrays built
 once from the lists (:meth:`ProducerBatch.encode`).
 
-``send_batch()`` hands in batches it already encoded, column-wise, without producer id or
-sequence (:meth:`RecordAccumulator.append_encoded`); an idempotent producer stamps them at
-drain time by rewriting the header fields and the CRC (:func:`stamp_header`), the body bytes
-are sent as they are.
+``send_batch()`` hands in batches it already encoded, column-wise, as a header without
+producer fields or CRC and an Arrow body (:meth:`RecordAccumulator.append_encoded`). The
+sender stamps every batch when it sends it (:func:`stamp_header`: producer id, epoch and
+sequence, or -1s, then the one CRC pass over header and body) and sends the stamped header and
+the body as two buffers, so the body is never copied to join them.
 
 Back-pressure: the bytes of every batch not yet completed count against ``buffer.memory``;
 an append that would pass it waits up to ``max.block.ms`` for completed batches to release
@@ -51,7 +52,8 @@ from spark_mq.storage.record_batch import (
     ATTR_TRANSACTIONAL,
     CRC_START,
     HEADER_SIZE,
-    encode_batch,
+    Body,
+    encode_batch_parts,
 )
 
 #: Bytes a record costs in a batch besides its key and value, measured on encoded batches:
@@ -72,36 +74,40 @@ _ATTRIBUTES_AT = 21
 
 
 def stamp_header(
-    encoded: bytes,
+    header: bytes,
+    body: Body,
     producer_id: int,
     producer_epoch: int,
     base_sequence: int,
+    *,
     transactional: bool = False,
 ) -> bytes:
-    """A new 61-byte header for ``encoded`` with the producer fields (and, for a
-    transactional producer, the transactional attribute bit) set and the CRC recomputed (the
-    CRC covers the header from ``attributes`` on and the whole body)."""
-    header = bytearray(encoded[:HEADER_SIZE])
+    """A copy of the 61-byte batch ``header`` (its first 61 bytes are read) with the
+    producer fields (and, for a transactional producer, the transactional attribute bit) set
+    and the CRC computed over it (from ``attributes`` on) and ``body``."""
+    stamped = bytearray(memoryview(header)[:HEADER_SIZE])
     if transactional:
-        (attributes,) = _ATTRIBUTES.unpack_from(header, _ATTRIBUTES_AT)
-        _ATTRIBUTES.pack_into(header, _ATTRIBUTES_AT, attributes | ATTR_TRANSACTIONAL)
+        (attributes,) = _ATTRIBUTES.unpack_from(stamped, _ATTRIBUTES_AT)
+        _ATTRIBUTES.pack_into(stamped, _ATTRIBUTES_AT, attributes | ATTR_TRANSACTIONAL)
     _PRODUCER_FIELDS.pack_into(
-        header, _PRODUCER_FIELDS_AT, producer_id, producer_epoch, base_sequence
+        stamped, _PRODUCER_FIELDS_AT, producer_id, producer_epoch, base_sequence
     )
-    crc = crc32c.crc32c(memoryview(encoded)[HEADER_SIZE:], crc32c.crc32c(header[CRC_START:]))
-    _CRC.pack_into(header, _CRC_AT, crc)
-    return bytes(header)
+    crc = crc32c.crc32c(body, crc32c.crc32c(memoryview(stamped)[CRC_START:]))
+    _CRC.pack_into(stamped, _CRC_AT, crc)
+    return bytes(stamped)
 
 
 class ProducerBatch:
-    """One partition's batch: record lists while open, encoded bytes once drained."""
+    """One partition's batch: record lists while open, an encoded header and body once
+    drained (or from the start, for a batch ``send_batch()`` encoded)."""
 
     __slots__ = (
         "attempts",
         "base_sequence",
+        "body",
         "callbacks",
         "created",
-        "encoded",
+        "header",
         "headers",
         "keys",
         "partition",
@@ -128,8 +134,10 @@ class ProducerBatch:
         self.record_count = 0
         self.size = 0
         self.result = ProduceRequestResult(topic, partition)
-        self.encoded: bytes | None = None
-        self.wire: list[bytes | memoryview] = []
+        # The encoded header (producer fields and CRC unset) and body, once encoded.
+        self.header: bytes | None = None
+        self.body: Body | None = None
+        self.wire: list[Body] = []
         self.stamp: tuple[int, int, int] | None = None
         self.base_sequence: int | None = None
         self.attempts = 0
@@ -153,29 +161,27 @@ class ProducerBatch:
     ) -> None:
         """Make ``wire`` the batch's bytes with these producer fields (-1s when not
         idempotent), marked transactional if asked. Record lists are encoded once; later
-        calls only restamp the header."""
+        calls only restamp the header (and compute the CRC again)."""
         stamp = (producer_id, producer_epoch, base_sequence)
-        if self.encoded is None:
+        if self.header is None:
             stamps = np.array(self.timestamps, dtype=np.float64).astype(np.int64)
-            self.encoded = encode_batch(
+            header, self.body = encode_batch_parts(
                 pa.array(self.values, pa.binary()),
                 key=None if self.keys is None else pa.array(self.keys, pa.binary()),
                 timestamp=pa.array(stamps),
                 headers=self.headers,
                 codec=codec,
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
-                base_sequence=base_sequence,
-                is_transactional=transactional,
             )
-            self.wire = [self.encoded]
+            self.header = bytes(header)
             # The encoded bytes hold the data now; the timestamps stay for the metadata.
             self.values = []
             self.keys = None
             self.headers = None
-        elif stamp != self.stamp:
-            header = stamp_header(self.encoded, *stamp, transactional)
-            self.wire = [header, memoryview(self.encoded)[HEADER_SIZE:]]
+        elif stamp == self.stamp:
+            return
+        assert self.body is not None
+        stamped = stamp_header(self.header, self.body, *stamp, transactional=transactional)
+        self.wire = [stamped, self.body]
         self.stamp = stamp
 
     def record_timestamp(self, index: int) -> int:
@@ -320,10 +326,12 @@ class RecordAccumulator:
         return FutureRecordMetadata(batch.result, index, timestamp_ms), wake
 
     def append_encoded(
-        self, topic: str, partition: int, encoded: bytes, record_count: int
+        self, topic: str, partition: int, header: bytes, body: Body, record_count: int
     ) -> ProduceRequestResult:
-        """Queue a batch ``send_batch()`` encoded (after anything ``send()`` queued before)."""
-        size = len(encoded)
+        """Queue a batch ``send_batch()`` encoded (after anything ``send()`` queued before):
+        its header, whose producer fields and CRC the sender sets (:func:`stamp_header`),
+        and its body."""
+        size = HEADER_SIZE + memoryview(body).nbytes
         with self.lock:
             if self._used + size > self._buffer_memory and self._used:
                 self._wait_for_space(size)
@@ -332,9 +340,8 @@ class RecordAccumulator:
             if open_batch is not None:
                 self._close(tp, open_batch)
             batch = ProducerBatch(topic, partition, self._clock())
-            batch.encoded = encoded
-            batch.wire = [encoded]
-            batch.stamp = (-1, -1, -1)
+            batch.header = header
+            batch.body = body
             batch.record_count = record_count
             batch.size = size
             self._incomplete.add(batch)

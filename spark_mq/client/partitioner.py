@@ -232,6 +232,21 @@ class Partitioner:
 
     # -- a whole column ------------------------------------------------------------------
 
+    def keyless_runs(
+        self, topic: str, partition_count: int, run_sizes: list[int]
+    ) -> list[int] | None:
+        """The partition of each run of keyless rows (``run_sizes`` their bytes), for a
+        producer that encodes a table's rows in contiguous runs; None when this partitioner
+        decides row by row (round robin or a callable) and the runs cannot stay whole.
+
+        Sticky partitioning treats a run like one record of its size: runs stay on the
+        partition until it has ``batch.size`` bytes, then move on; a run over ``batch.size``
+        fills a partition by itself, so the next one moves on.
+        """
+        if self._fn is not None or self._round_robin:
+            return None
+        return [self.keyless(topic, partition_count, size) for size in run_sizes]
+
     def partition_array(
         self, topic: str, keys: pa.Array | None, partition_count: int, sizes: np.ndarray[Any, Any]
     ) -> np.ndarray[Any, Any]:

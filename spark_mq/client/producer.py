@@ -3,11 +3,12 @@
 ``send()`` does the minimum per record in the caller's thread (normalise key and value,
 estimate the size, pick a partition, append to the accumulator) and returns a cheap future;
 the sender thread batches, encodes, compresses, sends, retries and completes futures.
-``send_batch()`` is the columnar path: it hashes the key column once with numpy, groups rows
-by partition with one stable argsort, and encodes one batch per partition (split at
-``max.request.size``) with :func:`~spark_mq.storage.record_batch.encode_batch`; no Python
-code runs per record. See ``docs/clients.md`` for every setting, the threading model and the
-delivery guarantees.
+``send_batch()`` is the columnar path: keyless rows go in whole batches, slices of the table
+(split at ``max.request.size``), to the sticky partition; otherwise it hashes the key column
+once with numpy, groups rows by partition with one stable argsort, and encodes one batch per
+partition (split at ``max.request.size``) with
+:func:`~spark_mq.storage.record_batch.encode_batch_parts`; no Python code runs per record.
+See ``docs/clients.md`` for every setting, the threading model and the delivery guarantees.
 
 With ``transactional.id`` set the producer is transactional: ``init_transactions()`` once,
 then ``begin_transaction()``, sends (and ``send_offsets_to_transaction()``), and
@@ -42,7 +43,7 @@ from spark_mq.client.sender import Sender
 from spark_mq.client.transactions import PreparedTransaction, TxnState
 from spark_mq.client.txn_manager import TransactionManager
 from spark_mq.errors import InvalidRecordError, RecordTooLargeError, UsageError
-from spark_mq.storage.record_batch import encode_batch
+from spark_mq.storage.record_batch import HEADER_SIZE, Body, encode_batch_parts
 
 #: Bytes a batch costs besides its records (61-byte header and the Arrow IPC framing),
 #: rounded up; a record must fit ``max.request.size`` together with it.
@@ -263,9 +264,11 @@ class Producer:
         ``key``, ``partition`` (int), ``timestamp`` (int64 ms or an Arrow timestamp) and
         ``headers`` (``list<struct<key: string, value: binary>>``) columns.
 
-        Rows with a null or missing ``partition`` are partitioned like ``send()`` would (by
-        key hash; keyless rows in runs of about ``batch.size`` bytes per partition, or row by
-        row with ``round_robin``). Each partition's rows keep their order and are encoded into
+        Rows with a null or missing ``partition`` are partitioned like ``send()`` would: by
+        key hash; keyless rows stick to a partition until about ``batch.size`` bytes went
+        there, or go row by row with ``round_robin``. When no row has a key or a partition,
+        each encoded batch (a slice of up to ``max.request.size``) counts as one unit, so a
+        batch's rows stay together. Each partition's rows keep their order and are encoded into
         batches of up to ``max.request.size``. A row over that limit raises
         RecordTooLargeError before anything is queued. Returns a future of the list of
         :class:`~spark_mq.client.futures.BatchMetadata` written.
@@ -298,9 +301,22 @@ class Producer:
         if sizes[largest] > self._max_request_size:
             self._too_large(int(sizes[largest]))
         count = self._cluster.partition_counts.get(topic) or self._wait_for_topic(topic)
-        parts = self._partitions(topic, columns, count, sizes)
         results = []
         counts = []
+        runs = self._keyless_runs(topic, columns, count, sizes)
+        if runs is not None:
+            # Keyless rows stay in contiguous runs: each encoded batch is a slice of the
+            # table, with no gather of its rows.
+            for partition, (start, stop) in runs:
+                for header, body, rows_in_chunk in self._encode_chunk(columns, start, stop):
+                    results.append(
+                        self._accumulator.append_encoded(
+                            topic, partition, header, body, rows_in_chunk
+                        )
+                    )
+                    counts.append(rows_in_chunk)
+            return FutureBatchMetadata(results, counts)
+        parts = self._partitions(topic, columns, count, sizes)
         for partition, rows in self._group(parts):
             group = columns if rows is None else {k: v.take(rows) for k, v in columns.items()}
             group_sizes = sizes if rows is None else sizes[rows]
@@ -309,28 +325,30 @@ class Producer:
                 for start, stop in self._chunks(group_sizes)
                 for encoded in self._encode_chunk(group, start, stop)
             ]
-            for encoded, rows_in_chunk in encoded_chunks:
+            for header, body, rows_in_chunk in encoded_chunks:
                 results.append(
-                    self._accumulator.append_encoded(topic, partition, encoded, rows_in_chunk)
+                    self._accumulator.append_encoded(topic, partition, header, body, rows_in_chunk)
                 )
                 counts.append(rows_in_chunk)
         return FutureBatchMetadata(results, counts)
 
     def _encode_chunk(
         self, columns: dict[str, pa.Array], start: int, stop: int
-    ) -> list[tuple[bytes, int]]:
-        """Encode rows ``start:stop`` as one batch, or as several if the size estimate was
-        short and the batch came out over ``max.request.size``."""
+    ) -> list[tuple[bytes, Body, int]]:
+        """Encode rows ``start:stop`` as one batch (header, body, rows), or as several if the
+        size estimate was short and the batch came out over ``max.request.size``."""
         chunk = {k: v.slice(start, stop - start) for k, v in columns.items()}
-        encoded = encode_batch(
+        header, body = encode_batch_parts(
             chunk["value"],
             key=chunk.get("key"),
             timestamp=chunk.get("timestamp"),
             headers=chunk.get("headers"),
             codec=self.config.compression_type,
         )
-        if len(encoded) <= self.config.max_request_size or stop - start == 1:
-            return [(encoded, stop - start)]
+        if HEADER_SIZE + memoryview(body).nbytes <= self.config.max_request_size or (
+            stop - start == 1
+        ):
+            return [(bytes(header), body, stop - start)]
         middle = (start + stop) // 2
         return self._encode_chunk(columns, start, middle) + self._encode_chunk(
             columns, middle, stop
@@ -352,6 +370,25 @@ class Producer:
             # Headers are rare in bulk data: a rough per-row estimate from the whole column.
             sizes += headers.nbytes // max(len(headers), 1)
         return sizes
+
+    def _keyless_runs(
+        self, topic: str, columns: dict[str, pa.Array], count: int, sizes: np.ndarray[Any, Any]
+    ) -> list[tuple[int, tuple[int, int]]] | None:
+        """(partition, (start, stop)) of each chunk when no row has a key or a partition
+        and the partitioner keeps keyless rows in runs; None otherwise."""
+        for name in ("key", "partition"):
+            column = columns.get(name)
+            if column is not None and column.null_count < len(column):
+                return None
+        chunks = self._chunks(sizes)
+        ends = np.cumsum(sizes)
+        run_sizes = [
+            int(ends[stop - 1]) - (int(ends[start - 1]) if start else 0) for start, stop in chunks
+        ]
+        partitions = self._partitioner.keyless_runs(topic, count, run_sizes)
+        if partitions is None:
+            return None
+        return list(zip(partitions, chunks, strict=True))
 
     def _partitions(
         self, topic: str, columns: dict[str, pa.Array], count: int, sizes: np.ndarray[Any, Any]

@@ -39,7 +39,7 @@ from __future__ import annotations
 import enum
 import struct
 import time
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeAlias
 
 import crc32c
 import numpy as np
@@ -55,6 +55,9 @@ HEADER_SIZE: Final = 61
 LOG_OVERHEAD: Final = 12
 #: First byte covered by the CRC (attributes).
 CRC_START: Final = 21
+
+#: A batch body as encoded: bytes, or the Arrow buffer a codec that copies nothing returns.
+Body: TypeAlias = Bytes | pa.Buffer
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_OFFSET = struct.Struct(">q")
@@ -338,6 +341,49 @@ def encode_batch(
     >>> decode_records(data).column("value").to_pylist()
     [b'v1', b'v2']
     """
+    header, payload = encode_batch_parts(
+        value,
+        key,
+        timestamp,
+        headers,
+        codec=codec,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        timestamp_type=timestamp_type,
+        offset_delta=offset_delta,
+        now_ms=now_ms,
+        last_offset_delta=last_offset_delta,
+    )
+    return _seal(header, payload)
+
+
+def encode_batch_parts(
+    value: Any,
+    key: Any = None,
+    timestamp: Any = None,
+    headers: Any = None,
+    *,
+    codec: Codec | str = "none",
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    offset_delta: Any = None,
+    now_ms: int | None = None,
+    last_offset_delta: int | None = None,
+) -> tuple[bytearray, Body]:
+    """:func:`encode_batch`'s 61-byte header and its body, not joined, with the CRC field
+    left 0: for a producer, which sets its producer fields and the CRC once, just before it
+    sends the two parts as they are
+    (:func:`spark_mq.client.accumulator.stamp_header`), sparing a copy of the body and a
+    CRC pass over it."""
     values = _as_binary("value", value, None)
     n = len(values)
     keys = _as_binary("key", key, n)
@@ -376,8 +422,8 @@ def encode_batch(
     attributes = codec_obj.id | (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
     if is_transactional:
         attributes |= ATTR_TRANSACTIONAL
-    return _assemble(
-        payload,
+    return _header(
+        memoryview(payload).nbytes,
         base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch,
         attributes=attributes,
@@ -388,7 +434,7 @@ def encode_batch(
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
         record_count=n,
-    )
+    ), payload
 
 
 def encode_empty_batch(header: BatchHeader) -> bytes:
@@ -410,8 +456,9 @@ def encode_empty_batch(header: BatchHeader) -> bytes:
     if header.is_control:
         raise InvalidRecordError("a control batch cannot be emptied: it must hold its marker")
     body = pa.RecordBatch.from_pylist([], schema=BODY_SCHEMA)
-    return _assemble(
-        codec_for_id(header.codec_id).compress(body.serialize()),
+    payload = codec_for_id(header.codec_id).compress(body.serialize())
+    fields = _header(
+        memoryview(payload).nbytes,
         base_offset=header.base_offset,
         partition_leader_epoch=header.partition_leader_epoch,
         attributes=header.attributes,
@@ -423,10 +470,11 @@ def encode_empty_batch(header: BatchHeader) -> bytes:
         base_sequence=header.base_sequence,
         record_count=0,
     )
+    return _seal(fields, payload)
 
 
-def _assemble(
-    payload: Bytes | pa.Buffer,
+def _header(
+    payload_size: int,
     *,
     base_offset: int,
     partition_leader_epoch: int,
@@ -438,12 +486,12 @@ def _assemble(
     producer_epoch: int,
     base_sequence: int,
     record_count: int,
-) -> bytes:
-    payload_view = memoryview(payload)
-    header = bytearray(
+) -> bytearray:
+    """A batch header for a body of ``payload_size`` bytes, its CRC field 0."""
+    return bytearray(
         _HEADER.pack(
             base_offset,
-            HEADER_SIZE - LOG_OVERHEAD + payload_view.nbytes,
+            HEADER_SIZE - LOG_OVERHEAD + payload_size,
             partition_leader_epoch,
             MAGIC,
             0,
@@ -457,6 +505,11 @@ def _assemble(
             record_count,
         )
     )
+
+
+def _seal(header: bytearray, payload: Body) -> bytes:
+    """Set ``header``'s CRC (from ``attributes`` on, then the body) and join the two."""
+    payload_view = memoryview(payload)
     crc = crc32c.crc32c(payload_view, crc32c.crc32c(memoryview(header)[CRC_START:]))
     struct.pack_into(">I", header, 17, crc)
     return b"".join((header, payload_view))
@@ -484,8 +537,9 @@ def encode_control_batch(
         ],
         schema=BODY_SCHEMA,
     )
-    return _assemble(
-        body.serialize(),
+    payload = body.serialize()
+    fields = _header(
+        memoryview(payload).nbytes,
         base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch,
         attributes=ATTR_CONTROL | ATTR_TRANSACTIONAL,
@@ -497,6 +551,7 @@ def encode_control_batch(
         base_sequence=NO_SEQUENCE,
         record_count=1,
     )
+    return _seal(fields, payload)
 
 
 def parse_control_record(key: bytes, value: bytes) -> ControlRecord:

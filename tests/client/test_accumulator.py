@@ -14,7 +14,7 @@ from spark_mq.client.accumulator import (
 )
 from spark_mq.client.errors import BufferExhaustedError
 from spark_mq.storage.batch_decoder import decode_records, validate_batch
-from spark_mq.storage.record_batch import encode_batch
+from spark_mq.storage.record_batch import encode_batch_parts
 
 
 class Clock:
@@ -156,16 +156,15 @@ def test_keys_and_headers_are_padded_for_records_without_them() -> None:
     clock.now += 1
     (batch,) = acc.drain(_send_all, 1 << 20)
     batch.encode("none", -1, -1, -1)
-    table = decode_records(batch.wire[0])
+    table = decode_records(b"".join(bytes(b) for b in batch.wire))
     assert table.column("key").to_pylist() == [None, b"k", None]
     assert table.column("timestamp").to_pylist() == [1, 2, 3]
     assert table.column("headers").to_pylist() == [None, [{"key": "h", "value": b"1"}], None]
 
 
 def test_stamp_header_sets_producer_fields_and_a_valid_crc() -> None:
-    encoded = encode_batch(pa.array([b"x", b"y"]), codec="lz4")
-    header = stamp_header(encoded, 42, 3, 17)
-    stamped = header + encoded[len(header) :]
+    header, body = encode_batch_parts(pa.array([b"x", b"y"]), codec="lz4")
+    stamped = stamp_header(bytes(header), body, 42, 3, 17) + bytes(body)
     parsed = validate_batch(stamped)
     assert (parsed.producer_id, parsed.producer_epoch, parsed.base_sequence) == (42, 3, 17)
     assert decode_records(stamped).column("value").to_pylist() == [b"x", b"y"]
@@ -177,8 +176,8 @@ def test_encoded_batches_are_restamped_not_reencoded() -> None:
     batch.timestamps = [1.0]
     batch.record_count = 1
     batch.encode("none", 5, 0, 0)
-    first = batch.encoded
+    first = batch.body
     batch.encode("none", 5, 1, 0)  # a new epoch renumbers
-    assert batch.encoded is first
+    assert batch.body is first
     wire = b"".join(bytes(b) for b in batch.wire)
     assert validate_batch(wire).producer_epoch == 1

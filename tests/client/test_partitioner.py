@@ -108,6 +108,22 @@ def test_sticky_column_runs_of_batch_size() -> None:
         assert len(set(parts[start : start + 4].tolist())) == 1
 
 
+def test_sticky_runs_move_on_once_a_partition_has_batch_size_bytes() -> None:
+    p = Partitioner("sticky", batch_size=100)
+    first = p.partition("t", None, 3, 10)
+    runs = p.keyless_runs("t", 3, [30, 30, 200, 10, 40])
+    assert runs is not None
+    # 10 + 30 + 30 fit in batch.size; the 200-byte run fills the next partition alone, so the
+    # run after it moves on again, and the last one still fits beside it.
+    assert runs == [first, first, (first + 1) % 3, (first + 2) % 3, (first + 2) % 3]
+    assert p.partition("t", None, 3, 40) == (first + 2) % 3  # single records continue the run
+
+
+def test_row_by_row_partitioners_have_no_runs() -> None:
+    assert Partitioner("round_robin").keyless_runs("t", 3, [10]) is None
+    assert Partitioner(lambda topic, key, n: 0).keyless_runs("t", 3, [10]) is None
+
+
 def test_round_robin_cycles_and_columns_continue_the_cycle() -> None:
     p = Partitioner("round_robin")
     first = [p.partition("t", None, 3) for _ in range(3)]

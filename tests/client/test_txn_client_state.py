@@ -34,7 +34,7 @@ from spark_mq.client.transactions import (
 )
 from spark_mq.errors import InvalidProducerEpochError, NetworkError
 from spark_mq.storage.batch_decoder import validate_batch
-from spark_mq.storage.record_batch import BatchHeader, encode_batch
+from spark_mq.storage.record_batch import BatchHeader, encode_batch_parts
 
 S = TxnState
 
@@ -200,13 +200,12 @@ def test_completion_result_is_a_frozen_value() -> None:
 
 
 def test_stamped_header_sets_the_transactional_bit_and_a_valid_crc() -> None:
-    encoded = encode_batch(pa.array([b"a", b"b"]), now_ms=1)
-    header = stamp_header(encoded, 5, 1, 10, True)
-    batch = header + encoded[len(header) :]
+    header, body = encode_batch_parts(pa.array([b"a", b"b"]), now_ms=1)
+    batch = stamp_header(bytes(header), body, 5, 1, 10, transactional=True) + bytes(body)
     parsed = validate_batch(batch)
     assert parsed.is_transactional
     assert (parsed.producer_id, parsed.producer_epoch, parsed.base_sequence) == (5, 1, 10)
-    plain = BatchHeader.unpack_from(stamp_header(encoded, 5, 1, 10))
+    plain = BatchHeader.unpack_from(stamp_header(bytes(header), body, 5, 1, 10))
     assert not plain.is_transactional
 
 

@@ -4,6 +4,7 @@ oversize records, unknown topics, acks."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,29 @@ def test_send_batch_round_trip(broker: Any, codec: str) -> None:
     for p in range(3):
         values = [int(r["value"][1:]) for r in rows if r["partition"] == p]
         assert values == sorted(values)
+
+
+def test_send_batch_keeps_keyless_rows_in_whole_batches(broker: Any) -> None:
+    create(broker, "runs", partitions=3)
+    n = 3000
+    table = pa.table({"value": [f"{i:08d}".encode() * 12 for i in range(n)]})
+    # About 130 bytes a row: max.request.size cuts the table into batches of ~120 rows; two
+    # of them are over batch.size, so each batch goes to the next partition, whole (all but
+    # the last, small one, which may still fit beside the one before).
+    with Producer(bootstrap_servers=servers(broker), max_request_size=16_000) as producer:
+        written = producer.send_batch("runs", table).get(30)
+    assert len(written) > 6 and sum(b.record_count for b in written) == n
+    assert all((b.partition - a.partition) % 3 == 1 for a, b in itertools.pairwise(written[:-1]))
+    with consumer_for(broker, *(TopicPartition("runs", p) for p in range(3))) as consumer:
+        rows = read_all(consumer, n, batch=True)
+    where = {(r["partition"], r["offset"]): int(r["value"][:8]) for r in rows}
+    first = 0
+    for batch in written:
+        # Each batch holds the next rows of the table, in order.
+        offsets = range(batch.base_offset, batch.base_offset + batch.record_count)
+        values = [where[(batch.partition, offset)] for offset in offsets]
+        assert values == list(range(first, first + batch.record_count))
+        first += batch.record_count
 
 
 def test_keyed_records_land_where_kafka_would_put_them(broker: Any) -> None:
