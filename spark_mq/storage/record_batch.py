@@ -387,7 +387,11 @@ def encode_batch_parts(
     values = _as_binary("value", value, None)
     n = len(values)
     keys = _as_binary("key", key, n)
-    stamps = _timestamps(timestamp, n, now_ms)
+    # Every record stamped "now" (the common case) needs no pass over the column for the max.
+    stamped_now: int | None = None
+    if timestamp is None:
+        stamped_now = int(time.time() * 1000) if now_ms is None else now_ms
+    stamps = _timestamps(timestamp, n, now_ms if stamped_now is None else stamped_now)
     header_col = _headers(headers, n)
     deltas = _offset_deltas(offset_delta, n)
     for name, col in (
@@ -405,9 +409,8 @@ def encode_batch_parts(
     payload = codec_obj.compress(body.serialize())
 
     if n:
-        bounds = pc.min_max(stamps)
         base_timestamp = stamps[0].as_py()
-        max_timestamp = bounds["max"].as_py()
+        max_timestamp = stamped_now if stamped_now is not None else pc.max(stamps).as_py()
         records_delta: int = deltas[n - 1].as_py()
     else:
         base_timestamp = max_timestamp = -1
