@@ -15,8 +15,8 @@ an idempotent producer may send only one batch per partition per request), while
 that keeps up still sends ``batch.size`` batches with ``linger.ms`` latency.
 
 The sender thread drains ready batches (:meth:`RecordAccumulator.drain`) and encodes each
-with one :func:`~spark_mq.storage.record_batch.encode_batch` call over Arrow arrays built
-once from the lists (:meth:`ProducerBatch.encode`).
+with one :func:`~spark_mq.storage.record_batch.encode_batch_parts` call over Arrow arrays
+built once from the lists, then stamps it like any other batch (:meth:`ProducerBatch.encode`).
 
 ``send_batch()`` hands in batches it already encoded, column-wise, as a header without
 producer fields or CRC and an Arrow body (:meth:`RecordAccumulator.append_encoded`). The
@@ -82,10 +82,10 @@ def stamp_header(
     *,
     transactional: bool = False,
 ) -> bytes:
-    """A copy of the 61-byte batch ``header`` (its first 61 bytes are read) with the
-    producer fields (and, for a transactional producer, the transactional attribute bit) set
-    and the CRC computed over it (from ``attributes`` on) and ``body``."""
-    stamped = bytearray(memoryview(header)[:HEADER_SIZE])
+    """A copy of the 61-byte batch ``header`` with the producer fields (and, for a
+    transactional producer, the transactional attribute bit) set and the CRC computed over it
+    (from ``attributes`` on) and ``body``."""
+    stamped = bytearray(header)
     if transactional:
         (attributes,) = _ATTRIBUTES.unpack_from(stamped, _ATTRIBUTES_AT)
         _ATTRIBUTES.pack_into(stamped, _ATTRIBUTES_AT, attributes | ATTR_TRANSACTIONAL)
