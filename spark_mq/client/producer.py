@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from os import PathLike
 from typing import Any
 
@@ -44,6 +44,9 @@ from spark_mq.client.transactions import PreparedTransaction, TxnState
 from spark_mq.client.txn_manager import TransactionManager
 from spark_mq.errors import InvalidRecordError, RecordTooLargeError, UsageError
 from spark_mq.storage.record_batch import HEADER_SIZE, Body, encode_batch_parts
+
+#: One batch to encode: its partition, the columns, and the row range ``[start, stop)``.
+_Piece = tuple[int, dict[str, pa.Array], int, int]
 
 #: Bytes a batch costs besides its records (61-byte header and the Arrow IPC framing),
 #: rounded up; a record must fit ``max.request.size`` together with it.
@@ -301,31 +304,14 @@ class Producer:
         if sizes[largest] > self._max_request_size:
             self._too_large(int(sizes[largest]))
         count = self._cluster.partition_counts.get(topic) or self._wait_for_topic(topic)
+        keyless = self._keyless_pieces(topic, columns, count, sizes)
+        pieces: Iterable[_Piece] = (
+            keyless if keyless is not None else self._grouped_pieces(topic, columns, count, sizes)
+        )
         results = []
         counts = []
-        runs = self._keyless_runs(topic, columns, count, sizes)
-        if runs is not None:
-            # Keyless rows stay in contiguous runs: each encoded batch is a slice of the
-            # table, with no gather of its rows.
-            for partition, (start, stop) in runs:
-                for header, body, rows_in_chunk in self._encode_chunk(columns, start, stop):
-                    results.append(
-                        self._accumulator.append_encoded(
-                            topic, partition, header, body, rows_in_chunk
-                        )
-                    )
-                    counts.append(rows_in_chunk)
-            return FutureBatchMetadata(results, counts)
-        parts = self._partitions(topic, columns, count, sizes)
-        for partition, rows in self._group(parts):
-            group = columns if rows is None else {k: v.take(rows) for k, v in columns.items()}
-            group_sizes = sizes if rows is None else sizes[rows]
-            encoded_chunks = [
-                encoded
-                for start, stop in self._chunks(group_sizes)
-                for encoded in self._encode_chunk(group, start, stop)
-            ]
-            for header, body, rows_in_chunk in encoded_chunks:
+        for partition, group, start, stop in pieces:
+            for header, body, rows_in_chunk in self._encode_chunk(group, start, stop):
                 results.append(
                     self._accumulator.append_encoded(topic, partition, header, body, rows_in_chunk)
                 )
@@ -371,24 +357,41 @@ class Producer:
             sizes += headers.nbytes // max(len(headers), 1)
         return sizes
 
-    def _keyless_runs(
+    def _keyless_pieces(
         self, topic: str, columns: dict[str, pa.Array], count: int, sizes: np.ndarray[Any, Any]
-    ) -> list[tuple[int, tuple[int, int]]] | None:
-        """(partition, (start, stop)) of each chunk when no row has a key or a partition
-        and the partitioner keeps keyless rows in runs; None otherwise."""
+    ) -> list[_Piece] | None:
+        """When no row has a key or a partition and the partitioner keeps keyless rows in
+        runs: each chunk of the table, whole, on its partition (a slice, no gather of rows).
+        None otherwise."""
         for name in ("key", "partition"):
             column = columns.get(name)
             if column is not None and column.null_count < len(column):
                 return None
         chunks = self._chunks(sizes)
-        ends = np.cumsum(sizes)
-        run_sizes = [
-            int(ends[stop - 1]) - (int(ends[start - 1]) if start else 0) for start, stop in chunks
-        ]
+        run_sizes = [int(sizes[start:stop].sum()) for start, stop in chunks]
         partitions = self._partitioner.keyless_runs(topic, count, run_sizes)
         if partitions is None:
             return None
-        return list(zip(partitions, chunks, strict=True))
+        return [
+            (partition, columns, start, stop)
+            for partition, (start, stop) in zip(partitions, chunks, strict=True)
+        ]
+
+    def _grouped_pieces(
+        self, topic: str, columns: dict[str, pa.Array], count: int, sizes: np.ndarray[Any, Any]
+    ) -> Iterator[_Piece]:
+        """Each partition's rows gathered in table order, in chunks. Partitions are chosen
+        (and bad ones refused) before the first piece is taken."""
+        groups = self._group(self._partitions(topic, columns, count, sizes))
+
+        def pieces() -> Iterator[_Piece]:
+            for partition, rows in groups:
+                group = columns if rows is None else {k: v.take(rows) for k, v in columns.items()}
+                group_sizes = sizes if rows is None else sizes[rows]
+                for start, stop in self._chunks(group_sizes):
+                    yield partition, group, start, stop
+
+        return pieces()
 
     def _partitions(
         self, topic: str, columns: dict[str, pa.Array], count: int, sizes: np.ndarray[Any, Any]
