@@ -22,6 +22,7 @@ def _cases(sink_seconds: float) -> list[bench.Case]:
         bench.Case("spark_mq, exactlyOnce=true", [sink_seconds], cpu=[30.0], broker_cpu=[8.0]),
         bench.Case("spark_mq, exactlyOnce=false", [12.0], cpu=[24.0]),
         bench.Case("Parquet (peer)", [25.0], cpu=[40.0]),
+        bench.Case("bytes only (floor)", [12.5], cpu=[25.0], broker_cpu=[2.0], server_pid=1),
     ]
 
 
@@ -53,6 +54,11 @@ def test_analysis_splits_what_the_sink_adds_against_the_budget() -> None:
     assert f"11.0 more than discarding, against the budget of {budget:.1f}" in text
     assert "appending every byte) took 8.0, and the rest, 3.0, is the write tasks'" in text
     assert "Parquet writer" in text  # the peer, at 0.4 of discard here, is below the goal too
+    # The floor ran 12.5 s (0.80 of discard) on 25 - 19 = 6 CPU s more, 2 in its receiver;
+    # the sink's 20 s is 0.62 of it, and 11 - 6 = 5 CPU s above it.
+    assert "reached 0.80 of the discarding writer, using 6.0 CPU s more than it (2.0 in" in text
+    assert "The exactly-once sink reached 0.62 of the floor" in text
+    assert "cost 5.0 CPU s on top of it" in text
 
 
 def test_section_replaces_only_its_own_markers(tmp_path: Path) -> None:
@@ -92,4 +98,7 @@ def test_smoke_run_writes_its_section(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr[-5000:]
     assert "exactly-once spark_mq writes" in done.stdout
-    assert "| Parquet (peer) |" in out.read_text()
+    section = out.read_text()
+    assert "| Parquet (peer) |" in section
+    # The floor case ran too (a task that cannot reach its receiver fails the run).
+    assert "| bytes only (floor) |" in section and "The floor of the design" in section
