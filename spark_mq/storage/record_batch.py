@@ -37,9 +37,11 @@ live in :mod:`spark_mq.storage.batch_decoder`. The full byte layout with example
 from __future__ import annotations
 
 import enum
+import inspect
 import struct
 import time
-from typing import Any, Final, NamedTuple, TypeAlias
+from collections.abc import Callable
+from typing import Any, Final, NamedTuple, ParamSpec, TypeAlias
 
 import crc32c
 import numpy as np
@@ -58,6 +60,7 @@ CRC_START: Final = 21
 
 #: A batch body as encoded: bytes, or the Arrow buffer a codec that copies nothing returns.
 Body: TypeAlias = Bytes | pa.Buffer
+_P = ParamSpec("_P")
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_OFFSET = struct.Struct(">q")
@@ -308,59 +311,6 @@ def offset_deltas_valid(deltas: np.ndarray[Any, Any]) -> bool:
     return bool(deltas[0] >= 0 and np.all(deltas[1:] > deltas[:-1]))
 
 
-def encode_batch(
-    value: Any,
-    key: Any = None,
-    timestamp: Any = None,
-    headers: Any = None,
-    *,
-    codec: Codec | str = "none",
-    base_offset: int = 0,
-    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
-    producer_id: int = NO_PRODUCER_ID,
-    producer_epoch: int = NO_PRODUCER_EPOCH,
-    base_sequence: int = NO_SEQUENCE,
-    is_transactional: bool = False,
-    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
-    offset_delta: Any = None,
-    now_ms: int | None = None,
-    last_offset_delta: int | None = None,
-) -> bytes:
-    """Encode one batch from columns (Arrow arrays, or sequences that Arrow can convert).
-
-    ``value`` is required (its entries may be null); ``key``, ``timestamp`` (int64 ms or an
-    Arrow timestamp), and ``headers`` default to null / now / null. ``offset_delta`` is only
-    for rewriting batches with gaps (compaction); by default records get deltas 0..n-1.
-    ``last_offset_delta`` overrides the header's lastOffsetDelta (by default the last record's
-    delta, -1 when empty): compaction keeps a rewritten batch's original span, as Kafka does,
-    so the producer's last sequence and the batch's last offset survive removed records. It
-    must be at least the last record's delta.
-
-    >>> data = encode_batch(pa.array([b"v1", b"v2"]), key=pa.array([b"k", None]), now_ms=5)
-    >>> from spark_mq.storage.batch_decoder import decode_records
-    >>> decode_records(data).column("value").to_pylist()
-    [b'v1', b'v2']
-    """
-    header, payload = encode_batch_parts(
-        value,
-        key,
-        timestamp,
-        headers,
-        codec=codec,
-        base_offset=base_offset,
-        partition_leader_epoch=partition_leader_epoch,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        is_transactional=is_transactional,
-        timestamp_type=timestamp_type,
-        offset_delta=offset_delta,
-        now_ms=now_ms,
-        last_offset_delta=last_offset_delta,
-    )
-    return _seal(header, payload)
-
-
 def encode_batch_parts(
     value: Any,
     key: Any = None,
@@ -379,11 +329,20 @@ def encode_batch_parts(
     now_ms: int | None = None,
     last_offset_delta: int | None = None,
 ) -> tuple[bytearray, Body]:
-    """:func:`encode_batch`'s 61-byte header and its body, not joined, with the CRC field
-    left 0: for a producer, which sets its producer fields and the CRC once, just before it
-    sends the two parts as they are
-    (:func:`spark_mq.client.accumulator.stamp_header`), sparing a copy of the body and a
-    CRC pass over it."""
+    """One batch from columns (Arrow arrays, or sequences that Arrow can convert), as its
+    61-byte header, CRC field left 0, and its body, not joined: for a producer, which sets its
+    producer fields and the CRC once, just before it sends the two parts as they are
+    (:func:`spark_mq.client.accumulator.stamp_header`), sparing a copy of the body and a CRC
+    pass over it. :func:`encode_batch` takes the same arguments and returns the whole batch.
+
+    ``value`` is required (its entries may be null); ``key``, ``timestamp`` (int64 ms or an
+    Arrow timestamp), and ``headers`` default to null / now / null. ``offset_delta`` is only
+    for rewriting batches with gaps (compaction); by default records get deltas 0..n-1.
+    ``last_offset_delta`` overrides the header's lastOffsetDelta (by default the last record's
+    delta, -1 when empty): compaction keeps a rewritten batch's original span, as Kafka does,
+    so the producer's last sequence and the batch's last offset survive removed records. It
+    must be at least the last record's delta.
+    """
     values = _as_binary("value", value, None)
     n = len(values)
     keys = _as_binary("key", key, n)
@@ -438,6 +397,31 @@ def encode_batch_parts(
         base_sequence=base_sequence,
         record_count=n,
     ), payload
+
+
+def _joined(parts: Callable[_P, tuple[bytearray, Body]]) -> Callable[_P, bytes]:
+    """``parts`` with its result sealed (CRC set) and joined into one batch."""
+
+    def encode(*args: _P.args, **kwargs: _P.kwargs) -> bytes:
+        return _seal(*parts(*args, **kwargs))
+
+    # help() and editors show the real parameters.
+    encode.__signature__ = inspect.signature(parts).replace(  # type: ignore[attr-defined]
+        return_annotation="bytes"
+    )
+    return encode
+
+
+encode_batch = _joined(encode_batch_parts)
+encode_batch.__name__ = encode_batch.__qualname__ = "encode_batch"
+encode_batch.__doc__ = """Encode one batch: :func:`encode_batch_parts`' header, sealed, and its body
+joined (see there for the arguments).
+
+>>> data = encode_batch(pa.array([b"v1", b"v2"]), key=pa.array([b"k", None]), now_ms=5)
+>>> from spark_mq.storage.batch_decoder import decode_records
+>>> decode_records(data).column("value").to_pylist()
+[b'v1', b'v2']
+"""
 
 
 def encode_empty_batch(header: BatchHeader) -> bytes:
