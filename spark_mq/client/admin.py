@@ -389,6 +389,7 @@ class Admin:
         owner: str | None = None,
         sequence: int = -1,
         abort_prefix: str | None = None,
+        close_owner: bool = False,
     ) -> CompletionResult:
         """Commit (or, with ``commit=False``, abort) prepared transactions as one decision,
         the second phase of a two-phase commit. ``owner`` and ``sequence`` (>= 0, increasing
@@ -396,7 +397,10 @@ class Admin:
         again with a sequence already recorded aborts ``transactions`` instead and reports
         ``already_committed``, so a replay never doubles output. ``abort_prefix`` also aborts
         every other open or prepared transaction whose id starts with it (leftovers of
-        earlier attempts). A commit is all or nothing: if any transaction cannot commit
+        earlier attempts). ``close_owner`` (with ``owner`` and ``abort_prefix``) closes that
+        prefix for good, for an owner that decides once: an id under it can no longer start,
+        grow or prepare a transaction (ProducerFencedError), so a task that outlived its job
+        leaves nothing hanging. A commit is all or nothing: if any transaction cannot commit
         (fenced, not prepared, unknown), nothing is committed and its typed error is raised.
 
         Example (handles from ``Producer.prepare_transaction()`` in other processes)::
@@ -411,6 +415,7 @@ class Admin:
             owner=owner,
             sequence=sequence,
             abort_prefix=abort_prefix,
+            close_owner=close_owner,
         )
 
     def last_committed_sequence(self, owner: str) -> int:

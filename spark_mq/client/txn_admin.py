@@ -83,6 +83,7 @@ class TransactionAdmin:
         owner: str | None,
         sequence: int,
         abort_prefix: str | None,
+        close_owner: bool = False,
     ) -> CompletionResult:
         if isinstance(transactions, PreparedTransaction):
             raise UsageError("complete_prepared_transactions() takes a list of handles")
@@ -100,6 +101,10 @@ class TransactionAdmin:
                 f"a commit for owner {owner!r} needs a sequence >= 0 (increasing per owner), "
                 f"got {sequence}"
             )
+        if close_owner and (owner is None or not abort_prefix):
+            raise UsageError(
+                "close_owner=True needs an owner and an abort_prefix (the prefix it closes)"
+            )
         key = owner or (handles[0].transactional_id if handles else abort_prefix)
         if not key:
             raise UsageError(
@@ -112,6 +117,7 @@ class TransactionAdmin:
             owner,
             sequence,
             abort_prefix,
+            close_owner,
         )
 
         def error_of(response: CompletePreparedTxnsResponse) -> int:

@@ -257,7 +257,10 @@ class CompletePreparedTxnsRequest(msgspec.Struct, array_like=True, forbid_unknow
     decision. ``owner``/``sequence`` tag a commit (``sequence`` >= 0, increasing per owner);
     an abort may leave them unset (``owner`` None). ``abort_prefix``, when set, also aborts
     every other open or prepared transaction whose id starts with it (leftovers of earlier
-    attempts of the same owner), in the same decision.
+    attempts of the same owner), in the same decision. ``close_owner`` (needs ``owner`` and
+    ``abort_prefix``) also closes the prefix for good: from then on InitProducerId,
+    AddPartitionsToTxn and PrepareTxn for an id under it answer PRODUCER_FENCED (for an owner
+    that decides once, such as a batch job, whose late tasks must not prepare anything).
 
     A commit is all or nothing: if any transaction is not Prepared with exactly the given
     producer id and epoch, nothing is committed and the per-transaction results say why
@@ -268,6 +271,7 @@ class CompletePreparedTxnsRequest(msgspec.Struct, array_like=True, forbid_unknow
     owner: str | None = None
     sequence: int = -1
     abort_prefix: str | None = None
+    close_owner: bool = False
 
 
 class PreparedTxnResult(msgspec.Struct, array_like=True):

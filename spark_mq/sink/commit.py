@@ -98,11 +98,13 @@ def commit_prepared(
     *,
     sink_id: str | None,
     sequence: int,
+    close_owner: bool = False,
 ) -> Any:
     """Commit the prepared transactions of ``messages`` as one decision ``(sink_id, sequence)``
     and abort every other transaction of the sink; returns the coordinator's
     :class:`~spark_mq.client.transactions.CompletionResult` (None when there was nothing to
-    decide: no task ran)."""
+    decide: no task ran). ``close_owner`` (a batch job, which decides once) also closes the
+    sink id's transactional ids for good, so a straggling attempt can prepare nothing."""
     if any(m is None for m in messages):
         raise UsageError("spark_mq sink: commit called with a failed task's missing message")
     ours = _messages(messages, "commit")
@@ -120,6 +122,7 @@ def commit_prepared(
                 owner=owner,
                 sequence=sequence,
                 abort_prefix=owner + "/",
+                close_owner=close_owner,
             )
         finally:
             if timer is not None:
@@ -137,11 +140,22 @@ def commit_prepared(
 
 
 def abort_prepared(
-    endpoint: dict[str, object], messages: Sequence[Any], *, sink_id: str | None
+    endpoint: dict[str, object],
+    messages: Sequence[Any],
+    *,
+    sink_id: str | None,
+    close_owner: bool = False,
 ) -> None:
     """Abort the prepared transactions of the tasks that finished and, when the sink id is
     known, every other open transaction of the sink (tasks Spark cancelled mid-write), so
     that nothing of the failed batch holds back ``read_committed`` readers.
+
+    Spark calls this as soon as the job fails, while tasks it is cancelling may still run
+    and prepare. ``close_owner`` (a batch job, whose sink id is its own) closes the sink id
+    at the coordinator in the same decision, so those late tasks are refused
+    (ProducerFencedError) instead of leaving a prepared transaction that nothing completes.
+    A stream cannot close its sink id (the batch is retried under it); a late task's
+    transaction there is aborted by the retry's ``init_transactions`` or the next commit.
 
     Best effort: a transaction that is already aborted or fenced is what abort wants, so a
     failure is logged, not raised (Spark is already failing the batch for its own reason)."""
@@ -153,7 +167,11 @@ def abort_prepared(
     try:
         with Admin(**endpoint) as admin:  # type: ignore[arg-type]
             admin.complete_prepared_transactions(
-                handles, commit=False, abort_prefix=None if owner is None else owner + "/"
+                handles,
+                commit=False,
+                owner=owner if close_owner else None,
+                abort_prefix=None if owner is None else owner + "/",
+                close_owner=close_owner and owner is not None,
             )
     except SparkMQError as exc:
         _log.warning(

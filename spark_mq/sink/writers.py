@@ -9,6 +9,8 @@ executors, where ``write()`` opens its producer.
 - :class:`MQBatchWriter`: the whole job is one transaction per task, committed as one
   decision in ``commit(messages)``, owner a fresh id per job (``{sink.id}/{uuid}``, sink id
   ``spark-batch`` by default): the job's output appears all at once, or, if it fails, never.
+  Its commit or abort also closes the job's id at the coordinator, so an attempt that
+  outlives the job (a task being cancelled, a speculative copy) can prepare nothing.
 - :class:`MQStreamWriter`: one decision per micro-batch, tagged ``(sink id, batchId)``.
 """
 
@@ -47,13 +49,20 @@ class MQBatchWriter(DataSourceArrowWriter):
         """Make the whole job's output visible at once (runs on the driver)."""
         if self.plan.options.exactly_once:
             commit_prepared(
-                self.plan.options.endpoint, messages, sink_id=self.plan.sink_id, sequence=0
+                self.plan.options.endpoint,
+                messages,
+                sink_id=self.plan.sink_id,
+                sequence=0,
+                close_owner=True,
             )
 
     def abort(self, messages: list[Any]) -> None:
-        """End the transactions of the tasks that had finished: none of the job shows."""
+        """End the transactions of the tasks that had finished, and close the job's id so
+        that a task still running cannot prepare later: none of the job shows."""
         if self.plan.options.exactly_once:
-            abort_prepared(self.plan.options.endpoint, messages, sink_id=self.plan.sink_id)
+            abort_prepared(
+                self.plan.options.endpoint, messages, sink_id=self.plan.sink_id, close_owner=True
+            )
 
 
 class MQStreamWriter(DataSourceStreamArrowWriter):

@@ -20,6 +20,7 @@ from spark_mq.broker.txn.state_topic import LoadedTransactions, partition_for
 from spark_mq.errors import (
     ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
+    InvalidRequestError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     ProducerFencedError,
@@ -268,6 +269,89 @@ def test_replayed_sequence_aborts_and_reports_already_committed() -> None:
     )
     assert again.already_committed and not again.committed and again.last_sequence == 5
     assert h.state("b") is S.COMPLETE_ABORT
+
+
+def test_a_closed_owner_refuses_every_late_transaction_under_its_prefix() -> None:
+    h = Harness()
+    # A job's task prepared; another is still writing; a third has only initialised.
+    done_pid, done_epoch = h.begin("job/0")
+    two_phase.prepare(h.c, "job/0", done_pid, done_epoch, h.now)
+    late_pid, late_epoch = h.begin("job/1")
+    idle_pid, idle_epoch = h.init("job/2")
+    out = two_phase.complete_prepared(
+        h.c,
+        [PreparedTxnRef("job/0", done_pid, done_epoch)],
+        commit=False,
+        owner="job",
+        sequence=-1,
+        abort_prefix="job/",
+        now_ms=h.now,
+        close_owner=True,
+    )
+    assert out.aborted_others == ["job/1"]
+    assert h.state("job/0") is S.COMPLETE_ABORT and h.state("job/1") is S.COMPLETE_ABORT
+    # The late ones can neither grow, prepare nor start again: nothing is left to hang.
+    with pytest.raises(ProducerFencedError, match="owner 'job', which is closed"):
+        h.c.add_partitions("job/2", idle_pid, idle_epoch, [("t", 0)], h.now)
+    with pytest.raises(ProducerFencedError, match="closed"):
+        two_phase.prepare(h.c, "job/2", idle_pid, idle_epoch, h.now)
+    with pytest.raises(ProducerFencedError):
+        two_phase.prepare(h.c, "job/1", late_pid, late_epoch, h.now)
+    with pytest.raises(ProducerFencedError, match="closed"):
+        h.init("job/7")
+    assert h.state("job/2") is S.EMPTY and "job/7" not in h.c.txns
+    # Other ids, even ones sharing the owner's name without its prefix, are untouched.
+    h.begin("job-2/0")
+    h.begin("jobs/0")
+    # The close is durable, and a later record of the owner keeps it.
+    r = h.restarted()
+    with pytest.raises(ProducerFencedError):
+        r.init("job/3")
+    again = two_phase.complete_prepared(
+        r.c, [], commit=False, owner="job", sequence=-1, abort_prefix="job/", now_ms=r.now,
+        close_owner=True,
+    )  # fmt: skip
+    assert again.aborted_others == []
+    with pytest.raises(InvalidRequestError, match="already closed prefix 'job/'"):
+        two_phase.complete_prepared(
+            r.c, [], commit=False, owner="job", sequence=-1, abort_prefix="jo", now_ms=r.now,
+            close_owner=True,
+        )  # fmt: skip
+    with pytest.raises(ProducerFencedError):
+        r.restarted().init("job/3")
+
+
+def test_a_closing_commit_commits_then_refuses_a_straggler() -> None:
+    h = Harness()
+    pid, epoch = h.begin("batch/0")
+    two_phase.prepare(h.c, "batch/0", pid, epoch, h.now)
+    out = two_phase.complete_prepared(
+        h.c,
+        [PreparedTxnRef("batch/0", pid, epoch)],
+        commit=True,
+        owner="batch",
+        sequence=0,
+        abort_prefix="batch/",
+        now_ms=h.now,
+        close_owner=True,
+    )
+    assert out.committed and h.state("batch/0") is S.COMPLETE_COMMIT
+    assert two_phase.last_sequence(h.c, "batch") == 0
+    # A speculative copy of task 0 that starts after the commit gets nowhere.
+    with pytest.raises(ProducerFencedError):
+        h.init("batch/0")
+    assert h.state("batch/0") is S.COMPLETE_COMMIT
+
+
+def test_close_owner_needs_an_owner_and_a_prefix() -> None:
+    h = Harness()
+    for owner, prefix in ((None, "p/"), ("o", None)):
+        with pytest.raises(InvalidRequestError, match="close_owner needs"):
+            two_phase.complete_prepared(
+                h.c, [], commit=False, owner=owner, sequence=-1, abort_prefix=prefix,
+                now_ms=h.now, close_owner=True,
+            )  # fmt: skip
+    assert h.c.closed == {} and h.store.appends == []
 
 
 def test_prepared_takes_no_partitions_and_is_not_timed_out_by_the_producer_timeout() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import msgspec
 import pytest
 
 from spark_mq.broker.txn.records import (
@@ -116,5 +117,10 @@ def test_decision_values_round_trip() -> None:
         7, 123, (DecisionEntry("a", 1, 0, 2, True), DecisionEntry("b", 2, 5, 1, False))
     )
     assert decode_decision(encode_decision(decision)) == decision
+    closed = Decision(-1, 124, (), closed_prefix="job-9/")
+    assert decode_decision(encode_decision(closed)) == closed
+    # A value written before closed_prefix existed (four elements) reads as not closed.
+    old_value = msgspec.msgpack.encode([0, 7, 123, [["a", 1, 0, 2, True]]])
+    assert decode_decision(old_value) == Decision(7, 123, (DecisionEntry("a", 1, 0, 2, True),))
     with pytest.raises(CorruptRecordError):
         decode_decision(b"\xc1")

@@ -27,6 +27,7 @@ from spark_mq import (
     Producer,
     ProducerFencedError,
     TopicPartition,
+    UsageError,
 )
 from spark_mq.errors import ProducerStateError
 
@@ -288,6 +289,30 @@ def test_prepared_producer_refuses_a_new_transaction(broker: Any) -> None:
         assert admin.describe_transactions(["tx-prepared"])[0].state == "Prepared"
         assert admin.complete_prepared_transactions([handle]).committed
     assert b"p" in read_until(broker, "t", commit_sentinel(broker, "t", "prep"))
+
+
+def test_a_closed_owner_fences_a_task_that_outlived_its_job(broker: Any) -> None:
+    """A batch job's abort closes its owner while one of its tasks still writes: that task
+    cannot prepare afterwards, nor can a later attempt start, so nothing is left hanging."""
+    create(broker, "t")
+    with txn_producer(broker, "job-9/0") as late:
+        late.begin_transaction()
+        late.send("t", b"late", partition=0).get(timeout=10)
+        with Admin(bootstrap_servers=servers(broker)) as admin:
+            with pytest.raises(UsageError, match="close_owner=True needs an owner"):
+                admin.complete_prepared_transactions([], commit=False, close_owner=True)
+            admin.complete_prepared_transactions(
+                [], commit=False, owner="job-9", abort_prefix="job-9/", close_owner=True
+            )
+        with pytest.raises(ProducerFencedError):
+            late.prepare_transaction()
+    refused = Producer(bootstrap_servers=servers(broker), transactional_id="job-9/1")
+    with pytest.raises(ProducerFencedError, match="owner 'job-9', which is closed"):
+        refused.init_transactions()
+    refused.close()
+    with Admin(bootstrap_servers=servers(broker)) as admin:
+        states = {t.transactional_id: t.state for t in admin.list_transactions(prefix="job-9/")}
+    assert states == {"job-9/0": "CompleteAbort"}
 
 
 def test_hanging_prepared_transaction_is_ended_from_the_cli(

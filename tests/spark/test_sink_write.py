@@ -11,7 +11,7 @@ from pyspark.sql.functions import udf
 from pyspark.sql.types import StringType, StructField, StructType
 from sink_helpers import create_topic, read_topic, values
 
-from spark_mq import Admin, Producer
+from spark_mq import Admin, Producer, ProducerFencedError
 from spark_mq.sink import SinkCommitMessage, stream_writer
 
 SCHEMA = StructType([StructField("value", StringType())])
@@ -77,6 +77,15 @@ def test_exactly_once_batch_write_is_visible_whole(spark: Any, mq_dir: Path) -> 
     expected = sorted(f"v-{i}".encode() for i in range(200))
     assert values(mq_dir, "eo") == expected
     assert values(mq_dir, "eo", "read_uncommitted") == expected
+    # The commit closed the job's id (spark-batch/{uuid}): a straggling attempt of one of its
+    # tasks can no longer prepare a transaction that would hang.
+    with Admin(path=str(mq_dir)) as admin:
+        listed = admin.list_transactions(prefix="spark-batch/")
+    assert {t.state for t in listed} == {"CompleteCommit"}
+    straggler = Producer(path=str(mq_dir), transactional_id=listed[0].transactional_id)
+    with pytest.raises(ProducerFencedError, match="which is closed"):
+        straggler.init_transactions()
+    straggler.close()
 
 
 def test_a_failed_batch_job_leaves_nothing_visible(spark: Any, mq_dir: Path) -> None:
@@ -96,8 +105,15 @@ def test_a_failed_batch_job_leaves_nothing_visible(spark: Any, mq_dir: Path) -> 
     assert values(mq_dir, "atomic") == []
     assert values(mq_dir, "atomic", "read_uncommitted"), "the finished tasks wrote nothing"
     with Admin(path=str(mq_dir)) as admin:
-        states = {t.state for t in admin.list_transactions(prefix="atomic-job/")}
+        listed = admin.list_transactions(prefix="atomic-job/")
+    states = {t.state for t in listed}
     assert not states & {"Ongoing", "Prepared"}, states
+    # The abort closed the job's id: a task Spark was still cancelling when the job failed
+    # cannot prepare afterwards (or start again), so nothing can appear later either.
+    late = Producer(path=str(mq_dir), transactional_id=listed[0].transactional_id)
+    with pytest.raises(ProducerFencedError, match="which is closed"):
+        late.init_transactions()
+    late.close()
 
 
 def _prepare(mq_dir: Path, tid: str, topic: str, data: list[bytes]) -> str:

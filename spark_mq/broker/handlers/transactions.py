@@ -347,6 +347,7 @@ async def handle_complete_prepared_txns(
             sequence=request.sequence,
             abort_prefix=request.abort_prefix,
             now_ms=txns.now_ms(),
+            close_owner=request.close_owner,
         )
     except Exception as exc:
         failed_code, failure = error_of(exc, what)

@@ -118,6 +118,9 @@ class TransactionCoordinator:
         self.owners: dict[str, Decision] = {}
         #: Decisions without an owner whose markers are not all written yet.
         self.anonymous: dict[str, Decision] = {}
+        #: Closed transactional id prefix -> the owner that closed it (``close_owner``).
+        self.closed: dict[str, str] = {}
+        self._closed_lengths: frozenset[int] = frozenset()
         self._decision_counter = 0
 
     # -----------------------------------------------------------------------------------------
@@ -153,12 +156,31 @@ class TransactionCoordinator:
         if owner is not None:
             self._append(owner, [(owner_key(owner), _encode(decision))], now_ms)
             self.owners[owner] = decision
+            if decision.closed_prefix is not None:
+                self._close(decision.closed_prefix, owner)
             return owner
         self._decision_counter += 1
         name = f"{now_ms}-{os.getpid()}-{self._decision_counter}"
         self._append(name, [(decision_key(name), _encode(decision))], now_ms)
         self.anonymous[name] = decision
         return name
+
+    def _close(self, prefix: str, owner: str) -> None:
+        self.closed[prefix] = owner
+        self._closed_lengths = self._closed_lengths | {len(prefix)}
+
+    def check_not_closed(self, transactional_id: str) -> None:
+        """Refuse a transactional id under a prefix its two-phase owner closed: the owner's
+        job is over (committed or aborted as a whole), so a late task of it must not start,
+        grow or prepare a transaction that nothing would ever complete."""
+        for length in self._closed_lengths:
+            owner = self.closed.get(transactional_id[:length])
+            if owner is not None:
+                raise ProducerFencedError(
+                    f"transactional id {transactional_id!r} belongs to two-phase owner "
+                    f"{owner!r}, which is closed: its job already committed or aborted as a "
+                    "whole, so this late attempt can write nothing; close this producer"
+                )
 
     # -----------------------------------------------------------------------------------------
     # Deciding and completing
@@ -256,6 +278,10 @@ class TransactionCoordinator:
         self.txns = dict(loaded.txns)
         self.owners = dict(loaded.owners)
         self.anonymous = dict(loaded.decisions)
+        self.closed, self._closed_lengths = {}, frozenset()
+        for owner, decision in self.owners.items():
+            if decision.closed_prefix is not None:
+                self._close(decision.closed_prefix, owner)
         for decision in [*self.owners.values(), *self.anonymous.values()]:
             for e in decision.entries:
                 txn = self.txns.get(e.transactional_id)
@@ -328,6 +354,7 @@ class TransactionCoordinator:
         epoch bumped (a new id once epochs run out), fencing every older incarnation and
         aborting what it left open (Ongoing or Prepared) first."""
         tid = validate_transactional_id(transactional_id)
+        self.check_not_closed(tid)
         limit = self.config.transaction_max_timeout_ms
         if not 1 <= timeout_ms <= limit:
             raise InvalidTransactionTimeoutError(
@@ -385,6 +412,7 @@ class TransactionCoordinator:
     ) -> None:
         """Register partitions with the producer's transaction, beginning one if needed."""
         txn = self.producer_txn(transactional_id, producer_id, producer_epoch, now_ms)
+        self.check_not_closed(transactional_id)
         if txn.state is TxnState.PREPARED:
             raise InvalidTxnStateError(
                 f"the transaction of {transactional_id!r} is prepared: it takes no more "

@@ -17,7 +17,8 @@ only append elements and readers ignore trailing ones::
                            last_producer_epoch, timeout_ms, state (name), partitions,
                            txn_start_ms, prepared_ms, last_update_ms, txn_number]
         partitions        [[topic, [partition, ...]], ...]
-    decision value v0     [0, sequence, timestamp_ms, entries]     (owner and decision keys)
+    decision value v0     [0, sequence, timestamp_ms, entries, closed_prefix]
+                          (owner and decision keys; closed_prefix may be absent: None)
         entry             [transactional_id, producer_id, producer_epoch, txn_number, commit]
 
 A decision value is the commit point of a CompletePreparedTxns request: one append that
@@ -25,6 +26,9 @@ lists every transaction of the decision (``commit`` True for the committed ones,
 those ``abort_prefix`` aborts). Under an owner key it also records the owner's newest
 ``sequence`` (compaction keeps the newest per owner); a decision without an owner gets a
 decision key of its own, with ``sequence`` -1, tombstoned once its markers are written.
+``closed_prefix`` is set once the owner was closed (``close_owner``): from then on no
+transaction whose id starts with it may begin, grow or be prepared; every later record of
+the owner carries it on, so compaction never reopens the owner.
 Nothing here is checksummed: the record batch's CRC covers it. Writer: the coordinator, on
 the event loop thread; reader: the broker at startup. A key or value that does not decode
 raises :class:`~spark_mq.errors.CorruptRecordError`; an unknown key version decodes to None.
@@ -77,11 +81,13 @@ class DecisionEntry(msgspec.Struct, array_like=True, frozen=True):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Decision:
-    """A decision value: the owner's sequence (-1: none) and the transactions it decided."""
+    """A decision value: the owner's sequence (-1: none), the transactions it decided and,
+    once the owner is closed, the transactional id prefix it closed."""
 
     sequence: int
     timestamp_ms: int
     entries: tuple[DecisionEntry, ...]
+    closed_prefix: str | None = None
 
 
 class _TxnValueV0(msgspec.Struct, array_like=True, frozen=True):
@@ -104,6 +110,7 @@ class _DecisionValueV0(msgspec.Struct, array_like=True, frozen=True):
     sequence: int
     timestamp_ms: int
     entries: list[DecisionEntry]
+    closed_prefix: str | None = None
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -204,7 +211,11 @@ def decode_txn_value(transactional_id: str, value: bytes) -> TxnMetadata:
 def encode_decision(decision: Decision) -> bytes:
     return _ENCODER.encode(
         _DecisionValueV0(
-            VALUE_VERSION, decision.sequence, decision.timestamp_ms, list(decision.entries)
+            VALUE_VERSION,
+            decision.sequence,
+            decision.timestamp_ms,
+            list(decision.entries),
+            decision.closed_prefix,
         )
     )
 
@@ -216,4 +227,4 @@ def decode_decision(value: bytes) -> Decision:
         raise CorruptRecordError(f"__transaction_state decision does not decode: {exc}") from exc
     if v.version < 0:
         raise CorruptRecordError(f"__transaction_state decision of version {v.version}")
-    return Decision(v.sequence, v.timestamp_ms, tuple(v.entries))
+    return Decision(v.sequence, v.timestamp_ms, tuple(v.entries), v.closed_prefix or None)

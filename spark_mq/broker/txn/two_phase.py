@@ -17,6 +17,12 @@ CompletePreparedTxns and DescribeTxnOwner, over the :class:`TransactionCoordinat
 - **Idempotence**: a commit whose ``sequence`` is not above the owner's last recorded one is a
   replay. Its transactions are aborted instead and the answer says ``already_committed``: a
   replayed batch never doubles its output.
+- **Closing an owner** (``close_owner``, for a job that decides once, such as a Spark batch
+  write): the decision record also closes ``abort_prefix`` for good. From then on the
+  coordinator refuses InitProducerId, AddPartitionsToTxn and PrepareTxn for ids under it
+  (PRODUCER_FENCED), so a task still running when its job was aborted cannot prepare a
+  transaction after the abort that would then hang until
+  ``transaction.prepared.max.timeout.ms``.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ def prepare(
     txn = coordinator.producer_txn(transactional_id, producer_id, producer_epoch, now_ms)
     if txn.state is TxnState.PREPARED:
         return txn.partitions
+    coordinator.check_not_closed(transactional_id)
     if txn.state is TxnState.ONGOING:
         new = txn.transition(TxnState.PREPARED, now_ms, prepared_ms=now_ms)
     elif txn.state.is_complete:
@@ -111,13 +118,23 @@ def _check_ref(
 
 
 def _validate(
-    refs: Sequence[PreparedTxnRef], commit: bool, owner: str | None, sequence: int
+    refs: Sequence[PreparedTxnRef],
+    *,
+    commit: bool,
+    owner: str | None,
+    sequence: int,
+    abort_prefix: str | None,
+    close_owner: bool,
 ) -> None:
     names = [r.transactional_id for r in refs]
     if len(set(names)) != len(names):
         raise InvalidRequestError("a transactional id is named twice in one decision")
     if owner is not None and not owner:
         raise InvalidRequestError("owner must be a non-empty string, or unset")
+    if close_owner and (owner is None or not abort_prefix):
+        raise InvalidRequestError(
+            "close_owner needs an owner and an abort_prefix: the prefix is what it closes"
+        )
     if commit and owner is not None and sequence < 0:
         raise InvalidRequestError(
             f"a commit tagged with owner {owner!r} needs a sequence >= 0, got {sequence}"
@@ -136,9 +153,24 @@ def complete_prepared(
     sequence: int,
     abort_prefix: str | None,
     now_ms: int,
+    close_owner: bool = False,
 ) -> CompletionOutcome:
     """Commit (all or nothing) or abort ``refs`` as one decision; see the module docstring."""
-    _validate(refs, commit, owner, sequence)
+    _validate(
+        refs,
+        commit=commit,
+        owner=owner,
+        sequence=sequence,
+        abort_prefix=abort_prefix,
+        close_owner=close_owner,
+    )
+    if close_owner and owner in coordinator.owners:
+        already = coordinator.owners[owner].closed_prefix
+        if already is not None and already != abort_prefix:
+            raise InvalidRequestError(
+                f"owner {owner!r} already closed prefix {already!r}; it cannot close "
+                f"{abort_prefix!r} too"
+            )
     last = last_sequence(coordinator, owner) if owner is not None else -1
     replay = commit and owner is not None and sequence <= last
     results: list[tuple[str, SparkMQError | None]] = []
@@ -181,16 +213,24 @@ def complete_prepared(
                 decisions.append((txn, False))
                 others.append(tid)
     committing = commit and not replay
-    if committing and (owner is not None or len(decisions) > 1):
+    # A closed owner stays closed: its newest record (the one compaction keeps) says so.
+    previous = coordinator.owners.get(owner) if owner is not None else None
+    closed_prefix = previous.closed_prefix if previous is not None else None
+    if close_owner:
+        closed_prefix = abort_prefix
+    closing = close_owner and abort_prefix not in coordinator.closed
+    if (committing and (owner is not None or len(decisions) > 1)) or closing:
         entries = tuple(
             DecisionEntry(t.transactional_id, t.producer_id, t.producer_epoch, t.txn_number, c)
             for t, c in decisions
         )
-        coordinator.write_decision(
-            owner, Decision(sequence if owner else -1, now_ms, entries), now_ms
-        )
-        if owner is not None:
+        if committing and owner is not None:
             last = sequence
+        coordinator.write_decision(
+            owner,
+            Decision(last if owner else -1, now_ms, entries, closed_prefix),
+            now_ms,
+        )
     if decisions:
         coordinator.decide(decisions, now_ms, fence=True)
         coordinator.retry_pending(now_ms)
