@@ -89,6 +89,36 @@ def test_offsets_are_pending_until_the_commit_marker(replicas: ReplicaManager) -
     assert _committed(_coordinator(replicas)) == 9
 
 
+def test_a_plain_commit_after_a_pending_one_is_not_overwritten_by_its_marker(
+    replicas: ReplicaManager,
+) -> None:
+    """Kafka's rule: a committed transaction's offset replaces only an offset written before
+    it, so memory agrees with what compaction keeps (the newer record of the key)."""
+    coordinator = _coordinator(replicas)
+    assert _txn_commit(coordinator, pid=7, offset=9) == [None]
+    assert coordinator.commit_offsets("g", [OffsetCommit("t", 0, 12)], now_ms=NOW) == [None]
+    # Another partition, committed only in the transaction, is published as usual.
+    assert coordinator.offsets.commit_transactional(
+        "g",
+        [OffsetCommit("t", 1, 3)],
+        producer_id=7,
+        producer_epoch=0,
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        now_ms=NOW,
+    ) == [None]
+    _markers(replicas, coordinator).write(
+        [_offsets_partition()], producer_id=7, producer_epoch=0, commit=True
+    )
+    for view in (coordinator, _coordinator(replicas)):
+        fetched = view.fetch_offsets("g", [("t", 0), ("t", 1)], require_stable=True)
+        assert [(f.entry.offset if f.entry else None, f.error) for f in fetched] == [
+            (12, None),
+            (3, None),
+        ]
+
+
 def test_an_abort_marker_drops_them_now_and_on_reload(replicas: ReplicaManager) -> None:
     coordinator = _coordinator(replicas)
     coordinator.commit_offsets("g", [OffsetCommit("t", 0, 1)], now_ms=NOW)

@@ -30,7 +30,10 @@ transaction's marker to that partition and then calls
 (abort); nothing more is written, the marker is the decision. Loading the topic replays the
 same: transactional offset records wait for their producer's marker
 (``LoadedGroups.apply_marker``), and those still without one come back pending, to be
-completed by the transaction coordinator's recovery.
+completed by the transaction coordinator's recovery. A committed transaction's offset for a
+partition replaces the partition's current one only if its record was written after it
+(Kafka's rule): a plain commit made while the transaction was pending stays, in memory as
+after a reload of the compacted topic.
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ from spark_mq.broker.group.records import (
     TopicPartitionKey,
     encode_offset_value,
     group_key,
+    next_position,
     offset_key,
+    publish_committed,
 )
 from spark_mq.broker.group.state import GroupState
 from spark_mq.errors import (
@@ -339,7 +344,7 @@ class OffsetManager:
                     )
                 )
                 continue
-            entry = OffsetEntry(c.offset, c.leader_epoch, c.metadata, now_ms)
+            entry = OffsetEntry(c.offset, c.leader_epoch, c.metadata, now_ms, next_position())
             records.append((offset_key(group_id, c.topic, c.partition), encode_offset_value(entry)))
             accepted.append(((c.topic, c.partition), entry))
             errors.append(None)
@@ -350,7 +355,8 @@ class OffsetManager:
     ) -> int:
         """The marker of ``producer_id``'s transaction was written to ``partition`` of
         ``__consumer_offsets`` (None: to every partition): publish the offsets it committed
-        to the groups of that partition, or drop them. How many offsets were published."""
+        to the groups of that partition (each only over an offset written before it), or
+        drop them. How many offsets were published."""
         published = 0
         for group in list(self.groups.values()):
             if producer_id not in group.pending_txn_offsets:
@@ -359,8 +365,7 @@ class OffsetManager:
                 continue
             staged = group.pending_txn_offsets.pop(producer_id)
             if committed:
-                group.offsets.update(staged)
-                published += len(staged)
+                published += publish_committed(group.offsets, staged)
         return published
 
 

@@ -38,6 +38,7 @@ from spark_mq.broker.group.records import (
     decode_group_value,
     decode_key,
     decode_offset_value,
+    publish_committed,
 )
 from spark_mq.broker.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from spark_mq.broker.replica_manager import ReplicaManager
@@ -114,13 +115,13 @@ class LoadedGroups:
 
     def apply_marker(self, producer_id: int, committed: bool) -> None:
         """The marker of ``producer_id``'s transaction: publish (commit) or drop (abort) the
-        offsets it committed."""
+        offsets it committed (each only over an offset written before it)."""
         for group_id in list(self.pending):
             staged = self.pending[group_id].pop(producer_id, None)
             if not self.pending[group_id]:
                 del self.pending[group_id]
             if staged and committed:
-                self.offsets.setdefault(group_id, {}).update(staged)
+                publish_committed(self.offsets.setdefault(group_id, {}), staged)
 
     def apply(self, key: bytes, value: bytes | None) -> None:
         self.records += 1

@@ -37,6 +37,7 @@ broker's record, skipped).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import struct
 from typing import Final
 
@@ -56,14 +57,42 @@ _MAX_STRING_BYTES: Final = 32767
 TopicPartitionKey = tuple[str, int]
 
 
+#: Append order of offset records in this process: live commits and loaded records alike
+#: draw from it, in the order their records stand in ``__consumer_offsets`` (a group's
+#: records all go to one partition, which loads in log order before it takes commits).
+next_position = itertools.count().__next__
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class OffsetEntry:
-    """A committed offset: the next offset to consume, as the consumer committed it."""
+    """A committed offset: the next offset to consume, as the consumer committed it.
+
+    ``position`` (not stored, not compared) is where its record stands among the group's
+    offset records (:data:`next_position`): when a transaction commits, its offset for a
+    partition replaces the current one only if written after it, as Kafka decides, so a
+    plain commit made while a transactional one was pending is not overwritten, and memory
+    agrees with what compaction keeps (the newer record of a key).
+    """
 
     offset: int
     leader_epoch: int = -1
     metadata: str | None = None
     commit_timestamp_ms: int = -1
+    position: int = dataclasses.field(default=-1, compare=False)
+
+
+def publish_committed(
+    offsets: dict[TopicPartitionKey, OffsetEntry], staged: dict[TopicPartitionKey, OffsetEntry]
+) -> int:
+    """Publish a committed transaction's ``staged`` offsets into ``offsets``: each one that
+    was written after the partition's current offset (or where there is none). How many."""
+    published = 0
+    for tp, entry in staged.items():
+        current = offsets.get(tp)
+        if current is None or current.position < entry.position:
+            offsets[tp] = entry
+            published += 1
+    return published
 
 
 class MemberRecord(msgspec.Struct, array_like=True, frozen=True):
@@ -207,7 +236,7 @@ def decode_offset_value(value: bytes) -> OffsetEntry:
         raise CorruptRecordError(f"__consumer_offsets offset value does not decode: {exc}") from exc
     if v.version < 0:
         raise CorruptRecordError(f"__consumer_offsets offset value of version {v.version}")
-    return OffsetEntry(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms)
+    return OffsetEntry(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms, next_position())
 
 
 def encode_group_value(record: GroupRecord) -> bytes:
