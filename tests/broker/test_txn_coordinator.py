@@ -379,6 +379,38 @@ def test_idle_ids_expire_with_a_tombstone_but_open_ones_never() -> None:
     assert set(h.restarted().c.txns) == {"busy"}
 
 
+def test_closed_owners_expire_like_ids_but_open_ones_and_streams_never() -> None:
+    h = Harness(transactional_id_expiration_ms=1000)
+
+    def close(owner: str) -> None:
+        two_phase.complete_prepared(
+            h.c, [], commit=False, owner=owner, sequence=-1, abort_prefix=owner + "/",
+            now_ms=h.now, close_owner=True,
+        )  # fmt: skip
+
+    pid, epoch = h.begin("stream/0")
+    two_phase.prepare(h.c, "stream/0", pid, epoch, h.now)
+    two_phase.complete_prepared(
+        h.c, [PreparedTxnRef("stream/0", pid, epoch)], commit=True, owner="stream", sequence=4,
+        abort_prefix="stream/", now_ms=h.now,
+    )  # fmt: skip
+    close("done")
+    h.begin("busy/0", ("u", 0))
+    h.markers.fail.add(("u", 0))  # the abort of busy/0 cannot write its marker yet
+    close("busy")
+    assert h.state("busy/0") is S.PREPARE_ABORT
+    h.now += 999
+    assert h.c.expire_ids(h.now) == 0
+    h.now += 1
+    h.c.expire_ids(h.now)
+    assert set(h.c.owners) == {"stream", "busy"}  # a stream's sequence guards replays
+    assert set(h.c.closed) == {"busy/"}
+    h.init("done/0")  # the job is long over: its id may be used again
+    with pytest.raises(ProducerFencedError):
+        h.init("busy/1")
+    assert set(h.restarted().c.owners) == {"stream", "busy"}
+
+
 def test_the_crash_hook_exits_after_the_decision_and_before_markers() -> None:
     h = Harness()
     h.c._crash_at = CRASH_AFTER_DECISION

@@ -66,7 +66,8 @@ class TxnConfig(Config):
         "transactional.id.expiration.ms",
         SEVEN_DAYS_MS,
         "A transactional id with no open transaction and no request for this long is "
-        "forgotten (a tombstone in __transaction_state).",
+        "forgotten (a tombstone in __transaction_state); so is a closed two-phase owner "
+        "(a finished batch job) whose last decision is this old.",
         parse=parse_int,
         check=at_least(1),
     )

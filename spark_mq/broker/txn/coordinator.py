@@ -570,8 +570,8 @@ class TransactionCoordinator:
         return len(due)
 
     def expire_ids(self, now_ms: int) -> int:
-        """Forget transactional ids idle for ``transactional.id.expiration.ms`` (tombstones);
-        how many."""
+        """Forget transactional ids idle for ``transactional.id.expiration.ms``, and closed
+        two-phase owners as old (tombstones); how many."""
         limit = self.config.transactional_id_expiration_ms
         expired = 0
         for txn in list(self.txns.values()):
@@ -586,7 +586,35 @@ class TransactionCoordinator:
             expired += 1
         if expired:
             logger.info("forgot %d expired transactional ids", expired)
-        return expired
+        return expired + self._expire_closed_owners(now_ms, limit)
+
+    def _expire_closed_owners(self, now_ms: int, limit: int) -> int:
+        """Forget closed two-phase owners (finished batch jobs) whose last record is older
+        than ``transactional.id.expiration.ms`` and under whose prefix nothing is open or
+        still completing: no attempt of such a job can still be running. An owner that is
+        not closed (a stream's sink id) is kept: its sequence guards against a replay."""
+        forgotten = 0
+        for owner, decision in list(self.owners.items()):
+            prefix = decision.closed_prefix
+            if prefix is None or now_ms - decision.timestamp_ms < limit:
+                continue
+            if any(
+                tid.startswith(prefix) and not txn.state.is_complete
+                for tid, txn in self.txns.items()
+            ):
+                continue
+            try:
+                self._append(owner, [(owner_key(owner), None)], now_ms)
+            except CoordinatorNotAvailableError:
+                continue
+            del self.owners[owner]
+            if self.closed.get(prefix) == owner:
+                del self.closed[prefix]
+                self._closed_lengths = frozenset(len(p) for p in self.closed)
+            forgotten += 1
+        if forgotten:
+            logger.info("forgot %d closed two-phase owners past their expiration", forgotten)
+        return forgotten
 
 
 def check_producer(txn: TxnMetadata, producer_id: int, producer_epoch: int) -> None:
