@@ -594,14 +594,12 @@ class TransactionCoordinator:
         still completing: no attempt of such a job can still be running. An owner that is
         not closed (a stream's sink id) is kept: its sequence guards against a replay."""
         forgotten = 0
+        unfinished = [tid for tid, txn in self.txns.items() if not txn.state.is_complete]
         for owner, decision in list(self.owners.items()):
             prefix = decision.closed_prefix
             if prefix is None or now_ms - decision.timestamp_ms < limit:
                 continue
-            if any(
-                tid.startswith(prefix) and not txn.state.is_complete
-                for tid, txn in self.txns.items()
-            ):
+            if any(tid.startswith(prefix) for tid in unfinished):
                 continue
             try:
                 self._append(owner, [(owner_key(owner), None)], now_ms)
