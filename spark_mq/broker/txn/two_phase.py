@@ -164,13 +164,17 @@ def complete_prepared(
         abort_prefix=abort_prefix,
         close_owner=close_owner,
     )
-    if close_owner and owner in coordinator.owners:
-        already = coordinator.owners[owner].closed_prefix
-        if already is not None and already != abort_prefix:
-            raise InvalidRequestError(
-                f"owner {owner!r} already closed prefix {already!r}; it cannot close "
-                f"{abort_prefix!r} too"
-            )
+    # A closed owner stays closed: every record of it after the close carries the prefix (the
+    # newest record is the one compaction keeps).
+    previous = coordinator.owners.get(owner) if owner is not None else None
+    already_closed = previous.closed_prefix if previous is not None else None
+    if close_owner and already_closed not in (None, abort_prefix):
+        raise InvalidRequestError(
+            f"owner {owner!r} already closed prefix {already_closed!r}; it cannot close "
+            f"{abort_prefix!r} too"
+        )
+    closing = close_owner and already_closed is None
+    closed_prefix = abort_prefix if closing else already_closed
     last = last_sequence(coordinator, owner) if owner is not None else -1
     replay = commit and owner is not None and sequence <= last
     results: list[tuple[str, SparkMQError | None]] = []
@@ -213,12 +217,6 @@ def complete_prepared(
                 decisions.append((txn, False))
                 others.append(tid)
     committing = commit and not replay
-    # A closed owner stays closed: its newest record (the one compaction keeps) says so.
-    previous = coordinator.owners.get(owner) if owner is not None else None
-    closed_prefix = previous.closed_prefix if previous is not None else None
-    if close_owner:
-        closed_prefix = abort_prefix
-    closing = close_owner and abort_prefix not in coordinator.closed
     if (committing and (owner is not None or len(decisions) > 1)) or closing:
         entries = tuple(
             DecisionEntry(t.transactional_id, t.producer_id, t.producer_epoch, t.txn_number, c)
