@@ -268,6 +268,13 @@ class FileRecords:
         self.close()
         self._path.unlink(missing_ok=True)
 
+    def __del__(self) -> None:
+        # A segment given up without close() (one that failed to open, a crashed cleaner's
+        # output) must not keep its descriptor; a backstop, not the API. Nothing is written.
+        if getattr(self, "_fd", -1) >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
 
 def _advance(views: list[memoryview], n: int) -> list[memoryview]:
     """Drop ``n`` written bytes from the front of a list of views (partial ``writev``)."""

@@ -119,6 +119,7 @@ def _open_segment(
             # failed its check (and fails itself if that index is full or misaligned).
             segment.offset_index.delete()
             segment.time_index.delete()
+            segment.txn_index.close()
             segment.records.close()
         _remove_index_files(directory, base_offset)
         segment = _new_segment(directory, base_offset, config, now_ms)

@@ -92,27 +92,36 @@ class LogSegment:
         self.rolling_jitter_ms = rolling_jitter_ms
         self.created_ms = created_ms
         self.records = FileRecords(directory / segment_file_name(base_offset, LOG_SUFFIX))
-        self.offset_index = OffsetIndex(
-            directory / segment_file_name(base_offset, INDEX_SUFFIX),
-            base_offset,
-            max_index_size_bytes=max_index_size_bytes,
-        )
-        self.time_index = TimeIndex(
-            directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
-            base_offset,
-            max_index_size_bytes=max_index_size_bytes,
-        )
-        # Aborted transactions whose abort marker is in this segment (read_committed readers
-        # skip their data). Maintained by the log, which knows the producer state.
-        self.txn_index = TxnIndex(
-            directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX), base_offset
-        )
         self._bytes_since_last_index_entry = 0
         self._max_timestamp_so_far = -1
         self._offset_of_max_timestamp_so_far = base_offset - 1
         self._rolling_based_timestamp: int | None = None
         self._next_offset: int | None = None
-        self._load_largest_timestamp()
+        try:
+            self.offset_index = OffsetIndex(
+                directory / segment_file_name(base_offset, INDEX_SUFFIX),
+                base_offset,
+                max_index_size_bytes=max_index_size_bytes,
+            )
+            self.time_index = TimeIndex(
+                directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
+                base_offset,
+                max_index_size_bytes=max_index_size_bytes,
+            )
+            # Aborted transactions whose abort marker is in this segment (read_committed
+            # readers skip their data). Maintained by the log, which knows the producer state.
+            self.txn_index = TxnIndex(
+                directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX), base_offset
+            )
+            self._load_largest_timestamp()
+        except BaseException:
+            # A corrupt index (the loader rebuilds it and opens the segment again) or a failed
+            # open: release the descriptors opened so far, writing nothing.
+            self.records.close()
+            txn_index = getattr(self, "txn_index", None)
+            if txn_index is not None:
+                txn_index.close()
+            raise
 
     # -----------------------------------------------------------------------------------------
     # Properties

@@ -306,6 +306,13 @@ last_offset=120, last_stable_offset=121)], is_complete=True)
         if fd is not None:
             os.close(fd)
 
+    def __del__(self) -> None:
+        # An index given up without close() must not keep its descriptor (a backstop).
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            self._fd = None
+            os.close(fd)
+
     def delete(self) -> bool:
         """Close the index and delete its file; returns whether a file was there to delete."""
         self._check_open()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -608,3 +610,30 @@ def test_should_roll_when_offsets_no_longer_fit(segment: LogSegment) -> None:
 def test_empty_segment_never_rolls(segment: LogSegment) -> None:
     assert not should_roll(segment, segment_bytes=HEADER_SIZE + 1, append_size_bytes=10**6)
     assert not should_roll(segment, last_offset=BASE + MAX_RELATIVE_OFFSET + 1)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_segment_that_fails_to_open_keeps_no_descriptor(tmp_path: Path) -> None:
+    log_path = tmp_path / segment_file_name(BASE, LOG_SUFFIX)
+    log_path.write_bytes(b"")
+    # The time index cannot be opened: the segment's .log is already open by then.
+    (tmp_path / segment_file_name(BASE, TIME_INDEX_SUFFIX)).mkdir()
+
+    def descriptors_of_log() -> int:
+        links = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return links.count(str(log_path))
+
+    with pytest.raises(OSError) as failed:
+        LogSegment(
+            tmp_path,
+            BASE,
+            index_interval_bytes=4096,
+            max_index_size_bytes=BIG_INDEX_BYTES,
+            created_ms=0,
+        )
+    # Checked while the exception (whose traceback holds the half-built segment) is alive.
+    assert failed.value is not None
+    assert descriptors_of_log() == 0
