@@ -251,7 +251,13 @@ def start_byte_receiver(work: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def writers(
-    spark: Any, rows: int, work: Path, receiver: subprocess.Popen[bytes], socket_path: str
+    spark: Any,
+    rows: int,
+    work: Path,
+    receiver: subprocess.Popen[bytes],
+    socket_path: str,
+    *,
+    topic_prefix: str = "",
 ) -> list[tuple[Case, Callable[[int], None]]]:
     from spark_mq import Admin
     from spark_mq.client.config import ProducerConfig
@@ -259,7 +265,7 @@ def writers(
     mq = str(work / "mq")
     with Admin(path=mq) as admin:
         for topic in ("eo", "alo"):
-            admin.create_topic(topic, partitions=PARTITIONS)
+            admin.create_topic(topic_prefix + topic, partitions=PARTITIONS)
 
     def discard(_: int) -> None:
         make_frame(spark, rows).write.format("bench_discard").mode("append").save()
@@ -286,11 +292,92 @@ def writers(
 
     return [
         (Case("discard (ceiling)"), discard),
-        (Case("spark_mq, exactlyOnce=true"), spark_mq("eo", True)),
-        (Case("spark_mq, exactlyOnce=false"), spark_mq("alo", False)),
+        (Case("spark_mq, exactlyOnce=true"), spark_mq(topic_prefix + "eo", True)),
+        (Case("spark_mq, exactlyOnce=false"), spark_mq(topic_prefix + "alo", False)),
         (Case("Parquet (peer)"), parquet),
         (Case("bytes only (floor)", server_pid=receiver.pid), bytes_only),
     ]
+
+
+@dataclasses.dataclass
+class SmallJobs:
+    """Per-job cost of a writer on jobs too small for their rows to matter (``--small-jobs``):
+    what every micro-batch of a stream pays whatever its size."""
+
+    name: str
+    jobs: int
+    seconds: float  # wall seconds of all the jobs
+    worker_cpu: float  # CPU seconds of the Python workers (every pyspark.daemon process)
+    broker_cpu: float
+
+
+def python_worker_cpu_seconds() -> float:
+    """CPU seconds used so far by every Spark Python worker process (pyspark.daemon and its
+    forks) alive now; a worker that exits meanwhile takes its share with it."""
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if b"pyspark.daemon" not in f.read():
+                    continue
+        except OSError:
+            continue
+        total += process_cpu_seconds(int(entry))
+    return total
+
+
+def measure_small_jobs(
+    cases: list[tuple[Case, Callable[[int], None]]], jobs: int, broker_pid: int
+) -> list[SmallJobs]:
+    """Run each writer ``jobs`` times after two warm-up jobs; CPU and wall per job."""
+    results = []
+    for case, write in cases:
+        write(-1)
+        write(-1)
+        worker0, broker0 = python_worker_cpu_seconds(), process_cpu_seconds(broker_pid)
+        begin = time.perf_counter()
+        for _ in range(jobs):
+            write(-1)
+        elapsed = time.perf_counter() - begin
+        results.append(
+            SmallJobs(
+                case.name,
+                jobs,
+                elapsed,
+                python_worker_cpu_seconds() - worker0,
+                process_cpu_seconds(broker_pid) - broker0 if "spark_mq" in case.name else 0.0,
+            )
+        )
+        print(f"small jobs: {case.name}: {elapsed / jobs * 1000:.0f} ms per job", flush=True)
+    return results
+
+
+def small_jobs_table(results: list[SmallJobs], rows: int) -> list[str]:
+    if not results:
+        return []
+    lines = [
+        f"Small jobs: {results[0].jobs} jobs of {rows:,} rows in {PARTITIONS} partitions per "
+        "writer, after two warm-up jobs; what each job costs whatever its size (every "
+        "micro-batch of a stream pays it):",
+        "",
+        "| writer | ms per job | Python worker CPU ms per job | broker CPU ms per job |",
+        "|---|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.name} | {r.seconds / r.jobs * 1000:.0f} | "
+            f"{r.worker_cpu / r.jobs * 1000:.0f} | {r.broker_cpu / r.jobs * 1000:.0f} |"
+        )
+    lines += [
+        "",
+        "The Python worker figure includes the full garbage collection pyspark's worker runs "
+        "after every task. spark_mq's tasks freeze the worker's long-lived objects once per "
+        "worker process (`spark_mq/datasource/worker_gc.py`), so that collection skips them; "
+        "the discarding writer does not.",
+    ]
+    return lines
 
 
 def goal_line(cases: list[Case], rows: int) -> str:
@@ -398,6 +485,8 @@ def render_markdown(
     rows: int,
     cases: list[Case],
     storage: Storage,
+    small: list[SmallJobs],
+    small_rows: int,
 ) -> str:
     lines = [
         SECTION_BEGIN,
@@ -430,6 +519,8 @@ def render_markdown(
         "",
         *where_the_time_goes(cases, rows, storage),
         "",
+        *small_jobs_table(small, small_rows),
+        *([""] if small else []),
         SECTION_END,
     ]
     return "\n".join(lines) + "\n"
@@ -440,6 +531,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=4_000_000, help="rows per write")
     parser.add_argument("--runs", type=int, default=2, help="timed runs per writer")
     parser.add_argument("--master", default="local[4]", help="Spark master (4 task slots)")
+    parser.add_argument(
+        "--small-jobs",
+        type=int,
+        default=20,
+        help="also time this many small jobs per writer (0: skip)",
+    )
+    parser.add_argument("--small-rows", type=int, default=4_000, help="rows per small job")
     parser.add_argument("--out", type=Path, help="write the section into this Markdown file")
     parser.add_argument(
         "--byte-receiver",
@@ -486,6 +584,12 @@ def main(argv: list[str] | None = None) -> int:
         # The warm-up and every timed run wrote the same rows to the exactly-once topic.
         stored = sum(f.stat().st_size for f in (work / "mq").glob("eo-*/*.log"))
         storage = Storage(stored / (args.rows * (args.runs + 1)), *page_cache)
+        small: list[SmallJobs] = []
+        if args.small_jobs > 0:
+            small_cases = writers(
+                spark, args.small_rows, work, receiver, socket_path, topic_prefix="small-"
+            )
+            small = measure_small_jobs(small_cases[:3], args.small_jobs, broker_pid)
     finally:
         receiver.terminate()
         receiver.wait()
@@ -498,6 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     print(results_table(measured, args.rows))
     print(goal_line(measured, args.rows))
     print("\n".join(where_the_time_goes(measured, args.rows, storage)))
+    print("\n".join(small_jobs_table(small, args.small_rows)))
     if args.out is not None:
         section = render_markdown(
             command=command_line(),
@@ -508,6 +613,8 @@ def main(argv: list[str] | None = None) -> int:
             rows=args.rows,
             cases=measured,
             storage=storage,
+            small=small,
+            small_rows=args.small_rows,
         )
         shared_write_section(args.out, section, begin_marker=SECTION_BEGIN, end_marker=SECTION_END)
     return 0

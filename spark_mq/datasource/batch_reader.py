@@ -13,6 +13,7 @@ from spark_mq.datasource.broker_view import BrokerView
 from spark_mq.datasource.offsets import PartitionRange, ReadSettings, plan_ranges
 from spark_mq.datasource.options import SourceOptions
 from spark_mq.datasource.partition_reader import read_partition_range
+from spark_mq.datasource.worker_gc import freeze_long_lived
 from spark_mq.errors import ConfigError
 
 
@@ -53,4 +54,5 @@ class SparkMQBatchReader(DataSourceReader):
         if not isinstance(partition, PartitionRange):
             # pyspark reads one placeholder partition (None) when planning returned none.
             return iter(())
+        freeze_long_lived()
         return read_partition_range(partition)

@@ -17,6 +17,7 @@ from spark_mq.datasource.connection import lookup
 from spark_mq.datasource.options import parse_source_options
 from spark_mq.datasource.schema import source_ddl
 from spark_mq.datasource.stream_reader import SparkMQStreamReader
+from spark_mq.datasource.worker_gc import freeze_long_lived
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
@@ -41,17 +42,23 @@ class SparkMQDataSource(DataSource):
         return source_ddl(include)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        freeze_long_lived()  # Spark plans reads and writes in reused Python workers too
         return SparkMQBatchReader(parse_source_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 (Spark API name)
+        freeze_long_lived()
         return SparkMQStreamReader(parse_source_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from spark_mq.sink import batch_writer  # noqa: PLC0415 (the sink loads only for writes)
 
+        freeze_long_lived()
+
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 (Spark API name)
         from spark_mq.sink import stream_writer  # noqa: PLC0415 (the sink loads only for writes)
+
+        freeze_long_lived()
 
         return stream_writer(self.options, schema, overwrite)

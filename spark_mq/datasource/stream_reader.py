@@ -54,6 +54,7 @@ from spark_mq.datasource.offsets import (
 )
 from spark_mq.datasource.options import SourceOptions
 from spark_mq.datasource.partition_reader import read_partition_range
+from spark_mq.datasource.worker_gc import freeze_long_lived
 from spark_mq.errors import DataLossError
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,7 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(partition, PartitionRange):
             # pyspark reads one placeholder partition (None) when planning returned none.
             return iter(())
+        freeze_long_lived()
         return read_partition_range(partition)
 
     def commit(self, end: dict[str, dict[str, int]]) -> None:

@@ -27,6 +27,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from spark_mq.client.futures import FutureBatchMetadata
 from spark_mq.client.producer import Producer
+from spark_mq.datasource.worker_gc import freeze_long_lived
 from spark_mq.errors import ConfigError
 from spark_mq.sink.columns import ColumnPlan, to_send_tables
 from spark_mq.sink.options import SinkOptions
@@ -112,6 +113,7 @@ def _check_delivered(futures: list[FutureBatchMetadata]) -> None:
 def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
     """Run one write task: send every batch, then prepare (exactly once) or flush."""
     context = _task_context()
+    freeze_long_lived()
     partition_id = int(context.partitionId())
     attempt = int(context.attemptNumber())
     sink_id = plan.sink_id or stream_sink_id(plan.options, context)

@@ -24,6 +24,7 @@ from typing import Any, Final
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
 
+from spark_mq.datasource.worker_gc import freeze_long_lived
 from spark_mq.sink.columns import check_schema
 from spark_mq.sink.commit import abort_prepared, commit_prepared
 from spark_mq.sink.options import parse_sink_options
@@ -47,6 +48,7 @@ class MQBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[Any]) -> None:
         """Make the whole job's output visible at once (runs on the driver)."""
+        freeze_long_lived()
         if self.plan.options.exactly_once:
             commit_prepared(
                 self.plan.options.endpoint,
@@ -59,6 +61,7 @@ class MQBatchWriter(DataSourceArrowWriter):
     def abort(self, messages: list[Any]) -> None:
         """End the transactions of the tasks that had finished, and close the job's id so
         that a task still running cannot prepare later: none of the job shows."""
+        freeze_long_lived()
         if self.plan.options.exactly_once:
             abort_prepared(
                 self.plan.options.endpoint, messages, sink_id=self.plan.sink_id, close_owner=True
@@ -77,6 +80,7 @@ class MQStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 (Spark's name)
         """Commit micro-batch ``batchId`` as one decision; idempotent for a replayed id."""
+        freeze_long_lived()
         if not self.plan.options.exactly_once:
             rows = sum(m.rows for m in messages if isinstance(m, SinkCommitMessage))
             _log.info("spark_mq sink: batch %d wrote %d rows (at least once)", batchId, rows)
@@ -87,6 +91,7 @@ class MQStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 (Spark's name)
         """Abort micro-batch ``batchId``'s prepared transactions."""
+        freeze_long_lived()
         if self.plan.options.exactly_once:
             abort_prepared(self.plan.options.endpoint, messages, sink_id=self.plan.sink_id)
 

@@ -73,6 +73,8 @@ def test_section_replaces_only_its_own_markers(tmp_path: Path) -> None:
         rows=1_000_000,
         cases=_cases(20.0),
         storage=CHEAP_STORAGE,
+        small=_small(),
+        small_rows=4_000,
     )
     bench.shared_write_section(
         doc, section, begin_marker=bench.SECTION_BEGIN, end_marker=bench.SECTION_END
@@ -80,6 +82,22 @@ def test_section_replaces_only_its_own_markers(tmp_path: Path) -> None:
     text = doc.read_text()
     assert text.startswith("keep me\n") and text.endswith("tail\n")
     assert "old" not in text and "## Spark sink" in text and "MISS" in text
+    assert "| spark_mq, exactlyOnce=true | 150 | 40 | 12 |" in text
+
+
+def _small() -> list[bench.SmallJobs]:
+    return [
+        bench.SmallJobs("discard (ceiling)", 20, 4.0, 1.6, 0.0),
+        bench.SmallJobs("spark_mq, exactlyOnce=true", 20, 3.0, 0.8, 0.24),
+    ]
+
+
+def test_small_jobs_table_reports_per_job_figures() -> None:
+    lines = bench.small_jobs_table(_small(), 4_000)
+    assert lines[0].startswith("Small jobs: 20 jobs of 4,000 rows in 4 partitions per writer")
+    assert "| discard (ceiling) | 200 | 80 | 0 |" in lines
+    assert "| spark_mq, exactlyOnce=true | 150 | 40 | 12 |" in lines
+    assert bench.small_jobs_table([], 4_000) == []
 
 
 @pytest.mark.slow
@@ -90,6 +108,7 @@ def test_smoke_run_writes_its_section(tmp_path: Path) -> None:
             sys.executable,
             str(REPO / "benchmarks" / "bench_sink.py"),
             *("--rows", "20000", "--runs", "1", "--master", "local[2]", "--out", str(out)),
+            *("--small-jobs", "2", "--small-rows", "100"),
         ],
         capture_output=True,
         text=True,
@@ -102,3 +121,4 @@ def test_smoke_run_writes_its_section(tmp_path: Path) -> None:
     assert "| Parquet (peer) |" in section
     # The floor case ran too (a task that cannot reach its receiver fails the run).
     assert "| bytes only (floor) |" in section and "The floor of the design" in section
+    assert "Small jobs: 2 jobs of 100 rows" in section

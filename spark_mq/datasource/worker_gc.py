@@ -1,0 +1,54 @@
+"""Keep the Spark Python worker's collection between tasks cheap.
+
+A reused Python worker (``spark.python.worker.reuse``, Spark's default) runs ``gc.collect()``
+after every task, and after every driver-side ``commit`` of a data source writer, which
+runs in such a worker too. A full collection walks every object the process tracks: once
+pyspark, pyarrow, numpy and spark_mq are imported, 60,000-100,000 objects, 15-30 ms of CPU
+on the 2-core machine of docs/benchmarks.md. Every task of every micro-batch pays it, and the
+next task on that worker waits for it. Nearly all of those objects are modules, classes and
+functions that live as long as the worker.
+
+:func:`freeze_long_lived` runs once per worker process, when its first spark_mq task or
+writer commit starts: a full collection, then :func:`gc.freeze`, which moves every object
+still alive to the permanent generation that later collections skip. Objects created
+afterwards (each task's batches, producers, connections) are collected as before. The price
+is bounded: an object alive at that moment that later becomes part of unreachable *cyclic*
+garbage is never freed (acyclic objects are still freed by reference counting); only that
+first task's own transient objects can be in that position, once per worker process.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+
+#: The module pyspark runs its Python worker daemon as (``python -m pyspark.daemon``); every
+#: reused worker is a fork of it, so its ``__main__`` is that module.
+PYSPARK_DAEMON = "pyspark.daemon"
+
+_lock = threading.Lock()
+_frozen = False
+
+
+def in_pyspark_worker() -> bool:
+    """Whether this process is a Python worker forked by pyspark's daemon."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) == PYSPARK_DAEMON
+
+
+def freeze_long_lived() -> bool:
+    """In a pyspark worker, freeze what the process holds now, the first time in the process;
+    returns whether this call froze. Anywhere else (a driver, a notebook, a test calling a
+    reader directly) it does nothing. A forked child inherits the frozen objects and the
+    flag."""
+    global _frozen  # noqa: PLW0603 (one flag per process)
+    if _frozen or not in_pyspark_worker():
+        return False
+    with _lock:
+        if _frozen:
+            return False
+        _frozen = True
+        gc.collect()
+        gc.freeze()
+        return True
