@@ -308,7 +308,7 @@ class SmallJobs:
     jobs: int
     seconds: float  # wall seconds of all the jobs
     worker_cpu: float  # CPU seconds of the Python workers (every pyspark.daemon process)
-    broker_cpu: float
+    broker_cpu: float  # CPU seconds of the broker process (idle for the discarding writer)
 
 
 def python_worker_cpu_seconds() -> float:
@@ -347,7 +347,7 @@ def measure_small_jobs(
                 jobs,
                 elapsed,
                 python_worker_cpu_seconds() - worker0,
-                process_cpu_seconds(broker_pid) - broker0 if "spark_mq" in case.name else 0.0,
+                process_cpu_seconds(broker_pid) - broker0,
             )
         )
         print(f"small jobs: {case.name}: {elapsed / jobs * 1000:.0f} ms per job", flush=True)

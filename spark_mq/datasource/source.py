@@ -53,12 +53,10 @@ class SparkMQDataSource(DataSource):
         from spark_mq.sink import batch_writer  # noqa: PLC0415 (the sink loads only for writes)
 
         freeze_long_lived()
-
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 (Spark API name)
         from spark_mq.sink import stream_writer  # noqa: PLC0415 (the sink loads only for writes)
 
         freeze_long_lived()
-
         return stream_writer(self.options, schema, overwrite)
