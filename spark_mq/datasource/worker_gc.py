@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import gc
 import sys
-import threading
 
 #: The module pyspark runs its Python worker daemon as (``python -m pyspark.daemon``); every
 #: reused worker is a fork of it, so its ``__main__`` is that module.
 PYSPARK_DAEMON = "pyspark.daemon"
 
-_lock = threading.Lock()
 _frozen = False
 
 
@@ -45,10 +43,8 @@ def freeze_long_lived() -> bool:
     global _frozen  # noqa: PLW0603 (one flag per process)
     if _frozen or not in_pyspark_worker():
         return False
-    with _lock:
-        if _frozen:
-            return False
-        _frozen = True
-        gc.collect()
-        gc.freeze()
-        return True
+    # No lock: a second freeze from a racing thread would only repeat the work.
+    _frozen = True
+    gc.collect()
+    gc.freeze()
+    return True

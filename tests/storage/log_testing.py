@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 from spark_mq.storage.log import PartitionLog
 
@@ -22,3 +25,12 @@ class Clock:
 
 #: ``open_log(config=None, /, directory=..., **PartitionLog.open options) -> PartitionLog``
 OpenLog = Callable[..., PartitionLog]
+
+
+def open_descriptors_of(path: Path) -> int:
+    """How many of this process's descriptors point at ``path`` (Linux: ``/proc/self/fd``)."""
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return links.count(str(path))

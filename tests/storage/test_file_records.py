@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from log_testing import open_descriptors_of
 
 from spark_mq.errors import (
     CorruptRecordError,
@@ -412,24 +413,12 @@ def test_file_range_closes_its_descriptor(records: FileRecords) -> None:
         os.fstat(leaked_fd)
 
 
-def _open_descriptors_of(path: Path) -> int:
-    """How many of this process's descriptors point at ``path``."""
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
-                count += 1
-        except OSError:
-            pass
-    return count
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
 def test_a_file_given_up_without_close_releases_its_descriptor(tmp_path: Path) -> None:
     path = tmp_path / "00000000000000000000.log"
     records = FileRecords(path)
     records.append([b"kept"])
-    assert _open_descriptors_of(path) == 1
+    assert open_descriptors_of(path) == 1
     del records  # abandoned, as a crashed cleaner's output or a segment that failed to open
-    assert _open_descriptors_of(path) == 0
+    assert open_descriptors_of(path) == 0
     assert path.read_bytes() == b"kept"  # nothing written or cut on the way out

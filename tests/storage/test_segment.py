@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from typing import TypeVar
 import crc32c
 import pyarrow as pa
 import pytest
+from log_testing import open_descriptors_of
 
 from spark_mq.errors import CorruptIndexError, InvalidRecordError
 from spark_mq.storage.batch_decoder import decode_records, iter_batches
@@ -617,14 +617,8 @@ def test_a_segment_that_fails_to_open_keeps_no_descriptor(tmp_path: Path) -> Non
     log_path = tmp_path / segment_file_name(BASE, LOG_SUFFIX)
     log_path.write_bytes(b"")
     # The time index cannot be opened: the segment's .log is already open by then.
-    (tmp_path / segment_file_name(BASE, TIME_INDEX_SUFFIX)).mkdir()
-
-    def descriptors_of_log() -> int:
-        links = []
-        for fd in os.listdir("/proc/self/fd"):
-            with contextlib.suppress(OSError):
-                links.append(os.readlink(f"/proc/self/fd/{fd}"))
-        return links.count(str(log_path))
+    time_index_path = tmp_path / segment_file_name(BASE, TIME_INDEX_SUFFIX)
+    time_index_path.mkdir()
 
     with pytest.raises(OSError) as failed:
         LogSegment(
@@ -635,5 +629,5 @@ def test_a_segment_that_fails_to_open_keeps_no_descriptor(tmp_path: Path) -> Non
             created_ms=0,
         )
     # Checked while the exception (whose traceback holds the half-built segment) is alive.
-    assert failed.value is not None
-    assert descriptors_of_log() == 0
+    assert failed.value.filename == str(time_index_path)
+    assert open_descriptors_of(log_path) == 0
