@@ -5,8 +5,9 @@ writer on the driver, and calls it again with the same ``batchId`` after a resta
 driver died before recording the batch in its own commit log. :func:`commit_prepared` asks
 the transaction coordinator to commit every prepared transaction of the batch as one
 decision tagged ``(owner=sink id, sequence=batchId)`` and to abort every other open or
-prepared transaction whose id starts with ``{sink_id}/`` (leftovers of a run with more
-partitions, or of a speculative or zombie attempt). The coordinator records the decision and
+prepared transaction whose id starts with ``{sink_id}/`` (the attempts Spark did not keep:
+a failed, zombie or speculative one, each under its own id; and leftovers of a run with more
+partitions). The coordinator records the decision and
 the tag in one durable append before it writes any marker, and answers a sequence that is
 not above the owner's last one by aborting the given transactions: a replayed batch never
 doubles output, and the second call is harmless.

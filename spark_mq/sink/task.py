@@ -1,9 +1,14 @@
 """The executor side of the sink: one write task turns its Arrow batches into produce calls.
 
 With ``exactlyOnce`` (the default) a task writes inside its own transaction, whose
-transactional id is ``{sink_id}/{partition}``: a re-run of the task (another attempt, or the
-same micro-batch after a driver restart) calls ``init_transactions()`` with the same id,
-which fences the older attempt and aborts what it left open or prepared. The task ends by
+transactional id is ``{sink_id}/{partition}`` for a task's first attempt and
+``{sink_id}/{partition}.{attempt}`` for a later one (:func:`transactional_id_of`). Two
+attempts that Spark runs at once (speculative execution, or a retry beside a zombie) thus
+never fence each other: each prepares its own transaction, the driver commits the one whose
+message Spark chose, and the same decision aborts the others (its ``abort_prefix``). The same
+micro-batch re-run after a driver restart starts again from attempt 0, and its
+``init_transactions()`` fences the earlier run's task and aborts what it left open or
+prepared. The task ends by
 *preparing* its transaction (the producer flushes, the coordinator moves it to Prepared) and
 returns the handle in its commit message; the driver commits every handle of the micro-batch
 as one decision (:mod:`spark_mq.sink.commit`). Without ``exactlyOnce`` the task uses an
@@ -92,6 +97,18 @@ def stream_sink_id(options: SinkOptions, context: Any) -> str:
     )
 
 
+def transactional_id_of(sink_id: str, partition_id: int, attempt: int) -> str:
+    """The transactional id of one attempt of a write task (see the module docstring).
+
+    Attempt 0 keeps the plain ``{sink_id}/{partition}``; attempt ``k`` adds ``.k``. Every id
+    starts with ``{sink_id}/``, the prefix the driver's commit and abort end leftovers by.
+    """
+    if attempt < 0:
+        raise ValueError(f"a Spark task attempt number is never negative, got {attempt}")
+    base = f"{sink_id}/{partition_id}"
+    return base if attempt == 0 else f"{base}.{attempt}"
+
+
 def _send_all(
     producer: Producer, batches: Iterable[pa.RecordBatch], columns: ColumnPlan
 ) -> tuple[int, list[FutureBatchMetadata]]:
@@ -124,10 +141,11 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
             producer.flush()
             _check_delivered(futures)
         return SinkCommitMessage(sink_id, partition_id, attempt, rows)
-    transactional_id = f"{sink_id}/{partition_id}"
+    transactional_id = transactional_id_of(sink_id, partition_id, attempt)
     producer = Producer(**props, transactional_id=transactional_id)  # type: ignore[arg-type]
     try:
-        # Fences every older attempt of this task and aborts what it left open or prepared.
+        # Fences this attempt's predecessor of an earlier run (a driver restart re-runs the
+        # batch from attempt 0) and aborts what it left open or prepared.
         producer.init_transactions()
         producer.begin_transaction()
         prepared = False

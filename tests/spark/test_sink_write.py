@@ -13,6 +13,7 @@ from sink_helpers import create_topic, read_topic, values
 
 from spark_mq import Admin, Producer, ProducerFencedError
 from spark_mq.sink import SinkCommitMessage, stream_writer
+from spark_mq.sink.task import transactional_id_of
 
 SCHEMA = StructType([StructField("value", StringType())])
 
@@ -175,6 +176,37 @@ def test_leftover_transactions_of_the_sink_are_aborted_at_commit(mq_dir: Path) -
     with Admin(path=str(mq_dir)) as admin:
         states = {t.state for t in admin.list_transactions(prefix="s3/")}
     assert not states & {"Ongoing", "Prepared"}, states
+
+
+def test_each_attempt_of_a_task_has_its_own_transactional_id() -> None:
+    ids = [transactional_id_of("sink", 3, attempt) for attempt in range(4)]
+    assert ids[0] == "sink/3"  # a task's first attempt keeps the id earlier runs used
+    assert len(set(ids)) == 4
+    assert all(tid.startswith("sink/") for tid in ids)  # the prefix commit and abort end
+    assert transactional_id_of("sink", 31, 0) not in ids
+
+
+@pytest.mark.parametrize("winner", [0, 1])
+def test_speculative_attempts_of_a_task_both_prepare_and_the_chosen_one_commits(
+    mq_dir: Path, winner: int
+) -> None:
+    """Spark may run a speculative copy of a slow task beside it and keep the message of
+    whichever finishes first. The copy must not fence the original: if it did, the
+    original's prepared transaction would be aborted and committing its message would fail."""
+    create_topic(mq_dir, "out", 1)
+    options = {"path": str(mq_dir), "topic": "out", "sink.id": "s5"}
+    handles = [
+        _prepare(mq_dir, transactional_id_of("s5", 0, attempt), "out", [f"a{attempt}".encode()])
+        for attempt in (0, 1)
+    ]
+    chosen = SinkCommitMessage("s5", 0, winner, 1, handles[winner])
+    stream_writer(options, SCHEMA, False).commit([chosen], 0)
+    assert values(mq_dir, "out") == [f"a{winner}".encode()]
+    with Admin(path=str(mq_dir)) as admin:
+        states = {t.transactional_id: t.state for t in admin.list_transactions(prefix="s5/")}
+    loser = transactional_id_of("s5", 0, 1 - winner)
+    assert states[loser] in {"CompleteAbort", "PrepareAbort"}, states
+    assert not set(states.values()) & {"Ongoing", "Prepared"}, states
 
 
 def test_streaming_query_commits_under_a_sink_id_stable_across_restarts(
