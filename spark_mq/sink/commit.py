@@ -89,6 +89,15 @@ def sink_id_of(messages: Sequence[SinkCommitMessage], configured: str | None) ->
     return next(iter(ids), None)
 
 
+def run_id_of(messages: Sequence[SinkCommitMessage]) -> str | None:
+    """The streaming query run the tasks wrote in (they must all agree), None when none
+    says (a batch job, or a Spark that does not name its runs)."""
+    runs = {m.run_id for m in messages if m.run_id is not None}
+    if len(runs) > 1:
+        raise UsageError(f"spark_mq sink: write tasks of one batch used different runs {runs}")
+    return next(iter(runs), None)
+
+
 def _handles(messages: Sequence[SinkCommitMessage]) -> list[PreparedTransaction]:
     return [PreparedTransaction.from_json(m.transaction) for m in messages if m.transaction]
 
@@ -155,8 +164,10 @@ def abort_prepared(
     and prepare. ``close_owner`` (a batch job, whose sink id is its own) closes the sink id
     at the coordinator in the same decision, so those late tasks are refused
     (ProducerFencedError) instead of leaving a prepared transaction that nothing completes.
-    A stream cannot close its sink id (the batch is retried under it); a late task's
-    transaction there is aborted by the retry's ``init_transactions`` or the next commit.
+    A stream cannot close its sink id (a restart re-runs the batch under it), but a failed
+    micro-batch ends its query run, so the stream's abort closes the run's scope
+    ``{sink_id}/{run_id}`` (owner and prefix) instead: its late tasks are refused the same
+    way, and the next run writes under a scope of its own.
 
     Best effort: a transaction that is already aborted or fenced is what abort wants, so a
     failure is logged, not raised (Spark is already failing the batch for its own reason)."""
@@ -165,8 +176,16 @@ def abort_prepared(
     handles = _handles(ours)
     if not handles and owner is None:
         return
+    run = None if close_owner or owner is None else run_id_of(ours)
     try:
         with Admin(**endpoint) as admin:  # type: ignore[arg-type]
+            if run is not None:
+                scope = f"{owner}/{run}"
+                admin.complete_prepared_transactions(
+                    handles, commit=False, owner=scope, abort_prefix=scope + "/", close_owner=True
+                )
+                handles = []
+            # The rest of the sink: leftovers of earlier runs, or of tasks without a run.
             admin.complete_prepared_transactions(
                 handles,
                 commit=False,

@@ -1,18 +1,24 @@
 """The executor side of the sink: one write task turns its Arrow batches into produce calls.
 
-With ``exactlyOnce`` (the default) a task writes inside its own transaction, whose
-transactional id is ``{sink_id}/{partition}`` for a task's first attempt and
-``{sink_id}/{partition}.{attempt}`` for a later one (:func:`transactional_id_of`). Two
-attempts that Spark runs at once (speculative execution, or a retry beside a zombie) thus
-never fence each other: each prepares its own transaction, the driver commits the one whose
-message Spark chose, and the same decision aborts the others (its ``abort_prefix``). The same
-micro-batch re-run after a driver restart starts again from attempt 0, and its
-``init_transactions()`` fences the earlier run's task and aborts what it left open or
-prepared. The task ends by
-*preparing* its transaction (the producer flushes, the coordinator moves it to Prepared) and
-returns the handle in its commit message; the driver commits every handle of the micro-batch
-as one decision (:mod:`spark_mq.sink.commit`). Without ``exactlyOnce`` the task uses an
-idempotent producer and flushes: at least once, like Spark's Kafka sink.
+With ``exactlyOnce`` (the default) a task writes inside its own transaction. Its
+transactional id is ``{scope}/{partition}`` for the task's first attempt and
+``{scope}/{partition}.{attempt}`` for a later one (:func:`transactional_id_of`), where the
+scope is the batch job's own id, or for a stream ``{sink_id}/{run_id}``: the sink id and the
+id of the query run (:func:`stream_run_id`), new each time the query starts.
+
+- Two attempts that Spark runs at once (speculative execution, or a retry beside a zombie)
+  never fence each other: each prepares its own transaction, the driver commits the one whose
+  message Spark kept, and the same decision aborts the others (its ``abort_prefix``).
+- A new run of a stream re-runs an unfinished micro-batch under ids of its own; its commit
+  aborts whatever an earlier run left open or prepared.
+- When a micro-batch fails, the driver's abort also *closes* the run's scope at the
+  coordinator (:func:`~spark_mq.sink.commit.abort_prepared`): a task Spark is still
+  cancelling cannot prepare a transaction afterwards that nothing would ever complete.
+
+The task ends by *preparing* its transaction (the producer flushes, the coordinator moves it
+to Prepared) and returns the handle in its commit message; the driver commits every handle
+of the micro-batch as one decision (:mod:`spark_mq.sink.commit`). Without ``exactlyOnce`` the
+task uses an idempotent producer and flushes: at least once, like Spark's Kafka sink.
 
 A task holds no connection before ``write()`` runs: everything it needs is the plain,
 picklable :class:`TaskPlan` that Spark ships inside the writer object.
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -41,6 +48,10 @@ from spark_mq.sink.options import SinkOptions
 #: checkpoint's ``metadata`` file, so it is the same for every run of a query that restarts
 #: from one checkpoint location, and different for another checkpoint (docs/spark_sink.md).
 QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
+#: TaskContext local property holding the job group. Spark's stream execution sets it, for
+#: every job of a query run, to that run's id (``StreamingQuery.runId``), new each time the
+#: query starts, also from the same checkpoint.
+JOB_GROUP_PROPERTY: Final = "spark.jobGroup.id"
 
 _log = logging.getLogger(__name__)
 
@@ -56,6 +67,7 @@ class TaskPlan:
     options: SinkOptions
     columns: ColumnPlan
     sink_id: str | None
+    stream: bool = False
 
 
 @dataclass
@@ -64,7 +76,8 @@ class SinkCommitMessage(WriterCommitMessage):
 
     ``transaction`` is the prepared transaction's JSON handle
     (:meth:`~spark_mq.client.transactions.PreparedTransaction.to_json`), None when the task
-    wrote nothing or ran without ``exactlyOnce``.
+    wrote nothing or ran without ``exactlyOnce``. ``run_id`` is the streaming query run whose
+    ids the task used (:func:`stream_run_id`), None for a batch job.
     """
 
     sink_id: str
@@ -72,6 +85,7 @@ class SinkCommitMessage(WriterCommitMessage):
     attempt_number: int
     rows: int
     transaction: str | None = None
+    run_id: str | None = None
 
 
 def _task_context() -> Any:
@@ -97,15 +111,28 @@ def stream_sink_id(options: SinkOptions, context: Any) -> str:
     )
 
 
-def transactional_id_of(sink_id: str, partition_id: int, attempt: int) -> str:
+def stream_run_id(context: Any) -> str | None:
+    """The id of the streaming query run a task belongs to, None when there is none (not a
+    streaming task, or a Spark that does not set it): Spark runs every job of a query run in
+    the job group named by the run's id, a UUID."""
+    group = context.getLocalProperty(JOB_GROUP_PROPERTY)
+    if not group:
+        return None
+    try:
+        return str(uuid.UUID(group))
+    except ValueError:
+        return None
+
+
+def transactional_id_of(scope: str, partition_id: int, attempt: int) -> str:
     """The transactional id of one attempt of a write task (see the module docstring).
 
-    Attempt 0 keeps the plain ``{sink_id}/{partition}``; attempt ``k`` adds ``.k``. Every id
-    starts with ``{sink_id}/``, the prefix the driver's commit and abort end leftovers by.
+    Attempt 0 is ``{scope}/{partition}``; attempt ``k`` adds ``.k``. Every id starts with
+    ``{scope}/``, the prefix the driver's commit and abort end leftovers by.
     """
     if attempt < 0:
         raise ValueError(f"a Spark task attempt number is never negative, got {attempt}")
-    base = f"{sink_id}/{partition_id}"
+    base = f"{scope}/{partition_id}"
     return base if attempt == 0 else f"{base}.{attempt}"
 
 
@@ -134,6 +161,7 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
     partition_id = int(context.partitionId())
     attempt = int(context.attemptNumber())
     sink_id = plan.sink_id or stream_sink_id(plan.options, context)
+    run_id = stream_run_id(context) if plan.stream else None
     props = plan.options.producer_props()
     if not plan.options.exactly_once:
         with Producer(**props) as producer:  # type: ignore[arg-type]
@@ -141,11 +169,11 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
             producer.flush()
             _check_delivered(futures)
         return SinkCommitMessage(sink_id, partition_id, attempt, rows)
-    transactional_id = transactional_id_of(sink_id, partition_id, attempt)
+    scope = sink_id if run_id is None else f"{sink_id}/{run_id}"
+    transactional_id = transactional_id_of(scope, partition_id, attempt)
     producer = Producer(**props, transactional_id=transactional_id)  # type: ignore[arg-type]
     try:
-        # Fences this attempt's predecessor of an earlier run (a driver restart re-runs the
-        # batch from attempt 0) and aborts what it left open or prepared.
+        # Fences an earlier producer of this id and aborts what it left open or prepared.
         producer.init_transactions()
         producer.begin_transaction()
         prepared = False
@@ -153,7 +181,7 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
             rows, futures = _send_all(producer, batches, plan.columns)
             if rows == 0:
                 producer.abort_transaction()
-                return SinkCommitMessage(sink_id, partition_id, attempt, 0)
+                return SinkCommitMessage(sink_id, partition_id, attempt, 0, run_id=run_id)
             handle = producer.prepare_transaction()
             prepared = True
             _check_delivered(futures)
@@ -164,7 +192,9 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
             if not prepared:
                 _abort_quietly(producer)
             raise
-        return SinkCommitMessage(sink_id, partition_id, attempt, rows, handle.to_json())
+        return SinkCommitMessage(
+            sink_id, partition_id, attempt, rows, handle.to_json(), run_id=run_id
+        )
     finally:
         # close() keeps a prepared transaction prepared: the driver decides its outcome.
         producer.close()

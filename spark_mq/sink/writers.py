@@ -12,6 +12,8 @@ executors, where ``write()`` opens its producer.
   Its commit or abort also closes the job's id at the coordinator, so an attempt that
   outlives the job (a task being cancelled, a speculative copy) can prepare nothing.
 - :class:`MQStreamWriter`: one decision per micro-batch, tagged ``(sink id, batchId)``.
+  A failed micro-batch's abort closes the ids of the query run (``{sink id}/{run id}/``),
+  which the next run of the query does not use.
 """
 
 from __future__ import annotations
@@ -90,16 +92,19 @@ class MQStreamWriter(DataSourceStreamArrowWriter):
         )
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 (Spark's name)
-        """Abort micro-batch ``batchId``'s prepared transactions."""
+        """Abort micro-batch ``batchId``'s transactions and close its query run's ids (the
+        query stops; a restart is a new run with ids of its own)."""
         freeze_long_lived()
         if self.plan.options.exactly_once:
             abort_prepared(self.plan.options.endpoint, messages, sink_id=self.plan.sink_id)
 
 
-def _plan(options: Mapping[str, str], schema: Any, sink_id: str | None) -> TaskPlan:
+def _plan(
+    options: Mapping[str, str], schema: Any, sink_id: str | None, *, stream: bool = False
+) -> TaskPlan:
     parsed = parse_sink_options(options)
     columns = check_schema(schema, topic_option=parsed.topic)
-    return TaskPlan(options=parsed, columns=columns, sink_id=sink_id)
+    return TaskPlan(options=parsed, columns=columns, sink_id=sink_id, stream=stream)
 
 
 def batch_writer(options: Mapping[str, str], schema: Any, overwrite: bool) -> MQBatchWriter:
@@ -114,4 +119,4 @@ def stream_writer(options: Mapping[str, str], schema: Any, overwrite: bool) -> M
     """The writer of ``df.writeStream.format("spark_mq")``; Spark creates one per query run
     for the tasks and a fresh one for every ``commit``/``abort``, so it holds no state."""
     parsed = parse_sink_options(options)
-    return MQStreamWriter(_plan(options, schema, parsed.sink_id))
+    return MQStreamWriter(_plan(options, schema, parsed.sink_id, stream=True))

@@ -3,6 +3,7 @@ aborted and replayed micro-batches. Output is read back with our Consumer."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from sink_helpers import create_topic, read_topic, values
 
 from spark_mq import Admin, Producer, ProducerFencedError
 from spark_mq.sink import SinkCommitMessage, stream_writer
-from spark_mq.sink.task import transactional_id_of
+from spark_mq.sink.task import stream_run_id, transactional_id_of
 
 SCHEMA = StructType([StructField("value", StringType())])
 
@@ -186,6 +187,25 @@ def test_each_attempt_of_a_task_has_its_own_transactional_id() -> None:
     assert transactional_id_of("sink", 31, 0) not in ids
 
 
+class _Properties:
+    """Stands in for a TaskContext's local properties."""
+
+    def __init__(self, **properties: str) -> None:
+        self.properties = properties
+
+    def getLocalProperty(self, key: str) -> str | None:
+        return self.properties.get(key)
+
+
+def test_a_stream_task_takes_its_run_id_from_the_job_group() -> None:
+    run = uuid.uuid4()
+    assert stream_run_id(_Properties(**{"spark.jobGroup.id": str(run)})) == str(run)
+    assert stream_run_id(_Properties(**{"spark.jobGroup.id": str(run).upper()})) == str(run)
+    # A job group that is not a run id (set by hand outside a stream), or none: no run.
+    assert stream_run_id(_Properties(**{"spark.jobGroup.id": "nightly-load"})) is None
+    assert stream_run_id(_Properties()) is None
+
+
 @pytest.mark.parametrize("winner", [0, 1])
 def test_speculative_attempts_of_a_task_both_prepare_and_the_chosen_one_commits(
     mq_dir: Path, winner: int
@@ -207,6 +227,47 @@ def test_speculative_attempts_of_a_task_both_prepare_and_the_chosen_one_commits(
     loser = transactional_id_of("s5", 0, 1 - winner)
     assert states[loser] in {"CompleteAbort", "PrepareAbort"}, states
     assert not set(states.values()) & {"Ongoing", "Prepared"}, states
+
+
+def test_an_aborted_micro_batch_closes_its_query_run(mq_dir: Path) -> None:
+    """A failed micro-batch ends its query run. Its abort closes the run's ids, so a task
+    Spark is still cancelling cannot leave a prepared transaction behind that nothing would
+    complete; the query's next run writes under new ids and commits the same batch id."""
+    create_topic(mq_dir, "out", 1)
+    options = {"path": str(mq_dir), "topic": "out", "sink.id": "s6"}
+    failed_run, next_run = str(uuid.uuid4()), str(uuid.uuid4())
+    scope = f"s6/{failed_run}"
+    handle = _prepare(mq_dir, transactional_id_of(scope, 0, 0), "out", [b"failed-0"])
+    # Partition 1's task is still writing when the abort comes.
+    mid = Producer(path=str(mq_dir), transactional_id=transactional_id_of(scope, 1, 0))
+    mid.init_transactions()
+    mid.begin_transaction()
+    mid.send("out", b"failed-1").get()
+    finished = SinkCommitMessage("s6", 0, 0, 1, handle, run_id=failed_run)
+    stream_writer(options, SCHEMA, False).abort([finished, None], 4)
+
+    with pytest.raises(ProducerFencedError):
+        mid.prepare_transaction()
+    mid.close()
+    late = Producer(path=str(mq_dir), transactional_id=transactional_id_of(scope, 2, 0))
+    with pytest.raises(ProducerFencedError, match="which is closed"):
+        late.init_transactions()  # a task that had not started its transaction yet
+    late.close()
+
+    again = [
+        _prepare(
+            mq_dir, transactional_id_of(f"s6/{next_run}", p, 0), "out", [f"again-{p}".encode()]
+        )
+        for p in range(2)
+    ]
+    stream_writer(options, SCHEMA, False).commit(
+        [SinkCommitMessage("s6", p, 0, 1, h, run_id=next_run) for p, h in enumerate(again)], 4
+    )
+    assert values(mq_dir, "out") == [b"again-0", b"again-1"]
+    with Admin(path=str(mq_dir)) as admin:
+        states = {t.state for t in admin.list_transactions(prefix="s6/")}
+        assert admin.last_committed_sequence("s6") == 4
+    assert not states & {"Ongoing", "Prepared"}, states
 
 
 def test_streaming_query_commits_under_a_sink_id_stable_across_restarts(
@@ -243,4 +304,11 @@ def test_streaming_query_commits_under_a_sink_id_stable_across_restarts(
     assert values(mq_dir, "dst") == sorted(f"R{i}".encode() for i in range(200))
     with Admin(path=str(mq_dir)) as admin:
         last = admin.last_committed_sequence(f"spark-query-{first.id}")
+        ids = {t.transactional_id for t in admin.list_transactions(prefix="spark-query-")}
     assert last == second.lastProgress["batchId"]
+    # Each run wrote under a scope of its own, named by Spark's run id.
+    assert first.runId != second.runId
+    for query in (first, second):
+        scope = f"spark-query-{query.id}/{query.runId}/"
+        assert any(tid.startswith(scope) for tid in ids), (scope, ids)
+    assert all(tid.count("/") == 2 for tid in ids), ids
