@@ -4,7 +4,8 @@ With ``exactlyOnce`` (the default) a task writes inside its own transaction. Its
 transactional id is ``{scope}/{partition}`` for the task's first attempt and
 ``{scope}/{partition}.{attempt}`` for a later one (:func:`transactional_id_of`), where the
 scope is the batch job's own id, or for a stream ``{sink_id}/{run_id}``: the sink id and the
-id of the query run (:func:`stream_run_id`), new each time the query starts.
+id of the query run (:func:`stream_run_id`), new each time the query starts (just the sink id
+if Spark names no run).
 
 - Two attempts that Spark runs at once (speculative execution, or a retry beside a zombie)
   never fence each other: each prepares its own transaction, the driver commits the one whose
@@ -187,8 +188,9 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
             _check_delivered(futures)
         except BaseException:
             # End our own transaction at once rather than leave it holding back the last
-            # stable offset until a retry fences it; a failure here changes nothing, since
-            # the retry (or the driver's abort_prefix) aborts it anyway.
+            # stable offset until the batch's commit or abort ends it (a retry has an id of
+            # its own); a failure here changes nothing, since the driver's abort_prefix
+            # aborts it anyway.
             if not prepared:
                 _abort_quietly(producer)
             raise
