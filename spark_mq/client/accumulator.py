@@ -48,6 +48,7 @@ import pyarrow as pa
 
 from spark_mq.client.errors import BufferExhaustedError
 from spark_mq.client.futures import FutureRecordMetadata, ProduceRequestResult
+from spark_mq.errors import SparkMQError
 from spark_mq.storage.record_batch import (
     ATTR_TRANSACTIONAL,
     CRC_START,
@@ -110,6 +111,7 @@ class ProducerBatch:
         "header",
         "headers",
         "keys",
+        "last_error",
         "partition",
         "record_count",
         "result",
@@ -142,6 +144,8 @@ class ProducerBatch:
         self.base_sequence: int | None = None
         self.attempts = 0
         self.retry_at = 0.0
+        # The retriable error of the last failed attempt, for the delivery timeout's message.
+        self.last_error: SparkMQError | None = None
 
     @property
     def tp(self) -> TP:

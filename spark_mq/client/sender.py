@@ -532,6 +532,7 @@ class Sender(threading.Thread):
                 self._config.retry_backoff_ms * 2 ** max(batch.attempts - 1, 0),
                 max(self._config.retry_backoff_max_ms, self._config.retry_backoff_ms),
             )
+            batch.last_error = error
             self._acc.reenqueue(batch, now + backoff_ms / 1000)
             return
         self._fail(batch, error)
@@ -583,17 +584,25 @@ class Sender(threading.Thread):
 
     def _expire(self) -> None:
         for batch in self._acc.expired(self._delivery_timeout_s):
-            self._fail(
-                batch,
-                DeliveryTimeoutError(
-                    f"{batch.record_count} record(s) for {batch.topic}-{batch.partition} were "
-                    f"not acknowledged within delivery.timeout.ms="
-                    f"{self._config.delivery_timeout_ms}; is the broker reachable?",
-                    topic=batch.topic,
-                    partition=batch.partition,
-                    record_count=batch.record_count,
-                ),
+            last = batch.last_error
+            if last is None:
+                why = "is the broker reachable?"
+            else:
+                # The broker answered, with a retriable error, until time ran out: say which.
+                why = (
+                    f"the last of {batch.attempts} attempts failed with "
+                    f"{type(last).__name__}: {last}"
+                )
+            error = DeliveryTimeoutError(
+                f"{batch.record_count} record(s) for {batch.topic}-{batch.partition} were "
+                f"not acknowledged within delivery.timeout.ms="
+                f"{self._config.delivery_timeout_ms}; {why}",
+                topic=batch.topic,
+                partition=batch.partition,
+                record_count=batch.record_count,
             )
+            error.__cause__ = last
+            self._fail(batch, error)
 
     def _fail_everything(self, error: SparkMQError) -> None:
         for conn in self._conns.values():

@@ -1,0 +1,105 @@
+"""A broker whose disk fills up, on a real small file system (a tmpfs mounted for the test):
+the producer gets a typed error that names the full disk, nothing acknowledged is lost or
+torn, and writes resume once space is freed, without restarting anything.
+
+Mounting needs root (CI runs as root); elsewhere the test is skipped and says why."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spark_mq import Admin, Consumer, DeliveryTimeoutError, Producer, TopicPartition
+from spark_mq.broker.local import stop_broker
+from spark_mq.errors import KafkaStorageError
+
+pytestmark = pytest.mark.slow
+
+DISK_BYTES = 48 << 20
+#: Room left for records once the filler file is written.
+FREE_BYTES = 3 << 20
+RECORD = b"r" * 50_000
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs for a full disk needs root")
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        if (mount / "mq").exists():
+            stop_broker(mount / "mq", timeout_ms=10_000)
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(disk: Path, leave: int) -> Path:
+    """Write a filler file that leaves about ``leave`` bytes free on ``disk``."""
+    stat = os.statvfs(disk)
+    free = stat.f_bavail * stat.f_frsize
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        f.write(b"\0" * max(free - leave, 0))
+    return filler
+
+
+def _values(directory: Path) -> list[bytes]:
+    """Every value of partition t-0, in offset order."""
+    partition = TopicPartition("t", 0)
+    with Consumer(path=str(directory), auto_offset_reset="earliest") as consumer:
+        consumer.assign([partition])
+        end = consumer.end_offsets([partition])[partition]
+        values: list[bytes] = []
+        for _ in range(200):
+            if consumer.position(partition) >= end:
+                return values
+            values.extend(consumer.poll_batch(timeout_ms=200).column("value").to_pylist())
+    raise AssertionError(f"could not read t-0 to its end offset {end}")
+
+
+def test_a_full_disk_fails_sends_clearly_and_keeps_every_acknowledged_record(
+    small_disk: Path,
+) -> None:
+    directory = small_disk / "mq"
+    with Admin(path=str(directory)) as admin:
+        admin.create_topic("t", partitions=1, config={"segment.index.bytes": str(64 << 10)})
+    filler = _fill(small_disk, FREE_BYTES)
+
+    acked: list[bytes] = []
+    with Producer(
+        path=str(directory), delivery_timeout_ms=3_000, request_timeout_ms=1_000, linger_ms=0
+    ) as producer:
+        with pytest.raises(DeliveryTimeoutError) as failed:
+            for i in range(2 * FREE_BYTES // len(RECORD)):
+                value = b"%05d" % i + RECORD
+                producer.send("t", value).get()
+                acked.append(value)
+        # The error says what happened on the broker and what to do about it.
+        assert isinstance(failed.value.__cause__, KafkaStorageError)
+        message = str(failed.value)
+        assert "LogDirectoryFullError" in message and "free space" in message, message
+        assert acked, "nothing fitted before the disk filled"
+
+        # Room again: the same broker and producer take records at once.
+        filler.unlink()
+        producer.send("t", b"after").get()
+
+    # Everything acknowledged is there, in order, once, and nothing else (no torn batch).
+    assert _values(directory) == [*acked, b"after"]
+    # And it survives a restart of the broker, whose recovery reads the whole log.
+    stop_broker(directory, timeout_ms=10_000)
+    assert _values(directory) == [*acked, b"after"]
