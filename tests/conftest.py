@@ -4,12 +4,18 @@ Tests that give a client ``path=tmp_path / ...`` start the local broker of that 
 which would otherwise linger until its idle timeout (60 s) after the test. After each test
 that used ``tmp_path``, every local broker still serving a directory under it is stopped
 (SIGTERM, a clean shutdown), so brokers do not pile up over a suite run.
+
+``small_disk`` is a real small file system for full-disk tests: a 48 MB tmpfs mounted under
+the test's tmp dir (mounting needs root, which CI has; elsewhere those tests are skipped
+and say why), and ``fill_disk`` to leave only so many bytes free on it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import os
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,3 +37,49 @@ def _stop_local_brokers(request: pytest.FixtureRequest) -> Iterator[None]:
             stop_broker(endpoint.parent, timeout_ms=10_000)
         except Exception as exc:  # a test that already killed it, or a slow shutdown
             log.warning("could not stop the broker of %s: %s", endpoint.parent, exc)
+
+
+SMALL_DISK_BYTES = 48 << 20
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 48 MB tmpfs for full-disk tests (see the module docstring); unmounted afterwards,
+    once the local brokers of directories on it are stopped."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs for a full disk needs root")
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_BYTES}", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        for endpoint in mount.glob(f"**/{ENDPOINT_FILE}"):
+            try:
+                stop_broker(endpoint.parent, timeout_ms=10_000)
+            except Exception as exc:
+                log.warning("could not stop the broker of %s: %s", endpoint.parent, exc)
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def fill_disk() -> Callable[[Path, int], Path]:
+    """``fill_disk(disk, leave)`` writes a filler file that leaves about ``leave`` bytes
+    free on ``disk`` and returns it; delete it to make room again."""
+
+    def fill(disk: Path, leave: int) -> Path:
+        stat = os.statvfs(disk)
+        free = stat.f_bavail * stat.f_frsize
+        filler = disk / "filler"
+        with open(filler, "wb") as f:
+            f.write(b"\0" * max(free - leave, 0))
+        return filler
+
+    return fill

@@ -1,14 +1,11 @@
-"""A broker whose disk fills up, on a real small file system (a tmpfs mounted for the test):
-the producer gets a typed error that names the full disk, nothing acknowledged is lost or
-torn, and writes resume once space is freed, without restarting anything.
-
-Mounting needs root (CI runs as root); elsewhere the test is skipped and says why."""
+"""A broker whose disk fills up, on a real small file system (the ``small_disk`` tmpfs of
+tests/conftest.py): the producer gets a typed error that names the full disk, nothing
+acknowledged is lost or torn, and writes resume once space is freed, without restarting
+anything."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,42 +16,9 @@ from spark_mq.errors import KafkaStorageError
 
 pytestmark = pytest.mark.slow
 
-DISK_BYTES = 48 << 20
 #: Room left for records once the filler file is written.
 FREE_BYTES = 3 << 20
 RECORD = b"r" * 50_000
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs for a full disk needs root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        if (mount / "mq").exists():
-            stop_broker(mount / "mq", timeout_ms=10_000)
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(disk: Path, leave: int) -> Path:
-    """Write a filler file that leaves about ``leave`` bytes free on ``disk``."""
-    stat = os.statvfs(disk)
-    free = stat.f_bavail * stat.f_frsize
-    filler = disk / "filler"
-    with open(filler, "wb") as f:
-        f.write(b"\0" * max(free - leave, 0))
-    return filler
 
 
 def _values(directory: Path) -> list[bytes]:
@@ -72,12 +36,12 @@ def _values(directory: Path) -> list[bytes]:
 
 
 def test_a_full_disk_fails_sends_clearly_and_keeps_every_acknowledged_record(
-    small_disk: Path,
+    small_disk: Path, fill_disk: Callable[[Path, int], Path]
 ) -> None:
     directory = small_disk / "mq"
     with Admin(path=str(directory)) as admin:
         admin.create_topic("t", partitions=1, config={"segment.index.bytes": str(64 << 10)})
-    filler = _fill(small_disk, FREE_BYTES)
+    filler = fill_disk(small_disk, FREE_BYTES)
 
     acked: list[bytes] = []
     with Producer(
