@@ -1,7 +1,8 @@
 """The exactly-once sink when the broker's disk fills up, on a real small file system (the
-``small_disk`` tmpfs of tests/conftest.py): the batch job fails with an error that names the
-full disk, none of its rows becomes visible, none of its transactions is left to hold back
-readers, and the same job succeeds once space is freed."""
+``small_disk`` tmpfs of tests/conftest.py): a batch job or a micro-batch fails with an error
+that names the full disk, none of its rows becomes visible, none of its transactions is left
+to hold back readers, and once there is room the job succeeds, or the query resumes from its
+checkpoint with its output there exactly once."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from sink_helpers import values
 
-from spark_mq import Admin
+from spark_mq import Admin, Producer
 from spark_mq.broker.local import ensure_broker
 
 pytestmark = pytest.mark.slow
@@ -62,3 +63,54 @@ def test_a_full_disk_fails_the_job_cleanly_and_a_rerun_succeeds(
     _write(spark, directory, 20, 1_000, "full")
     after = values(directory, "out")
     assert len(after) == 22 and set(before) <= set(after)
+
+
+def test_a_stream_stopped_by_a_full_disk_resumes_exactly_once(
+    spark: Any, small_disk: Path, fill_disk: Callable[[Path, int], Path], tmp_path: Path
+) -> None:
+    """The micro-batch that meets the full disk fails and stops the query (its abort
+    closes the query run's ids); restarted from its checkpoint once there is room, the
+    query re-runs the batch under a new run and its output is there exactly once."""
+    directory = small_disk / "mq"
+    ensure_broker(directory, config=BROKER_CONFIG)
+    with Admin(path=str(directory)) as admin:
+        admin.create_topic("src", partitions=1)
+        admin.create_topic("dst", partitions=2)
+    sent = [b"%03d" % i + b"v" * 50_000 for i in range(40)]  # about 2 MB
+    with Producer(path=str(directory)) as producer:
+        for value in sent:
+            producer.send("src", value)
+    checkpoint = str(tmp_path / "checkpoint")
+
+    def start() -> Any:
+        return (
+            spark.readStream.format("spark_mq")
+            .option("path", str(directory))
+            .option("subscribe", "src")
+            .option("startingOffsets", "earliest")
+            .load()
+            .selectExpr("upper(CAST(value AS STRING)) AS value")
+            .writeStream.format("spark_mq")
+            .option("path", str(directory))
+            .option("topic", "dst")
+            .option("kafka.delivery.timeout.ms", "3000")
+            .option("kafka.request.timeout.ms", "1000")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    filler = fill_disk(small_disk, 1 << 20)
+    failed = start()
+    with pytest.raises(Exception, match="LogDirectoryFullError"):
+        failed.awaitTermination()
+    assert values(directory, "dst") == []
+
+    filler.unlink()
+    resumed = start()
+    resumed.awaitTermination()
+    assert resumed.runId != failed.runId
+    assert values(directory, "dst") == sorted(v.upper() for v in sent)
+    with Admin(path=str(directory)) as admin:
+        states = {t.state for t in admin.list_transactions(prefix=f"spark-query-{failed.id}/")}
+    assert not states & {"Ongoing", "Prepared"}, states
