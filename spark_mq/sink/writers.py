@@ -116,7 +116,9 @@ def batch_writer(options: Mapping[str, str], schema: Any, overwrite: bool) -> MQ
 
 
 def stream_writer(options: Mapping[str, str], schema: Any, overwrite: bool) -> MQStreamWriter:
-    """The writer of ``df.writeStream.format("spark_mq")``; Spark creates one per query run
-    for the tasks and a fresh one for every ``commit``/``abort``, so it holds no state."""
+    """The writer of ``df.writeStream.format("spark_mq")``; Spark creates one for every
+    micro-batch's tasks and a fresh one for every ``commit``/``abort`` (checked with pyspark
+    4.3), so it holds no state: what must last across a query run (the run id) comes from the
+    tasks."""
     parsed = parse_sink_options(options)
     return MQStreamWriter(_plan(options, schema, parsed.sink_id, stream=True))
