@@ -30,9 +30,13 @@ log = logging.getLogger(__name__)
 def _stop_local_brokers(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     tmp = getattr(request.node, "funcargs", {}).get("tmp_path")
-    if not isinstance(tmp, Path) or not tmp.exists():
-        return
-    for endpoint in tmp.glob(f"**/{ENDPOINT_FILE}"):
+    if isinstance(tmp, Path) and tmp.exists():
+        _stop_brokers_under(tmp)
+
+
+def _stop_brokers_under(root: Path) -> None:
+    """Stop every local broker serving a directory under ``root``."""
+    for endpoint in root.glob(f"**/{ENDPOINT_FILE}"):
         try:
             stop_broker(endpoint.parent, timeout_ms=10_000)
         except Exception as exc:  # a test that already killed it, or a slow shutdown
@@ -61,11 +65,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     try:
         yield mount
     finally:
-        for endpoint in mount.glob(f"**/{ENDPOINT_FILE}"):
-            try:
-                stop_broker(endpoint.parent, timeout_ms=10_000)
-            except Exception as exc:
-                log.warning("could not stop the broker of %s: %s", endpoint.parent, exc)
+        _stop_brokers_under(mount)
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 

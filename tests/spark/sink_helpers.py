@@ -1,9 +1,11 @@
 """Helpers shared by the sink tests: read a topic back whole, as a read_committed (or
-read_uncommitted) consumer sees it."""
+read_uncommitted) consumer sees it; start the streaming copy several tests run."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -45,3 +47,35 @@ def create_topic(path: Path | str, topic: str, partitions: int) -> None:
     """Create ``topic`` with ``partitions`` partitions."""
     with Admin(path=str(path)) as admin:
         admin.create_topic(topic, partitions=partitions)
+
+
+def start_upper_copy(
+    spark: Any,
+    path: Path | str,
+    checkpoint: str,
+    *,
+    columns: tuple[str, ...] = (),
+    source: Mapping[str, str] | None = None,
+    sink: Mapping[str, str] | None = None,
+) -> Any:
+    """Start an AvailableNow query that copies topic ``src`` to ``dst`` of the log at
+    ``path`` through the exactly-once sink, upper-casing the values (plus ``columns`` as
+    they are, and extra ``source`` / ``sink`` options); returns the StreamingQuery."""
+    reader = (
+        spark.readStream.format("spark_mq")
+        .option("path", str(path))
+        .option("subscribe", "src")
+        .option("startingOffsets", "earliest")
+        .options(**(source or {}))
+    )
+    return (
+        reader.load()
+        .selectExpr(*columns, "upper(CAST(value AS STRING)) AS value")
+        .writeStream.format("spark_mq")
+        .option("path", str(path))
+        .option("topic", "dst")
+        .option("checkpointLocation", checkpoint)
+        .options(**(sink or {}))
+        .trigger(availableNow=True)
+        .start()
+    )

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sink_helpers import create_topic, values
+from sink_helpers import create_topic, start_upper_copy, values
 
 from spark_mq import Admin, Producer
 from spark_mq.broker.local import broker_status
@@ -54,20 +54,11 @@ def test_a_broker_killed_under_a_streaming_sink_loses_and_doubles_nothing(
     checkpoint = str(tmp_path / "checkpoint")
 
     def run() -> bool:
-        query = (
-            spark.readStream.format("spark_mq")
-            .option("path", str(mq_dir))
-            .option("subscribe", "src")
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", "200")  # many micro-batches for the kills to hit
-            .load()
-            .selectExpr("upper(CAST(value AS STRING)) AS value")
-            .writeStream.format("spark_mq")
-            .option("path", str(mq_dir))
-            .option("topic", "dst")
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
+        query = start_upper_copy(
+            spark,
+            mq_dir,
+            checkpoint,
+            source={"maxOffsetsPerTrigger": "200"},  # many micro-batches for the kills to hit
         )
         try:
             query.awaitTermination()

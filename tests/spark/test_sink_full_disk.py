@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sink_helpers import values
+from sink_helpers import start_upper_copy, values
 
 from spark_mq import Admin, Producer
 from spark_mq.broker.local import ensure_broker
@@ -83,21 +83,11 @@ def test_a_stream_stopped_by_a_full_disk_resumes_exactly_once(
     checkpoint = str(tmp_path / "checkpoint")
 
     def start() -> Any:
-        return (
-            spark.readStream.format("spark_mq")
-            .option("path", str(directory))
-            .option("subscribe", "src")
-            .option("startingOffsets", "earliest")
-            .load()
-            .selectExpr("upper(CAST(value AS STRING)) AS value")
-            .writeStream.format("spark_mq")
-            .option("path", str(directory))
-            .option("topic", "dst")
-            .option("kafka.delivery.timeout.ms", "3000")
-            .option("kafka.request.timeout.ms", "1000")
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
+        return start_upper_copy(
+            spark,
+            directory,
+            checkpoint,
+            sink={"kafka.delivery.timeout.ms": "3000", "kafka.request.timeout.ms": "1000"},
         )
 
     filler = fill_disk(small_disk, 1 << 20)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pyspark.sql.functions import udf
 from pyspark.sql.types import StringType, StructField, StructType
-from sink_helpers import create_topic, read_topic, values
+from sink_helpers import create_topic, read_topic, start_upper_copy, values
 
 from spark_mq import Admin, Producer, ProducerFencedError
 from spark_mq.sink import SinkCommitMessage, stream_writer
@@ -281,20 +281,7 @@ def test_streaming_query_commits_under_a_sink_id_stable_across_restarts(
         with Producer(path=str(mq_dir)) as producer:
             for i in range(first, first + 100):
                 producer.send("src", f"r{i}".encode())
-        query = (
-            spark.readStream.format("spark_mq")
-            .option("path", str(mq_dir))
-            .option("subscribe", "src")
-            .option("startingOffsets", "earliest")
-            .load()
-            .selectExpr("key", "upper(CAST(value AS STRING)) AS value")
-            .writeStream.format("spark_mq")
-            .option("path", str(mq_dir))
-            .option("topic", "dst")
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
+        query = start_upper_copy(spark, mq_dir, checkpoint, columns=("key",))
         query.awaitTermination()
         return query
 
