@@ -6,9 +6,12 @@ SIGKILL at random times and through the sink's commit test hook
 (``SPARK_MQ_SINK_TEST_HOOK``, see :mod:`spark_mq.sink.commit`), then restarts it from the
 same checkpoint. Exits 0 once the query has copied everything present (AvailableNow).
 
-Failures are injected too: the first attempt of partition 0's task fails in every even
-micro-batch (``spark.task.maxFailures`` 4 lets the retry run), so re-run tasks fence their
-failed first attempts.
+Failures are injected too, on the first attempt of partition 0's task
+(``spark.task.maxFailures`` 4 lets the retry run): in every even micro-batch it raises, so
+the failed attempt aborts its own transaction; in every odd one its Python worker kills
+itself with SIGKILL part way through the partition, so the sink's attempt dies with its
+transaction open. Either way the retry writes under its own transactional id and the
+micro-batch's commit aborts whatever the failed attempt left.
 
     python tests/spark/sink_copier_driver.py --path MQ --checkpoint CKPT --input in --output out
 """
@@ -17,10 +20,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+#: Rows the killed first attempt transforms before its worker dies (each micro-batch gives
+#: a partition about 150).
+KILL_AFTER_ROWS = 60
+_rows_seen: dict[str, int] = {}
 
 
 def _transform_value(value):  # no hints: pyspark would read them as a pandas UDF
@@ -31,6 +41,10 @@ def _transform_value(value):  # no hints: pyspark would read them as a pandas UD
         batch = context.getLocalProperty("streaming.sql.batchId")
         if batch is not None and int(batch) % 2 == 0:
             raise RuntimeError(f"injected failure: first attempt of batch {batch} partition 0")
+        if batch is not None:
+            seen = _rows_seen[batch] = _rows_seen.get(batch, 0) + 1
+            if seen == KILL_AFTER_ROWS:
+                os.kill(os.getpid(), signal.SIGKILL)
     return "copied-" + value.upper()
 
 
