@@ -34,7 +34,7 @@ from typing import Any, Final
 from spark_mq.client.admin import Admin
 from spark_mq.client.transactions import PreparedTransaction
 from spark_mq.errors import SparkMQError, UsageError
-from spark_mq.sink.task import SinkCommitMessage
+from spark_mq.sink.task import SinkCommitMessage, run_scope
 
 TEST_HOOK_ENV: Final = "SPARK_MQ_SINK_TEST_HOOK"
 TEST_PGID_ENV: Final = "SPARK_MQ_SINK_TEST_PGID"
@@ -176,11 +176,11 @@ def abort_prepared(
     handles = _handles(ours)
     if not handles and owner is None:
         return
-    run = None if close_owner or owner is None else run_id_of(ours)
+    run = None if close_owner else run_id_of(ours)
     try:
         with Admin(**endpoint) as admin:  # type: ignore[arg-type]
-            if run is not None:
-                scope = f"{owner}/{run}"
+            if owner is not None and run is not None:
+                scope = run_scope(owner, run)
                 admin.complete_prepared_transactions(
                     handles, commit=False, owner=scope, abort_prefix=scope + "/", close_owner=True
                 )

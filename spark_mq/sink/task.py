@@ -125,6 +125,12 @@ def stream_run_id(context: Any) -> str | None:
         return None
 
 
+def run_scope(sink_id: str, run_id: str | None) -> str:
+    """The prefix a task's transactional id starts under: ``{sink_id}/{run_id}`` in a named
+    query run, the sink id alone otherwise. The stream's abort closes it."""
+    return sink_id if run_id is None else f"{sink_id}/{run_id}"
+
+
 def transactional_id_of(scope: str, partition_id: int, attempt: int) -> str:
     """The transactional id of one attempt of a write task (see the module docstring).
 
@@ -170,8 +176,7 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
             producer.flush()
             _check_delivered(futures)
         return SinkCommitMessage(sink_id, partition_id, attempt, rows)
-    scope = sink_id if run_id is None else f"{sink_id}/{run_id}"
-    transactional_id = transactional_id_of(scope, partition_id, attempt)
+    transactional_id = transactional_id_of(run_scope(sink_id, run_id), partition_id, attempt)
     producer = Producer(**props, transactional_id=transactional_id)  # type: ignore[arg-type]
     try:
         # Fences an earlier producer of this id and aborts what it left open or prepared.

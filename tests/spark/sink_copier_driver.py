@@ -7,11 +7,13 @@ SIGKILL at random times and through the sink's commit test hook
 same checkpoint. Exits 0 once the query has copied everything present (AvailableNow).
 
 Failures are injected too, on the first attempt of partition 0's task
-(``spark.task.maxFailures`` 4 lets the retry run): in every even micro-batch it raises, so
-the failed attempt aborts its own transaction; in every odd one its Python worker kills
-itself with SIGKILL part way through the partition, so the sink's attempt dies with its
-transaction open. Either way the retry writes under its own transactional id and the
-micro-batch's commit aborts whatever the failed attempt left.
+(``spark.task.maxFailures`` 4 lets the retry run): in every even micro-batch the
+transformation raises; in every odd one the Python worker running it kills itself with
+SIGKILL part way through the partition, a crashed worker rather than an exception. Either
+way the retry writes under its own transactional id and the micro-batch's commit aborts
+whatever the failed attempt left. (The sink's own worker gets its Arrow batch only once the
+transformation has done the partition, so with these batch sizes the failed attempt has not
+sent records yet when it fails.)
 
     python tests/spark/sink_copier_driver.py --path MQ --checkpoint CKPT --input in --output out
 """
