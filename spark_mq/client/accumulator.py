@@ -22,7 +22,8 @@ built once from the lists, then stamps it like any other batch (:meth:`ProducerB
 producer fields or CRC and an Arrow body (:meth:`RecordAccumulator.append_encoded`). The
 sender stamps every batch when it sends it (:func:`stamp_header`: producer id, epoch and
 sequence, or -1s, then the one CRC pass over header and body) and sends the stamped header and
-the body as two buffers, so the body is never copied to join them.
+the body's parts as they are, so the body is never copied to join them (an uncompressed body's
+parts are views of the caller's own Arrow buffers: the socket gets the only copy).
 
 Back-pressure: the bytes of every batch not yet completed count against ``buffer.memory``;
 an append that would pass it waits up to ``max.block.ms`` for completed batches to release
@@ -76,7 +77,7 @@ _ATTRIBUTES_AT = 21
 
 def stamp_header(
     header: bytes,
-    body: Body,
+    body: Body | list[Body],
     producer_id: int,
     producer_epoch: int,
     base_sequence: int,
@@ -85,7 +86,8 @@ def stamp_header(
 ) -> bytes:
     """A copy of the 61-byte batch ``header`` with the producer fields (and, for a
     transactional producer, the transactional attribute bit) set and the CRC computed over it
-    (from ``attributes`` on) and ``body``."""
+    (from ``attributes`` on) and ``body`` (one buffer, or the parts that joined are the
+    body)."""
     stamped = bytearray(header)
     if transactional:
         (attributes,) = _ATTRIBUTES.unpack_from(stamped, _ATTRIBUTES_AT)
@@ -93,7 +95,9 @@ def stamp_header(
     _PRODUCER_FIELDS.pack_into(
         stamped, _PRODUCER_FIELDS_AT, producer_id, producer_epoch, base_sequence
     )
-    crc = crc32c.crc32c(body, crc32c.crc32c(memoryview(stamped)[CRC_START:]))
+    crc = crc32c.crc32c(memoryview(stamped)[CRC_START:])
+    for part in body if isinstance(body, list) else (body,):
+        crc = crc32c.crc32c(part, crc)
     _CRC.pack_into(stamped, _CRC_AT, crc)
     return bytes(stamped)
 
@@ -136,9 +140,10 @@ class ProducerBatch:
         self.record_count = 0
         self.size = 0
         self.result = ProduceRequestResult(topic, partition)
-        # The encoded header (producer fields and CRC unset) and body, once encoded.
+        # The encoded header (producer fields and CRC unset) and body, once encoded: the
+        # body's parts, which joined are the body (see encode_batch_gathered).
         self.header: bytes | None = None
-        self.body: Body | None = None
+        self.body: list[Body] | None = None
         self.wire: list[Body] = []
         self.stamp: tuple[int, int, int] | None = None
         self.base_sequence: int | None = None
@@ -169,7 +174,7 @@ class ProducerBatch:
         stamp = (producer_id, producer_epoch, base_sequence)
         if self.header is None:
             stamps = np.array(self.timestamps, dtype=np.float64).astype(np.int64)
-            header, self.body = encode_batch_parts(
+            header, body = encode_batch_parts(
                 pa.array(self.values, pa.binary()),
                 key=None if self.keys is None else pa.array(self.keys, pa.binary()),
                 timestamp=pa.array(stamps),
@@ -177,6 +182,7 @@ class ProducerBatch:
                 codec=codec,
             )
             self.header = bytes(header)
+            self.body = [body]
             # The encoded bytes hold the data now; the timestamps stay for the metadata.
             self.values = []
             self.keys = None
@@ -185,7 +191,7 @@ class ProducerBatch:
             return
         assert self.body is not None
         stamped = stamp_header(self.header, self.body, *stamp, transactional=transactional)
-        self.wire = [stamped, self.body]
+        self.wire = [stamped, *self.body]
         self.stamp = stamp
 
     def record_timestamp(self, index: int) -> int:
@@ -330,12 +336,12 @@ class RecordAccumulator:
         return FutureRecordMetadata(batch.result, index, timestamp_ms), wake
 
     def append_encoded(
-        self, topic: str, partition: int, header: bytes, body: Body, record_count: int
+        self, topic: str, partition: int, header: bytes, body: list[Body], record_count: int
     ) -> ProduceRequestResult:
         """Queue a batch ``send_batch()`` encoded (after anything ``send()`` queued before):
         its header, whose producer fields and CRC the sender sets (:func:`stamp_header`),
-        and its body."""
-        size = HEADER_SIZE + memoryview(body).nbytes
+        and its body's parts."""
+        size = HEADER_SIZE + sum(memoryview(part).nbytes for part in body)
         with self.lock:
             if self._used + size > self._buffer_memory and self._used:
                 self._wait_for_space(size)

@@ -43,7 +43,12 @@ from spark_mq.client.sender import Sender
 from spark_mq.client.transactions import PreparedTransaction, TxnState
 from spark_mq.client.txn_manager import TransactionManager
 from spark_mq.errors import InvalidRecordError, RecordTooLargeError, UsageError
-from spark_mq.storage.record_batch import HEADER_SIZE, Body, encode_batch_parts
+from spark_mq.storage.record_batch import (
+    HEADER_SIZE,
+    Body,
+    encode_batch_gathered,
+    encode_batch_parts,
+)
 
 #: One batch to encode: its partition, the columns, and the row range ``[start, stop)``.
 _Piece = tuple[int, dict[str, pa.Array], int, int]
@@ -320,20 +325,32 @@ class Producer:
 
     def _encode_chunk(
         self, columns: dict[str, pa.Array], start: int, stop: int
-    ) -> list[tuple[bytes, Body, int]]:
-        """Encode rows ``start:stop`` as one batch (header, body, rows), or as several if the
-        size estimate was short and the batch came out over ``max.request.size``."""
+    ) -> list[tuple[bytes, list[Body], int]]:
+        """Encode rows ``start:stop`` as one batch (header, body parts, rows), or as several if
+        the size estimate was short and the batch came out over ``max.request.size``.
+        Uncompressed bodies are gathered from the columns' own buffers
+        (:func:`~spark_mq.storage.record_batch.encode_batch_gathered`); the sender's
+        ``sendmsg`` is then the only copy of the keys and values."""
         chunk = {k: v.slice(start, stop - start) for k, v in columns.items()}
-        header, body = encode_batch_parts(
-            chunk["value"],
-            key=chunk.get("key"),
-            timestamp=chunk.get("timestamp"),
-            headers=chunk.get("headers"),
-            codec=self.config.compression_type,
-        )
-        if HEADER_SIZE + memoryview(body).nbytes <= self.config.max_request_size or (
-            stop - start == 1
-        ):
+        body: list[Body]
+        if self.config.compression_type == "none":
+            header, body = encode_batch_gathered(
+                chunk["value"],
+                key=chunk.get("key"),
+                timestamp=chunk.get("timestamp"),
+                headers=chunk.get("headers"),
+            )
+        else:
+            header, payload = encode_batch_parts(
+                chunk["value"],
+                key=chunk.get("key"),
+                timestamp=chunk.get("timestamp"),
+                headers=chunk.get("headers"),
+                codec=self.config.compression_type,
+            )
+            body = [payload]
+        size = HEADER_SIZE + sum(memoryview(part).nbytes for part in body)
+        if size <= self.config.max_request_size or stop - start == 1:
             return [(bytes(header), body, stop - start)]
         middle = (start + stop) // 2
         return self._encode_chunk(columns, start, middle) + self._encode_chunk(

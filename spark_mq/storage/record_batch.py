@@ -50,6 +50,7 @@ import pyarrow.compute as pc
 
 from spark_mq.errors import CorruptRecordError, InvalidRecordError
 from spark_mq.storage.codecs import CODEC_NAMES, Bytes, Codec, codec_for_id, codec_for_name
+from spark_mq.storage.ipc_gather import gather_body
 
 MAGIC: Final = 83
 HEADER_SIZE: Final = 61
@@ -343,6 +344,60 @@ def encode_batch_parts(
     so the producer's last sequence and the batch's last offset survive removed records. It
     must be at least the last record's delta.
     """
+    columns, stamped_now = _body_columns(
+        value, key, timestamp, headers, offset_delta=offset_delta, now_ms=now_ms
+    )
+    codec_obj = codec_for_name(codec) if isinstance(codec, str) else codec
+    body = pa.RecordBatch.from_arrays(columns, schema=BODY_SCHEMA)
+    payload = codec_obj.compress(body.serialize())
+    return _body_header(
+        columns,
+        stamped_now,
+        memoryview(payload).nbytes,
+        codec_id=codec_obj.id,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        timestamp_type=timestamp_type,
+        last_offset_delta=last_offset_delta,
+    ), payload
+
+
+def encode_batch_gathered(
+    value: Any,
+    key: Any = None,
+    timestamp: Any = None,
+    headers: Any = None,
+    *,
+    now_ms: int | None = None,
+) -> tuple[bytearray, list[Body]]:
+    """An uncompressed batch as :func:`encode_batch_parts` encodes it (same arguments, codec
+    none, producer fields unset), its body given as parts that view the columns' own memory
+    instead of one copied buffer (:func:`spark_mq.storage.ipc_gather.gather_body`); joined,
+    they are the body. The producer sends the parts as they are, which spares a copy of every
+    key and value. A headers column with headers in it is serialized by pyarrow (one part).
+    """
+    columns, stamped_now = _body_columns(
+        value, key, timestamp, headers, offset_delta=None, now_ms=now_ms
+    )
+    gathered = gather_body(columns)
+    parts: list[Body] = (
+        list(gathered)
+        if gathered is not None
+        else [pa.RecordBatch.from_arrays(columns, schema=BODY_SCHEMA).serialize()]
+    )
+    size = sum(memoryview(part).nbytes for part in parts)
+    return _body_header(columns, stamped_now, size, codec_id=0), parts
+
+
+def _body_columns(
+    value: Any, key: Any, timestamp: Any, headers: Any, *, offset_delta: Any, now_ms: int | None
+) -> tuple[list[pa.Array], int | None]:
+    """The body schema's columns from the encoders' arguments, and the time every record was
+    stamped with when none came with a timestamp (None otherwise)."""
     values = _as_binary("value", value, None)
     n = len(values)
     keys = _as_binary("key", key, n)
@@ -361,12 +416,27 @@ def encode_batch_parts(
     ):
         if len(col) != n:
             raise InvalidRecordError(f"{name} column has {len(col)} entries but value has {n}")
-    codec_obj = codec_for_name(codec) if isinstance(codec, str) else codec
-    body = pa.RecordBatch.from_arrays(
-        [deltas, stamps, keys, values, header_col], schema=BODY_SCHEMA
-    )
-    payload = codec_obj.compress(body.serialize())
+    return [deltas, stamps, keys, values, header_col], stamped_now
 
+
+def _body_header(
+    columns: list[pa.Array],
+    stamped_now: int | None,
+    payload_size: int,
+    *,
+    codec_id: int,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    last_offset_delta: int | None = None,
+) -> bytearray:
+    """The header of a batch of these body columns and a body of ``payload_size`` bytes."""
+    deltas, stamps = columns[0], columns[1]
+    n = len(deltas)
     if n:
         base_timestamp = stamps[0].as_py()
         max_timestamp = stamped_now if stamped_now is not None else pc.max(stamps).as_py()
@@ -381,11 +451,11 @@ def encode_batch_parts(
             f"last_offset_delta {last_offset_delta} is below the last record's offset delta "
             f"{records_delta}"
         )
-    attributes = codec_obj.id | (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
+    attributes = codec_id | (ATTR_TIMESTAMP_TYPE if timestamp_type else 0)
     if is_transactional:
         attributes |= ATTR_TRANSACTIONAL
     return _header(
-        memoryview(payload).nbytes,
+        payload_size,
         base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch,
         attributes=attributes,
@@ -396,7 +466,7 @@ def encode_batch_parts(
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
         record_count=n,
-    ), payload
+    )
 
 
 def _joined(parts: Callable[_P, tuple[bytearray, Body]]) -> Callable[_P, bytes]:
