@@ -119,7 +119,7 @@ def test_headers_with_content_are_left_to_pyarrow() -> None:
 
 
 @pytest.mark.parametrize("rows", [0, 1, 7, 8, 9, 1000])
-def test_an_empty_or_all_null_column_is_served_from_shared_zeros(rows: int) -> None:
+def test_an_empty_or_all_null_column_reads_back_as_nulls(rows: int) -> None:
     values = pa.array([None] * rows, pa.binary())
     parts = gather_body(_columns(values))
     assert parts is not None
