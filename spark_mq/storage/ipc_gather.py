@@ -2,12 +2,12 @@
 
 ``pyarrow.RecordBatch.serialize()`` copies every buffer of a batch into one new buffer. For
 an uncompressed batch that copy is pure cost: the producer only hands the bytes to
-``sendmsg``, which copies them into the socket anyway. :func:`gather_body` instead returns the
-same Arrow IPC record-batch message (``docs/format.md``: the body schema is fixed) as a list of
-parts: the encapsulated message metadata, then each buffer of each column as a view of the
-column's own memory (a slice of a sliced array is rebased, never copied), with the padding the
-IPC format asks for between them. Joined, the parts are a message every Arrow reader reads
-like pyarrow's own: the tests compare the two decoded batches column by column.
+``sendmsg``, which copies them into the socket anyway. :func:`gather_body` instead returns an
+Arrow IPC record-batch message of the body schema (``docs/format.md``) as a list of parts: the
+encapsulated message metadata, then each buffer of each column as a view of the column's own
+memory, with the padding the IPC format asks for between them. Joined, the parts are a message
+any Arrow reader reads; the tests check that pyarrow reads back the batch it would have
+serialized itself, under full validation.
 
 Only the offsets of a binary column that does not start at offset 0 are rewritten (one int32
 per row) and a validity bitmap that does not start on a byte boundary is shifted (one bit per
