@@ -43,12 +43,7 @@ from spark_mq.client.sender import Sender
 from spark_mq.client.transactions import PreparedTransaction, TxnState
 from spark_mq.client.txn_manager import TransactionManager
 from spark_mq.errors import InvalidRecordError, RecordTooLargeError, UsageError
-from spark_mq.storage.record_batch import (
-    HEADER_SIZE,
-    Body,
-    encode_batch_gathered,
-    encode_batch_parts,
-)
+from spark_mq.storage.record_batch import HEADER_SIZE, Body, encode_batch_gathered
 
 #: One batch to encode: its partition, the columns, and the row range ``[start, stop)``.
 _Piece = tuple[int, dict[str, pa.Array], int, int]
@@ -332,23 +327,13 @@ class Producer:
         (:func:`~spark_mq.storage.record_batch.encode_batch_gathered`); the sender's
         ``sendmsg`` is then the only copy of the keys and values."""
         chunk = {k: v.slice(start, stop - start) for k, v in columns.items()}
-        body: list[Body]
-        if self.config.compression_type == "none":
-            header, body = encode_batch_gathered(
-                chunk["value"],
-                key=chunk.get("key"),
-                timestamp=chunk.get("timestamp"),
-                headers=chunk.get("headers"),
-            )
-        else:
-            header, payload = encode_batch_parts(
-                chunk["value"],
-                key=chunk.get("key"),
-                timestamp=chunk.get("timestamp"),
-                headers=chunk.get("headers"),
-                codec=self.config.compression_type,
-            )
-            body = [payload]
+        header, body = encode_batch_gathered(
+            chunk["value"],
+            key=chunk.get("key"),
+            timestamp=chunk.get("timestamp"),
+            headers=chunk.get("headers"),
+            codec=self.config.compression_type,
+        )
         size = HEADER_SIZE + sum(memoryview(part).nbytes for part in body)
         if size <= self.config.max_request_size or stop - start == 1:
             return [(bytes(header), body, stop - start)]

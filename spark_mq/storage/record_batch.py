@@ -372,25 +372,30 @@ def encode_batch_gathered(
     timestamp: Any = None,
     headers: Any = None,
     *,
+    codec: Codec | str = "none",
     now_ms: int | None = None,
 ) -> tuple[bytearray, list[Body]]:
-    """An uncompressed batch as :func:`encode_batch_parts` encodes it (same arguments, codec
-    none, producer fields unset), its body given as parts that view the columns' own memory
-    instead of one copied buffer (:func:`spark_mq.storage.ipc_gather.gather_body`); joined,
-    they are the body. The producer sends the parts as they are, which spares a copy of every
-    key and value. A headers column with headers in it is serialized by pyarrow (one part).
+    """A batch as :func:`encode_batch_parts` encodes it (same arguments, producer fields
+    unset), its body given as parts that joined are the body. Uncompressed, the parts view
+    the columns' own memory instead of one copied buffer
+    (:func:`spark_mq.storage.ipc_gather.gather_body`), so the producer, which sends the parts
+    as they are, spares a copy of every key and value. A compressed body (the codec needs the
+    serialized bytes) and a headers column with headers in it are one part.
     """
+    codec_obj = codec_for_name(codec) if isinstance(codec, str) else codec
     columns, stamped_now = _body_columns(
         value, key, timestamp, headers, offset_delta=None, now_ms=now_ms
     )
-    gathered = gather_body(columns)
+    gathered = gather_body(columns) if codec_obj.id == 0 else None
     parts: list[Body] = (
         list(gathered)
         if gathered is not None
-        else [pa.RecordBatch.from_arrays(columns, schema=BODY_SCHEMA).serialize()]
+        else [
+            codec_obj.compress(pa.RecordBatch.from_arrays(columns, schema=BODY_SCHEMA).serialize())
+        ]
     )
     size = sum(memoryview(part).nbytes for part in parts)
-    return _body_header(columns, stamped_now, size, codec_id=0), parts
+    return _body_header(columns, stamped_now, size, codec_id=codec_obj.id), parts
 
 
 def _body_columns(

@@ -167,3 +167,15 @@ def test_string_values_and_timestamp_types_are_coerced_as_for_encode_batch_parts
     records = decode_records(batch)
     assert records.column("value").to_pylist() == ["é".encode(), None, b"abc"]
     assert records.column("timestamp").to_pylist() == [1000, 2000, 3000]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "zstd"])
+def test_a_compressed_body_is_one_part_as_encode_batch_parts_writes_it(codec: str) -> None:
+    values = pa.array([b"v%d" % i for i in range(50)])
+    header, parts = encode_batch_gathered(values, codec=codec, now_ms=9)
+    copied_header, copied_body = encode_batch_parts(values, codec=codec, now_ms=9)
+    assert len(parts) == 1
+    assert bytes(header) == bytes(copied_header)
+    batch = stamp_header(bytes(header), parts, -1, -1, -1) + bytes(memoryview(parts[0]))
+    assert decode_records(batch).column("value").to_pylist() == values.to_pylist()
+    assert bytes(memoryview(parts[0])) == bytes(memoryview(copied_body))
