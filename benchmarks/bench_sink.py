@@ -57,10 +57,6 @@ SECTION_END = "<!-- END spark-sink -->"
 GOAL_RATIO = 0.7
 VALUE_BYTES = 100
 PARTITIONS = 4
-#: Bytes an encoded row is taken to add to its value when the floor case cuts pieces of up to
-#: max.request.size: two per 10,000-row Arrow batch, as the producer cuts them with its own
-#: estimate (the body really adds about 24: offset delta, timestamp, three offsets, validity).
-ROW_OVERHEAD_BYTES = 32
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -169,25 +165,48 @@ def make_session(master: str) -> Any:
         def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
             import socket
 
-            from spark_mq.client.accumulator import stamp_header
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            from spark_mq.client.accumulator import RECORD_OVERHEAD_BYTES, stamp_header
+            from spark_mq.client.producer import BATCH_OVERHEAD_BYTES
+            from spark_mq.sink.task import SEND_GROUP_REQUESTS
             from spark_mq.storage.record_batch import encode_batch_gathered
 
             sequence = 0
+            group: list[Any] = []
+            group_bytes = 0
+
+            def send_group(sock: Any) -> None:
+                nonlocal sequence
+                # Pieces of up to max.request.size across the group's Arrow batches, as
+                # Producer.send_batch cuts the sink's grouped tables.
+                values = pa.chunked_array(group)
+                rows = len(values)
+                # The producer's own estimate of a record batch's size.
+                encoded = pc.sum(pc.binary_length(values)).as_py() + RECORD_OVERHEAD_BYTES * rows
+                limit = self.max_request_size - BATCH_OVERHEAD_BYTES
+                step = max(1, rows * limit // max(encoded, 1))
+                for start in range(0, rows, step):
+                    # Encoded as the producer encodes an uncompressed batch: the body's parts
+                    # are views of Spark's Arrow buffers, sent as they are.
+                    header, parts = encode_batch_gathered(values.slice(start, step))
+                    stamped = stamp_header(header, parts, 0, 0, sequence, transactional=True)
+                    sequence += 1
+                    _send_parts(sock, [memoryview(stamped), *map(memoryview, parts)])
+                group.clear()
+
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.connect(self.socket_path)
+                # Arrow batches grouped as a sink task groups them (spark_mq.sink.task).
                 for batch in iterator:
-                    values = batch.column(0)
-                    # Pieces of up to max.request.size, as Producer.send_batch cuts them
-                    # (two per 10,000-row Arrow batch here).
-                    encoded = values.nbytes + ROW_OVERHEAD_BYTES * batch.num_rows
-                    step = max(1, batch.num_rows * self.max_request_size // max(encoded, 1))
-                    for start in range(0, batch.num_rows, step):
-                        # Encoded as the producer encodes an uncompressed batch: the body's
-                        # parts are views of Spark's Arrow buffers, sent as they are.
-                        header, parts = encode_batch_gathered(values.slice(start, step))
-                        stamped = stamp_header(header, parts, 0, 0, sequence, transactional=True)
-                        sequence += 1
-                        _send_parts(sock, [memoryview(stamped), *map(memoryview, parts)])
+                    group.append(batch.column(0))
+                    group_bytes += batch.nbytes
+                    if group_bytes >= SEND_GROUP_REQUESTS * self.max_request_size:
+                        send_group(sock)
+                        group_bytes = 0
+                if group:
+                    send_group(sock)
             return WriterCommitMessage()
 
     def _send_parts(sock: Any, views: list[memoryview]) -> None:

@@ -46,7 +46,7 @@ from spark_mq.errors import InvalidRecordError, RecordTooLargeError, UsageError
 from spark_mq.storage.record_batch import HEADER_SIZE, Body, encode_batch_gathered
 
 #: One batch to encode: its partition, the columns, and the row range ``[start, stop)``.
-_Piece = tuple[int, dict[str, pa.Array], int, int]
+_Piece = tuple[int, dict[str, pa.Array | pa.ChunkedArray], int, int]
 
 #: Bytes a batch costs besides its records (61-byte header and the Arrow IPC framing),
 #: rounded up; a record must fit ``max.request.size`` together with it.
@@ -275,6 +275,10 @@ class Producer:
         batches of up to ``max.request.size``. A row over that limit raises
         RecordTooLargeError before anything is queued. Returns a future of the list of
         :class:`~spark_mq.client.futures.BatchMetadata` written.
+
+        A table made of several record batches (``pa.concat_tables``) is cut into batches
+        across them, without concatenating keyless columns first: the way to fill batches up
+        to ``max.request.size`` from small record batches.
         """
         if self._closed:
             self._raise_closed("send_batch")
@@ -293,11 +297,12 @@ class Producer:
         n = table.num_rows
         if n == 0:
             return FutureBatchMetadata([], [])
-        columns = {
-            name: table.column(name).combine_chunks()
-            if table.column(name).num_chunks != 1
-            else table.column(name).chunk(0)
-            for name in table.column_names
+        # A table of several record batches keeps its chunks: keyless pieces are slices of
+        # it, gathered chunk by chunk, so pieces fill up to max.request.size across the
+        # batches without a copy. Rows gathered per partition are one array each.
+        columns: dict[str, pa.Array | pa.ChunkedArray] = {
+            name: column.chunk(0) if column.num_chunks == 1 else column
+            for name, column in zip(table.column_names, table.columns, strict=True)
         }
         sizes = self._row_sizes(columns)
         largest = int(sizes.argmax())
@@ -306,7 +311,17 @@ class Producer:
         count = self._cluster.partition_counts.get(topic) or self._wait_for_topic(topic)
         keyless = self._keyless_pieces(topic, columns, count, sizes)
         pieces: Iterable[_Piece] = (
-            keyless if keyless is not None else self._grouped_pieces(topic, columns, count, sizes)
+            keyless
+            if keyless is not None
+            else self._grouped_pieces(
+                topic,
+                {
+                    name: column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+                    for name, column in columns.items()
+                },
+                count,
+                sizes,
+            )
         )
         results = []
         counts = []
@@ -319,7 +334,7 @@ class Producer:
         return FutureBatchMetadata(results, counts)
 
     def _encode_chunk(
-        self, columns: dict[str, pa.Array], start: int, stop: int
+        self, columns: dict[str, pa.Array | pa.ChunkedArray], start: int, stop: int
     ) -> list[tuple[bytes, list[Body], int]]:
         """Encode rows ``start:stop`` as one batch (header, body parts, rows), or as several if
         the size estimate was short and the batch came out over ``max.request.size``.
@@ -343,7 +358,7 @@ class Producer:
         )
 
     @staticmethod
-    def _row_sizes(columns: dict[str, pa.Array]) -> np.ndarray[Any, Any]:
+    def _row_sizes(columns: dict[str, pa.Array | pa.ChunkedArray]) -> np.ndarray[Any, Any]:
         sizes = np.full(len(columns["value"]), RECORD_OVERHEAD_BYTES, dtype=np.int64)
         for name in ("value", "key"):
             col = columns.get(name)
@@ -360,7 +375,11 @@ class Producer:
         return sizes
 
     def _keyless_pieces(
-        self, topic: str, columns: dict[str, pa.Array], count: int, sizes: np.ndarray[Any, Any]
+        self,
+        topic: str,
+        columns: dict[str, pa.Array | pa.ChunkedArray],
+        count: int,
+        sizes: np.ndarray[Any, Any],
     ) -> list[_Piece] | None:
         """When no row has a key or a partition and the partitioner keeps keyless rows in
         runs: each chunk of the table, whole, on its partition (a slice, no gather of rows).

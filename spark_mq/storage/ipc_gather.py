@@ -11,7 +11,9 @@ serialized itself, under full validation.
 
 Only the offsets of a binary column that does not start at offset 0 are rewritten (one int32
 per row) and a validity bitmap that does not start on a byte boundary is shifted (one bit per
-row): everything else, above all the keys' and values' bytes, stays where it is.
+row): everything else, above all the keys' and values' bytes, stays where it is. A column of
+several chunks (a table made of several record batches) is gathered the same way, a part per
+chunk, its offsets rewritten to run on across the chunks.
 
 The null ``key`` and ``headers`` columns of keyless, headerless records come from shared
 zero-filled buffers. A null header list has no child rows here, where pyarrow's
@@ -31,6 +33,8 @@ from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
+
+from spark_mq.errors import InvalidRecordError
 
 #: Arrow IPC aligns every body buffer to 8 bytes.
 _ALIGN: Final = 8
@@ -57,6 +61,7 @@ _FIXED: Final = struct.Struct("<I4x" + "6H" + "4x" + "iIqhB5x" + "5H6x" + "iIqI8
 _MESSAGE_TABLE: Final = 24
 _RECORD_BATCH_TABLE: Final = 64
 _NODES_COUNT_AT: Final = 92
+_INT32_MAX: Final = 2**31 - 1
 assert _FIXED.size == _NODES_COUNT_AT
 
 
@@ -91,15 +96,23 @@ class _Writer:
         self.nodes += (length, null_count)
 
     def buffer(self, data: Any) -> None:
+        """One buffer of the body: None (absent), a bytes-like object, or a list of them that
+        joined are the buffer (a column in several chunks)."""
         if data is None:
             self.buffers += (self.size, 0)
             return
-        view = memoryview(data).cast("B")
-        nbytes = len(view)
+        if isinstance(data, list):
+            views = [view for view in (memoryview(d).cast("B") for d in data) if len(view)]
+            nbytes = sum(len(view) for view in views)
+            self.parts += views
+        else:
+            view = memoryview(data).cast("B")
+            nbytes = len(view)
+            if nbytes:
+                self.parts.append(view)
         self.buffers += (self.size, nbytes)
         if not nbytes:
             return
-        self.parts.append(view)
         pad = -nbytes % _ALIGN
         if pad:
             self.parts.append(memoryview(_PADDING)[:pad])
@@ -165,17 +178,34 @@ def _bitmap(array: pa.Array) -> Any:
     return np.packbits(bits[offset : offset + length], bitorder="little")
 
 
-def _fixed_width(writer: _Writer, array: pa.Array, width: int) -> None:
-    """An int column without nulls: no bitmap, then its values."""
-    length = len(array)
-    writer.node(length, 0)
+def _chunks(array: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    """The non-empty arrays a column is made of (itself when it is one array)."""
+    if isinstance(array, pa.ChunkedArray):
+        return [chunk for chunk in array.chunks if len(chunk)]
+    return [array]
+
+
+def _fixed_width(writer: _Writer, array: pa.Array | pa.ChunkedArray, width: int) -> None:
+    """An int column without nulls: no bitmap, then its values (each chunk's, in place)."""
+    writer.node(len(array), 0)
     writer.buffer(None)
-    start = array.offset * width
-    writer.buffer(memoryview(array.buffers()[1])[start : start + length * width])
+    writer.buffer(
+        [
+            memoryview(chunk.buffers()[1])[
+                chunk.offset * width : (chunk.offset + len(chunk)) * width
+            ]
+            for chunk in _chunks(array)
+        ]
+    )
 
 
-def _binary(writer: _Writer, array: pa.Array) -> None:
-    """A binary column: bitmap (only with nulls), offsets from 0, and its bytes in place."""
+def _binary(writer: _Writer, array: pa.Array | pa.ChunkedArray) -> None:
+    """A binary column: bitmap (only with nulls), offsets from 0, and its bytes in place.
+
+    A column in several chunks gives one part of bytes per chunk and one new offsets buffer
+    (each chunk's offsets moved to follow the chunks before it). With some nulls but not all,
+    its chunks are first concatenated (a copy), which keeps the bitmap simple: keys and values
+    with nulls in a multi-chunk table are rare."""
     length = len(array)
     nulls = array.null_count
     writer.node(length, nulls)
@@ -184,12 +214,42 @@ def _binary(writer: _Writer, array: pa.Array) -> None:
         writer.buffer(_zeros(4 * (length + 1)))
         writer.buffer(None)
         return
-    _, offsets, data = array.buffers()
-    writer.buffer(_bitmap(array) if nulls else None)
-    positions = np.frombuffer(offsets, dtype=np.int32, count=length + 1, offset=4 * array.offset)
-    start, end = int(positions[0]), int(positions[length])
-    writer.buffer(positions if start == 0 else positions - np.int32(start))
-    writer.buffer(memoryview(data)[start:end] if end > start else None)
+    chunks = _chunks(array)
+    if len(chunks) > 1 and nulls:
+        chunks = [pa.concat_arrays(chunks)]
+    if len(chunks) == 1:
+        chunk = chunks[0]
+        _, offsets, data = chunk.buffers()
+        writer.buffer(_bitmap(chunk) if nulls else None)
+        positions = np.frombuffer(
+            offsets, dtype=np.int32, count=length + 1, offset=4 * chunk.offset
+        )
+        start, end = int(positions[0]), int(positions[length])
+        writer.buffer(positions if start == 0 else positions - np.int32(start))
+        writer.buffer(memoryview(data)[start:end] if end > start else None)
+        return
+    moved = []
+    data_parts = []
+    base = 0
+    for chunk in chunks:
+        _, offsets, data = chunk.buffers()
+        positions = np.frombuffer(
+            offsets, dtype=np.int32, count=len(chunk) + 1, offset=4 * chunk.offset
+        )
+        start, end = int(positions[0]), int(positions[-1])
+        moved.append(positions[:-1].astype(np.int64) + (base - start))
+        if end > start:
+            data_parts.append(memoryview(data)[start:end])
+        base += end - start
+    if base > _INT32_MAX:
+        raise InvalidRecordError(
+            f"one batch's {base} bytes of keys or values do not fit Arrow's int32 offsets; "
+            "send fewer rows per batch (max.request.size)"
+        )
+    moved.append(np.array([base], dtype=np.int64))
+    writer.buffer(None)
+    writer.buffer(np.concatenate(moved).astype(np.int32))
+    writer.buffer(data_parts or None)
 
 
 def _null_headers(writer: _Writer, length: int) -> None:
@@ -207,11 +267,12 @@ def _null_headers(writer: _Writer, length: int) -> None:
         writer.buffer(None)
 
 
-def gather_body(columns: Sequence[pa.Array]) -> list[memoryview] | None:
+def gather_body(columns: Sequence[pa.Array | pa.ChunkedArray]) -> list[memoryview] | None:
     """The body of a batch of the body schema's columns (offset deltas int32 and timestamps
     int64, both without nulls; keys and values binary; headers), as the parts of one Arrow
-    IPC record-batch message: see the module docstring. None when ``headers`` holds any
-    header, which pyarrow serializes instead."""
+    IPC record-batch message: see the module docstring. Any column may be a ChunkedArray (a
+    table built of several record batches): its chunks' buffers are gathered as they are.
+    None when ``headers`` holds any header, which pyarrow serializes instead."""
     deltas, stamps, keys, values, headers = columns
     if headers.null_count != len(headers):
         return None

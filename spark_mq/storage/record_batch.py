@@ -198,15 +198,22 @@ class ControlRecord(NamedTuple):
 # Encoding
 
 
-def _as_binary(name: str, array: Any, length: int | None) -> pa.Array:
-    """Coerce a key or value column to ``binary`` without copying data where Arrow allows."""
+def _as_binary(
+    name: str, array: Any, length: int | None, *, keep_chunks: bool = False
+) -> pa.Array | pa.ChunkedArray:
+    """Coerce a key or value column to ``binary`` without copying data where Arrow allows. A
+    ChunkedArray of several chunks stays one with ``keep_chunks`` (for the gathered body), and
+    is concatenated otherwise."""
     if array is None:
         if length is None:
             raise InvalidRecordError(f"{name} column is required")
         return pa.nulls(length, pa.binary())
     if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    if not isinstance(array, pa.Array):
+        if array.num_chunks == 1:
+            array = array.chunk(0)
+        elif not keep_chunks:
+            array = array.combine_chunks()
+    if not isinstance(array, (pa.Array, pa.ChunkedArray)):
         try:
             array = pa.array(array, type=pa.binary())
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
@@ -379,33 +386,43 @@ def encode_batch_gathered(
     unset), its body given as parts that joined are the body. Uncompressed, the parts view
     the columns' own memory instead of one copied buffer
     (:func:`spark_mq.storage.ipc_gather.gather_body`), so the producer, which sends the parts
-    as they are, spares a copy of every key and value. A compressed body (the codec needs the
-    serialized bytes) and a headers column with headers in it are one part.
+    as they are, spares a copy of every key and value. Keys and values may be ChunkedArrays
+    (a table made of several record batches): they are gathered chunk by chunk, not
+    concatenated first. A compressed body (the codec needs the serialized bytes) and a headers
+    column with headers in it are one part.
     """
     codec_obj = codec_for_name(codec) if isinstance(codec, str) else codec
     columns, stamped_now = _body_columns(
-        value, key, timestamp, headers, offset_delta=None, now_ms=now_ms
+        value, key, timestamp, headers, offset_delta=None, now_ms=now_ms, keep_chunks=True
     )
     gathered = gather_body(columns) if codec_obj.id == 0 else None
-    parts: list[Body] = (
-        list(gathered)
-        if gathered is not None
-        else [
-            codec_obj.compress(pa.RecordBatch.from_arrays(columns, schema=BODY_SCHEMA).serialize())
-        ]
-    )
+    if gathered is not None:
+        parts: list[Body] = list(gathered)
+    else:
+        arrays = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
+        body = pa.RecordBatch.from_arrays(arrays, schema=BODY_SCHEMA).serialize()
+        parts = [codec_obj.compress(body)]
     size = sum(memoryview(part).nbytes for part in parts)
     return _body_header(columns, stamped_now, size, codec_id=codec_obj.id), parts
 
 
 def _body_columns(
-    value: Any, key: Any, timestamp: Any, headers: Any, *, offset_delta: Any, now_ms: int | None
-) -> tuple[list[pa.Array], int | None]:
+    value: Any,
+    key: Any,
+    timestamp: Any,
+    headers: Any,
+    *,
+    offset_delta: Any,
+    now_ms: int | None,
+    keep_chunks: bool = False,
+) -> tuple[list[Any], int | None]:
     """The body schema's columns from the encoders' arguments, and the time every record was
-    stamped with when none came with a timestamp (None otherwise)."""
-    values = _as_binary("value", value, None)
+    stamped with when none came with a timestamp (None otherwise). With ``keep_chunks`` the
+    keys and values may be ChunkedArrays (see :func:`_as_binary`); every other column is one
+    array."""
+    values = _as_binary("value", value, None, keep_chunks=keep_chunks)
     n = len(values)
-    keys = _as_binary("key", key, n)
+    keys = _as_binary("key", key, n, keep_chunks=keep_chunks)
     # Every record stamped "now" (the common case) needs no pass over the column for the max.
     stamped_now: int | None = None
     if timestamp is None:

@@ -129,6 +129,39 @@ def test_send_batch_keeps_keyless_rows_in_whole_batches(broker: Any) -> None:
         first += batch.record_count
 
 
+@pytest.mark.parametrize("codec", ["none", "gzip"])
+def test_send_batch_cuts_batches_across_the_record_batches_of_a_table(
+    broker: Any, codec: str
+) -> None:
+    """A table of 20 record batches of 150 rows (each over max.request.size, so sent alone
+    each would be a full batch and a remainder) is cut exactly as the same rows in one
+    array: full batches across the record batches, rows in order."""
+    create(broker, "chunked", partitions=2)
+    create(broker, "whole", partitions=2)
+    n, per = 3000, 150
+    rows = [f"{i:08d}".encode() * 12 for i in range(n)]
+    table = pa.concat_tables(
+        [pa.table({"value": pa.array(rows[i : i + per], pa.binary())}) for i in range(0, n, per)]
+    )
+    assert table.column("value").num_chunks == n // per
+    with Producer(
+        bootstrap_servers=servers(broker), max_request_size=16_000, compression_type=codec
+    ) as producer:
+        chunked = producer.send_batch("chunked", table).get(30)
+        whole = producer.send_batch("whole", table.combine_chunks()).get(30)
+    assert [b.record_count for b in chunked] == [b.record_count for b in whole]
+    assert len(chunked) < n // per * 2
+    with consumer_for(broker, *(TopicPartition("chunked", p) for p in range(2))) as consumer:
+        got = read_all(consumer, n, batch=True)
+    where = {(r["partition"], r["offset"]): r["value"] for r in got}
+    first = 0
+    for batch in chunked:
+        offsets = range(batch.base_offset, batch.base_offset + batch.record_count)
+        assert [where[(batch.partition, o)] for o in offsets] == rows[first : first + len(offsets)]
+        first += batch.record_count
+    assert first == n
+
+
 def test_keyed_records_land_where_kafka_would_put_them(broker: Any) -> None:
     create(broker, "keyed", partitions=6)
     keys = [f"user-{i}".encode() for i in range(40)]
