@@ -7,13 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+from sink_helpers import create_topic, read_topic
 
 from spark_mq.client import Producer
 from spark_mq.client.accumulator import RECORD_OVERHEAD_BYTES
 from spark_mq.client.producer import BATCH_OVERHEAD_BYTES
 from spark_mq.sink.columns import ColumnPlan
 from spark_mq.sink.task import SEND_GROUP_REQUESTS, _send_all
-from tests.spark.sink_helpers import create_topic, read_topic
 
 LIMIT = 16_000
 ROWS_PER_BATCH = 150  # about 20 KB: over max.request.size, so alone a full piece and a tail
