@@ -160,29 +160,24 @@ def _send_all(
     remainder."""
     rows = 0
     futures = []
-    groups: dict[str, list[pa.Table]] = {}
-    sizes: dict[str, int] = {}
+    # Per topic: the tables waiting to be sent, and their bytes.
+    groups: dict[str, tuple[list[pa.Table], int]] = {}
     target = SEND_GROUP_REQUESTS * producer.config.max_request_size
 
     def send(topic: str) -> None:
-        group = groups.pop(topic)
-        sizes.pop(topic)
+        group, _ = groups.pop(topic)
         table = group[0] if len(group) == 1 else pa.concat_tables(group)
         futures.append(producer.send_batch(topic, table))
 
     for batch in batches:
         for topic, table in to_send_tables(batch, columns):
             rows += table.num_rows
-            group = groups.get(topic)
-            if group is not None and table.schema != group[0].schema:
+            if topic in groups and table.schema != groups[topic][0][0].schema:
                 send(topic)  # a timestamp column cast in one batch and not the next
-                group = None
-            if group is None:
-                group = groups[topic] = []
-                sizes[topic] = 0
+            group, size = groups.get(topic, ([], 0))
             group.append(table)
-            sizes[topic] += table.nbytes
-            if sizes[topic] >= target:
+            groups[topic] = (group, size + table.nbytes)
+            if size + table.nbytes >= target:
                 send(topic)
     for topic in list(groups):
         send(topic)
