@@ -1,8 +1,10 @@
 """Helpers shared by the sink tests: read a topic back whole, as a read_committed (or
-read_uncommitted) consumer sees it; start the streaming copy several tests run."""
+read_uncommitted) consumer sees it; start the streaming copy several tests run; the
+environment of a Spark driver run in its own process."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,15 @@ from spark_mq import Admin, Consumer, TopicPartition
 
 #: Upper bound on the polls of one read (a topic in these tests is far smaller).
 MAX_POLLS = 10_000
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def driver_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment plus ``extra``, with the repository on ``PYTHONPATH``, for
+    a driver script (``tests/spark/*_driver.py``) run as a subprocess."""
+    env = {**os.environ, **(extra or {})}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
 
 
 def read_topic(path: Path | str, topic: str, isolation: str = "read_committed") -> pa.Table:

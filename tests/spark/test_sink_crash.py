@@ -18,12 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
-from sink_helpers import create_topic, read_topic, values
+from sink_helpers import create_topic, driver_env, read_topic, values
 
 from spark_mq import Admin, Producer
 
 DRIVER = Path(__file__).with_name("sink_copier_driver.py")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 RECORDS = 1_200
 #: Records added when a run finishes the copy before every kill of the schedule happened:
 #: three micro-batches, so that a hook target (at most 3 batches ahead) comes next time.
@@ -47,8 +46,7 @@ def _run_driver(
 ) -> int | None:
     """Run the driver once; returns its exit code, or None when it was killed (by us after
     ``kill_after_s`` seconds of running query, or by the sink's test hook)."""
-    env = {**os.environ, **env_extra}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env = driver_env(env_extra)
     started = checkpoint.with_name("started")
     started.unlink(missing_ok=True)
     with log.open("ab") as out:

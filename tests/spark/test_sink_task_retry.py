@@ -8,18 +8,16 @@ The driver (``sink_retry_driver.py``) runs in its own process: task retries need
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from sink_helpers import create_topic, read_topic
+from sink_helpers import create_topic, driver_env, read_topic
 
 from spark_mq import Admin
 
 DRIVER = Path(__file__).with_name("sink_retry_driver.py")
-REPO_ROOT = Path(__file__).resolve().parents[2]
 ROWS = 40_000
 #: Past three of Spark's 10,000-row Arrow batches: the sink has sent rows by then.
 FAIL_AT = 35_000
@@ -31,8 +29,6 @@ def test_a_retried_task_commits_once_and_its_failed_attempt_stays_aborted(
     mq_dir: Path, tmp_path: Path
 ) -> None:
     create_topic(mq_dir, "out", 1)
-    env = {**os.environ}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     log = tmp_path / "driver.log"
     with log.open("wb") as out:
         done = subprocess.run(
@@ -42,7 +38,7 @@ def test_a_retried_task_commits_once_and_its_failed_attempt_stays_aborted(
                 *("--path", str(mq_dir), "--topic", "out"),
                 *("--rows", str(ROWS), "--fail-at", str(FAIL_AT)),
             ],
-            env=env,
+            env=driver_env(),
             stdout=out,
             stderr=out,
             timeout=540,
