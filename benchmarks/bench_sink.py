@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -350,21 +351,58 @@ class SmallJobs:
     broker_cpu: float  # CPU seconds of the broker process (idle for the discarding writer)
 
 
-def python_worker_cpu_seconds() -> float:
-    """CPU seconds used so far by every Spark Python worker process (pyspark.daemon and its
-    forks) alive now; a worker that exits meanwhile takes its share with it."""
-    total = 0.0
+def python_worker_pids() -> list[int]:
+    """Every Spark Python worker process alive now (pyspark.daemon and its forks)."""
+    pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if b"pyspark.daemon" not in f.read():
-                    continue
+                if b"pyspark.daemon" in f.read():
+                    pids.append(int(entry))
         except OSError:
             continue
-        total += process_cpu_seconds(int(entry))
-    return total
+    return pids
+
+
+class WorkerCpu:
+    """CPU seconds the Spark Python workers use from :meth:`start` to :meth:`stop`.
+
+    pyspark retires and forks workers while jobs run, and an exited worker's CPU time is gone
+    from /proc (the daemon ignores SIGCHLD, so it does not land in the daemon's children
+    times either). So a thread reads every worker's time every :attr:`INTERVAL_S` and keeps
+    the last reading of each: a worker that exits loses at most its last interval, and one
+    born in the window counts from 0."""
+
+    INTERVAL_S = 0.01
+
+    def __init__(self) -> None:
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="worker-cpu", daemon=True)
+
+    def _read(self) -> None:
+        for pid in python_worker_pids():
+            seconds = process_cpu_seconds(pid)
+            if seconds:
+                self._last[pid] = seconds
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.INTERVAL_S):
+            self._read()
+
+    def start(self) -> None:
+        self._read()
+        self._first = dict(self._last)
+        self._thread.start()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        self._read()
+        return sum(last - self._first.get(pid, 0.0) for pid, last in self._last.items())
 
 
 def measure_small_jobs(
@@ -375,7 +413,9 @@ def measure_small_jobs(
     for case, write in cases:
         write(-1)
         write(-1)
-        worker0, broker0 = python_worker_cpu_seconds(), process_cpu_seconds(broker_pid)
+        workers = WorkerCpu()
+        workers.start()
+        broker0 = process_cpu_seconds(broker_pid)
         begin = time.perf_counter()
         for _ in range(jobs):
             write(-1)
@@ -385,7 +425,7 @@ def measure_small_jobs(
                 case.name,
                 jobs,
                 elapsed,
-                python_worker_cpu_seconds() - worker0,
+                workers.stop(),
                 process_cpu_seconds(broker_pid) - broker0,
             )
         )

@@ -8,23 +8,36 @@ on the 2-core machine of docs/benchmarks.md. Every task of every micro-batch pay
 next task on that worker waits for it. Nearly all of those objects are modules, classes and
 functions that live as long as the worker.
 
-:func:`freeze_long_lived` runs once per worker process, when its first spark_mq task or
-writer commit starts: a full collection, then :func:`gc.freeze`, which moves every object
+:func:`freeze_long_lived` runs when a spark_mq task or writer commit starts: the first time
+in a worker process, a full collection, then :func:`gc.freeze`, which moves every object
 still alive to the permanent generation that later collections skip. Objects created
-afterwards (each task's batches, producers, connections) are collected as before. The price
-is bounded: an object alive at that moment that later becomes part of unreachable *cyclic*
-garbage is never freed (acyclic objects are still freed by reference counting); only that
-first task's own transient objects can be in that position, once per worker process.
+afterwards (each task's batches, producers, connections) are collected as before.
+
+Long-lived objects also arrive after that first freeze: during a worker's first write task
+pyarrow imports pandas (``pa.array`` and ``to_numpy`` look for pandas objects the first time
+they run) and spark_mq its embedded-broker launcher, about 33,000 objects that would cost
+every later task's collection 10 ms on that machine. So each later call looks at
+the oldest generation (a few dozen objects when all is well, pyspark having just collected)
+and freezes again when at least :data:`REFREEZE_MIN_OBJECTS` objects have survived there.
+
+The price is bounded: an object alive at a freeze that later becomes part of unreachable
+*cyclic* garbage is never freed (acyclic objects are still freed by reference counting);
+only the transient objects of the task that froze can be in that position.
 """
 
 from __future__ import annotations
 
 import gc
 import sys
+from typing import Final
 
 #: The module pyspark runs its Python worker daemon as (``python -m pyspark.daemon``); every
 #: reused worker is a fork of it, so its ``__main__`` is that module.
 PYSPARK_DAEMON = "pyspark.daemon"
+
+#: Objects surviving in the oldest generation at a task's start that make a worker freeze
+#: again: modules imported since the last freeze, not a task's leftovers (a few dozen).
+REFREEZE_MIN_OBJECTS: Final = 10_000
 
 _frozen = False
 
@@ -36,12 +49,15 @@ def in_pyspark_worker() -> bool:
 
 
 def freeze_long_lived() -> bool:
-    """In a pyspark worker, freeze what the process holds now, the first time in the process;
+    """In a pyspark worker, freeze what the process holds now, the first time in the process
+    and again whenever :data:`REFREEZE_MIN_OBJECTS` long-lived objects have arrived since;
     returns whether this call froze. Anywhere else (a driver, a notebook, a test calling a
     reader directly) it does nothing. A forked child inherits the frozen objects and the
     flag."""
     global _frozen  # noqa: PLW0603 (one flag per process)
-    if _frozen or not in_pyspark_worker():
+    if not in_pyspark_worker():
+        return False
+    if _frozen and len(gc.get_objects(generation=2)) < REFREEZE_MIN_OBJECTS:
         return False
     # No lock: a second freeze from a racing thread would only repeat the work.
     _frozen = True

@@ -1,4 +1,5 @@
-"""The worker's long-lived objects are frozen once, inside a pyspark worker only.
+"""The worker's long-lived objects are frozen, inside a pyspark worker only: at its first
+spark_mq task, and again when many long-lived objects arrived after that.
 
 Each check runs in a fresh interpreter: freezing is per process and cannot be undone for
 the objects it moved, so it must not touch the pytest process.
@@ -64,7 +65,7 @@ def test_in_a_worker_the_first_call_freezes_and_later_garbage_is_still_collected
         gc.collect()
         assert len(gc.get_objects(generation=2)) < frozen // 10
 
-        assert worker_gc.freeze_long_lived() is False  # once per process
+        assert worker_gc.freeze_long_lived() is False  # nothing new has come to stay
         assert gc.get_freeze_count() == frozen
 
         # A task's own cyclic garbage, made after the freeze, is still collected.
@@ -74,5 +75,46 @@ def test_in_a_worker_the_first_call_freezes_and_later_garbage_is_still_collected
         del after
         gc.collect()
         assert gone_after() is None
+        """
+    )
+
+
+def test_long_lived_objects_arriving_after_the_freeze_are_frozen_at_the_next_call() -> None:
+    _run(
+        """
+        import gc
+        import weakref
+        import __main__
+        import types
+        from spark_mq.datasource import worker_gc
+
+        __main__.__spec__ = types.SimpleNamespace(name="pyspark.daemon")
+
+        class Node:
+            pass
+
+        assert worker_gc.freeze_long_lived() is True
+        frozen = gc.get_freeze_count()
+
+        # A few objects surviving a task (what pyspark's collection leaves): no new freeze.
+        few = [Node() for _ in range(100)]
+        gc.collect()
+        assert worker_gc.freeze_long_lived() is False
+        assert gc.get_freeze_count() == frozen
+
+        # As when the first task imported a large module (pyarrow imports pandas): they
+        # survive pyspark's collection after the task, and the next task's call freezes them.
+        modules_worth = [Node() for _ in range(worker_gc.REFREEZE_MIN_OBJECTS)]
+        garbage = Node()
+        garbage.me = garbage
+        gone = weakref.ref(garbage)
+        del garbage
+        gc.collect()
+        assert worker_gc.freeze_long_lived() is True
+        assert gone() is None  # collected, not frozen
+        assert gc.get_freeze_count() >= frozen + len(modules_worth) + len(few)
+        gc.collect()
+        assert len(gc.get_objects(generation=2)) < 1_000
+        assert worker_gc.freeze_long_lived() is False
         """
     )
