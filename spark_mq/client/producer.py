@@ -325,8 +325,10 @@ class Producer:
         )
         results = []
         counts = []
+        # Rows without a timestamp get the time of this call (CreateTime), every batch alike.
+        now_ms = int(time.time() * 1000)
         for partition, group, start, stop in pieces:
-            for header, body, rows_in_chunk in self._encode_chunk(group, start, stop):
+            for header, body, rows_in_chunk in self._encode_chunk(group, start, stop, now_ms):
                 results.append(
                     self._accumulator.append_encoded(topic, partition, header, body, rows_in_chunk)
                 )
@@ -334,7 +336,11 @@ class Producer:
         return FutureBatchMetadata(results, counts)
 
     def _encode_chunk(
-        self, columns: dict[str, pa.Array | pa.ChunkedArray], start: int, stop: int
+        self,
+        columns: dict[str, pa.Array | pa.ChunkedArray],
+        start: int,
+        stop: int,
+        now_ms: int,
     ) -> list[tuple[bytes, list[Body], int]]:
         """Encode rows ``start:stop`` as one batch (header, body parts, rows), or as several if
         the size estimate was short and the batch came out over ``max.request.size``.
@@ -348,13 +354,14 @@ class Producer:
             timestamp=chunk.get("timestamp"),
             headers=chunk.get("headers"),
             codec=self.config.compression_type,
+            now_ms=now_ms,
         )
         size = HEADER_SIZE + sum(memoryview(part).nbytes for part in body)
         if size <= self.config.max_request_size or stop - start == 1:
             return [(bytes(header), body, stop - start)]
         middle = (start + stop) // 2
-        return self._encode_chunk(columns, start, middle) + self._encode_chunk(
-            columns, middle, stop
+        return self._encode_chunk(columns, start, middle, now_ms) + self._encode_chunk(
+            columns, middle, stop, now_ms
         )
 
     @staticmethod

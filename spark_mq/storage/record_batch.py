@@ -197,6 +197,42 @@ class ControlRecord(NamedTuple):
 # ---------------------------------------------------------------------------------------------
 # Encoding
 
+#: Longest column the encoders keep a shared copy of (see :func:`_shared_prefix`): a batch of
+#: 1 MB of 100-byte records has about 10,000 rows.
+SHARED_COLUMN_ROWS: Final = 1 << 16
+
+_shared_columns: dict[str, pa.Array] = {}
+_shared_stamps: tuple[int, pa.Array] | None = None
+
+
+def _shared_prefix(kind: str, length: int, make: Callable[[int], pa.Array]) -> pa.Array:
+    """The first ``length`` rows of a column that only depends on its length (null keys, null
+    headers, offset deltas 0..n-1), sliced from one array kept per kind: a producer encodes
+    such columns for every batch, and a slice costs nothing where building one allocates and
+    fills a buffer per batch. Longer columns than :data:`SHARED_COLUMN_ROWS` are built and
+    not kept. Arrow arrays are immutable, so sharing them between batches and threads is safe
+    (two threads growing one at once only build it twice)."""
+    if length > SHARED_COLUMN_ROWS:
+        return make(length)
+    shared = _shared_columns.get(kind)
+    if shared is None or len(shared) < length:
+        shared = make(max(length, 2 * len(shared) if shared is not None else 1024))
+        _shared_columns[kind] = shared
+    return shared.slice(0, length)
+
+
+def _stamps_now(now: int, length: int) -> pa.Array:
+    """``length`` timestamps of ``now``: the batches a producer cuts from one table in one call
+    are stamped with one time, so the last such column is kept and sliced."""
+    global _shared_stamps  # noqa: PLW0603 (one cache per process)
+    if length > SHARED_COLUMN_ROWS:
+        return pa.array(np.full(length, now, dtype=np.int64))
+    shared = _shared_stamps
+    if shared is None or shared[0] != now or len(shared[1]) < length:
+        shared = (now, pa.array(np.full(length, now, dtype=np.int64)))
+        _shared_stamps = shared
+    return shared[1].slice(0, length)
+
 
 def _as_binary(
     name: str, array: Any, length: int | None, *, keep_chunks: bool = False
@@ -207,7 +243,7 @@ def _as_binary(
     if array is None:
         if length is None:
             raise InvalidRecordError(f"{name} column is required")
-        return pa.nulls(length, pa.binary())
+        return _shared_prefix("null binary", length, lambda n: pa.nulls(n, pa.binary()))
     if isinstance(array, pa.ChunkedArray):
         if array.num_chunks == 1:
             array = array.chunk(0)
@@ -238,8 +274,7 @@ def _as_binary(
 
 def _timestamps(timestamp: Any, length: int, now_ms: int | None) -> pa.Array:
     if timestamp is None:
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        return pa.array(np.full(length, now, dtype=np.int64))
+        return _stamps_now(int(time.time() * 1000) if now_ms is None else now_ms, length)
     if isinstance(timestamp, pa.ChunkedArray):
         timestamp = timestamp.combine_chunks()
     if not isinstance(timestamp, pa.Array):
@@ -270,7 +305,7 @@ def _timestamps(timestamp: Any, length: int, now_ms: int | None) -> pa.Array:
 
 def _headers(headers: Any, length: int) -> pa.Array:
     if headers is None:
-        return pa.nulls(length, HEADER_TYPE)
+        return _shared_prefix("null headers", length, _null_headers)
     if isinstance(headers, pa.ChunkedArray):
         headers = headers.combine_chunks()
     if isinstance(headers, pa.Array):
@@ -295,9 +330,22 @@ def _headers(headers: Any, length: int) -> pa.Array:
         ) from exc
 
 
+def _null_headers(length: int) -> pa.Array:
+    """``length`` null header lists over an empty struct child. (``pa.nulls`` gives the struct
+    ``length`` rows of children, and slices of it serialize every row of its buffers.)"""
+    return pa.ListArray.from_arrays(
+        pa.array(np.zeros(length + 1, dtype=np.int32)),
+        pa.array([], HEADER_TYPE.value_type),
+        type=HEADER_TYPE,
+        mask=pa.array(np.ones(length, dtype=np.bool_)),
+    )
+
+
 def _offset_deltas(offset_delta: Any, length: int) -> pa.Array:
     if offset_delta is None:
-        return pa.array(np.arange(length, dtype=np.int32))
+        return _shared_prefix(
+            "offset deltas", length, lambda n: pa.array(np.arange(n, dtype=np.int32))
+        )
     try:
         if isinstance(offset_delta, pa.ChunkedArray):
             offset_delta = offset_delta.combine_chunks()

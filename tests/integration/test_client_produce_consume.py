@@ -162,6 +162,30 @@ def test_send_batch_cuts_batches_across_the_record_batches_of_a_table(
     assert first == n
 
 
+def test_send_batch_stamps_every_batch_of_one_call_with_the_time_of_the_call(
+    broker: Any,
+) -> None:
+    """Rows without a timestamp get the time of the send_batch call (CreateTime), the same
+    in every batch the call is cut into, and the batch header's max timestamp is that time."""
+    create(broker, "stamped")
+    rows = [b"%06d" % i * 20 for i in range(2_000)]
+    with Producer(bootstrap_servers=servers(broker), max_request_size=16_000) as producer:
+        before = int(time.time() * 1000)
+        sent = producer.send_batch("stamped", pa.table({"value": rows})).get(30)
+        after = int(time.time() * 1000)
+        later = producer.send_batch("stamped", pa.table({"value": rows[:10]})).get(30)
+    assert len(sent) > 5
+    with consumer_for(broker, TopicPartition("stamped", 0)) as consumer:
+        got = read_all(consumer, len(rows) + 10, batch=True)
+    stamps = {r["timestamp"] for r in got[: len(rows)]}
+    assert len(stamps) == 1
+    (stamp,) = stamps
+    assert before <= stamp <= after
+    assert all(r["timestamp"] >= stamp for r in got[len(rows) :])
+    assert [r["value"] for r in got] == rows + rows[:10]
+    assert later[0].base_offset == len(rows)
+
+
 def test_keyed_records_land_where_kafka_would_put_them(broker: Any) -> None:
     create(broker, "keyed", partitions=6)
     keys = [f"user-{i}".encode() for i in range(40)]

@@ -48,6 +48,7 @@ from spark_mq.storage.record_batch import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     RECORD_SCHEMA,
+    SHARED_COLUMN_ROWS,
     BatchHeader,
     ControlRecord,
     ControlType,
@@ -510,6 +511,34 @@ def test_timestamp_inputs(timestamps: Any, expected: list[int] | None) -> None:
 def test_default_timestamp_is_now() -> None:
     data = encode_batch([b"a", b"b"], now_ms=777)
     assert decode_records(data).column("timestamp").to_pylist() == [777, 777]
+
+
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_columns_shared_between_batches_leave_each_batch_as_if_alone(codec: str) -> None:
+    """Null keys and headers, offset deltas and "now" timestamps are slices of columns kept
+    from batch to batch: a batch encodes to the same bytes whatever was encoded before it,
+    shorter or longer, over the shared length or not, at the same time or another."""
+    rows = [3, SHARED_COLUMN_ROWS + 5, 2_000, 1, 2_000]
+
+    def encode(n: int, now_ms: int) -> bytes:
+        return bytes(encode_batch([b"v%d" % i for i in range(n)], codec=codec, now_ms=now_ms))
+
+    first = {n: encode(n, 1_000) for n in rows}
+    assert encode(3, 2_000) != first[3]  # another time, other timestamps
+    for n in reversed(rows):
+        assert encode(n, 1_000) == first[n]
+    for n in rows:
+        records = decode_records(first[n])
+        assert records.column("offset").to_pylist() == list(range(n))
+        assert records.column("timestamp").to_pylist() == [1_000] * n
+        assert records.column("key").null_count == n
+        assert records.column("headers").null_count == n
+    if codec == "none":
+        # Per row: the value and its offset, offset delta, timestamp, key offset, header list
+        # offset, two bitmap bits. Null header lists carry no child rows (``pa.nulls`` gives
+        # each of the struct's key and value children an offset per row, 8 bytes more).
+        values = sum(len(b"v%d" % i) for i in range(2_000))
+        assert len(first[2_000]) - len(first[1]) < values + 2_000 * (4 + 4 + 8 + 4 + 4 + 1) + 200
 
 
 @pytest.mark.parametrize("bad", [[1.5, 2.0], ["a", "b"], pa.array([1, 2], pa.float64())])
