@@ -219,6 +219,8 @@ class RecordAccumulator:
         self._clock = clock
         self.lock = threading.Lock()
         self._space = threading.Condition(self.lock)
+        #: What each thread blocked in :meth:`_wait_for_space` waits for ``_used`` to fall to.
+        self._resume_at: list[int] = []
         self._open: dict[TP, ProducerBatch] = {}
         self._queues: dict[TP, collections.deque[ProducerBatch]] = {}
         self._incomplete: set[ProducerBatch] = set()
@@ -371,19 +373,37 @@ class RecordAccumulator:
         self._queue(tp).append(batch)
 
     def _wait_for_space(self, size: int) -> None:
+        """Block (lock held, released while waiting) until ``size`` more bytes fit.
+
+        A full buffer means the producer is ahead of the broker. Resuming as soon as one
+        completed batch freed room would then wake this thread for every batch the broker
+        answers, to queue one batch each time. Instead it resumes once a quarter of
+        ``buffer.memory`` is free besides ``size`` (or the buffer is empty), and then queues
+        a run of batches: the sender still has three quarters queued. At the ``max.block.ms``
+        deadline, room for ``size`` alone is enough."""
         deadline = self._clock() + self._max_block_ms / 1000
-        while self._used + size > self._buffer_memory and self._used:
-            remaining = deadline - self._clock()
-            if remaining <= 0:
-                raise BufferExhaustedError(
-                    f"send() waited max.block.ms={self._max_block_ms} for {size} bytes of "
-                    f"buffer.memory={self._buffer_memory} ({self._used} in use by unsent or "
-                    "unacknowledged records); the broker is slower than the producer or "
-                    "unreachable",
-                    buffer_memory=self._buffer_memory,
-                    max_block_ms=self._max_block_ms,
-                )
-            self._space.wait(remaining)
+        resume_at = self._buffer_memory - size - self._buffer_memory // 4
+        self._resume_at.append(resume_at)
+        try:
+            while self._used > max(resume_at, 0):
+                remaining = deadline - self._clock()
+                if remaining <= 0:
+                    if self._used + size <= self._buffer_memory:
+                        return
+                    self._raise_exhausted(size)
+                self._space.wait(remaining)
+        finally:
+            self._resume_at.remove(resume_at)
+
+    def _raise_exhausted(self, size: int) -> None:
+        raise BufferExhaustedError(
+            f"send() waited max.block.ms={self._max_block_ms} for {size} bytes of "
+            f"buffer.memory={self._buffer_memory} ({self._used} in use by unsent or "
+            "unacknowledged records); the broker is slower than the producer or "
+            "unreachable",
+            buffer_memory=self._buffer_memory,
+            max_block_ms=self._max_block_ms,
+        )
 
     # -- draining (sender thread) ---------------------------------------------------------
 
@@ -475,7 +495,8 @@ class RecordAccumulator:
             if batch in self._incomplete:
                 self._incomplete.discard(batch)
                 self._used -= batch.size
-                self._space.notify_all()
+                if self._resume_at and (self._used == 0 or self._used <= max(self._resume_at)):
+                    self._space.notify_all()
 
     def expired(self, delivery_timeout_s: float) -> list[ProducerBatch]:
         """Remove and return queued (not in-flight) batches older than the delivery timeout."""

@@ -3,6 +3,9 @@ retry ordering, and header stamping."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pyarrow as pa
 import pytest
 
@@ -14,7 +17,7 @@ from spark_mq.client.accumulator import (
 )
 from spark_mq.client.errors import BufferExhaustedError
 from spark_mq.storage.batch_decoder import decode_records, validate_batch
-from spark_mq.storage.record_batch import encode_batch_parts
+from spark_mq.storage.record_batch import HEADER_SIZE, encode_batch_parts
 
 
 class Clock:
@@ -116,6 +119,71 @@ def test_back_pressure_raises_after_max_block_ms() -> None:
     batch.result.complete(0)
     acc.complete(batch)
     _append(acc)
+
+
+class _CountingCondition(threading.Condition):
+    def __init__(self, lock: threading.Lock) -> None:
+        super().__init__(lock)
+        self.notified = 0
+
+    def notify_all(self) -> None:
+        self.notified += 1
+        super().notify_all()
+
+
+def _append_encoded(acc: RecordAccumulator, size: int = 100) -> None:
+    acc.append_encoded("t", 0, bytes(HEADER_SIZE), [bytes(size - HEADER_SIZE)], 1)
+
+
+def _blocked_append(acc: RecordAccumulator) -> tuple[threading.Thread, list[BaseException]]:
+    """An append of 100 bytes on another thread, once it waits for buffer space."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _append_encoded(acc)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not acc._resume_at and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert acc._resume_at, "the append did not wait for space"
+    return thread, errors
+
+
+def test_a_blocked_producer_resumes_once_a_quarter_of_the_buffer_is_free() -> None:
+    """Not on every completed batch: it would wake to queue one batch each time."""
+    acc = RecordAccumulator(batch_size=1, linger_ms=0, buffer_memory=1000, max_block_ms=60_000)
+    space = acc._space = _CountingCondition(acc.lock)
+    for _ in range(10):
+        _append_encoded(acc)
+    thread, errors = _blocked_append(acc)
+    batches = acc.drain(_send_all, 1 << 20)
+    assert len(batches) == 10
+    # It waits for 1000 - 100 (its batch) - 250 (a quarter) = 650 bytes in use at most.
+    for done, batch in enumerate(batches[:4], start=1):
+        acc.complete(batch)
+        assert acc.buffered_bytes == 1000 - 100 * done
+        assert space.notified == (1 if done == 4 else 0)
+    thread.join(10)
+    assert not thread.is_alive() and not errors
+    assert acc.buffered_bytes == 700
+    assert len(acc.drain(_send_all, 1 << 20)) == 1
+
+
+def test_at_max_block_ms_room_for_the_batch_alone_is_enough() -> None:
+    acc = RecordAccumulator(batch_size=1, linger_ms=0, buffer_memory=1000, max_block_ms=200)
+    for _ in range(10):
+        _append_encoded(acc)
+    thread, errors = _blocked_append(acc)
+    acc.complete(acc.drain(_send_all, 1 << 20)[0])  # 900 in use: its 100 bytes fit
+    thread.join(10)
+    assert not thread.is_alive() and not errors
+    assert acc.buffered_bytes == 1000
+    assert acc._resume_at == []
 
 
 def test_reenqueued_batches_go_back_in_sequence_order() -> None:
