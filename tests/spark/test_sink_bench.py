@@ -61,6 +61,38 @@ def test_analysis_splits_what_the_sink_adds_against_the_budget() -> None:
     assert "cost 5.0 CPU s on top of it" in text
 
 
+def test_analysis_reports_what_a_record_batch_costs_against_larger_batches() -> None:
+    cases = [*_cases(20.0), bench.Case(bench.BIG_BATCH_CASE, [16.0], cpu=[28.0])]
+    storage = bench.Storage(100.0, 500.0, 2.0, 5000.0, 500.0, 125.0)
+    text = "\n".join(bench.where_the_time_goes(cases, 1_000_000, storage))
+    # 30 - 28 = 2 CPU s for 500 - 125 = 375 batches fewer; 10 / 16 of the discard rate.
+    assert "a run wrote 125 record batches instead of 500" in text
+    assert "reached 0.62 of the discarding writer and used 2.0 CPU s less" in text
+    assert "(5.33 CPU ms for each of the 375 batches fewer)" in text
+    # Without the case (an older run's figures) the paragraph is left out.
+    assert "Per record batch" not in "\n".join(
+        bench.where_the_time_goes(_cases(20.0), 1_000_000, storage)
+    )
+
+
+def test_data_batches_counts_record_batches_but_not_markers(tmp_path: Path) -> None:
+    from spark_mq.storage.record_batch import ControlType, encode_batch, encode_control_batch
+
+    first = tmp_path / "eo-0.log"
+    first.write_bytes(
+        bytes(encode_batch([b"a", b"b"]))
+        + bytes(
+            encode_control_batch(
+                ControlType.COMMIT, producer_id=1, producer_epoch=0, coordinator_epoch=0
+            )
+        )
+        + bytes(encode_batch([b"c"]))
+    )
+    second = tmp_path / "eo-1.log"
+    second.write_bytes(bytes(encode_batch([b"d"])))
+    assert bench.data_batches(iter([first, second])) == 3
+
+
 def test_section_replaces_only_its_own_markers(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"keep me\n{bench.SECTION_BEGIN}\nold\n{bench.SECTION_END}\ntail\n")
@@ -121,4 +153,5 @@ def test_smoke_run_writes_its_section(tmp_path: Path) -> None:
     assert "| Parquet (peer) |" in section
     # The floor case ran too (a task that cannot reach its receiver fails the run).
     assert "| bytes only (floor) |" in section and "The floor of the design" in section
+    assert f"| {bench.BIG_BATCH_CASE} |" in section and "Per record batch" in section
     assert "Small jobs: 2 jobs of 100 rows" in section
