@@ -221,6 +221,8 @@ class RecordAccumulator:
         self._space = threading.Condition(self.lock)
         #: What each thread blocked in :meth:`_wait_for_space` waits for ``_used`` to fall to.
         self._resume_at: list[int] = []
+        #: How many times the waiting threads were released (see :meth:`_wait_for_space`).
+        self._releases = 0
         self._open: dict[TP, ProducerBatch] = {}
         self._queues: dict[TP, collections.deque[ProducerBatch]] = {}
         self._incomplete: set[ProducerBatch] = set()
@@ -261,6 +263,7 @@ class RecordAccumulator:
                 and batch.keys is None
                 and batch.headers is None
                 and self._used + size <= self._buffer_memory
+                and not self._resume_at
                 and (
                     batch.size + size < self._batch_size
                     or (batch.size + size <= self._max_batch_bytes and self._queues.get(tp))
@@ -297,7 +300,7 @@ class RecordAccumulator:
         batches, keys, headers and callbacks. Returns the future and whether to wake the
         sender."""
         wake = False
-        if self._used + size > self._buffer_memory and self._used:
+        if self._must_wait(size):
             self._wait_for_space(size)
             batch = self._open.get(tp)  # the sender may have closed it meanwhile
         if batch is None or (
@@ -345,7 +348,7 @@ class RecordAccumulator:
         and its body's parts."""
         size = HEADER_SIZE + sum(memoryview(part).nbytes for part in body)
         with self.lock:
-            if self._used + size > self._buffer_memory and self._used:
+            if self._must_wait(size):
                 self._wait_for_space(size)
             tp = (topic, partition)
             open_batch = self._open.get(tp)
@@ -372,6 +375,14 @@ class RecordAccumulator:
         del self._open[tp]
         self._queue(tp).append(batch)
 
+    def _must_wait(self, size: int) -> bool:
+        """Whether adding ``size`` bytes waits for room: when they do not fit, or when
+        another thread waits already (it would otherwise watch later callers take the room
+        it waits for)."""
+        return bool(self._used) and (
+            self._used + size > self._buffer_memory or bool(self._resume_at)
+        )
+
     def _wait_for_space(self, size: int) -> None:
         """Block (lock held, released while waiting) until ``size`` more bytes fit.
 
@@ -379,13 +390,18 @@ class RecordAccumulator:
         completed batch freed room would then wake this thread for every batch the broker
         answers, to queue one batch each time. Instead it resumes once a quarter of
         ``buffer.memory`` is free besides ``size`` (or the buffer is empty), and then queues
-        a run of batches: the sender still has three quarters queued. At the ``max.block.ms``
-        deadline, room for ``size`` alone is enough."""
+        a run of batches: the sender still has three quarters queued. Every thread waiting
+        then is released, and goes on once its batch fits (a thread that waits for a larger
+        batch must not wait again for the threshold just because another went first). At the
+        ``max.block.ms`` deadline, room for ``size`` alone is enough."""
         deadline = self._clock() + self._max_block_ms / 1000
         resume_at = self._buffer_memory - size - self._buffer_memory // 4
+        releases = self._releases
         self._resume_at.append(resume_at)
         try:
-            while self._used > max(resume_at, 0):
+            while self._used > max(resume_at, 0) and (
+                self._releases == releases or self._used + size > self._buffer_memory
+            ):
                 remaining = deadline - self._clock()
                 if remaining <= 0:
                     if self._used + size <= self._buffer_memory:
@@ -496,6 +512,7 @@ class RecordAccumulator:
                 self._incomplete.discard(batch)
                 self._used -= batch.size
                 if self._resume_at and (self._used == 0 or self._used <= max(self._resume_at)):
+                    self._releases += 1
                     self._space.notify_all()
 
     def expired(self, delivery_timeout_s: float) -> list[ProducerBatch]:

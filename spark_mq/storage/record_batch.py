@@ -216,7 +216,8 @@ def _shared_prefix(kind: str, length: int, make: Callable[[int], pa.Array]) -> p
         return make(length)
     shared = _shared_columns.get(kind)
     if shared is None or len(shared) < length:
-        shared = make(max(length, 2 * len(shared) if shared is not None else 1024))
+        grown = min(2 * len(shared), SHARED_COLUMN_ROWS) if shared is not None else 1024
+        shared = make(max(length, grown))
         _shared_columns[kind] = shared
     return shared.slice(0, length)
 

@@ -135,22 +135,25 @@ def _append_encoded(acc: RecordAccumulator, size: int = 100) -> None:
     acc.append_encoded("t", 0, bytes(HEADER_SIZE), [bytes(size - HEADER_SIZE)], 1)
 
 
-def _blocked_append(acc: RecordAccumulator) -> tuple[threading.Thread, list[BaseException]]:
-    """An append of 100 bytes on another thread, once it waits for buffer space."""
+def _blocked_append(
+    acc: RecordAccumulator, size: int = 100
+) -> tuple[threading.Thread, list[BaseException]]:
+    """An append of ``size`` bytes on another thread, once it waits for buffer space."""
     errors: list[BaseException] = []
+    waiting = len(acc._resume_at)
 
     def run() -> None:
         try:
-            _append_encoded(acc)
+            _append_encoded(acc, size)
         except BaseException as exc:
             errors.append(exc)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
-    while not acc._resume_at and time.monotonic() < deadline:
+    while len(acc._resume_at) == waiting and time.monotonic() < deadline:
         time.sleep(0.001)
-    assert acc._resume_at, "the append did not wait for space"
+    assert len(acc._resume_at) == waiting + 1, "the append did not wait for space"
     return thread, errors
 
 
@@ -172,6 +175,24 @@ def test_a_blocked_producer_resumes_once_a_quarter_of_the_buffer_is_free() -> No
     assert not thread.is_alive() and not errors
     assert acc.buffered_bytes == 700
     assert len(acc.drain(_send_all, 1 << 20)) == 1
+
+
+def test_while_one_append_waits_a_later_one_that_fits_waits_too() -> None:
+    """Else later callers would take the room the first one waits for."""
+    acc = RecordAccumulator(batch_size=1, linger_ms=0, buffer_memory=1000, max_block_ms=60_000)
+    for _ in range(10):
+        _append_encoded(acc)
+    first, first_errors = _blocked_append(acc)
+    batches = acc.drain(_send_all, 1 << 20)
+    acc.complete(batches[0])  # 900 in use: 50 more bytes would fit
+    second, second_errors = _blocked_append(acc, size=HEADER_SIZE + 1)
+    for batch in batches[1:4]:  # down to 600: both resume
+        acc.complete(batch)
+    for thread in (first, second):
+        thread.join(10)
+        assert not thread.is_alive()
+    assert not first_errors and not second_errors
+    assert acc.buffered_bytes == 600 + 100 + HEADER_SIZE + 1
 
 
 def test_at_max_block_ms_room_for_the_batch_alone_is_enough() -> None:
