@@ -125,6 +125,8 @@ def data_batches(log_files: Iterator[Path]) -> int:
             pos = 0
             while pos + HEADER_SIZE <= end:
                 header = BatchHeader.unpack_from(os.pread(fd, HEADER_SIZE, pos))
+                if header.size < HEADER_SIZE:
+                    break  # not a batch (a torn tail): stop rather than loop
                 count += not header.is_control
                 pos += header.size
         finally:
