@@ -1,7 +1,8 @@
 """Spark fixtures: one session-scoped ``SparkSession`` for every Spark test, and a log
 directory whose embedded broker is stopped at the end of the test.
 
-Spark runs ``local[2]`` with the UI off and few shuffle partitions. ``PYSPARK_PYTHON`` is set
+Spark runs ``local[2]`` with the UI off and few shuffle partitions, built by
+``local_spark.local_session`` as the driver scripts' sessions are: ``PYSPARK_PYTHON`` is set
 to the running interpreter first, or Spark's Python workers would start the system Python,
 which lacks this project's packages. The whole directory is skipped when pyspark is not
 installed (``pip install -e '.[dev]'`` installs it).
@@ -9,8 +10,6 @@ installed (``pip install -e '.[dev]'`` installs it).
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,30 +18,23 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from local_spark import local_session
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
+    session = local_session(
+        "local[2]",
+        "spark_mq-tests",
+        {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.driver.memory": "2g",
+            "spark.sql.streaming.stopTimeout": "30s",
+        },
+        log_level="WARN",
     )
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("spark_mq-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()
 

@@ -26,8 +26,7 @@ import signal
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
+from local_spark import local_session
 
 #: Rows the killed first attempt transforms before its worker dies (each micro-batch gives
 #: a partition about 150).
@@ -59,25 +58,15 @@ def main() -> int:
     parser.add_argument("--max-offsets-per-trigger", type=int, default=300)
     parser.add_argument("--started-file", help="touched once the query has started")
     args = parser.parse_args()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
-    )
     # The sink's test hook kills this whole process group (driver, JVM, Python workers).
     os.environ["SPARK_MQ_SINK_TEST_PGID"] = str(os.getpgid(0))
-    from pyspark.sql import SparkSession
     from pyspark.sql.functions import col, udf
 
-    spark = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("spark_mq-sink-copier")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
+    spark = local_session(
+        "local[2,4]",
+        "spark_mq-sink-copier",
+        {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"},
     )
-    spark.sparkContext.setLogLevel("ERROR")
     transform = udf(_transform_value, "string")
     source = (
         spark.readStream.format("spark_mq")

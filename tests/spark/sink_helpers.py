@@ -10,19 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from local_spark import with_repo
 
 from spark_mq import Admin, Consumer, TopicPartition
 
 #: Upper bound on the polls of one read (a topic in these tests is far smaller).
 MAX_POLLS = 10_000
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def driver_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment plus ``extra``, with the repository on ``PYTHONPATH``, for
     a driver script (``tests/spark/*_driver.py``) run as a subprocess."""
     env = {**os.environ, **(extra or {})}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = with_repo(env.get("PYTHONPATH"))
     return env
 
 

@@ -13,12 +13,11 @@ So the failed attempt leaves records in its open transaction, and ``spark.task.m
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from local_spark import local_session
+
 #: How long the failing attempt waits for its records to show in the log.
 WAIT_FOR_RECORDS_S = 60
 
@@ -31,23 +30,13 @@ def main() -> int:
     parser.add_argument("--fail-at", type=int, required=True)
     parser.add_argument("--sink-id", default="retry-job")
     args = parser.parse_args()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
-    )
-    from pyspark.sql import SparkSession
     from pyspark.sql.functions import col, udf
 
-    spark = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("spark_mq-sink-retry")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
+    spark = local_session(
+        "local[2,4]",
+        "spark_mq-sink-retry",
+        {"spark.sql.shuffle.partitions": "1", "spark.driver.memory": "1g"},
     )
-    spark.sparkContext.setLogLevel("ERROR")
     path, topic, fail_at = args.path, args.topic, args.fail_at
 
     def value_of(number):  # no hints: pyspark would read them as a pandas UDF
