@@ -10,15 +10,18 @@ lock and recovers the log; increment the broker epoch (``broker.meta.json``); bi
 listeners; write ``broker.json`` so clients can find the broker; start the background jobs.
 Shutdown (SIGTERM, SIGINT, or ``broker.idle.exit.ms`` of idleness) runs it backwards:
 remove ``broker.json``, stop accepting, let requests in flight finish, stop the jobs, close
-the LogManager (flush, checkpoints, clean-shutdown marker, lock released).
+the LogManager (flush, checkpoints, clean-shutdown marker, lock released). A broker whose log
+directory was deleted, moved or replaced while it ran (checked every second by the server)
+stops the same way but *abandons* the LogManager instead of closing it, writing nothing to
+the path, and exits with status 1.
 
 ``--local`` is the embedded broker's mode: logs go to ``DIR/broker.log``, the defaults are
 a Unix socket plus an ephemeral loopback TCP port and ``broker.idle.exit.ms=60000``, and a
 broker that finds the directory already served by another exits quietly with status 0 (it
 lost a start race). If the owner is still starting or shutting down it waits for the lock.
 
-Exit status: 0 after a clean stop or a lost race, 1 if the broker could not start, 2 for a
-configuration error.
+Exit status: 0 after a clean stop or a lost race, 1 if the broker could not start or lost its
+log directory, 2 for a configuration error.
 """
 
 from __future__ import annotations
@@ -200,6 +203,7 @@ def run(config: ServerConfig, *, local: bool) -> int:
             return EXIT_FAILED
         if logs is None:
             return EXIT_OK
+        lost: str | None = None
         try:
             meta = BrokerMeta.take_over(root)
             reason = asyncio.run(serve(config, logs, meta))
@@ -208,9 +212,14 @@ def run(config: ServerConfig, *, local: bool) -> int:
             logger.error("broker failed: %s", exc)
             return EXIT_FAILED
         finally:
-            logs.close()
-            logger.info("log directory %s closed cleanly", root)
-        return EXIT_OK
+            lost = logs.directory_lost()
+            if lost is None:
+                logs.close()
+                logger.info("log directory %s closed cleanly", root)
+            else:
+                logs.abandon()
+                logger.error("log directory %s abandoned, nothing written to it: %s", root, lost)
+        return EXIT_OK if lost is None else EXIT_FAILED
     finally:
         flush_executor.shutdown(wait=True)
 

@@ -6,6 +6,13 @@ idle for ``connections.max.idle.ms``, and asks the broker to stop after
 ``broker.idle.exit.ms`` with no connection and no request. :meth:`BrokerServer.close` stops
 accepting, wakes long-polling fetches (they answer with what they have), lets requests in
 flight finish within a timeout and cuts what is left.
+
+Every :data:`LOG_DIR_CHECK_INTERVAL_S` it checks that the log directory is still the one the
+broker opened (:meth:`~spark_mq.storage.log_manager.LogManager.directory_lost`). A directory
+deleted, moved or replaced under a running broker would otherwise keep taking appends into
+files nobody can reach, acknowledged and then lost, and hold their disk space until the
+broker exits. Kafka stops a broker whose every log directory failed; so does this one: it
+logs why and asks to stop, and ``main`` then abandons the directory instead of closing it.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import logging
 import os
 import socket
 from pathlib import Path
+from typing import Final
 
 from spark_mq.broker.config import Listener, advertised
 from spark_mq.broker.connection import Connection, FrameBufferPool
@@ -24,6 +32,9 @@ from spark_mq.broker.core import BrokerCore
 from spark_mq.protocol.address import BrokerAddress
 
 logger = logging.getLogger("spark_mq.broker.server")
+
+#: How often the broker checks that its log directory is still there (two ``stat`` calls).
+LOG_DIR_CHECK_INTERVAL_S: Final = 1.0
 
 
 def _bind_tcp(host: str, port: int) -> socket.socket:
@@ -54,6 +65,11 @@ class BrokerServer:
         self.frame_buffers = FrameBufferPool()
         self.addresses: list[BrokerAddress] = []
         self.unix_path: str | None = None
+        # (st_dev, st_ino) of the socket file this broker bound: close() removes only that
+        # file, never one a successor bound at the same path.
+        self._unix_file: tuple[int, int] | None = None
+        #: Why the log directory was found lost (None while it is there).
+        self.directory_lost: str | None = None
         self._servers: list[asyncio.Server] = []
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -78,6 +94,8 @@ class BrokerServer:
                 )
                 os.chmod(path, 0o600)  # only the owner's processes may talk to the broker
                 self.unix_path = path
+                bound = os.stat(path)
+                self._unix_file = (bound.st_dev, bound.st_ino)
             else:
                 # Bound first, so the advertised address (with the real port of port 0) is
                 # known before the first connection is accepted.
@@ -91,6 +109,7 @@ class BrokerServer:
             self._servers.append(server)
             self.addresses.append(address)
         self._tasks.append(asyncio.create_task(self._sweep_idle_connections()))
+        self._tasks.append(asyncio.create_task(self._watch_log_directory()))
         idle_exit_ms = self.core.config.broker.idle_exit_ms
         if idle_exit_ms is not None:
             self._tasks.append(asyncio.create_task(self._exit_when_idle(idle_exit_ms)))
@@ -112,6 +131,23 @@ class BrokerServer:
                         conn.peer,
                     )
                     conn.task.cancel()
+
+    async def _watch_log_directory(self) -> None:
+        logs = self.core.logs
+        while True:
+            await asyncio.sleep(LOG_DIR_CHECK_INTERVAL_S)
+            reason = logs.directory_lost()
+            if reason is not None:
+                self.directory_lost = reason
+                logger.error(
+                    "log directory %s lost: %s. Stopping without writing to it; records "
+                    "appended since it went are lost with it. Restore the directory or start "
+                    "a broker on a new one.",
+                    logs.root,
+                    reason,
+                )
+                self.request_stop(f"log directory lost: {reason}")
+                return
 
     async def _exit_when_idle(self, idle_exit_ms: int) -> None:
         check_s = min(max(idle_exit_ms / 4000, 0.02), 1.0)
@@ -156,6 +192,17 @@ class BrokerServer:
             if still:
                 logger.warning("cut %d connections still busy after %.1f s", len(still), timeout_s)
                 await asyncio.wait(still, timeout=1.0)
-        if self.unix_path is not None:
+        self._remove_socket_file()
+
+    def _remove_socket_file(self) -> None:
+        """Remove the Unix socket file if it is still the one this broker bound: after its
+        directory was replaced, the file at the path may be another broker's."""
+        if self.unix_path is None or self._unix_file is None:
+            return
+        try:
+            current = os.stat(self.unix_path)
+        except FileNotFoundError:
+            return
+        if (current.st_dev, current.st_ino) == self._unix_file:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.unix_path)

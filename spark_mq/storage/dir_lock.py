@@ -213,6 +213,31 @@ class DirLock:
         """Whether this object still holds the lock."""
         return self._fd is not None
 
+    def lost(self) -> str | None:
+        """Why the lock file at :attr:`path` is no longer the file this lock holds, None
+        while it is (or once released).
+
+        ``flock`` locks a file, not a path: if the directory is deleted (or moved) the lock
+        file goes with it, and if a new directory is made at the same path another process
+        can lock a new lock file there while this one still holds the old. Either way the
+        directory this lock protected is not at :attr:`path` any more. Two ``stat`` calls."""
+        fd = self._fd
+        if fd is None:
+            return None
+        try:
+            current = os.stat(self.path)
+        except FileNotFoundError:
+            return f"its lock file {self.path} is gone (the directory was deleted or moved)"
+        except OSError as exc:
+            return f"its lock file {self.path} cannot be read ({exc})"
+        held = os.fstat(fd)
+        if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
+            return (
+                f"its lock file {self.path} is not the file this process locked (the directory "
+                "was replaced by another at the same path)"
+            )
+        return None
+
     def release(self) -> None:
         """Give up the lock (and empty the owner record). Calling it again does nothing."""
         fd, self._fd = self._fd, None

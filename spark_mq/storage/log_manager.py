@@ -730,14 +730,32 @@ class LogManager:
         marker = json.dumps({"version": 0, "shutdown_ms": self._time_ms()}).encode()
         atomic_write_bytes(self.root / CLEAN_SHUTDOWN_FILE, marker)
 
-    def _simulate_crash(self) -> None:
-        """Test hook: stop as if the process had died. Nothing is flushed, closed, checkpointed
-        or marked clean; only the directory lock is released so another manager can open it.
+    def directory_lost(self) -> str | None:
+        """Why the directory this manager opened is no longer at :attr:`root` (deleted, moved,
+        or replaced by another directory at the same path), None while it is there; see
+        :meth:`DirLock.lost <spark_mq.storage.dir_lock.DirLock.lost>`. Cheap (two ``stat``
+        calls), so a broker can ask every second."""
+        return self._dir_lock.lost()
+
+    def abandon(self) -> None:
+        """Let go of a directory that is lost (:meth:`directory_lost`) without writing to it.
+
+        Nothing is flushed, closed, checkpointed or marked clean: :meth:`close` writes the
+        checkpoints and the clean-shutdown marker by path, which would put them into whatever
+        now stands at :attr:`root` (a new directory, perhaps another broker's). The logs'
+        descriptors close with their objects (their finalizers write nothing); the lock is
+        released. Idempotent; the manager is closed afterwards.
         """
         with self._lock:
             self._closed = True
             self._topics = MappingProxyType({})
             self._dir_lock.release()
+
+    def _simulate_crash(self) -> None:
+        """Test hook: stop as if the process had died. Nothing is flushed, closed, checkpointed
+        or marked clean; only the directory lock is released so another manager can open it.
+        """
+        self.abandon()
 
     @property
     def closed(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 
 import pyarrow as pa
@@ -11,7 +12,7 @@ import pytest
 from spark_mq.broker.dir_files import ENDPOINT_FILE, BrokerMeta
 from spark_mq.protocol import fetch
 from spark_mq.storage.batch_decoder import decode_records
-from spark_mq.storage.log_manager import CLEAN_SHUTDOWN_FILE
+from spark_mq.storage.log_manager import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_CHECKPOINT
 from spark_mq.storage.record_batch import encode_batch
 
 
@@ -52,6 +53,46 @@ def test_sigkill_leaves_an_unclean_directory_that_the_next_broker_recovers(
     assert "unclean" in again.log()
     with again.connect(unix=True) as conn:
         assert values(conn, "crash") == [f"v{i}".encode() for i in range(20)]
+
+
+def test_a_deleted_log_directory_stops_the_broker(start_broker, broker_dir):
+    """Appends into files nobody can reach would be acknowledged and lost: the broker notices
+    within about a second (LOG_DIR_CHECK_INTERVAL_S), says why, and exits with status 1
+    without recreating anything at the path."""
+    broker = start_broker()
+    with broker.connect() as conn:
+        conn.produce("gone", 0, encode_batch(pa.array([b"a"])))
+    shutil.rmtree(broker_dir)
+    assert broker.proc.wait(30) == 1
+    log = broker.log()
+    assert "log directory" in log and "is gone" in log and "abandoned" in log
+    assert not broker_dir.exists()
+
+
+def test_a_replaced_log_directory_is_left_to_the_broker_that_took_it(start_broker, broker_dir):
+    """The old broker is paused while its directory is replaced and a new broker starts on the
+    new one; resumed, it stops without touching the new broker's files (no clean-shutdown
+    marker or checkpoints written there, its socket file and broker.json left alone)."""
+    old = start_broker()
+    with old.connect() as conn:
+        conn.produce("old", 0, encode_batch(pa.array([b"a"])))
+    old.proc.send_signal(signal.SIGSTOP)
+    try:
+        shutil.rmtree(broker_dir)
+        broker_dir.mkdir()
+        new = start_broker()
+    finally:
+        old.proc.send_signal(signal.SIGCONT)
+    assert old.proc.wait(30) == 1
+    assert "not the file this process locked" in old.log()
+    assert not (broker_dir / CLEAN_SHUTDOWN_FILE).exists()
+    assert not (broker_dir / RECOVERY_POINT_CHECKPOINT).exists()
+    assert (broker_dir / "broker.sock").is_socket()
+    assert json.loads((broker_dir / ENDPOINT_FILE).read_text())["pid"] == new.pid
+    with new.connect(unix=True) as conn:
+        conn.produce("new", 0, encode_batch(pa.array([b"b"])))
+        assert values(conn, "new") == [b"b"]
+        assert conn.metadata(["old"]).topics[0].error_code != 0
 
 
 def test_a_second_foreground_broker_on_the_same_directory_fails(start_broker, broker_dir):

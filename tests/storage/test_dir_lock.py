@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -128,6 +129,25 @@ def test_release_frees_the_directory_and_empties_the_record(tmp_path: Path) -> N
     # The file stays: deleting it would race with openers (see the module docstring).
     assert (tmp_path / LOCK_FILE_NAME).exists()
     DirLock(tmp_path).release()
+
+
+def test_lost_tells_a_deleted_or_replaced_directory_from_a_present_one(tmp_path: Path) -> None:
+    root = tmp_path / "mq"
+    root.mkdir()
+    lock = DirLock(root)
+    assert lock.lost() is None
+    # Deleted (or moved away): the lock file went with it.
+    shutil.rmtree(root)
+    assert "is gone" in (lock.lost() or "")
+    # Replaced: a new directory at the path, locked by someone else meanwhile (flock locks
+    # the file, so the new lock file is free).
+    root.mkdir()
+    successor = DirLock(root)
+    assert "not the file this process locked" in (lock.lost() or "")
+    assert successor.lost() is None
+    lock.release()
+    assert lock.lost() is None  # released: nothing held, nothing lost
+    successor.release()
 
 
 def test_read_owner_of_missing_or_garbled_files(tmp_path: Path) -> None:

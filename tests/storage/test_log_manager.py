@@ -423,6 +423,27 @@ def test_close_writes_checkpoints_and_the_marker(root: Path, clock: Clock) -> No
     assert marker == {"version": 0, "shutdown_ms": clock.now_ms}
 
 
+def test_a_lost_directory_is_abandoned_without_a_write_to_its_path(
+    root: Path, clock: Clock
+) -> None:
+    """close() writes checkpoints and the marker by path; after the directory was replaced,
+    that would be into the new one. abandon() writes nothing and releases the lock."""
+    m = LogManager(root, time_ms=clock)
+    m.create_topic("t", partitions=2)
+    m.get_log("t", 0).append(batch(b"a", b"b"))
+    assert m.directory_lost() is None
+    shutil.rmtree(root)
+    root.mkdir()
+    assert m.directory_lost() is not None
+    m.abandon()
+    assert m.closed
+    assert list(root.iterdir()) == []
+    m.abandon()  # idempotent
+    # The new directory is free for a manager of its own.
+    with LogManager(root, time_ms=clock) as again:
+        assert again.list_topics() == []
+
+
 def test_checkpoint_and_flush_all(manager: LogManager, root: Path) -> None:
     manager.create_topic("t")
     log = manager.get_log("t", 0)
