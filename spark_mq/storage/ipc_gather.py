@@ -228,27 +228,37 @@ def _binary(writer: _Writer, array: pa.Array | pa.ChunkedArray) -> None:
         writer.buffer(positions if start == 0 else positions - np.int32(start))
         writer.buffer(memoryview(data)[start:end] if end > start else None)
         return
-    moved = []
-    data_parts = []
-    base = 0
+    spans = []
+    total = 0
     for chunk in chunks:
         _, offsets, data = chunk.buffers()
         positions = np.frombuffer(
             offsets, dtype=np.int32, count=len(chunk) + 1, offset=4 * chunk.offset
         )
         start, end = int(positions[0]), int(positions[-1])
-        moved.append(positions[:-1].astype(np.int64) + (base - start))
+        spans.append((positions, start, end, data))
+        total += end - start
+    if total > _INT32_MAX:
+        raise InvalidRecordError(
+            f"one batch's {total} bytes of keys or values do not fit Arrow's int32 offsets; "
+            "send fewer rows per batch (max.request.size)"
+        )
+    # Each chunk's offsets, moved to follow the chunks before it, written straight into one
+    # int32 buffer: every moved offset lies in [0, total], so int32 arithmetic cannot overflow.
+    moved = np.empty(length + 1, dtype=np.int32)
+    data_parts = []
+    at = 0
+    base = 0
+    for positions, start, end, data in spans:
+        rows = len(positions) - 1
+        np.subtract(positions[:-1], np.int32(start - base), out=moved[at : at + rows])
+        at += rows
         if end > start:
             data_parts.append(memoryview(data)[start:end])
         base += end - start
-    if base > _INT32_MAX:
-        raise InvalidRecordError(
-            f"one batch's {base} bytes of keys or values do not fit Arrow's int32 offsets; "
-            "send fewer rows per batch (max.request.size)"
-        )
-    moved.append(np.array([base], dtype=np.int64))
+    moved[length] = base
     writer.buffer(None)
-    writer.buffer(np.concatenate(moved).astype(np.int32))
+    writer.buffer(moved)
     writer.buffer(data_parts or None)
 
 

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_mq.client.accumulator import stamp_header
+from spark_mq.errors import InvalidRecordError
 from spark_mq.storage.batch_decoder import decode_records, validate_batch, validate_batch_body
 from spark_mq.storage.ipc_gather import gather_body
 from spark_mq.storage.record_batch import (
@@ -264,3 +265,13 @@ def test_encode_batch_gathered_of_chunks_is_the_batch_of_the_concatenation() -> 
     assert len(parts) == 1
     batch = stamp_header(bytes(header), parts, 4, 0, 0) + bytes(memoryview(parts[0]))
     assert decode_records(batch).column("value").to_pylist() == whole.to_pylist()
+
+
+def test_chunks_whose_bytes_pass_int32_offsets_are_refused() -> None:
+    """Two chunks of 1 GiB each: 2^31 bytes, one past what int32 offsets can address. The
+    buffer is allocated, never touched (the check comes before any offset is moved)."""
+    gib = 1 << 30
+    offsets = pa.py_buffer(np.array([0, gib], dtype=np.int32).tobytes())
+    chunk = pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.allocate_buffer(gib)])
+    with pytest.raises(InvalidRecordError, match="do not fit Arrow's int32 offsets"):
+        encode_batch_gathered(pa.chunked_array([chunk, chunk]), now_ms=1)
