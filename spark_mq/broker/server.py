@@ -68,8 +68,6 @@ class BrokerServer:
         # (st_dev, st_ino) of the socket file this broker bound: close() removes only that
         # file, never one a successor bound at the same path.
         self._unix_file: tuple[int, int] | None = None
-        #: Why the log directory was found lost (None while it is there).
-        self.directory_lost: str | None = None
         self._servers: list[asyncio.Server] = []
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -138,7 +136,6 @@ class BrokerServer:
             await asyncio.sleep(LOG_DIR_CHECK_INTERVAL_S)
             reason = logs.directory_lost()
             if reason is not None:
-                self.directory_lost = reason
                 logger.error(
                     "log directory %s lost: %s. Stopping without writing to it; records "
                     "appended since it went are lost with it. Restore the directory or start "

@@ -230,7 +230,10 @@ class DirLock:
             return f"its lock file {self.path} is gone (the directory was deleted or moved)"
         except OSError as exc:
             return f"its lock file {self.path} cannot be read ({exc})"
-        held = os.fstat(fd)
+        try:
+            held = os.fstat(fd)
+        except OSError:
+            return None  # released meanwhile (by another thread): nothing held any more
         if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
             return (
                 f"its lock file {self.path} is not the file this process locked (the directory "
