@@ -616,21 +616,27 @@ def per_batch_cost(cases: list[Case], rows: int, storage: Storage) -> list[str]:
     discard, exactly_once = cases[0], cases[1]
     saved = exactly_once.best_cpu() - big.best_cpu()
     fewer = storage.batches_per_run - storage.big_batches_per_run
-    each = (
-        f" ({saved / fewer * 1000:.2f} CPU ms for each of the {fewer:,.0f} batches fewer)"
-        if fewer > 0 and saved > 0
-        else ""
-    )
+    if round(saved, 1) > 0:
+        each = (
+            f" ({saved / fewer * 1000:.2f} CPU ms for each of the {fewer:,.0f} batches fewer)"
+            if fewer > 0
+            else ""
+        )
+        cpu = f"used {saved:.1f} CPU s less{each}"
+    elif round(saved, 1) < 0:
+        cpu = f"used {-saved:.1f} CPU s more (run-to-run noise is larger than the difference)"
+    else:
+        cpu = "used as much CPU (within 0.1 s: run-to-run noise hides the difference)"
     return [
         f"- Per record batch: with {BIG_BATCH_BYTES >> 20} MiB record batches instead of the "
         "1 MB that Kafka's defaults allow (max.message.bytes, max.request.size), a run wrote "
         f"{storage.big_batches_per_run:,.0f} record batches instead of "
         f"{storage.batches_per_run:,.0f}; exactly-once reached "
         f"{big.best_rate(rows) / discard.best_rate(rows):.2f} of the discarding writer and "
-        f"used {saved:.1f} CPU s less{each}. Every record batch costs the write task and the "
-        "broker a share besides its bytes (encoding and stamping it, a produce request and "
-        "its response, validating and appending it). A topic that allows larger batches, "
-        "with the sink's `kafka.max.request.size` raised to match, pays it less often.",
+        f"{cpu}. Every record batch costs the write task and the broker a share besides its "
+        "bytes (encoding and stamping it, a produce request and its response, validating and "
+        "appending it). A topic that allows larger batches, with the sink's "
+        "`kafka.max.request.size` raised to match, pays it less often.",
     ]
 
 

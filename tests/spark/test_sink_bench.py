@@ -69,6 +69,14 @@ def test_analysis_reports_what_a_record_batch_costs_against_larger_batches() -> 
     assert "a run wrote 125 record batches instead of 500" in text
     assert "reached 0.62 of the discarding writer and used 2.0 CPU s less" in text
     assert "(5.33 CPU ms for each of the 375 batches fewer)" in text
+    # No measurable difference, or more CPU: said as such, never "-0.0 CPU s less".
+    for big_cpu, said in (
+        (29.98, "used as much CPU (within 0.1 s: run-to-run noise hides the difference)"),
+        (30.5, "used 0.5 CPU s more (run-to-run noise is larger than the difference)"),
+    ):
+        cases[-1] = bench.Case(bench.BIG_BATCH_CASE, [16.0], cpu=[big_cpu])
+        text = "\n".join(bench.where_the_time_goes(cases, 1_000_000, storage))
+        assert said in text and "CPU s less" not in text and "batches fewer" not in text
     # Without the case (an older run's figures) the paragraph is left out.
     assert "Per record batch" not in "\n".join(
         bench.where_the_time_goes(_cases(20.0), 1_000_000, storage)
