@@ -67,6 +67,19 @@ from spark_mq.storage.record_batch import (
 #: leaves every record batch short of ``max.request.size``.
 RECORD_OVERHEAD_BYTES = 25
 
+
+def record_size(key: bytes | None, value: bytes | None, header_bytes: int = 0) -> int:
+    """What ``send()`` counts one record as, against ``batch.size``, ``max.request.size`` and
+    ``buffer.memory``: its key, value and headers (``header_bytes``, the estimate
+    ``_normalize_headers`` gives) and :data:`RECORD_OVERHEAD_BYTES`."""
+    size = RECORD_OVERHEAD_BYTES + header_bytes
+    if key is not None:
+        size += len(key)
+    if value is not None:
+        size += len(value)
+    return size
+
+
 TP = tuple[str, int]
 Callback = Callable[[Any, Exception | None], None]
 

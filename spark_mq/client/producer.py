@@ -30,7 +30,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_mq.client.accumulator import RECORD_OVERHEAD_BYTES, Callback, RecordAccumulator
+from spark_mq.client.accumulator import (
+    RECORD_OVERHEAD_BYTES,
+    Callback,
+    RecordAccumulator,
+    record_size,
+)
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import ProducerConfig, client_config_props
 from spark_mq.client.futures import FutureBatchMetadata, FutureRecordMetadata
@@ -193,19 +198,14 @@ class Producer:
                     ProducerRecord(topic, partition, key, value, timestamp_ms, headers)
                 )
                 topic, partition, key, value, timestamp_ms, headers = record
-        if value is None:
-            size = RECORD_OVERHEAD_BYTES
-        else:
-            if value.__class__ is not bytes:
-                value = _to_bytes("value", value)
-            size = RECORD_OVERHEAD_BYTES + len(value)
-        if key is not None:
-            if key.__class__ is not bytes:
-                key = _to_bytes("key", key)
-            size += len(key)
+        if value is not None and value.__class__ is not bytes:
+            value = _to_bytes("value", value)
+        if key is not None and key.__class__ is not bytes:
+            key = _to_bytes("key", key)
+        header_size = 0
         if headers is not None:
             headers, header_size = _normalize_headers(headers)
-            size += header_size
+        size = record_size(key, value, header_size)
         if size > self._max_request_size:
             self._too_large(size)
         count = self._cluster.partition_counts.get(topic)

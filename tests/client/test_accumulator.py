@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 
 from spark_mq.client.accumulator import (
-    RECORD_OVERHEAD_BYTES,
     ProducerBatch,
     RecordAccumulator,
+    record_size,
     stamp_header,
 )
 from spark_mq.client.errors import BufferExhaustedError
@@ -35,7 +35,7 @@ def _acc(clock: Clock, **kw: int) -> RecordAccumulator:
 
 
 def _append(acc: RecordAccumulator, partition: int = 0, value: bytes = b"v" * 76) -> object:
-    size = len(value) + RECORD_OVERHEAD_BYTES
+    size = record_size(None, value)
     return acc.append("t", partition, 5.0, None, value, None, size, None)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from spark_mq.client.accumulator import RECORD_OVERHEAD_BYTES
+from spark_mq.client.accumulator import RECORD_OVERHEAD_BYTES, record_size
 from spark_mq.client.producer import BATCH_OVERHEAD_BYTES, Producer, _normalize_headers
 from spark_mq.storage.record_batch import (
     HEADER_SIZE,
@@ -70,13 +70,10 @@ def _send_estimates(columns: dict[str, Any]) -> list[int]:
     """What ``Producer.send`` estimates for each record."""
     out = []
     for i, value in enumerate(columns["value"]):
-        size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0)
-        key = columns.get("key", [None] * (i + 1))[i]
-        size += len(key) if key is not None else 0
-        headers = columns.get("headers", [None] * (i + 1))[i]
-        if headers is not None:
-            size += _normalize_headers(headers)[1]
-        out.append(size)
+        key = columns["key"][i] if "key" in columns else None
+        headers = columns["headers"][i] if "headers" in columns else None
+        header_bytes = _normalize_headers(headers)[1] if headers is not None else 0
+        out.append(record_size(key, value, header_bytes))
     return out
 
 
