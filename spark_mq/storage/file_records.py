@@ -6,8 +6,11 @@ CRC. Appends go to the end with ``write``/``writev``; a failed write is rolled b
 ``ftruncate`` so a full disk never leaves a torn batch behind. An append given a
 ``drop_behind_bytes`` window (the active segment's, from the topic config) drops behind
 (:mod:`spark_mq.storage.page_cache`): completed windows are written back early and their pages
-let go, so appends keep reusing the same memory. A crash can still leave a torn tail (the OS
-wrote part of the last write); recovery finds it by validation and truncates.
+let go, so appends keep reusing the same memory. Under Kafka's ``preallocate`` the first append
+reserves the segment's disk blocks (:mod:`spark_mq.storage.preallocation`; the file's size
+stays that of its batches), given back when the segment rolls or the file is closed or cut. A
+crash can still leave a torn tail (the OS wrote part of the last write); recovery finds it by
+validation and truncates.
 
 Reads are positional (``pread``), so appends and reads never share a file offset. A
 :class:`FileRange` names a run of whole batches and holds its own duplicate of the file
@@ -29,6 +32,7 @@ from spark_mq.errors import LogClosedError, LogDirectoryFullError, StorageError
 from spark_mq.storage.batch_decoder import peek_size, validate_batch
 from spark_mq.storage.codecs import Bytes
 from spark_mq.storage.page_cache import DropBehind
+from spark_mq.storage.preallocation import Preallocation
 from spark_mq.storage.record_batch import HEADER_SIZE, BatchHeader
 
 #: Header scans read the file in blocks of this size, so small batches cost no syscall each.
@@ -107,6 +111,7 @@ class FileRecords:
         self._size_bytes = os.fstat(self._fd).st_size
         self._writable = writable
         self._drop_behind = DropBehind(self._size_bytes)
+        self._preallocation = Preallocation(self._fd, self._size_bytes, writable=writable)
 
     # -----------------------------------------------------------------------------------------
 
@@ -124,11 +129,24 @@ class FileRecords:
             raise LogClosedError(f"segment file {self._path} is closed")
         return self._fd
 
-    def append(self, chunks: Sequence[Bytes], *, drop_behind_bytes: int = 0) -> int:
+    @property
+    def reserved_to(self) -> int:
+        """The end of the disk blocks reserved for appends (the size when none are)."""
+        return self._preallocation.reserved_to
+
+    def append(
+        self,
+        chunks: Sequence[Bytes],
+        *,
+        drop_behind_bytes: int = 0,
+        reserve_to: int = 0,
+    ) -> int:
         """Write ``chunks`` at the end, in order; returns the bytes written.
 
         ``drop_behind_bytes`` is the drop-behind window (:mod:`spark_mq.storage.page_cache`;
-        0, the default, leaves the written pages to the kernel).
+        0, the default, leaves the written pages to the kernel). ``reserve_to`` > 0 reserves
+        disk blocks up to that size (:mod:`spark_mq.storage.preallocation`; 0, the default,
+        reserves nothing).
 
         On any failure the file is cut back to its previous size before the error propagates,
         so a partial write never stays in the file. ENOSPC/EDQUOT raise LogDirectoryFullError.
@@ -155,10 +173,17 @@ class FileRecords:
             raise StorageError(f"write to {self._path} failed: {exc}") from exc
         self._size_bytes = start + total
         self._drop_behind.appended(fd, self._size_bytes, drop_behind_bytes)
+        self._preallocation.appended(fd, self._size_bytes, reserve_to)
         return total
+
+    def release_reserved(self) -> None:
+        """Give back the disk blocks reserved past the end (the segment stops taking appends)."""
+        if self._fd >= 0:
+            self._preallocation.release(self._fd, self._size_bytes)
 
     def _rollback(self, size: int) -> None:
         self._drop_behind.truncated(size)
+        self._preallocation.truncated(size)
         try:
             os.ftruncate(self._fd, size)
         except OSError as exc:  # The disk is unusable; the next open recovers by validation.
@@ -251,6 +276,7 @@ class FileRecords:
         os.ftruncate(self.fd, size)
         self._size_bytes = size
         self._drop_behind.truncated(size)
+        self._preallocation.truncated(size)
 
     def flush(self) -> None:
         os.fsync(self.fd)
@@ -261,6 +287,7 @@ class FileRecords:
 
     def close(self) -> None:
         if self._fd >= 0:
+            self._preallocation.release(self._fd, self._size_bytes)
             os.close(self._fd)
             self._fd = -1
 

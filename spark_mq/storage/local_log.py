@@ -133,9 +133,14 @@ class LocalLog:
 
     def append(self, chunks: Sequence[Bytes], batches: Sequence[BatchPosition]) -> None:
         """Append batches (offsets assigned, at or past the log end) to the active segment,
-        which drops behind by the config in force (only the active segment is appended to)."""
+        which drops behind and preallocates by the config in force (only the
+        active segment is appended to)."""
+        config = self.config
         self._segments[-1].append(
-            chunks, batches, drop_behind_bytes=self.config.segment_drop_behind_bytes
+            chunks,
+            batches,
+            drop_behind_bytes=config.segment_drop_behind_bytes,
+            reserve_to=config.segment_bytes if config.preallocate else 0,
         )
         self.log_end_offset = batches[-1].header.next_offset
 

@@ -198,7 +198,10 @@ class LogConfig(Config):
     preallocate: bool = setting(
         "preallocate",
         False,
-        "Preallocate segment files on creation.",
+        "Reserve disk blocks for the whole segment (segment.bytes) when it takes its first "
+        "append, as Kafka's preallocate does; the file's size stays that of its data, and the "
+        "unused blocks are given back when the segment rolls or closes. Linux only; see "
+        "spark_mq/storage/preallocation.py.",
         parse=parse_bool,
     )
 

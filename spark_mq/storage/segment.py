@@ -167,9 +167,10 @@ class LogSegment:
         batches: Sequence[BatchPosition],
         *,
         drop_behind_bytes: int = 0,
+        reserve_to: int = 0,
     ) -> None:
         """Append ``chunks`` (the batches' bytes, offsets already assigned) and index them.
-        ``drop_behind_bytes``: see :meth:`FileRecords.append`.
+        ``drop_behind_bytes`` and ``reserve_to``: see :meth:`FileRecords.append`.
 
         ``batches`` give each batch's header and its position relative to the start of the
         append. Index entries go in after the write, so a crash between the two leaves an index
@@ -186,7 +187,7 @@ class LogSegment:
                 f"batch offsets {first.base_offset}..{batches[-1].header.last_offset} do not fit "
                 f"segment {self.base_offset}"
             )
-        self.records.append(chunks, drop_behind_bytes=drop_behind_bytes)
+        self.records.append(chunks, drop_behind_bytes=drop_behind_bytes, reserve_to=reserve_to)
         if self._rolling_based_timestamp is None:
             self._rolling_based_timestamp = first.max_timestamp
         for batch in batches:
@@ -254,7 +255,9 @@ class LogSegment:
         self.time_index.resize(max(size_bytes, self.time_index.size_bytes))
 
     def on_become_inactive(self) -> None:
-        """Called when a new segment takes over: final time index entry, indexes trimmed."""
+        """Called when a new segment takes over: final time index entry, indexes trimmed,
+        disk blocks reserved past the end of the ``.log`` file given back."""
+        self.records.release_reserved()
         if self._max_timestamp_so_far >= 0:
             self.time_index.maybe_append(
                 self._max_timestamp_so_far,
