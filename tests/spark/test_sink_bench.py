@@ -3,7 +3,9 @@ section, and a small smoke run."""
 
 from __future__ import annotations
 
+import collections
 import datetime
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +35,21 @@ CHEAP_STORAGE = bench.Storage(100.0, 500.0, 2.0, 5000.0)
 def test_goal_line_passes_at_the_ratio_and_misses_below() -> None:
     assert bench.goal_line(_cases(10.0 / 0.7), 1_000_000).startswith("PASS")
     assert bench.goal_line(_cases(10.0 / 0.69), 1_000_000).startswith("MISS")
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 6])
+def test_rounds_balance_which_writer_follows_which(n: int) -> None:
+    cases = list(range(n))
+    rounds = n if n % 2 == 0 else 2 * n
+    orders = [bench.round_order(cases, run) for run in range(rounds)]
+    assert all(sorted(order) == cases for order in orders)
+    # Every writer runs in every place, and right after every other writer, equally often.
+    places = collections.Counter((order[i], i) for order in orders for i in range(n))
+    assert set(places.values()) == {rounds // n}
+    follows = collections.Counter(p for order in orders for p in itertools.pairwise(order))
+    assert len(follows) == n * (n - 1) and set(follows.values()) == {rounds // n}
+    assert bench.round_order(cases, rounds) == orders[0]
+    assert bench.round_order([], 3) == []
 
 
 def test_table_reports_best_runs_and_ratios() -> None:
@@ -147,7 +164,8 @@ def test_smoke_run_writes_its_section(tmp_path: Path) -> None:
         [
             sys.executable,
             str(REPO / "benchmarks" / "bench_sink.py"),
-            *("--rows", "20000", "--runs", "1", "--master", "local[2]", "--out", str(out)),
+            *("--rows", "20000", "--runs", "2", "--warmup", "1", "--master", "local[2]"),
+            *("--out", str(out)),
             *("--small-jobs", "2", "--small-rows", "100"),
         ],
         capture_output=True,
@@ -163,3 +181,4 @@ def test_smoke_run_writes_its_section(tmp_path: Path) -> None:
     assert "| bytes only (floor) |" in section and "The floor of the design" in section
     assert f"| {bench.BIG_BATCH_CASE} |" in section and "Per record batch" in section
     assert "Small jobs: 2 jobs of 100 rows" in section
+    assert "1 untimed warm-up round of every writer" in section
