@@ -78,6 +78,16 @@ def test_analysis_splits_what_the_sink_adds_against_the_budget() -> None:
     assert "cost 5.0 CPU s on top of it" in text
 
 
+def test_analysis_says_whether_new_pages_cost_a_host_fault_in_this_run() -> None:
+    cases = _cases(20.0)
+    slow = "\n".join(bench.where_the_time_goes(cases, 1_000_000, CHEAP_STORAGE))
+    assert "so a new page costs a fault on the host" in slow
+    fast = bench.Storage(100.0, 5_000.0, 0.2, 12_000.0)
+    text = "\n".join(bench.where_the_time_goes(cases, 1_000_000, fast))
+    assert "new pages cost little in this run" in text
+    assert "so a new page costs a fault on the host" not in text
+
+
 def test_analysis_reports_what_a_record_batch_costs_against_larger_batches() -> None:
     cases = [*_cases(20.0), bench.Case(bench.BIG_BATCH_CASE, [16.0], cpu=[28.0])]
     storage = bench.Storage(100.0, 500.0, 2.0, 5000.0, 500.0, 125.0)
