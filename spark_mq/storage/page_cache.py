@@ -28,30 +28,16 @@ Linux only: elsewhere :data:`SUPPORTED` is False and the calls do nothing. Error
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
-import sys
 from typing import Final
+
+from spark_mq.storage import libc
 
 #: ``sync_file_range`` flag: start writeback of dirty pages in the range, do not wait.
 SYNC_FILE_RANGE_WRITE: Final = 2
 
 
-def _load_sync_file_range() -> object | None:
-    if not sys.platform.startswith("linux") or not hasattr(os, "posix_fadvise"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = libc.sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_sync_file_range = _load_sync_file_range()
+_sync_file_range = libc.sync_file_range if hasattr(os, "posix_fadvise") else None
 #: Whether this platform can drop behind (Linux with ``sync_file_range``).
 SUPPORTED: Final = _sync_file_range is not None
 
@@ -59,7 +45,7 @@ SUPPORTED: Final = _sync_file_range is not None
 def start_writeback(fd: int, offset: int, length: int) -> None:
     """Start writing the dirty pages of ``[offset, offset + length)`` to disk; no waiting."""
     if _sync_file_range is not None and length > 0:
-        _sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE)  # type: ignore[operator]
+        _sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE)
 
 
 def drop_cached(fd: int, offset: int, length: int) -> None:

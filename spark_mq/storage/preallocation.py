@@ -32,12 +32,12 @@ Threads: one writer at a time (the owning log's lock), as for the file itself.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
-import sys
 from typing import Final
+
+from spark_mq.storage import libc
 
 log = logging.getLogger(__name__)
 
@@ -53,20 +53,7 @@ _EXPECTED: Final = frozenset(
 )
 
 
-def _load_fallocate() -> object | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = libc.fallocate
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_fallocate = _load_fallocate()
+_fallocate = libc.fallocate
 #: Whether this platform can reserve blocks past the end of a file (Linux ``fallocate``).
 SUPPORTED: Final = _fallocate is not None
 
@@ -78,7 +65,7 @@ def reserve(fd: int, offset: int, length: int) -> int:
     """
     if _fallocate is None:
         return errno.EOPNOTSUPP
-    if _fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) == 0:  # type: ignore[operator]
+    if _fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) == 0:
         return 0
     return ctypes.get_errno()
 
