@@ -108,10 +108,13 @@ class FileRecords:
             self._fd = os.open(self._path, flags | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StorageError(f"cannot open segment file {self._path}: {exc}") from exc
-        self._size_bytes = os.fstat(self._fd).st_size
+        stat = os.fstat(self._fd)
+        self._size_bytes = stat.st_size
         self._writable = writable
         self._drop_behind = DropBehind(self._size_bytes)
-        self._preallocation = Preallocation(self._fd, self._size_bytes, writable=writable)
+        self._preallocation = Preallocation(
+            self._size_bytes, allocated_bytes=stat.st_blocks * 512, writable=writable
+        )
 
     # -----------------------------------------------------------------------------------------
 

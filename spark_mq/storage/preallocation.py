@@ -70,27 +70,22 @@ def reserve(fd: int, offset: int, length: int) -> int:
     return ctypes.get_errno()
 
 
-def allocated_bytes(fd: int) -> int:
-    """Bytes of disk the file holds (``st_blocks`` counts 512-byte units on Linux)."""
-    return os.fstat(fd).st_blocks * 512
-
-
 class Preallocation:
     """How far one ``.log`` file is reserved past its end; reserves once, releases once."""
 
     __slots__ = ("_reserved_to", "_tried")
 
-    def __init__(self, fd: int, size: int, *, writable: bool = True) -> None:
+    def __init__(self, size: int, *, allocated_bytes: int, writable: bool = True) -> None:
+        """``size`` and ``allocated_bytes`` (``st_blocks`` x 512) of the file as opened."""
         # Only a writable file ever reserves; a segment opened read-only has nothing to give
         # back either.
         self._tried = not writable
         self._reserved_to = size
         if writable:
             rounded = -(-size // _BLOCK_BYTES) * _BLOCK_BYTES
-            allocated = allocated_bytes(fd)
-            if allocated > rounded + LEFTOVER_SLACK_BYTES:
+            if allocated_bytes > rounded + LEFTOVER_SLACK_BYTES:
                 # A reservation left by a process that stopped without releasing it.
-                self._reserved_to = allocated
+                self._reserved_to = allocated_bytes
                 self._tried = True
 
     @property
