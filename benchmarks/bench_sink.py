@@ -60,7 +60,8 @@ SECTION_BEGIN = "<!-- BEGIN spark-sink (written by benchmarks/bench_sink.py) -->
 SECTION_END = "<!-- END spark-sink -->"
 GOAL_RATIO = 0.7
 #: New page cache written at under this fraction of the rewrite speed means new pages cost a
-#: fault on the host (seen at 0.02-0.2 on the benchmark machine; 0.4 when they cost little).
+#: fault on the host (seen at 0.02-0.2 on the benchmark machine; 0.35-0.41 when they cost
+#: little).
 NEW_PAGES_SLOW = 0.25
 VALUE_BYTES = 100
 PARTITIONS = 4
@@ -611,7 +612,7 @@ def where_the_time_goes(cases: list[Case], rows: int, storage: Storage) -> list[
             if storage.page_cache_mb_s < NEW_PAGES_SLOW * storage.rewrite_mb_s
             else "new pages cost little in this run (on other days this virtual machine's new "
             "pages, whose memory had gone back to its host, cost a fault on the host each and "
-            "were written 5 to 40 times slower than rewrites)."
+            "were written 5 to 45 times slower than rewrites)."
         ),
         f"- The exactly-once topic stores {storage.bytes_per_row:.0f} bytes per row (the "
         f"{VALUE_BYTES}-byte value, its offset delta, timestamp, null key and empty headers "
@@ -797,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
         # Untimed rounds first: Python worker start-up, imports, the broker's first connections
         # and the JIT would otherwise be charged to whichever writer runs first, and to the
         # first timed rounds (with one warm-up round, every writer's first two timed rounds
-        # ran 10-25% slower than the later ones).
+        # ran 10-45% slower than its best later run).
         for _ in range(args.warmup):
             for _, write in cases:
                 write(-1)

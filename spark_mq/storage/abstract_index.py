@@ -49,7 +49,6 @@ here it is the caller's job, the index holds no lock).
 from __future__ import annotations
 
 import abc
-import errno
 import mmap
 import os
 import struct
@@ -66,6 +65,7 @@ from spark_mq.errors import (
     LogDirectoryFullError,
     UsageError,
 )
+from spark_mq.storage import libc
 
 #: Kafka's ``segment.index.bytes`` default: the preallocated size of a writable index file.
 DEFAULT_MAX_INDEX_SIZE_BYTES: Final = 10 * 1024 * 1024
@@ -73,11 +73,6 @@ DEFAULT_MAX_INDEX_SIZE_BYTES: Final = 10 * 1024 * 1024
 #: Relative offsets are stored as int32, so a segment spans at most this many offsets past its
 #: base offset; the log rolls a new segment before it would overflow.
 MAX_RELATIVE_OFFSET: Final = 2**31 - 1
-
-# posix_fallocate errors that mean "this file system cannot preallocate", as opposed to
-# "there is no room": fall back to a sparse file, which is what Kafka always uses.
-_FALLOCATE_UNSUPPORTED: Final = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
-_DISK_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def round_down_to_entries(size_bytes: int, entry_size_bytes: int) -> int:
@@ -478,14 +473,16 @@ class AbstractIndex(abc.ABC):
         try:
             os.posix_fallocate(fd, 0, length_bytes)
         except OSError as exc:
-            if exc.errno in _DISK_FULL:
+            if exc.errno in libc.DISK_FULL:
                 raise LogDirectoryFullError(
                     f"no room to preallocate {length_bytes} bytes for {self.KIND} {self._path}; "
                     "free disk space or lower segment.index.bytes",
                     path=str(self._path),
                 ) from exc
-            if exc.errno not in _FALLOCATE_UNSUPPORTED:
+            if exc.errno not in libc.FALLOCATE_UNSUPPORTED:
                 raise
+            # The file system cannot preallocate: a sparse file, which is what Kafka always
+            # uses.
             os.ftruncate(fd, length_bytes)
 
     def _remap(self, length_bytes: int) -> None:

@@ -22,13 +22,13 @@ Threads: one writer at a time (the owning log's lock); any number of readers.
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
 from spark_mq.errors import LogClosedError, LogDirectoryFullError, StorageError
+from spark_mq.storage import libc
 from spark_mq.storage.batch_decoder import peek_size, validate_batch
 from spark_mq.storage.codecs import Bytes
 from spark_mq.storage.page_cache import DropBehind
@@ -38,7 +38,6 @@ from spark_mq.storage.record_batch import HEADER_SIZE, BatchHeader
 #: Header scans read the file in blocks of this size, so small batches cost no syscall each.
 SCAN_BLOCK_BYTES: Final = 64 * 1024
 _IOV_MAX: Final = 512
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class FileRange:
@@ -167,7 +166,7 @@ class FileRecords:
                 pending = _advance(pending, n)
         except OSError as exc:
             self._rollback(start)
-            if exc.errno in _DISK_FULL:
+            if exc.errno in libc.DISK_FULL:
                 raise LogDirectoryFullError(
                     f"disk full while appending {total} bytes to {self._path}; nothing was kept "
                     "of this append: free space (or lower retention) and retry",

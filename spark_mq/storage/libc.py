@@ -4,16 +4,25 @@
 flags (preallocation, :mod:`spark_mq.storage.preallocation`). Each is None where it cannot be
 had (not Linux, or a libc without it); callers then do without, since both only help.
 Errors come back as ctypes' saved ``errno`` (``use_errno=True``): read it with
-:func:`ctypes.get_errno` right after a call that returned -1.
+:func:`ctypes.get_errno` right after a call that returned -1. The two errno families that
+storage code tells apart for every file call are here too: :data:`DISK_FULL` and
+:data:`FALLOCATE_UNSUPPORTED`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
+
+#: A write, ``fallocate`` or ``posix_fallocate`` found no room (the disk or the user's quota).
+DISK_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: ``fallocate`` / ``posix_fallocate`` errors that mean "this file system cannot preallocate",
+#: as opposed to "there is no room".
+FALLOCATE_UNSUPPORTED: Final = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
 
 
 def _load(name: str, argtypes: list[Any]) -> Callable[..., int] | None:

@@ -8,8 +8,8 @@ it. (Kafka sets the file's length instead and trims the zero tail at roll; keepi
 avoids zero bytes that a reader or recovery would have to tell from a torn batch.)
 
 It is off by default, as in Kafka, because on Linux it buys no CPU: appends into reserved
-blocks skip ext4's per-block delayed allocation, which took the broker's ``pwritev`` calls
-about a tenth less CPU, but the same work then comes back when writeback converts the
+blocks skip ext4's per-block delayed allocation, which took a sixth off the broker's own CPU
+(0.29 to 0.24 s per 500 MB), but the same work then comes back when writeback converts the
 reserved ("unwritten") blocks, and the machine as a whole used as much CPU either way
 (docs/storage.md, "Preallocation").
 
@@ -48,9 +48,7 @@ FALLOC_FL_KEEP_SIZE: Final = 1
 LEFTOVER_SLACK_BYTES: Final = 1024 * 1024
 _BLOCK_BYTES: Final = 4096
 #: Errors that only mean "no reservation here": the file system cannot, or has no room.
-_EXPECTED: Final = frozenset(
-    {errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.ENODEV, errno.ENOSPC, errno.EDQUOT}
-)
+_EXPECTED: Final = libc.FALLOCATE_UNSUPPORTED | libc.DISK_FULL
 
 
 _fallocate = libc.fallocate

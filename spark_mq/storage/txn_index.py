@@ -48,7 +48,6 @@ releasing the lock.
 
 from __future__ import annotations
 
-import errno
 import operator
 import os
 import struct
@@ -63,6 +62,7 @@ from spark_mq.errors import (
     LogDirectoryFullError,
     UsageError,
 )
+from spark_mq.storage import libc
 from spark_mq.storage.checkpoint_file import fsync_directory
 
 #: The only entry version there is (Kafka's ``AbortedTxn.CURRENT_VERSION``).
@@ -70,7 +70,6 @@ TXN_INDEX_VERSION: Final = 0
 
 _INT64_MAX: Final = 2**63 - 1
 _ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stable offset
-_DISK_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT})
 assert _ENTRY.size == 34
 
 
@@ -237,7 +236,7 @@ last_offset=120, last_stable_offset=121)], is_complete=True)
                 view = view[os.write(fd, view) :]
         except OSError as exc:
             self._roll_back_failed_write(fd, size_before, exc)
-            if exc.errno in _DISK_FULL:
+            if exc.errno in libc.DISK_FULL:
                 raise LogDirectoryFullError(
                     f"no space left to append to {self.KIND} {self._path}; free space and retry",
                     path=str(self._path),

@@ -37,10 +37,7 @@ def reserved(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 
 def _fresh(size: int = 0) -> Preallocation:
     """A plan for a writable file of ``size`` bytes holding no blocks past its end."""
-    plan = Preallocation.__new__(Preallocation)
-    plan._tried = False
-    plan._reserved_to = size
-    return plan
+    return Preallocation(size, allocated_bytes=size)
 
 
 def test_the_first_append_reserves_up_to_the_limit_once(reserved: list[tuple[int, int]]) -> None:
@@ -78,12 +75,23 @@ def test_a_truncation_frees_what_was_reserved(reserved: list[tuple[int, int]]) -
     assert plan.reserved_to == 40
 
 
-def test_a_read_only_file_never_reserves(tmp_path: Path, reserved: list[tuple[int, int]]) -> None:
-    (tmp_path / "0.log").write_bytes(b"x" * 100)
-    records = FileRecords(tmp_path / "0.log", writable=False)
-    records.release_reserved()
-    assert records.reserved_to == 100
-    records.close()
+def test_blocks_left_past_the_end_count_as_reserved_and_end_the_reserving(
+    reserved: list[tuple[int, int]],
+) -> None:
+    plan = Preallocation(5_000, allocated_bytes=5 * MIB)
+    assert plan.reserved_to == 5 * MIB
+    plan.appended(-1, 6_000, 32 * MIB)
+    assert reserved == []  # a leftover reservation is used, not added to
+    # Block rounding and a little slack are not a reservation.
+    assert Preallocation(5_000, allocated_bytes=8192).reserved_to == 5_000
+
+
+def test_a_read_only_file_never_reserves_nor_counts_blocks(
+    reserved: list[tuple[int, int]],
+) -> None:
+    plan = Preallocation(5_000, allocated_bytes=5 * MIB, writable=False)
+    assert plan.reserved_to == 5_000
+    plan.appended(-1, 5_000, 32 * MIB)
     assert reserved == []
 
 
@@ -145,6 +153,18 @@ def test_a_truncation_frees_the_blocks_past_the_new_end(fs: Path) -> None:
     assert records.reserved_to == MIB
     assert _allocated(fs / "0.log") < 2 * MIB
     records.close()
+
+
+def test_a_read_only_segment_file_leaves_blocks_past_its_end_alone(fs: Path) -> None:
+    path = fs / "0.log"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    os.write(fd, b"x" * 5000)
+    assert preallocation.reserve(fd, 5000, 16 * MIB) == 0
+    os.close(fd)
+    records = FileRecords(path, writable=False)
+    records.release_reserved()
+    records.close()
+    assert _allocated(path) >= 16 * MIB  # only the writer gives blocks back
 
 
 def test_a_reservation_left_by_a_crash_is_used_and_given_back(fs: Path) -> None:
