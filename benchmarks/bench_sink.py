@@ -35,6 +35,7 @@ import datetime
 import itertools
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -87,6 +88,11 @@ class Case:
 
     def best_rate(self, rows: int) -> float:
         return rows / min(self.seconds) if self.seconds else 0.0
+
+    def median_rate(self, rows: int) -> float:
+        """Rows/s of the median run: how a typical run compares, where the best run of a
+        writer whose runs spread widely (the discarding writer's do) says how fast it can go."""
+        return rows / statistics.median(self.seconds) if self.seconds else 0.0
 
     def best_cpu(self) -> float:
         return self.cpu[self.seconds.index(min(self.seconds))] if self.seconds else 0.0
@@ -552,9 +558,12 @@ def goal_line(cases: list[Case], rows: int) -> str:
     sink = cases[1].best_rate(rows)
     ratio = sink / ceiling if ceiling else 0.0
     verdict = "PASS" if ratio >= GOAL_RATIO else "MISS"
+    median = cases[0].median_rate(rows)
+    median_ratio = cases[1].median_rate(rows) / median if median else 0.0
     return (
         f"{verdict}: exactly-once spark_mq writes {sink:,.0f} rows/s, {ratio:.2f} of the "
-        f"discarding writer's {ceiling:,.0f} rows/s (goal: at least {GOAL_RATIO})"
+        f"discarding writer's {ceiling:,.0f} rows/s (goal: at least {GOAL_RATIO}, judged on "
+        f"best runs; median runs: {median_ratio:.2f})"
     )
 
 
@@ -562,16 +571,18 @@ def results_table(cases: list[Case], rows: int) -> str:
     ceiling = cases[0].best_rate(rows)
     at_least_once = cases[2].best_rate(rows)
     lines = [
-        "| writer | best rows/s | MB/s of values | vs discard | vs at-least-once | "
-        "machine CPU s (best run) | runs (s) |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| writer | best rows/s | MB/s of values | vs discard | vs discard, median runs | "
+        "vs at-least-once | machine CPU s (best run) | runs (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
+    median_ceiling = cases[0].median_rate(rows)
     for case in cases:
         rate = case.best_rate(rows)
-        runs = ", ".join(f"{s:.1f}" for s in case.seconds)
+        runs = ", ".join(f"{s:.2f}" for s in case.seconds)
         lines.append(
             f"| {case.name} | {rate:,.0f} | {rate * VALUE_BYTES / 1e6:,.1f} | "
             f"{rate / ceiling if ceiling else 0:.2f} | "
+            f"{case.median_rate(rows) / median_ceiling if median_ceiling else 0:.2f} | "
             f"{rate / at_least_once if at_least_once else 0:.2f} | {case.best_cpu():.1f} | "
             f"{runs} |"
         )
@@ -737,7 +748,9 @@ def render_markdown(
         "after every other over six rounds: a spark_mq run right after the discarding writer "
         "measured 1-7% slower than after another spark_mq run), each run after a `sync` of "
         "the dirty pages the runs before it left; each writer's best run counts (runs listed "
-        "in seconds, in the order they ran).",
+        "in seconds, in the order they ran). The median runs are compared too: the "
+        "discarding writer's runs spread more than the sink's, so the ratio of best runs is "
+        "the lower and noisier of the two.",
         "",
         results_table(cases, rows),
         "",
