@@ -19,10 +19,9 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
-import pyarrow as pa
-
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.errors import CoordinatorNotAvailableError, TopicExistsError
+from spark_mq.storage.arrow_arrays import binary_array
 from spark_mq.storage.record_batch import encode_batch
 
 logger = logging.getLogger(__name__)
@@ -110,7 +109,7 @@ class CoordinatorTopic:
         if not records:
             return
         part = self.replicas.partition(self.name, self.partition_for(key))
-        keys = pa.array([k for k, _ in records], pa.binary())
-        values = pa.array([v for _, v in records], pa.binary())
+        keys = binary_array([k for k, _ in records])
+        values = binary_array([v for _, v in records])
         part.append(encode_batch(values, key=keys, now_ms=now_ms))
         self.replicas.notify([part])

@@ -45,11 +45,11 @@ from typing import Any
 
 import crc32c
 import numpy as np
-import pyarrow as pa
 
 from spark_mq.client.errors import BufferExhaustedError
 from spark_mq.client.futures import FutureRecordMetadata, ProduceRequestResult
 from spark_mq.errors import SparkMQError
+from spark_mq.storage.arrow_arrays import binary_array, from_numpy
 from spark_mq.storage.record_batch import (
     ATTR_TRANSACTIONAL,
     CRC_START,
@@ -192,9 +192,9 @@ class ProducerBatch:
         if self.header is None:
             stamps = np.array(self.timestamps, dtype=np.float64).astype(np.int64)
             header, body = encode_batch_parts(
-                pa.array(self.values, pa.binary()),
-                key=None if self.keys is None else pa.array(self.keys, pa.binary()),
-                timestamp=pa.array(stamps),
+                binary_array(self.values),
+                key=None if self.keys is None else binary_array(self.keys),
+                timestamp=from_numpy(stamps),
                 headers=self.headers,
                 codec=codec,
             )

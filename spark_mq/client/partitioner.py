@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_mq.errors import ConfigError, UnknownTopicOrPartitionError
+from spark_mq.storage.arrow_arrays import to_numpy
 
 _M2 = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -267,7 +268,7 @@ class Partitioner:
             out[:] = hashed % _U32(partition_count)
             if not keys.null_count:
                 return out
-            null_rows = np.nonzero(keys.is_null().to_numpy(zero_copy_only=False))[0]
+            null_rows = np.nonzero(to_numpy(keys.is_null()))[0]
         rows_sizes = sizes if null_rows is None else sizes[null_rows]
         chosen = self._keyless_array(topic, partition_count, rows_sizes)
         if null_rows is None:

@@ -48,6 +48,7 @@ from spark_mq.client.sender import Sender
 from spark_mq.client.transactions import PreparedTransaction, TxnState
 from spark_mq.client.txn_manager import TransactionManager
 from spark_mq.errors import InvalidRecordError, RecordTooLargeError, UsageError
+from spark_mq.storage.arrow_arrays import from_numpy, to_numpy_filled
 from spark_mq.storage.record_batch import HEADER_SIZE, Body, encode_batch_gathered
 
 #: One batch to encode: its partition, the columns, and the row range ``[start, stop)``.
@@ -371,10 +372,7 @@ class Producer:
             col = columns.get(name)
             if col is None or pa.types.is_null(col.type):
                 continue
-            lengths = pc.binary_length(col)
-            if lengths.null_count:
-                lengths = lengths.fill_null(0)
-            sizes += lengths.to_numpy(zero_copy_only=False)
+            sizes += to_numpy_filled(pc.binary_length(col), 0)
         headers = columns.get("headers")
         if headers is not None and headers.null_count < len(headers):
             # Headers are rare in bulk data: a rough per-row estimate from the whole column.
@@ -414,8 +412,12 @@ class Producer:
 
         def pieces() -> Iterator[_Piece]:
             for partition, rows in groups:
-                group = columns if rows is None else {k: v.take(rows) for k, v in columns.items()}
-                group_sizes = sizes if rows is None else sizes[rows]
+                if rows is None:
+                    group, group_sizes = columns, sizes
+                else:
+                    indices = from_numpy(rows)
+                    group = {k: v.take(indices) for k, v in columns.items()}
+                    group_sizes = sizes[rows]
                 for start, stop in self._chunks(group_sizes):
                     yield partition, group, start, stop
 
@@ -435,12 +437,10 @@ class Producer:
             return self._partitioner.partition_array(topic, keys, count, sizes)
         if not pa.types.is_integer(given.type):
             raise InvalidRecordError(f"partition column must be integers, not {given.type}")
-        parts: np.ndarray[Any, Any] = (
-            given.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int32)
-        )
+        parts: np.ndarray[Any, Any] = to_numpy_filled(given, -1).astype(np.int32)
         missing = np.nonzero(parts < 0)[0] if given.null_count else np.zeros(0, np.int64)
         if len(missing):
-            sub_keys = keys.take(pa.array(missing)) if keys is not None else None
+            sub_keys = keys.take(from_numpy(missing)) if keys is not None else None
             parts[missing] = self._partitioner.partition_array(
                 topic, sub_keys, count, sizes[missing]
             )
@@ -450,7 +450,7 @@ class Producer:
         return parts
 
     @staticmethod
-    def _group(parts: np.ndarray[Any, Any]) -> list[tuple[int, pa.Array | None]]:
+    def _group(parts: np.ndarray[Any, Any]) -> list[tuple[int, np.ndarray[Any, Any] | None]]:
         """(partition, row indices) per partition, rows in table order; None means all."""
         first = int(parts[0])
         if int(parts.min()) == int(parts.max()):
@@ -459,7 +459,7 @@ class Producer:
         ordered = parts[order]
         cuts = np.flatnonzero(np.diff(ordered)) + 1
         bounds = [0, *cuts.tolist(), len(parts)]
-        return [(int(ordered[a]), pa.array(order[a:b])) for a, b in itertools.pairwise(bounds)]
+        return [(int(ordered[a]), order[a:b]) for a, b in itertools.pairwise(bounds)]
 
     def _chunks(self, sizes: np.ndarray[Any, Any]) -> list[tuple[int, int]]:
         """Row ranges whose estimated sizes stay within ``max.request.size``."""

@@ -34,6 +34,7 @@ from spark_mq.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
+from spark_mq.storage.arrow_arrays import to_numpy
 
 log = logging.getLogger(__name__)
 
@@ -143,11 +144,7 @@ def _range_tables(rng: PartitionRange) -> Iterator[pa.Table]:
             if table.num_rows:
                 offsets = table.column("offset")
                 if offsets[-1].as_py() >= rng.end:
-                    flat = (
-                        offsets.to_numpy()
-                        if offsets.num_chunks == 1
-                        else np.concatenate([c.to_numpy() for c in offsets.chunks])
-                    )
+                    flat = to_numpy(offsets)
                     table = table.slice(0, int(np.searchsorted(flat, rng.end)))
                 yield table
             if moved_to > position:

@@ -14,11 +14,13 @@ still alive to the permanent generation that later collections skip. Objects cre
 afterwards (each task's batches, producers, connections) are collected as before.
 
 Long-lived objects also arrive after that first freeze: during a worker's first write task
-pyarrow imports pandas (``pa.array`` and ``to_numpy`` look for pandas objects the first time
-they run) and spark_mq its embedded-broker launcher, about 33,000 objects that would cost
-every later task's collection 10 ms on that machine. So each later call looks at
-the oldest generation (a few dozen objects when all is well, pyspark having just collected)
-and freezes again when at least :data:`REFREEZE_MIN_OBJECTS` objects have survived there.
+spark_mq imports its embedded-broker launcher, and pyspark makes pyarrow import pandas (its
+data source write path puts the task's commit message in a column with ``pa.array``; spark_mq's
+own paths do not import it, :mod:`spark_mq.storage.arrow_arrays`), together about 33,000
+objects that would cost every later task's collection 10 ms on that machine. So each later
+call looks at the oldest generation (a few dozen objects when all is well, pyspark having just
+collected) and freezes again when at least :data:`REFREEZE_MIN_OBJECTS` objects have survived
+there.
 
 The price is bounded: an object alive at a freeze that later becomes part of unreachable
 *cyclic* garbage is never freed (acyclic objects are still freed by reference counting);

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mq.errors import InvalidRecordError, SinkSchemaError
+from spark_mq.storage.arrow_arrays import from_numpy, to_numpy_filled
 
 #: Accepted columns and the Spark SQL types each may have (simpleString form).
 ACCEPTED_COLUMNS: Final[dict[str, tuple[str, ...]]] = {
@@ -94,8 +95,9 @@ def _send_columns(batch: pa.RecordBatch, plan: ColumnPlan) -> dict[str, pa.Array
     columns = {name: batch.column(i) for i, name in enumerate(plan.columns) if name != "topic"}
     stamps = columns.get("timestamp")
     if stamps is not None and stamps.null_count:
-        now = pa.scalar(int(time.time() * 1000) * 1000, pa.timestamp("us"))
-        columns["timestamp"] = pc.fill_null(stamps.cast(pa.timestamp("us")), now)
+        now = int(time.time() * 1000) * 1000
+        micros = stamps.cast(pa.timestamp("us")).view(pa.int64())
+        columns["timestamp"] = from_numpy(to_numpy_filled(micros, now), pa.timestamp("us"))
     return columns
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_mq.errors import CorruptRecordError
+from spark_mq.storage.arrow_arrays import from_numpy, to_numpy
 from spark_mq.storage.codecs import Bytes, codec_for_id
 from spark_mq.storage.record_batch import (
     ATTR_KNOWN,
@@ -219,7 +220,7 @@ def decode_body(
             offset=header.base_offset,
         )
     if body.num_rows:
-        values = deltas.to_numpy()
+        values = to_numpy(deltas)
         if not offset_deltas_valid(values) or int(values[-1]) > header.last_offset_delta:
             raise CorruptRecordError(
                 f"batch at offset {header.base_offset} has offset deltas that are negative, not "
@@ -292,13 +293,13 @@ def _to_records(body: pa.RecordBatch, header: BatchHeader) -> pa.RecordBatch:
     n = body.num_rows
     # numpy, not pyarrow.compute: a compute call costs ~15 us of dispatch, which dominates
     # small batches (measured in benchmarks/bench_storage.py).
-    offsets = pa.array(np.add(body.column(0).to_numpy(), header.base_offset, dtype=np.int64))
+    offsets = from_numpy(np.add(to_numpy(body.column(0)), header.base_offset, dtype=np.int64))
     stamps = body.column(1)
     log_append_time = bool(header.attributes & ATTR_TIMESTAMP_TYPE)
     if log_append_time:
         # With LogAppendTime the broker's time is the batch's maxTimestamp, for every record.
-        stamps = pa.array(np.full(n, header.max_timestamp, dtype=np.int64))
-    ts_type = pa.array(np.full(n, int(log_append_time), dtype=np.int8))
+        stamps = from_numpy(np.full(n, header.max_timestamp, dtype=np.int64))
+    ts_type = from_numpy(np.full(n, int(log_append_time), dtype=np.int8))
     return pa.RecordBatch.from_arrays(
         [offsets, stamps, ts_type, body.column(2), body.column(3), body.column(4)],
         schema=RECORD_SCHEMA,
@@ -347,7 +348,7 @@ def decode_records(
         cut_head = start_offset is not None and header.base_offset < start_offset
         cut_tail = end_offset is not None and header.last_offset >= end_offset
         if cut_head or cut_tail:
-            offsets = records.column(0).to_numpy()
+            offsets = to_numpy(records.column(0))
             lo = int(np.searchsorted(offsets, start_offset)) if start_offset is not None else 0
             hi = (
                 int(np.searchsorted(offsets, end_offset))

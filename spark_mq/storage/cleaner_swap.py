@@ -65,6 +65,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from spark_mq.errors import CorruptRecordError, StorageError
+from spark_mq.storage.arrow_arrays import from_numpy, to_numpy
 from spark_mq.storage.batch_decoder import decode_body, validate_batch
 from spark_mq.storage.checkpoint_file import fsync_directory
 from spark_mq.storage.cleaner_filter import BatchRetention, CleanerFilter, RecordsToDecide
@@ -379,12 +380,12 @@ def _decide(
         return {}
     order = sorted(bodies)
     offsets = np.concatenate(
-        [bodies[i].column(0).to_numpy().astype(np.int64) + batches[i][0].base_offset for i in order]
+        [to_numpy(bodies[i].column(0)).astype(np.int64) + batches[i][0].base_offset for i in order]
     )
     keys = pa.concat_arrays([bodies[i].column(2) for i in order])
     values = pa.concat_arrays([bodies[i].column(3) for i in order])
-    has_key = keys.is_valid().to_numpy(zero_copy_only=False)
-    tombstone = values.is_null().to_numpy(zero_copy_only=False)
+    has_key = to_numpy(keys.is_valid())
+    tombstone = to_numpy(values.is_null())
     records = RecordsToDecide(offsets, rules.offset_map.latest_offsets(keys), has_key, tombstone)
     keep = rules.filter.retain_records(
         records, map_end_offset=rules.map_end_offset, retain_deletes=retain_deletes
@@ -402,12 +403,12 @@ def _decide(
 
 def _rewrite(body: pa.RecordBatch, header: BatchHeader, keep: BoolArray) -> bytes:
     """The batch with only the ``keep`` records (possibly none), its header fields preserved."""
-    kept = body.filter(pa.array(keep))
+    kept = body.filter(from_numpy(keep))
     stamps = kept.column(1)
     if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
         # Readers see maxTimestamp (the append time) for every record of such a batch; writing
         # it into the column keeps that value as the rewritten batch's maxTimestamp.
-        stamps = pa.array(np.full(kept.num_rows, header.max_timestamp, np.int64))
+        stamps = from_numpy(np.full(kept.num_rows, header.max_timestamp, np.int64))
     return encode_batch(
         kept.column(3),
         key=kept.column(2),

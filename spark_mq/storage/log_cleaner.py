@@ -101,6 +101,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from spark_mq.errors import ConfigError, LogClosedError, StorageError
+from spark_mq.storage.arrow_arrays import from_numpy, to_numpy
 from spark_mq.storage.batch_decoder import decode_body, validate_batch
 from spark_mq.storage.cleaner_filter import BatchRetention, CleanerFilter, RecordsToDecide
 from spark_mq.storage.cleaner_swap import (
@@ -499,12 +500,12 @@ class LogCleaner:
                     ):
                         continue
                     body = decode_body(data, pos, header)
-                    batch_offsets = body.column(0).to_numpy().astype(np.int64) + header.base_offset
+                    batch_offsets = to_numpy(body.column(0)).astype(np.int64) + header.base_offset
                     batch_keys = body.column(2)
                     wanted = (batch_offsets >= first_dirty) & (batch_offsets < end)
-                    wanted &= batch_keys.is_valid().to_numpy(zero_copy_only=False)
+                    wanted &= to_numpy(batch_keys.is_valid())
                     if not wanted.all():
-                        batch_keys = batch_keys.filter(pa.array(wanted))
+                        batch_keys = batch_keys.filter(from_numpy(wanted))
                         batch_offsets = batch_offsets[wanted]
                     keys.append(batch_keys)
                     offsets.append(batch_offsets)

@@ -25,6 +25,7 @@ from typing import Final, NamedTuple
 
 import pyarrow as pa
 
+from spark_mq.storage.arrow_arrays import to_numpy
 from spark_mq.storage.batch_decoder import decode_body, decode_records
 from spark_mq.storage.file_records import FileRange
 from spark_mq.storage.record_batch import HEADER_SIZE, LOG_OVERHEAD, RECORD_SCHEMA, BatchHeader
@@ -189,8 +190,8 @@ def _max_timestamp_from(
 ) -> int | None:
     """Largest CreateTime timestamp of the batch's records at or after ``start_offset``."""
     body = decode_body(segment.records.read(position, header.size), 0, header)
-    offsets = body.column(0).to_numpy().astype("int64") + header.base_offset
-    stamps = body.column(1).to_numpy()[offsets >= start_offset]
+    offsets = to_numpy(body.column(0)).astype("int64") + header.base_offset
+    stamps = to_numpy(body.column(1))[offsets >= start_offset]
     return int(stamps.max()) if len(stamps) else None
 
 

@@ -19,6 +19,8 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_mq.storage.arrow_arrays import binary_array, from_numpy, mask, to_numpy, to_numpy_filled
+
 __all__ = ["MAP_ENTRY_OVERHEAD_BYTES", "OffsetMap"]
 
 logger = logging.getLogger(__name__)
@@ -73,7 +75,7 @@ class OffsetMap:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._keys: pa.Array = pa.array([], pa.binary())
+        self._keys: pa.Array = binary_array([])
         self._offsets: Int64Array = np.empty(0, np.int64)
         self._bytes = 0
         self._pending: list[tuple[pa.Array, Int64Array]] = []
@@ -123,11 +125,11 @@ class OffsetMap:
     def _fitting_prefix(self, keys: pa.Array) -> int:
         """How many leading records fit, counting only keys new to the map, once each."""
         n = len(keys)
-        new = ~pc.is_in(keys, value_set=self._keys).to_numpy(zero_copy_only=False)
-        codes = pc.dictionary_encode(keys).indices.to_numpy(zero_copy_only=False)
+        new = ~mask(pc.is_in(keys, value_set=self._keys))
+        codes = to_numpy_filled(pc.dictionary_encode(keys).indices, -1)
         first = np.zeros(n, np.bool_)
         first[np.unique(codes, return_index=True)[1]] = True
-        lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False).astype(np.int64)
+        lengths = to_numpy_filled(pc.binary_length(keys), 0).astype(np.int64)
         costs = np.where(new & first, lengths + MAP_ENTRY_OVERHEAD_BYTES, 0)
         taken = int(np.searchsorted(np.cumsum(costs), self.max_bytes - self._bytes, "right"))
         if taken == 0 and len(self._keys) == 0:
@@ -148,7 +150,7 @@ class OffsetMap:
         # One hash table over every part: the chunks of the result share one dictionary, the
         # distinct keys in order of first appearance.
         encoded = pc.dictionary_encode(pa.chunked_array([k for k, _ in parts], pa.binary()))
-        codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in encoded.chunks])
+        codes = np.concatenate([to_numpy(c.indices) for c in encoded.chunks])
         self._keys = encoded.chunks[-1].dictionary
         self._offsets = np.full(len(self._keys), -1, np.int64)
         np.maximum.at(self._offsets, codes, np.concatenate([o for _, o in parts]))
@@ -161,14 +163,14 @@ class OffsetMap:
         order = np.argsort(hashes, kind="stable")
         self._hashes = hashes[order]
         self._offsets = self._offsets[order]
-        self._keys = self._keys.take(pa.array(order))
+        self._keys = self._keys.take(from_numpy(order))
         same = np.flatnonzero(self._hashes[1:] == self._hashes[:-1])
         if len(same):
             # Distinct keys with one hash: a binary search finds only the first of them, so
             # these few go to a dict instead.
             clashing = np.union1d(same, same + 1)
             self._collision_hashes = np.unique(self._hashes[clashing])
-            values = self._keys.take(pa.array(clashing)).to_pylist()
+            values = self._keys.take(from_numpy(clashing)).to_pylist()
             self._collisions = dict(zip(values, self._offsets[clashing].tolist(), strict=True))
 
     def latest_offsets(self, keys: pa.Array) -> Int64Array:
@@ -184,8 +186,8 @@ class OffsetMap:
         found[found == len(self._hashes)] = 0
         hit = self._hashes[found] == probe[order]
         rows, entries = order[hit], found[hit]
-        same_key = pc.equal(keys.take(pa.array(rows)), self._keys.take(pa.array(entries)))
-        confirmed = pc.fill_null(same_key, False).to_numpy(zero_copy_only=False)
+        same_key = pc.equal(keys.take(from_numpy(rows)), self._keys.take(from_numpy(entries)))
+        confirmed = mask(same_key)
         result[rows[confirmed]] = self._offsets[entries[confirmed]]
         if len(self._collision_hashes):
             for row in np.flatnonzero(np.isin(probe, self._collision_hashes)).tolist():

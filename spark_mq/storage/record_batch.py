@@ -40,7 +40,7 @@ import enum
 import inspect
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple, ParamSpec, TypeAlias
 
 import crc32c
@@ -49,6 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mq.errors import CorruptRecordError, InvalidRecordError
+from spark_mq.storage.arrow_arrays import binary_array, from_numpy, to_numpy, to_numpy_filled
 from spark_mq.storage.codecs import CODEC_NAMES, Bytes, Codec, codec_for_id, codec_for_name
 from spark_mq.storage.ipc_gather import gather_body
 
@@ -227,10 +228,10 @@ def _stamps_now(now: int, length: int) -> pa.Array:
     are stamped with one time, so the last such column is kept and sliced."""
     global _shared_stamps  # noqa: PLW0603 (one cache per process)
     if length > SHARED_COLUMN_ROWS:
-        return pa.array(np.full(length, now, dtype=np.int64))
+        return from_numpy(np.full(length, now, dtype=np.int64))
     shared = _shared_stamps
     if shared is None or shared[0] != now or len(shared[1]) < length:
-        shared = (now, pa.array(np.full(length, now, dtype=np.int64)))
+        shared = (now, from_numpy(np.full(length, now, dtype=np.int64)))
         _shared_stamps = shared
     return shared[1].slice(0, length)
 
@@ -300,7 +301,7 @@ def _timestamps(timestamp: Any, length: int, now_ms: int | None) -> pa.Array:
         raise InvalidRecordError(f"timestamp column does not fit int64: {exc}") from exc
     if timestamp.null_count:
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        timestamp = timestamp.fill_null(now)
+        timestamp = from_numpy(to_numpy_filled(timestamp, now))
     return timestamp
 
 
@@ -321,31 +322,77 @@ def _headers(headers: Any, length: int) -> pa.Array:
     # A Python list of per-record header lists ([(key, value), ...] or None): the convenience
     # path for single records. Bulk producers pass Arrow arrays and never reach this line.
     try:
-        rows = [
-            None if row is None else [{"key": k, "value": v} for k, v in row] for row in headers
-        ]
-        return pa.array(rows, type=HEADER_TYPE)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+        return _header_rows(headers)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError, UnicodeError) as exc:
         raise InvalidRecordError(
             f"headers must be a list of [(str key, bytes value), ...] or None per record: {exc}"
         ) from exc
+
+
+def _header_rows(rows: Sequence[Any]) -> pa.Array:
+    """The headers column of per-record lists of ``(key, value)`` pairs (or None), built
+    from buffers (:mod:`spark_mq.storage.arrow_arrays`). Keys are str (or UTF-8 bytes),
+    values bytes-like, str (stored as UTF-8) or None."""
+    length = len(rows)
+    pairs = []
+    counts = np.zeros(length + 1, dtype=np.int64)
+    absent = np.zeros(length, dtype=np.bool_)
+    for i, row in enumerate(rows):
+        if row is None:
+            absent[i] = True
+            continue
+        for key, value in row:
+            pairs.append((_header_key(key), _header_value(value)))
+        counts[i + 1] = len(row)
+    keys = binary_array([key for key, _ in pairs])
+    entries = pa.StructArray.from_arrays(
+        [
+            pa.Array.from_buffers(pa.string(), len(keys), keys.buffers()),
+            binary_array([value for _, value in pairs]),
+        ],
+        fields=list(HEADER_TYPE.value_type),
+    )
+    return pa.ListArray.from_arrays(
+        from_numpy(np.cumsum(counts).astype(np.int32)),
+        entries,
+        type=HEADER_TYPE,
+        mask=from_numpy(absent) if absent.any() else None,
+    )
+
+
+def _header_key(key: Any) -> bytes:
+    if isinstance(key, str):
+        return key.encode()
+    if isinstance(key, bytes | bytearray | memoryview):
+        data = bytes(key)
+        data.decode()  # a header key is a string: its bytes must be UTF-8
+        return data
+    raise TypeError(f"a header key must be str, got {type(key).__name__}")
+
+
+def _header_value(value: Any) -> bytes | bytearray | memoryview | None:
+    if isinstance(value, str):
+        return value.encode()
+    if value is None or isinstance(value, bytes | bytearray | memoryview):
+        return value
+    raise TypeError(f"a header value must be bytes or None, got {type(value).__name__}")
 
 
 def _null_headers(length: int) -> pa.Array:
     """``length`` null header lists over an empty struct child. (``pa.nulls`` gives the struct
     ``length`` rows of children, and slices of it serialize every row of its buffers.)"""
     return pa.ListArray.from_arrays(
-        pa.array(np.zeros(length + 1, dtype=np.int32)),
-        pa.array([], HEADER_TYPE.value_type),
+        from_numpy(np.zeros(length + 1, dtype=np.int32)),
+        pa.nulls(0, HEADER_TYPE.value_type),
         type=HEADER_TYPE,
-        mask=pa.array(np.ones(length, dtype=np.bool_)),
+        mask=from_numpy(np.ones(length, dtype=np.bool_)),
     )
 
 
 def _offset_deltas(offset_delta: Any, length: int) -> pa.Array:
     if offset_delta is None:
         return _shared_prefix(
-            "offset deltas", length, lambda n: pa.array(np.arange(n, dtype=np.int32))
+            "offset deltas", length, lambda n: from_numpy(np.arange(n, dtype=np.int32))
         )
     try:
         if isinstance(offset_delta, pa.ChunkedArray):
@@ -359,7 +406,7 @@ def _offset_deltas(offset_delta: Any, length: int) -> pa.Array:
     # delta, so the deltas must be known, start at 0 or later and strictly increase.
     if deltas.null_count:
         raise InvalidRecordError("offset_delta column has nulls")
-    if len(deltas) and not offset_deltas_valid(deltas.to_numpy()):
+    if len(deltas) and not offset_deltas_valid(to_numpy(deltas)):
         raise InvalidRecordError("offset_delta column must be non-negative and strictly increasing")
     return deltas
 
@@ -657,10 +704,10 @@ def encode_control_batch(
     ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
     body = pa.RecordBatch.from_arrays(
         [
-            pa.array([0], pa.int32()),
-            pa.array([ts], pa.int64()),
-            pa.array([_CONTROL_KEY.pack(0, int(control_type))], pa.binary()),
-            pa.array([_CONTROL_VALUE.pack(0, coordinator_epoch)], pa.binary()),
+            from_numpy(np.zeros(1, dtype=np.int32)),
+            from_numpy(np.full(1, ts, dtype=np.int64)),
+            binary_array([_CONTROL_KEY.pack(0, int(control_type))]),
+            binary_array([_CONTROL_VALUE.pack(0, coordinator_epoch)]),
             pa.nulls(1, HEADER_TYPE),
         ],
         schema=BODY_SCHEMA,

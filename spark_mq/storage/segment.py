@@ -28,6 +28,7 @@ from typing import Final, NamedTuple
 import numpy as np
 
 from spark_mq.errors import CorruptIndexError, CorruptRecordError, InvalidRecordError
+from spark_mq.storage.arrow_arrays import to_numpy
 from spark_mq.storage.batch_decoder import decode_body
 from spark_mq.storage.codecs import Bytes
 from spark_mq.storage.file_records import FileRange, FileRecords
@@ -321,8 +322,8 @@ class LogSegment:
                 continue
             data = self.records.read(pos, header.size)
             body = decode_body(data, 0, header)
-            deltas = body.column(0).to_numpy()
-            stamps = body.column(1).to_numpy()
+            deltas = to_numpy(body.column(0))
+            stamps = to_numpy(body.column(1))
             if header.timestamp_type:  # LogAppendTime: every record carries maxTimestamp.
                 stamps = np.full_like(stamps, header.max_timestamp)
             offsets = deltas.astype("int64") + header.base_offset

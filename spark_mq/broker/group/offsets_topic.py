@@ -25,8 +25,6 @@ import logging
 from collections.abc import Sequence
 from typing import Final, Protocol
 
-import pyarrow as pa
-
 from spark_mq.broker.coordinator_topic import CoordinatorTopic, Record, coordinator_partition
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.group.records import (
@@ -44,6 +42,7 @@ from spark_mq.broker.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.txn.log_reader import read_batches
 from spark_mq.errors import CorruptRecordError
+from spark_mq.storage.arrow_arrays import binary_array
 from spark_mq.storage.record_batch import ControlType, encode_batch
 
 logger = logging.getLogger("spark_mq.broker.group")
@@ -179,8 +178,8 @@ class OffsetsTopic(CoordinatorTopic):
         if not records:
             return
         part = self.replicas.partition(OFFSETS_TOPIC, self.partition_for(group_id))
-        keys = pa.array([k for k, _ in records], pa.binary())
-        values = pa.array([v for _, v in records], pa.binary())
+        keys = binary_array([k for k, _ in records])
+        values = binary_array([v for _, v in records])
         batch = encode_batch(
             values,
             key=keys,
