@@ -90,8 +90,8 @@ class Case:
         return rows / min(self.seconds) if self.seconds else 0.0
 
     def median_rate(self, rows: int) -> float:
-        """Rows/s of the median run: how a typical run compares, where the best run of a
-        writer whose runs spread widely (the discarding writer's do) says how fast it can go."""
+        """Rows/s of the median run: how a typical run compares, where the best run says how
+        fast the writer can go."""
         return rows / statistics.median(self.seconds) if self.seconds else 0.0
 
     def best_cpu(self) -> float:
@@ -748,9 +748,9 @@ def render_markdown(
         "after every other over six rounds: a spark_mq run right after the discarding writer "
         "measured 1-7% slower than after another spark_mq run), each run after a `sync` of "
         "the dirty pages the runs before it left; each writer's best run counts (runs listed "
-        "in seconds, in the order they ran). The median runs are compared too: the "
-        "discarding writer's runs spread more than the sink's, so the ratio of best runs is "
-        "the lower and noisier of the two.",
+        "in seconds, in the order they ran). The median runs are compared too, as a check "
+        "on the best ones: on some days the discarding writer's runs spread much more than "
+        "the sink's, and then its best run alone sets the ratio.",
         "",
         results_table(cases, rows),
         "",
