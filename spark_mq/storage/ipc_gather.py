@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_mq.errors import InvalidRecordError
+from spark_mq.storage.arrow_arrays import BINARY_MAX_BYTES
 
 #: Arrow IPC aligns every body buffer to 8 bytes.
 _ALIGN: Final = 8
@@ -61,7 +62,6 @@ _FIXED: Final = struct.Struct("<I4x" + "6H" + "4x" + "iIqhB5x" + "5H6x" + "iIqI8
 _MESSAGE_TABLE: Final = 24
 _RECORD_BATCH_TABLE: Final = 64
 _NODES_COUNT_AT: Final = 92
-_INT32_MAX: Final = 2**31 - 1
 assert _FIXED.size == _NODES_COUNT_AT
 
 
@@ -238,7 +238,7 @@ def _binary(writer: _Writer, array: pa.Array | pa.ChunkedArray) -> None:
         start, end = int(positions[0]), int(positions[-1])
         spans.append((positions, start, end, data))
         total += end - start
-    if total > _INT32_MAX:
+    if total > BINARY_MAX_BYTES:
         raise InvalidRecordError(
             f"one batch's {total} bytes of keys or values do not fit Arrow's int32 offsets; "
             "send fewer rows per batch (max.request.size)"

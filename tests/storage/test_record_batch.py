@@ -559,6 +559,29 @@ def test_arrow_header_arrays_are_cast_to_the_schema() -> None:
     assert table.column("headers").to_pylist() == [[{"key": "h", "value": b"1"}], None]
 
 
+def test_header_lists_become_the_column_pa_array_would_build() -> None:
+    """Python header lists are built from buffers (no pandas import): str keys, or bytes
+    keys that are UTF-8; bytes-like, str (stored as UTF-8) or None values; empty lists."""
+    given = [[("a", b"1"), (b"b", None)], None, [], [("c", bytearray(b"3")), ("d", "4")]]
+    table = decode_records(encode_batch([b"v"] * 4, headers=given, now_ms=1))
+    expected = [
+        [{"key": "a", "value": b"1"}, {"key": "b", "value": None}],
+        None,
+        [],
+        [{"key": "c", "value": b"3"}, {"key": "d", "value": b"4"}],
+    ]
+    assert table.column("headers").to_pylist() == expected
+    assert pa.array(expected, HEADER_TYPE).to_pylist() == expected
+
+
+@pytest.mark.parametrize(
+    "headers", [[[(b"\xff", b"x")], None], [[("k", 5)], None], [[("k",)], None], [5, None]]
+)
+def test_bad_header_lists_are_refused(headers: list[Any]) -> None:
+    with pytest.raises(InvalidRecordError, match="headers must be"):
+        encode_batch([b"a", b"b"], now_ms=1, headers=headers)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
