@@ -45,6 +45,7 @@ operation again may succeed::
         ├── DuplicateSequenceError, UnknownProducerIdError, ProducerFencedError,
         │   InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
         │   ConcurrentTransactionsError        producers and transactions (46, 59, 90, 49, 50, 51)
+        ├── OwnerInstanceConflictError         a two-phase owner bound to another instance (1000)
         └── Coordinator and group errors       (12, 14, 15, 16, 22-27, 68, 69, 79, 81, 82, 88)
 
 Every class has ``error_code``, Kafka's numeric code for the same concept (-1 when there is
@@ -482,6 +483,16 @@ class ConcurrentTransactionsError(ProtocolError):
 
     retriable = True
     error_code = 51
+
+
+class OwnerInstanceConflictError(ProtocolError):
+    """A two-phase decision for an owner that is bound to another instance of it: for the
+    Spark sink, a streaming query from a new checkpoint that reuses another checkpoint's
+    ``sink.id``. Its batch ids restart at 0, so its commits would be taken as replays of the
+    first query's batches and dropped; nothing is committed. Give each checkpoint its own
+    sink id. spark_mq's own code (1000 and up), like the two-phase APIs it belongs to."""
+
+    error_code = 1000
 
 
 class TransactionalIdNotFoundError(ProtocolError):

@@ -32,6 +32,7 @@ EXPECTED = {
     "TransactionDescription",
     "TransactionListing",
     "TransactionalIdNotFoundError",
+    "OwnerInstanceConflictError",
     "Admin",
     "AdminConfig",
     "BatchMetadata",

@@ -390,6 +390,7 @@ class Admin:
         sequence: int = -1,
         abort_prefix: str | None = None,
         close_owner: bool = False,
+        instance: str | None = None,
     ) -> CompletionResult:
         """Commit (or, with ``commit=False``, abort) prepared transactions as one decision,
         the second phase of a two-phase commit. ``owner`` and ``sequence`` (>= 0, increasing
@@ -400,8 +401,13 @@ class Admin:
         earlier attempts). ``close_owner`` (with ``owner`` and ``abort_prefix``) closes that
         prefix for good, for an owner that decides once: an id under it can no longer start,
         grow or prepare a transaction (ProducerFencedError), so a task that outlived its job
-        leaves nothing hanging. A commit is all or nothing: if any transaction cannot commit
-        (fenced, not prepared, unknown), nothing is committed and its typed error is raised.
+        leaves nothing hanging. ``instance`` (with ``owner``) names which instance of the
+        owner decides, for an owner whose sequences start again with a new instance (the
+        Spark sink passes its streaming query's id): the owner's first commit naming one
+        binds the owner to it, and a decision from another instance raises
+        OwnerInstanceConflictError with nothing decided. A commit is all or nothing: if any
+        transaction cannot commit (fenced, not prepared, unknown), nothing is committed and
+        its typed error is raised.
 
         Example (handles from ``Producer.prepare_transaction()`` in other processes)::
 
@@ -416,6 +422,7 @@ class Admin:
             sequence=sequence,
             abort_prefix=abort_prefix,
             close_owner=close_owner,
+            instance=instance,
         )
 
     def last_committed_sequence(self, owner: str) -> int:

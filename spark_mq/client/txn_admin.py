@@ -84,6 +84,7 @@ class TransactionAdmin:
         sequence: int,
         abort_prefix: str | None,
         close_owner: bool = False,
+        instance: str | None = None,
     ) -> CompletionResult:
         if isinstance(transactions, PreparedTransaction):
             raise UsageError("complete_prepared_transactions() takes a list of handles")
@@ -105,6 +106,11 @@ class TransactionAdmin:
             raise UsageError(
                 "close_owner=True needs an owner and an abort_prefix (the prefix it closes)"
             )
+        if instance is not None and (owner is None or not instance):
+            raise UsageError(
+                f"instance={instance!r} needs an owner and must not be empty: it names which "
+                "instance of the owner decides"
+            )
         key = owner or (handles[0].transactional_id if handles else abort_prefix)
         if not key:
             raise UsageError(
@@ -118,6 +124,7 @@ class TransactionAdmin:
             sequence,
             abort_prefix,
             close_owner,
+            instance,
         )
 
         def error_of(response: CompletePreparedTxnsResponse) -> int:

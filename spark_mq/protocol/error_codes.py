@@ -23,7 +23,8 @@ from spark_mq import errors as e
 
 
 class ErrorCode(enum.IntEnum):
-    """Kafka's error codes for the concepts spark_mq shares with Kafka."""
+    """Kafka's error codes for the concepts spark_mq shares with Kafka, and (1000 and up)
+    spark_mq's own for its own APIs."""
 
     UNKNOWN_SERVER_ERROR = -1
     NONE = 0
@@ -78,6 +79,8 @@ class ErrorCode(enum.IntEnum):
     PRODUCER_FENCED = 90
     TRANSACTIONAL_ID_NOT_FOUND = 105
     TRANSACTION_ABORTABLE = 120
+    #: spark_mq's own codes start at 1000, as its own API keys do.
+    OWNER_INSTANCE_CONFLICT = 1000
 
     @property
     def retriable(self) -> bool:
@@ -140,6 +143,7 @@ _CLASS_BY_CODE: dict[ErrorCode, type[e.SparkMQError]] = {
     ErrorCode.PRODUCER_FENCED: e.ProducerFencedError,
     ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: e.TransactionalIdNotFoundError,
     ErrorCode.TRANSACTION_ABORTABLE: e.TransactionAbortableError,
+    ErrorCode.OWNER_INSTANCE_CONFLICT: e.OwnerInstanceConflictError,
 }
 
 

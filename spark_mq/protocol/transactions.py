@@ -261,6 +261,11 @@ class CompletePreparedTxnsRequest(msgspec.Struct, array_like=True, forbid_unknow
     ``abort_prefix``) also closes the prefix for good: from then on InitProducerId,
     AddPartitionsToTxn and PrepareTxn for an id under it answer PRODUCER_FENCED (for an owner
     that decides once, such as a batch job, whose late tasks must not prepare anything).
+    ``instance``, with an owner, names which instance of the owner decides (the Spark sink
+    sends its streaming query's id): the owner's first commit that carries one binds the
+    owner to it, and a later decision from another instance is refused with
+    OWNER_INSTANCE_CONFLICT, nothing decided, instead of having its sequences taken as
+    replays.
 
     A commit is all or nothing: if any transaction is not Prepared with exactly the given
     producer id and epoch, nothing is committed and the per-transaction results say why
@@ -272,6 +277,7 @@ class CompletePreparedTxnsRequest(msgspec.Struct, array_like=True, forbid_unknow
     sequence: int = -1
     abort_prefix: str | None = None
     close_owner: bool = False
+    instance: str | None = None
 
 
 class PreparedTxnResult(msgspec.Struct, array_like=True):

@@ -4,13 +4,17 @@ Spark calls ``commit(messages, batchId)`` once every write task has succeeded, i
 writer on the driver, and calls it again with the same ``batchId`` after a restart when the
 driver died before recording the batch in its own commit log. :func:`commit_prepared` asks
 the transaction coordinator to commit every prepared transaction of the batch as one
-decision tagged ``(owner=sink id, sequence=batchId)`` and to abort every other open or
+decision tagged ``(owner=sink id, sequence=batchId)``, from the instance the streaming query's
+id names, and to abort every other open or
 prepared transaction whose id starts with ``{sink_id}/`` (the attempts Spark did not keep:
 a failed, zombie or speculative one, each under its own id; and leftovers of a run with more
 partitions). The coordinator records the decision and
 the tag in one durable append before it writes any marker, and answers a sequence that is
 not above the owner's last one by aborting the given transactions: a replayed batch never
-doubles output, and the second call is harmless.
+doubles output, and the second call is harmless. The first commit binds the sink id to the
+query's id; a query from another checkpoint (whose batch ids start again at 0) that reuses
+the sink id is refused with OwnerInstanceConflictError rather than have its batches taken as
+replays and dropped.
 
 Test hook: the crash tests need to kill the driver at named points of this path. When the
 environment variable ``SPARK_MQ_SINK_TEST_HOOK`` is ``POINT:BATCH_ID`` and
@@ -98,6 +102,17 @@ def run_id_of(messages: Sequence[SinkCommitMessage]) -> str | None:
     return next(iter(runs), None)
 
 
+def query_id_of(messages: Sequence[SinkCommitMessage]) -> str | None:
+    """The streaming query the tasks belong to (they must all agree), None when none says
+    (a batch job, or a Spark that does not name its queries)."""
+    queries = {m.query_id for m in messages if m.query_id is not None}
+    if len(queries) > 1:
+        raise UsageError(
+            f"spark_mq sink: write tasks of one batch came from different queries {queries}"
+        )
+    return next(iter(queries), None)
+
+
 def _handles(messages: Sequence[SinkCommitMessage]) -> list[PreparedTransaction]:
     return [PreparedTransaction.from_json(m.transaction) for m in messages if m.transaction]
 
@@ -133,6 +148,7 @@ def commit_prepared(
                 sequence=sequence,
                 abort_prefix=owner + "/",
                 close_owner=close_owner,
+                instance=query_id_of(ours),
             )
         finally:
             if timer is not None:
@@ -177,6 +193,7 @@ def abort_prepared(
     if not handles and owner is None:
         return
     run = None if close_owner else run_id_of(ours)
+    query = None if owner is None else query_id_of(ours)
     try:
         with Admin(**endpoint) as admin:  # type: ignore[arg-type]
             if owner is not None and run is not None:
@@ -185,13 +202,16 @@ def abort_prepared(
                     handles, commit=False, owner=scope, abort_prefix=scope + "/", close_owner=True
                 )
                 handles = []
-            # The rest of the sink: leftovers of earlier runs, or of tasks without a run.
+            # The rest of the sink: leftovers of earlier runs, or of tasks without a run. The
+            # query id makes the coordinator refuse this part if the sink id is bound to
+            # another checkpoint's query, whose open transactions are not ours to end.
             admin.complete_prepared_transactions(
                 handles,
                 commit=False,
-                owner=owner if close_owner else None,
+                owner=owner if close_owner or query is not None else None,
                 abort_prefix=None if owner is None else owner + "/",
                 close_owner=close_owner and owner is not None,
+                instance=query,
             )
     except SparkMQError as exc:
         _log.warning(

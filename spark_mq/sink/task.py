@@ -23,12 +23,23 @@ task uses an idempotent producer and flushes: at least once, like Spark's Kafka 
 
 A task holds no connection before ``write()`` runs: everything it needs is the plain,
 picklable :class:`TaskPlan` that Spark ships inside the writer object.
+
+Test hook: the crash test needs a first attempt that dies after its records reached the log,
+leaving its transaction open for the micro-batch's commit to abort. When the environment
+variable ``SPARK_MQ_SINK_TEST_TASK_KILL`` is ``PERIOD:REMAINDER``, the first attempt of
+partition 0's task of every streaming micro-batch whose id modulo ``PERIOD`` is
+``REMAINDER`` flushes what it sent, says so on stderr, and kills its own Python worker with
+SIGKILL. The hook is off unless the variable is set; it exists only for
+``tests/spark/test_sink_crash.py``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import signal
+import sys
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -61,6 +72,10 @@ JOB_GROUP_PROPERTY: Final = "spark.jobGroup.id"
 #: and the broker the same whatever its size (docs/spark_sink.md, "What it costs").
 SEND_GROUP_REQUESTS: Final = 8
 
+TEST_TASK_KILL_ENV: Final = "SPARK_MQ_SINK_TEST_TASK_KILL"
+#: TaskContext local property holding the micro-batch id of a streaming task.
+BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
+
 _log = logging.getLogger(__name__)
 
 
@@ -85,7 +100,9 @@ class SinkCommitMessage(WriterCommitMessage):
     ``transaction`` is the prepared transaction's JSON handle
     (:meth:`~spark_mq.client.transactions.PreparedTransaction.to_json`), None when the task
     wrote nothing or ran without ``exactlyOnce``. ``run_id`` is the streaming query run whose
-    ids the task used (:func:`stream_run_id`), None for a batch job.
+    ids the task used (:func:`stream_run_id`), None for a batch job. ``query_id`` is the
+    streaming query's id (:func:`stream_query_id`), the instance the driver's decision binds
+    the sink id to; None for a batch job.
     """
 
     sink_id: str
@@ -94,6 +111,7 @@ class SinkCommitMessage(WriterCommitMessage):
     rows: int
     transaction: str | None = None
     run_id: str | None = None
+    query_id: str | None = None
 
 
 def _task_context() -> Any:
@@ -103,11 +121,17 @@ def _task_context() -> Any:
     return context
 
 
+def stream_query_id(context: Any) -> str | None:
+    """The id of the streaming query a task belongs to (the same in every run from one
+    checkpoint), None when Spark names none."""
+    return context.getLocalProperty(QUERY_ID_PROPERTY) or None
+
+
 def stream_sink_id(options: SinkOptions, context: Any) -> str:
     """The sink id of a streaming write task (see docs/spark_sink.md for the derivation)."""
     if options.sink_id is not None:
         return options.sink_id
-    query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
+    query_id = stream_query_id(context)
     if query_id:
         return f"spark-query-{query_id}"
     if options.checkpoint_location:
@@ -198,13 +222,14 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
     attempt = int(context.attemptNumber())
     sink_id = plan.sink_id or stream_sink_id(plan.options, context)
     run_id = stream_run_id(context) if plan.stream else None
+    query_id = stream_query_id(context) if plan.stream else None
     props = plan.options.producer_props()
     if not plan.options.exactly_once:
         with Producer(**props) as producer:  # type: ignore[arg-type]
             rows, futures = _send_all(producer, batches, plan.columns)
             producer.flush()
             _check_delivered(futures)
-        return SinkCommitMessage(sink_id, partition_id, attempt, rows)
+        return SinkCommitMessage(sink_id, partition_id, attempt, rows, query_id=query_id)
     transactional_id = transactional_id_of(run_scope(sink_id, run_id), partition_id, attempt)
     producer = Producer(**props, transactional_id=transactional_id)  # type: ignore[arg-type]
     try:
@@ -214,9 +239,12 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
         prepared = False
         try:
             rows, futures = _send_all(producer, batches, plan.columns)
+            _test_task_kill(producer, context, partition_id, attempt, rows)
             if rows == 0:
                 producer.abort_transaction()
-                return SinkCommitMessage(sink_id, partition_id, attempt, 0, run_id=run_id)
+                return SinkCommitMessage(
+                    sink_id, partition_id, attempt, 0, run_id=run_id, query_id=query_id
+                )
             handle = producer.prepare_transaction()
             prepared = True
             _check_delivered(futures)
@@ -229,11 +257,32 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
                 _abort_quietly(producer)
             raise
         return SinkCommitMessage(
-            sink_id, partition_id, attempt, rows, handle.to_json(), run_id=run_id
+            sink_id, partition_id, attempt, rows, handle.to_json(), run_id, query_id
         )
     finally:
         # close() keeps a prepared transaction prepared: the driver decides its outcome.
         producer.close()
+
+
+def _test_task_kill(
+    producer: Producer, context: Any, partition_id: int, attempt: int, rows: int
+) -> None:
+    """The task-kill test hook (see the module docstring)."""
+    spec = os.environ.get(TEST_TASK_KILL_ENV)
+    if not spec or attempt != 0 or partition_id != 0 or rows == 0:
+        return
+    batch = context.getLocalProperty(BATCH_ID_PROPERTY)
+    period, _, remainder = spec.partition(":")
+    if batch is None or int(batch) % int(period) != int(remainder):
+        return
+    producer.flush()
+    print(
+        f"spark_mq sink test hook: killing the first attempt of batch {batch} partition 0 "
+        f"after sending {rows} rows",
+        file=sys.stderr,
+        flush=True,
+    )
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _abort_quietly(producer: Producer) -> None:

@@ -23,6 +23,7 @@ from spark_mq.errors import (
     InvalidRequestError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
+    OwnerInstanceConflictError,
     ProducerFencedError,
 )
 from spark_mq.protocol.transactions import PreparedTxnRef
@@ -269,6 +270,69 @@ def test_replayed_sequence_aborts_and_reports_already_committed() -> None:
     )
     assert again.already_committed and not again.committed and again.last_sequence == 5
     assert h.state("b") is S.COMPLETE_ABORT
+
+
+def _prepared(h: Harness, tid: str) -> PreparedTxnRef:
+    pid, epoch = h.begin(tid)
+    two_phase.prepare(h.c, tid, pid, epoch, h.now)
+    return PreparedTxnRef(tid, pid, epoch)
+
+
+def _complete_s(h: Harness, refs: list[PreparedTxnRef], **kw: Any) -> Any:
+    """A decision of owner ``s`` (prefix ``s/``): a commit unless ``commit=False``."""
+    kw.setdefault("commit", True)
+    kw.setdefault("sequence", -1)
+    return two_phase.complete_prepared(h.c, refs, owner="s", abort_prefix="s/", now_ms=h.now, **kw)
+
+
+def test_an_owner_bound_to_an_instance_refuses_another_and_decides_nothing() -> None:
+    """A Spark query from a new checkpoint numbers its batches from 0 again: were its commits
+    taken as replays of the sink id's earlier batches, its output would be dropped."""
+    h = Harness()
+    assert _complete_s(h, [_prepared(h, "s/a/0")], sequence=3, instance="q1").committed
+    in_flight = h.begin("s/a/1")  # the first query's next batch, still being written
+    other = _prepared(h, "s/b/0")  # the second query's batch 0
+    for kw in ({"sequence": 0}, {"sequence": 9}, {"commit": False}):
+        with pytest.raises(OwnerInstanceConflictError, match="belongs to instance 'q1'"):
+            _complete_s(h, [other], instance="q2", **kw)
+    # Nothing was decided: neither the second query's batch nor the first one's open one.
+    assert h.state("s/b/0") is S.PREPARED and h.state("s/a/1") is S.ONGOING
+    assert two_phase.last_sequence(h.c, "s") == 3
+    # The bound instance goes on; a request without an instance is not checked and keeps
+    # the binding, which survives a restart.
+    two_phase.prepare(h.c, "s/a/1", *in_flight, h.now)
+    ref = PreparedTxnRef("s/a/1", *in_flight)
+    assert _complete_s(h, [ref], sequence=4, instance="q1").committed
+    assert _complete_s(h, [_prepared(h, "s/a/2")], sequence=5).committed
+    assert h.state("s/b/0") is S.COMPLETE_ABORT  # the prefix abort of sequence 5's commit
+    r = h.restarted()
+    with pytest.raises(OwnerInstanceConflictError):
+        _complete_s(r, [], sequence=6, instance="q2")
+    assert r.c.owners["s"].instance == "q1"
+
+
+def test_an_owner_without_an_instance_is_bound_by_its_next_commit_naming_one() -> None:
+    h = Harness()
+    assert _complete_s(h, [_prepared(h, "s/0")], sequence=0).committed
+    assert h.c.owners["s"].instance is None
+    _complete_s(h, [], commit=False, instance="q7")  # an abort checks, but never binds
+    assert h.c.owners["s"].instance is None
+    assert _complete_s(h, [_prepared(h, "s/1")], sequence=1, instance="q8").committed
+    assert h.c.owners["s"].instance == "q8"
+    with pytest.raises(OwnerInstanceConflictError):
+        _complete_s(h, [], commit=False, instance="q7")
+
+
+@pytest.mark.parametrize(
+    ("owner", "instance"), [(None, "q1"), ("s", "")], ids=["no-owner", "empty"]
+)
+def test_an_instance_needs_an_owner_and_a_name(owner: str | None, instance: str) -> None:
+    h = Harness()
+    with pytest.raises(InvalidRequestError, match="instance"):
+        two_phase.complete_prepared(
+            h.c, [], commit=False, owner=owner, sequence=-1, abort_prefix="s/", now_ms=h.now,
+            instance=instance,
+        )  # fmt: skip
 
 
 def test_a_closed_owner_refuses_every_late_transaction_under_its_prefix() -> None:

@@ -119,6 +119,11 @@ def test_decision_values_round_trip() -> None:
     assert decode_decision(encode_decision(decision)) == decision
     closed = Decision(-1, 124, (), closed_prefix="job-9/")
     assert decode_decision(encode_decision(closed)) == closed
+    bound = Decision(3, 125, (), instance="0b6f3a5e-query")
+    assert decode_decision(encode_decision(bound)) == bound
+    # A value written before owners had instances (five elements) reads as not bound.
+    unbound = msgspec.msgpack.encode([0, 7, 123, [], "job-9/"])
+    assert decode_decision(unbound) == Decision(7, 123, (), closed_prefix="job-9/")
     # A value written before closed_prefix existed (four elements) reads as not closed.
     old_value = msgspec.msgpack.encode([0, 7, 123, [["a", 1, 0, 2, True]]])
     assert decode_decision(old_value) == Decision(7, 123, (DecisionEntry("a", 1, 0, 2, True),))

@@ -7,13 +7,19 @@ SIGKILL at random times and through the sink's commit test hook
 same checkpoint. Exits 0 once the query has copied everything present (AvailableNow).
 
 Failures are injected too, on the first attempt of partition 0's task
-(``spark.task.maxFailures`` 4 lets the retry run): in every even micro-batch the
-transformation raises; in every odd one the Python worker running it kills itself with
-SIGKILL part way through the partition, a crashed worker rather than an exception. Either
-way the retry writes under its own transactional id and the micro-batch's commit aborts
-whatever the failed attempt left. (The sink's own worker gets its Arrow batch only once the
-transformation has done the partition, so with these batch sizes the failed attempt has not
-sent records yet when it fails.)
+(``spark.task.maxFailures`` 4 lets the retry run), in turn by micro-batch id modulo 3:
+
+- 0: the transformation raises;
+- 1: the Python worker running the transformation kills itself with SIGKILL part way
+  through the partition, a crashed worker rather than an exception (the sink's own worker
+  gets its Arrow batch only once the transformation has done the partition, so with these
+  batch sizes the sink has not sent records yet);
+- 2: the sink's worker kills itself with SIGKILL once its records are in the log, its
+  transaction still open (the sink's task-kill hook, ``SPARK_MQ_SINK_TEST_TASK_KILL``, see
+  :mod:`spark_mq.sink.task`).
+
+Each time the retry writes under its own transactional id and the micro-batch's commit
+aborts whatever the failed attempt left.
 
     python tests/spark/sink_copier_driver.py --path MQ --checkpoint CKPT --input in --output out
 """
@@ -40,9 +46,9 @@ def _transform_value(value):  # no hints: pyspark would read them as a pandas UD
     context = TaskContext.get()
     if context is not None and context.attemptNumber() == 0 and context.partitionId() == 0:
         batch = context.getLocalProperty("streaming.sql.batchId")
-        if batch is not None and int(batch) % 2 == 0:
+        if batch is not None and int(batch) % 3 == 0:
             raise RuntimeError(f"injected failure: first attempt of batch {batch} partition 0")
-        if batch is not None:
+        if batch is not None and int(batch) % 3 == 1:
             seen = _rows_seen[batch] = _rows_seen.get(batch, 0) + 1
             if seen == KILL_AFTER_ROWS:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -60,6 +66,8 @@ def main() -> int:
     args = parser.parse_args()
     # The sink's test hook kills this whole process group (driver, JVM, Python workers).
     os.environ["SPARK_MQ_SINK_TEST_PGID"] = str(os.getpgid(0))
+    # Set before Spark starts, so that its Python workers inherit it.
+    os.environ["SPARK_MQ_SINK_TEST_TASK_KILL"] = "3:2"
     from pyspark.sql.functions import col, udf
 
     spark = local_session(

@@ -118,6 +118,40 @@ def test_analysis_reports_what_a_record_batch_costs_against_larger_batches() -> 
     )
 
 
+@pytest.mark.parametrize(
+    ("eo_seconds", "eo_cpu", "expected"),
+    [
+        (
+            12.2,
+            24.3,
+            "0.98 of exactlyOnce=false's rows/s on best runs and 0.98 on median runs, "
+            "using 0.3 CPU s more in its best run; within run-to-run noise (about 3%)",
+        ),
+        (
+            15.0,
+            29.0,
+            "0.80 of exactlyOnce=false's rows/s on best runs and 0.80 on median runs, "
+            "using 5.0 CPU s more in its best run; transactions cost 20% of the rate in this run.",
+        ),
+        (
+            11.0,
+            22.0,
+            "1.09 of exactlyOnce=false's rows/s on best runs and 1.09 on median runs, "
+            "using 2.0 CPU s less in its best run; the two ratios differ by more than noise",
+        ),
+    ],
+    ids=["noise", "costly", "faster"],
+)
+def test_analysis_reports_the_cost_of_exactly_once_from_the_run(
+    eo_seconds: float, eo_cpu: float, expected: str
+) -> None:
+    cases = _cases(eo_seconds)
+    cases[1].cpu = [eo_cpu]
+    text = "\n".join(bench.where_the_time_goes(cases, 1_000_000, CHEAP_STORAGE))
+    line = next(x for x in text.splitlines() if x.startswith("- The cost of exactly-once"))
+    assert expected in line, line
+
+
 def test_data_batches_counts_record_batches_but_not_markers(tmp_path: Path) -> None:
     from spark_mq.storage.record_batch import ControlType, encode_batch, encode_control_batch
 

@@ -138,6 +138,10 @@ def test_copier_killed_many_times_outputs_each_record_exactly_once(
         # The copy finished before the schedule's kills were used up: more input arrives.
         produce(MORE_RECORDS)
     assert finished, f"the copier did not finish after {MAX_RUNS} runs (seed {seed})"
+    log = (tmp_path / "driver.log").read_text(errors="replace")
+    # Each kind of injected task failure happened at least once.
+    assert "injected failure: first attempt of batch" in log
+    assert "sink test hook: killing the first attempt of batch" in log
     expected = sorted(f"copied-{v.upper()}".encode() for v in inputs)
     got = values(mq_dir, "out")
     assert len(got) == len(expected), f"{len(got)} records out for {len(expected)} in (seed {seed})"

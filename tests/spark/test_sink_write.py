@@ -12,7 +12,7 @@ from pyspark.sql.functions import udf
 from pyspark.sql.types import StringType, StructField, StructType
 from sink_helpers import create_topic, read_topic, start_upper_copy, values
 
-from spark_mq import Admin, Producer, ProducerFencedError
+from spark_mq import Admin, OwnerInstanceConflictError, Producer, ProducerFencedError
 from spark_mq.sink import SinkCommitMessage, stream_writer
 from spark_mq.sink.task import stream_run_id, transactional_id_of
 
@@ -179,6 +179,42 @@ def test_leftover_transactions_of_the_sink_are_aborted_at_commit(mq_dir: Path) -
     assert not states & {"Ongoing", "Prepared"}, states
 
 
+def test_a_sink_id_reused_by_another_checkpoint_is_refused_not_dropped(mq_dir: Path) -> None:
+    """Two streaming queries (two checkpoints, so two query ids) with one sink.id: the
+    second numbers its batches from 0, under the first's last committed batch. Its commit
+    fails with a typed error instead of being taken as a replay and dropped, and neither
+    its commit nor its abort ends the first query's open transaction."""
+    create_topic(mq_dir, "out", 1)
+    options = {"path": str(mq_dir), "topic": "out", "sink.id": "s8"}
+    q1, q2 = str(uuid.uuid4()), str(uuid.uuid4())
+    run1, run2 = str(uuid.uuid4()), str(uuid.uuid4())
+
+    def message(query: str, run: str, data: bytes) -> SinkCommitMessage:
+        tid = transactional_id_of(f"s8/{run}", 0, 0)
+        handle = _prepare(mq_dir, tid, "out", [data])
+        return SinkCommitMessage("s8", 0, 0, 1, handle, run_id=run, query_id=query)
+
+    stream_writer(options, SCHEMA, False).commit([message(q1, run1, b"q1-5")], 5)
+    # The first query's next batch is being written while the second query starts.
+    busy = Producer(path=str(mq_dir), transactional_id=transactional_id_of(f"s8/{run1}", 1, 0))
+    busy.init_transactions()
+    busy.begin_transaction()
+    busy.send("out", b"q1-6").get()
+    second = message(q2, run2, b"q2-0")
+    with pytest.raises(OwnerInstanceConflictError, match=f"belongs to instance '{q1}'.*sink.id"):
+        stream_writer(options, SCHEMA, False).commit([second], 0)
+    stream_writer(options, SCHEMA, False).abort([second], 0)  # what Spark does next
+
+    busy.prepare_transaction()  # not aborted by the second query's commit or abort
+    busy.close()
+    with Admin(path=str(mq_dir)) as admin:
+        states = {t.transactional_id: t.state for t in admin.list_transactions(prefix="s8/")}
+        assert admin.last_committed_sequence("s8") == 5
+    assert states[transactional_id_of(f"s8/{run2}", 0, 0)] == "CompleteAbort", states
+    assert states[transactional_id_of(f"s8/{run1}", 1, 0)] == "Prepared", states
+    assert values(mq_dir, "out") == [b"q1-5"]
+
+
 def test_each_attempt_of_a_task_has_its_own_transactional_id() -> None:
     ids = [transactional_id_of("sink", 3, attempt) for attempt in range(4)]
     assert ids[0] == "sink/3"  # a task's first attempt keeps the id earlier runs used
@@ -299,3 +335,36 @@ def test_streaming_query_commits_under_a_sink_id_stable_across_restarts(
         scope = f"spark-query-{query.id}/{query.runId}/"
         assert any(tid.startswith(scope) for tid in ids), (scope, ids)
     assert all(tid.count("/") == 2 for tid in ids), ids
+
+
+def test_a_query_from_a_new_checkpoint_cannot_take_over_a_sink_id(
+    spark: Any, mq_dir: Path, tmp_path: Path
+) -> None:
+    create_topic(mq_dir, "src", 2)
+    create_topic(mq_dir, "dst", 2)
+    with Producer(path=str(mq_dir)) as producer:
+        for i in range(50):
+            producer.send("src", f"r{i}".encode())
+
+    def run(checkpoint: str, sink_id: str) -> Any:
+        query = start_upper_copy(
+            spark, mq_dir, str(tmp_path / checkpoint), sink={"sink.id": sink_id}
+        )
+        query.awaitTermination()
+        return query
+
+    first = run("a", "named")
+    with pytest.raises(Exception, match="OwnerInstanceConflictError") as failed:
+        run("b", "named")  # batch 0 again, under the first query's batch 0
+    assert "sink.id" in str(failed.value)
+    assert values(mq_dir, "dst") == sorted(f"R{i}".encode() for i in range(50))
+    with Admin(path=str(mq_dir)) as admin:
+        open_ = {t.state for t in admin.list_transactions(prefix="named/")}
+    assert not open_ & {"Ongoing", "Prepared"}, open_
+    # Restarted from its checkpoint under a sink id of its own, the second query's copy is
+    # committed, not dropped.
+    second = run("b", "renamed")
+    assert values(mq_dir, "dst") == sorted([f"R{i}".encode() for i in range(50)] * 2)
+    with Admin(path=str(mq_dir)) as admin:
+        assert admin.last_committed_sequence("named") == first.lastProgress["batchId"]
+        assert admin.last_committed_sequence("renamed") == second.lastProgress["batchId"]

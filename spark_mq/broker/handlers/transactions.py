@@ -348,6 +348,7 @@ async def handle_complete_prepared_txns(
             abort_prefix=request.abort_prefix,
             now_ms=txns.now_ms(),
             close_owner=request.close_owner,
+            instance=request.instance,
         )
     except Exception as exc:
         failed_code, failure = error_of(exc, what)

@@ -81,13 +81,15 @@ class DecisionEntry(msgspec.Struct, array_like=True, frozen=True):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Decision:
-    """A decision value: the owner's sequence (-1: none), the transactions it decided and,
-    once the owner is closed, the transactional id prefix it closed."""
+    """A decision value: the owner's sequence (-1: none), the transactions it decided,
+    once the owner is closed, the transactional id prefix it closed, and the instance the
+    owner is bound to (None: not bound)."""
 
     sequence: int
     timestamp_ms: int
     entries: tuple[DecisionEntry, ...]
     closed_prefix: str | None = None
+    instance: str | None = None
 
 
 class _TxnValueV0(msgspec.Struct, array_like=True, frozen=True):
@@ -111,6 +113,7 @@ class _DecisionValueV0(msgspec.Struct, array_like=True, frozen=True):
     timestamp_ms: int
     entries: list[DecisionEntry]
     closed_prefix: str | None = None
+    instance: str | None = None  # absent in records written before owners had instances
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -216,6 +219,7 @@ def encode_decision(decision: Decision) -> bytes:
             decision.timestamp_ms,
             list(decision.entries),
             decision.closed_prefix,
+            decision.instance,
         )
     )
 
@@ -227,4 +231,6 @@ def decode_decision(value: bytes) -> Decision:
         raise CorruptRecordError(f"__transaction_state decision does not decode: {exc}") from exc
     if v.version < 0:
         raise CorruptRecordError(f"__transaction_state decision of version {v.version}")
-    return Decision(v.sequence, v.timestamp_ms, tuple(v.entries), v.closed_prefix or None)
+    return Decision(
+        v.sequence, v.timestamp_ms, tuple(v.entries), v.closed_prefix or None, v.instance or None
+    )

@@ -17,6 +17,13 @@ CompletePreparedTxns and DescribeTxnOwner, over the :class:`TransactionCoordinat
 - **Idempotence**: a commit whose ``sequence`` is not above the owner's last recorded one is a
   replay. Its transactions are aborted instead and the answer says ``already_committed``: a
   replayed batch never doubles its output.
+- **Binding an owner to an instance** (``instance``, for an owner whose sequences restart
+  with a new instance of it: a Spark streaming query from a new checkpoint numbers its
+  batches from 0 again): the owner's first commit that names an instance binds the owner to
+  it, in the decision record. A later decision (commit or abort) of that owner from another
+  instance is refused whole with :class:`~spark_mq.errors.OwnerInstanceConflictError`, so
+  the new instance's batches are neither taken as replays and dropped nor able to abort the
+  bound instance's open transactions. Decisions without an instance are not checked.
 - **Closing an owner** (``close_owner``, for a job that decides once, such as a Spark batch
   write): the decision record also closes ``abort_prefix`` for good. From then on the
   coordinator refuses InitProducerId, AddPartitionsToTxn and PrepareTxn for ids under it
@@ -36,6 +43,7 @@ from spark_mq.broker.txn.state import TopicPartition, TxnMetadata, TxnState
 from spark_mq.errors import (
     InvalidRequestError,
     InvalidTxnStateError,
+    OwnerInstanceConflictError,
     SparkMQError,
     TransactionalIdNotFoundError,
 )
@@ -125,6 +133,7 @@ def _validate(
     sequence: int,
     abort_prefix: str | None,
     close_owner: bool,
+    instance: str | None,
 ) -> None:
     names = [r.transactional_id for r in refs]
     if len(set(names)) != len(names):
@@ -134,6 +143,10 @@ def _validate(
     if close_owner and (owner is None or not abort_prefix):
         raise InvalidRequestError(
             "close_owner needs an owner and an abort_prefix: the prefix is what it closes"
+        )
+    if instance is not None and (owner is None or not instance):
+        raise InvalidRequestError(
+            "instance must be a non-empty string, and needs an owner: it is the owner's"
         )
     if commit and owner is not None and sequence < 0:
         raise InvalidRequestError(
@@ -154,6 +167,7 @@ def complete_prepared(
     abort_prefix: str | None,
     now_ms: int,
     close_owner: bool = False,
+    instance: str | None = None,
 ) -> CompletionOutcome:
     """Commit (all or nothing) or abort ``refs`` as one decision; see the module docstring."""
     _validate(
@@ -163,10 +177,22 @@ def complete_prepared(
         sequence=sequence,
         abort_prefix=abort_prefix,
         close_owner=close_owner,
+        instance=instance,
     )
-    # A closed owner stays closed: every record of it after the close carries the prefix (the
-    # newest record is the one compaction keeps).
+    # A closed owner stays closed, and a bound one bound: every record of the owner carries
+    # both (the newest record is the one compaction keeps).
     previous = coordinator.owners.get(owner) if owner is not None else None
+    bound = previous.instance if previous is not None else None
+    if instance is not None and bound is not None and instance != bound:
+        raise OwnerInstanceConflictError(
+            f"owner {owner!r} belongs to instance {bound!r} (its last committed sequence is "
+            f"{previous.sequence if previous is not None else -1}), not to {instance!r}: "
+            "nothing was decided. For the Spark sink, another checkpoint's streaming query "
+            "already writes as this sink.id, and a query from a new checkpoint numbers its "
+            "batches from 0 again, so its commits would be taken as replays and dropped. "
+            "Give each checkpoint its own sink.id (or leave the option unset: the default is "
+            "derived from the query's id)."
+        )
     already_closed = previous.closed_prefix if previous is not None else None
     if close_owner and already_closed not in (None, abort_prefix):
         raise InvalidRequestError(
@@ -226,7 +252,13 @@ def complete_prepared(
             last = sequence
         coordinator.write_decision(
             owner,
-            Decision(last if owner else -1, now_ms, entries, closed_prefix),
+            Decision(
+                last if owner else -1,
+                now_ms,
+                entries,
+                closed_prefix,
+                (bound or instance) if committing else bound,
+            ),
             now_ms,
         )
     if decisions:
