@@ -48,6 +48,7 @@ from spark_mq.client.sender import Sender
 from spark_mq.client.transactions import PreparedTransaction, TxnState
 from spark_mq.client.txn_manager import TransactionManager
 from spark_mq.errors import InvalidRecordError, RecordTooLargeError, UsageError
+from spark_mq.protocol.transactions import owner_prefix_problem
 from spark_mq.storage.arrow_arrays import from_numpy, to_numpy_filled
 from spark_mq.storage.record_batch import HEADER_SIZE, Body, encode_batch_gathered
 
@@ -589,16 +590,28 @@ class Producer:
             self._sender.set_producer(*txn.init_producer_id(deadline))
         txn.machine.transition(TxnState.READY)
 
-    def prepare_transaction(self, timeout: float | None = None) -> PreparedTransaction:
+    def prepare_transaction(
+        self, timeout: float | None = None, *, owner_prefix: str | None = None
+    ) -> PreparedTransaction:
         """First phase of a two-phase commit: flush, then ask the coordinator to hold the
-        transaction prepared (the ordinary ``transaction.timeout.ms`` no longer aborts it).
+        transaction prepared (the ordinary ``transaction.timeout.ms`` no longer aborts it;
+        the broker's ``transaction.prepared.max.timeout.ms`` does).
         Returns the handle to commit or abort it with, from any process, through
         :meth:`~spark_mq.Admin.complete_prepared_transactions`. The producer can begin no
-        further transaction; ``close()`` leaves the prepared one alone."""
+        further transaction; ``close()`` leaves the prepared one alone.
+
+        ``owner_prefix``, a strict prefix of this producer's ``transactional.id`` shared by
+        every transaction the same decision completes (the tasks of one job), lets the
+        coordinator give up on a decider that died: once no transaction under the prefix
+        has been active for ``transaction.timeout.ms``, it aborts the prepared transaction
+        instead of holding back ``read_committed`` readers until the prepared limit."""
         txn, _ = self._transaction("prepare_transaction")
+        problem = owner_prefix_problem(owner_prefix, txn.transactional_id)
+        if problem is not None:
+            raise UsageError(problem)
         deadline = txn.deadline(timeout)
         self._flush_transaction(txn, "prepare_transaction", deadline)
-        handle = txn.prepare(deadline)
+        handle = txn.prepare(deadline, owner_prefix)
         txn.machine.transition(TxnState.PREPARED_TRANSACTION)
         return handle
 

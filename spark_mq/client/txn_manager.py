@@ -413,10 +413,10 @@ class TransactionManager:
         self.check(response.error_code, response.error_message, abortable=commit)
         self.reset_transaction()
 
-    def prepare(self, deadline: float) -> PreparedTransaction:
+    def prepare(self, deadline: float, owner_prefix: str | None = None) -> PreparedTransaction:
         """PrepareTxn: Ongoing -> Prepared; the handle names what the coordinator holds."""
         pid, epoch = self._ids()
-        request = PrepareTxnRequest(self.transactional_id, pid, epoch)
+        request = PrepareTxnRequest(self.transactional_id, pid, epoch, owner_prefix)
         response = self._request(request, lambda r: r.error_code, deadline)
         self.check(response.error_code, response.error_message, abortable=True)
         partitions = tuple(

@@ -227,11 +227,33 @@ class ListTransactionsResponse(msgspec.Struct, array_like=True):
 
 
 class PrepareTxnRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
-    """Ongoing -> Prepared. The producer has flushed every batch of the transaction."""
+    """Ongoing -> Prepared. The producer has flushed every batch of the transaction.
+
+    ``owner_prefix``, when set, is a prefix of ``transactional_id`` shared by every
+    transaction the same decision will complete (a Spark job's or micro-batch's tasks). While
+    the transaction is Prepared, the coordinator also aborts it once no transaction under the
+    prefix has been active for its ``transaction.timeout.ms``: the owner's tasks are all done
+    and its decision is overdue, so its decider is presumed gone."""
 
     transactional_id: str
     producer_id: int
     producer_epoch: int
+    owner_prefix: str | None = None
+
+
+def owner_prefix_problem(owner_prefix: str | None, transactional_id: str) -> str | None:
+    """Why ``owner_prefix`` cannot be the owner prefix of ``transactional_id`` in a
+    PrepareTxn (None when it can, or is unset): it must be a non-empty, strict prefix."""
+    if owner_prefix is None or (
+        owner_prefix
+        and transactional_id.startswith(owner_prefix)
+        and len(owner_prefix) < len(transactional_id)
+    ):
+        return None
+    return (
+        f"owner_prefix {owner_prefix!r} must be a non-empty, strict prefix of the "
+        f"transactional id {transactional_id!r}"
+    )
 
 
 class PrepareTxnResponse(msgspec.Struct, array_like=True):

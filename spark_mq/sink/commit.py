@@ -59,6 +59,9 @@ def _test_hook(point: str, sequence: int) -> threading.Timer | None:
 
     def kill() -> None:
         os.killpg(int(pgid), signal.SIGKILL)
+        # A batch job's commit runs in a Python worker that pyspark's daemon puts in a
+        # process group of its own: it would outlive the group's kill and decide.
+        os.kill(os.getpid(), signal.SIGKILL)
 
     if point == "during_complete":
         timer = threading.Timer(_DURING_DELAY_S, kill)

@@ -15,6 +15,7 @@ option                 meaning
 ``batch.size``         producer ``batch.size`` in bytes
 ``linger.ms``          producer ``linger.ms``
 ``kafka.<setting>``    any other producer setting, as Spark's Kafka sink passes them through
+                       (``kafka.transaction.timeout.ms``: 900000 unless set)
 ``exactlyOnce``        true (default): transactions and one commit per micro-batch; false:
                        an idempotent producer, at least once (like Spark's Kafka sink)
 ``sink.id``            the owner of the sink's commits (default: see docs/spark_sink.md)
@@ -65,6 +66,13 @@ SINK_OPTIONS: Final = (
     "sink.id",
     "checkpointLocation",
 )
+#: The sink's ``transaction.timeout.ms`` unless ``kafka.transaction.timeout.ms`` sets one:
+#: 15 minutes, the broker's default ``transaction.max.timeout.ms``, instead of the producer's
+#: 60 s. A write task's transaction stays open while the task writes, and the coordinator
+#: aborts an open one this long after it began (a task writing its partition for longer
+#: fails), and a prepared one once no task of its job or micro-batch has been active this
+#: long (a dead driver's batch stops holding back readers); docs/spark_sink.md.
+SINK_TRANSACTION_TIMEOUT_MS: Final = 900_000
 #: Characters a sink id may hold: it becomes a transactional id prefix and a commit owner.
 _SINK_ID_MAX_CHARS: Final = 200
 
@@ -161,6 +169,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     for key in PRODUCER_OPTIONS:
         if key in values:
             producer[key] = values[key]
+    producer.setdefault("transaction.timeout.ms", str(SINK_TRANSACTION_TIMEOUT_MS))
     partitioner = producer.get("partitioner")
     if partitioner is not None and partitioner not in PARTITIONERS:
         raise ConfigError(

@@ -230,7 +230,8 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
             producer.flush()
             _check_delivered(futures)
         return SinkCommitMessage(sink_id, partition_id, attempt, rows, query_id=query_id)
-    transactional_id = transactional_id_of(run_scope(sink_id, run_id), partition_id, attempt)
+    scope = run_scope(sink_id, run_id)
+    transactional_id = transactional_id_of(scope, partition_id, attempt)
     producer = Producer(**props, transactional_id=transactional_id)  # type: ignore[arg-type]
     try:
         # Fences an earlier producer of this id and aborts what it left open or prepared.
@@ -245,7 +246,10 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
                 return SinkCommitMessage(
                     sink_id, partition_id, attempt, 0, run_id=run_id, query_id=query_id
                 )
-            handle = producer.prepare_transaction()
+            # The owner prefix lets the coordinator abort the prepared transaction if no
+            # task of this job or micro-batch stays active and no decision comes (a dead
+            # driver), instead of holding back readers until the prepared limit.
+            handle = producer.prepare_transaction(owner_prefix=scope + "/")
             prepared = True
             _check_delivered(futures)
         except BaseException:

@@ -433,6 +433,45 @@ def test_prepared_takes_no_partitions_and_is_not_timed_out_by_the_producer_timeo
     assert h.state("p") is S.COMPLETE_ABORT
 
 
+def test_a_prepared_transaction_whose_owner_went_quiet_is_aborted() -> None:
+    """The tasks of a Spark job prepare under the job's prefix; if no decision comes and no
+    task of the job is active for the timeout, the driver is presumed dead."""
+    h = Harness()
+    t0 = h.now
+    ids = {tid: h.begin(tid) for tid in ("job/0", "job/1", "other/0", "solo/0")}
+    h.now = t0 + 500
+    two_phase.prepare(h.c, "job/0", *ids["job/0"], h.now, owner_prefix="job/")
+    two_phase.prepare(h.c, "other/0", *ids["other/0"], h.now, owner_prefix="other/")
+    two_phase.prepare(h.c, "solo/0", *ids["solo/0"], h.now)  # no owner prefix
+    h.now = t0 + 900
+    two_phase.prepare(h.c, "job/1", *ids["job/1"], h.now, owner_prefix="job/")
+    h.now = t0 + 50_000
+    h.init("other/1")  # a retry of another task of "other/": its owner is alive
+    h.now = t0 + 60_900
+    # job/ has been quiet for exactly its transactions' timeout (60 s): not yet.
+    assert h.c.abort_timed_out(h.now) == 0
+    h.now += 1
+    assert h.c.abort_timed_out(h.now) == 2
+    assert (h.state("job/0"), h.state("job/1")) == (S.COMPLETE_ABORT, S.COMPLETE_ABORT)
+    assert (h.state("other/0"), h.state("solo/0")) == (S.PREPARED, S.PREPARED)
+    # The prefix is durable: after a restart, the quiet owner's transaction still ends.
+    r = h.restarted()
+    assert r.c.txns["other/0"].owner_prefix == "other/"
+    r.now = t0 + 110_001
+    assert r.c.abort_timed_out(r.now) == 1
+    assert (r.state("other/0"), r.state("solo/0")) == (S.COMPLETE_ABORT, S.PREPARED)
+    assert r.c.txns["other/0"].owner_prefix is None  # cleared with the transaction
+
+
+@pytest.mark.parametrize("prefix", ["", "job/0", "jab/", "job/0/"])
+def test_an_owner_prefix_must_be_a_strict_prefix_of_the_id(prefix: str) -> None:
+    h = Harness()
+    pid, epoch = h.begin("job/0")
+    with pytest.raises(InvalidRequestError, match="strict prefix"):
+        two_phase.prepare(h.c, "job/0", pid, epoch, h.now, owner_prefix=prefix)
+    assert h.state("job/0") is S.ONGOING
+
+
 def test_idle_ids_expire_with_a_tombstone_but_open_ones_never() -> None:
     h = Harness(transactional_id_expiration_ms=1000)
     h.init("idle")

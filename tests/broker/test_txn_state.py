@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import msgspec
@@ -105,6 +106,12 @@ def test_transaction_values_round_trip() -> None:
         prepared_ms=200, last_update_ms=300, txn_number=4,
     )  # fmt: skip
     assert decode_txn_value("tx", encode_txn_value(txn)) == txn
+    named = dataclasses.replace(txn, transactional_id="job/tx", owner_prefix="job/")
+    assert decode_txn_value("job/tx", encode_txn_value(named)) == named
+    # A value written before prepares named an owner prefix (12 elements) reads without one.
+    old = msgspec.msgpack.decode(encode_txn_value(named))[:12]
+    unnamed = dataclasses.replace(named, owner_prefix=None)
+    assert decode_txn_value("job/tx", msgspec.msgpack.encode(old)) == unnamed
     with pytest.raises(CorruptRecordError):
         decode_txn_value("tx", b"\x93\x00\x01")
     bad_state = encode_txn_value(txn).replace(b"Prepared", b"Sleeping")

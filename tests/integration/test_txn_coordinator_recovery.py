@@ -140,6 +140,33 @@ def test_timed_out_transactions_are_aborted_and_fenced(start_broker: Any) -> Non
         assert read_values(conn, "t") == []
 
 
+def test_a_prepared_transaction_of_a_quiet_owner_is_aborted(start_broker: Any) -> None:
+    """A job's tasks prepared under its prefix and its driver died: once no task of the job
+    has been active for the transactions' timeout, readers are no longer held back."""
+    broker = start_broker(
+        overrides={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "50"}
+    )
+    with broker.connect() as conn:
+        conn.create_topic("t")
+        tasks = [TxnProducer(conn, f"job/{p}", timeout_ms=300) for p in range(2)]
+        for task in tasks:
+            task.write("t", 0, f"from {task.tid}".encode())
+            assert task.prepare(owner_prefix="job/").error_code == 0
+        plain = TxnProducer(conn, "plain/0", timeout_ms=300)
+        plain.write("t", 0, b"prepared without an owner prefix")
+        assert plain.prepare().error_code == 0
+        wait_until(
+            lambda: [describe(conn, t.tid).state for t in tasks] == ["CompleteAbort"] * 2,
+            "the quiet owner's prepared transactions to be aborted",
+        )
+        assert describe(conn, "plain/0").state == "Prepared"  # the prepared limit applies
+        bad = TxnProducer(conn, "job/9", timeout_ms=300)
+        bad.write("t", 0, b"x")
+        refused = bad.prepare(owner_prefix="job/9")
+        assert refused.error_code == ErrorCode.INVALID_REQUEST
+        assert "strict prefix" in refused.error_message
+
+
 def test_idle_transactional_ids_expire(start_broker: Any) -> None:
     broker = start_broker(
         overrides={

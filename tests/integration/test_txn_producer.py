@@ -291,6 +291,32 @@ def test_prepared_producer_refuses_a_new_transaction(broker: Any) -> None:
     assert b"p" in read_until(broker, "t", commit_sentinel(broker, "t", "prep"))
 
 
+def test_a_prepared_transaction_named_by_its_owner_prefix_ends_when_the_owner_dies(
+    start_broker: Any,
+) -> None:
+    """Two tasks of a job prepare under the job's prefix, and no decision comes (the
+    driver died): once no task has been active for transaction.timeout.ms, the coordinator
+    aborts them and a read_committed reader gets past them."""
+    broker = start_broker(
+        overrides={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "50"}
+    )
+    create(broker, "t")
+    for task in ("job-3/0", "job-3/1"):
+        with txn_producer(broker, task, transaction_timeout_ms=300) as producer:
+            producer.begin_transaction()
+            producer.send("t", task.encode(), partition=0)
+            with pytest.raises(UsageError, match="strict prefix"):
+                producer.prepare_transaction(owner_prefix=task)
+            producer.prepare_transaction(owner_prefix="job-3/")
+    commit_sentinel(broker, "t", "after")
+    # Partition 0's sentinel is behind the prepared transactions: it shows once they end.
+    got = read_until(broker, "t", b"sentinel-after-0")
+    assert not any(value.startswith(b"job-3/") for value in got), got
+    with Admin(bootstrap_servers=servers(broker)) as admin:
+        states = {t.transactional_id: t.state for t in admin.list_transactions(prefix="job-3/")}
+    assert states == {"job-3/0": "CompleteAbort", "job-3/1": "CompleteAbort"}
+
+
 def test_a_closed_owner_fences_a_task_that_outlived_its_job(broker: Any) -> None:
     """A batch job's abort closes its owner while one of its tasks still writes: that task
     cannot prepare afterwards, nor can a later attempt start, so nothing is left hanging."""

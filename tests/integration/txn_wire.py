@@ -99,8 +99,8 @@ class TxnProducer:
     def end(self, commit: bool) -> Any:
         return body(self.conn, EndTxnRequest(self.tid, self.pid, self.epoch, commit))
 
-    def prepare(self) -> Any:
-        return body(self.conn, PrepareTxnRequest(self.tid, self.pid, self.epoch))
+    def prepare(self, owner_prefix: str | None = None) -> Any:
+        return body(self.conn, PrepareTxnRequest(self.tid, self.pid, self.epoch, owner_prefix))
 
     def ref(self) -> PreparedTxnRef:
         return PreparedTxnRef(self.tid, self.pid, self.epoch)

@@ -1,11 +1,13 @@
 """Helpers shared by the sink tests: read a topic back whole, as a read_committed (or
 read_uncommitted) consumer sees it; start the streaming copy several tests run; the
-environment of a Spark driver run in its own process."""
+environment of a Spark driver run in its own process, and a run of the batch-job driver."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,8 @@ from spark_mq import Admin, Consumer, TopicPartition
 
 #: Upper bound on the polls of one read (a topic in these tests is far smaller).
 MAX_POLLS = 10_000
+#: The batch-job driver of the task-retry and driver-death tests.
+BATCH_DRIVER = Path(__file__).with_name("sink_retry_driver.py")
 
 
 def driver_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -90,3 +94,21 @@ def start_upper_copy(
         .trigger(availableNow=True)
         .start()
     )
+
+
+def run_batch_driver(
+    log: Path, args: Sequence[str], env_extra: Mapping[str, str] | None = None
+) -> int:
+    """Run the batch-job driver (``sink_retry_driver.py``) with ``args`` in a process group
+    of its own, its output in ``log``; its exit code (negative: killed by that signal)."""
+    with log.open("wb") as out:
+        done = subprocess.run(
+            [sys.executable, str(BATCH_DRIVER), *args],
+            env=driver_env(env_extra),
+            stdout=out,
+            stderr=out,
+            timeout=540,
+            start_new_session=True,
+            check=False,
+        )
+    return done.returncode

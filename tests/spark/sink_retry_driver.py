@@ -1,5 +1,9 @@
 """A Spark driver for ``tests/spark/test_sink_task_retry.py``: one exactly-once batch write
-whose only task fails on its first attempt *after* records of that attempt reached the log.
+whose only task fails on its first attempt *after* records of that attempt reached the log
+(``--fail-at``; without it no task fails). ``--option KEY=VALUE`` adds a sink option. The
+driver names its own process group for the sink's commit test hook
+(``SPARK_MQ_SINK_TEST_HOOK``, see :mod:`spark_mq.sink.commit`), which
+``tests/spark/test_sink_driver_death.py`` uses to kill it before its decision.
 
 The write task's rows come through a Python UDF. On attempt 0, at row ``--fail-at``, the UDF
 waits until the output topic's log holds records (the sink's task sends as Spark's Arrow
@@ -13,6 +17,7 @@ So the failed attempt leaves records in its open transaction, and ``spark.task.m
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -27,9 +32,12 @@ def main() -> int:
     parser.add_argument("--path", required=True)
     parser.add_argument("--topic", required=True)
     parser.add_argument("--rows", type=int, required=True)
-    parser.add_argument("--fail-at", type=int, required=True)
+    parser.add_argument("--fail-at", type=int, default=-1)
     parser.add_argument("--sink-id", default="retry-job")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
+    os.environ["SPARK_MQ_SINK_TEST_PGID"] = str(os.getpgid(0))
+    extra = dict(option.split("=", 1) for option in args.option)
     from pyspark.sql.functions import col, udf
 
     spark = local_session(
@@ -61,7 +69,7 @@ def main() -> int:
         "append"
     ).option("path", path).option("topic", topic).option("sink.id", args.sink_id).option(
         "kafka.max.request.size", "16384"
-    ).save()
+    ).options(**extra).save()
     spark.stop()
     return 0
 

@@ -140,7 +140,10 @@ def test_options_are_parsed_and_checked() -> None:
         "partitioner": "round_robin",
         "batch.size": "65536",
         "linger.ms": "20",
+        "transaction.timeout.ms": "900000",  # the sink's default, not the producer's 60 s
     }
+    own = parse_sink_options({"path": "/d", "kafka.transaction.timeout.ms": "120000"})
+    assert own.producer_settings == {"transaction.timeout.ms": "120000"}
 
 
 @pytest.mark.parametrize(

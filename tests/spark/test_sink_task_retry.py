@@ -8,16 +8,13 @@ The driver (``sink_retry_driver.py``) runs in its own process: task retries need
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from sink_helpers import create_topic, driver_env, read_topic
+from sink_helpers import create_topic, read_topic, run_batch_driver
 
 from spark_mq import Admin
 
-DRIVER = Path(__file__).with_name("sink_retry_driver.py")
 ROWS = 40_000
 #: Past three of Spark's 10,000-row Arrow batches: the sink has sent rows by then.
 FAIL_AT = 35_000
@@ -30,21 +27,14 @@ def test_a_retried_task_commits_once_and_its_failed_attempt_stays_aborted(
 ) -> None:
     create_topic(mq_dir, "out", 1)
     log = tmp_path / "driver.log"
-    with log.open("wb") as out:
-        done = subprocess.run(
-            [
-                sys.executable,
-                str(DRIVER),
-                *("--path", str(mq_dir), "--topic", "out"),
-                *("--rows", str(ROWS), "--fail-at", str(FAIL_AT)),
-            ],
-            env=driver_env(),
-            stdout=out,
-            stderr=out,
-            timeout=540,
-            check=False,
-        )
-    assert done.returncode == 0, log.read_text()[-4000:]
+    code = run_batch_driver(
+        log,
+        [
+            *("--path", str(mq_dir), "--topic", "out"),
+            *("--rows", str(ROWS), "--fail-at", str(FAIL_AT)),
+        ],
+    )
+    assert code == 0, log.read_text()[-4000:]
     assert "injected failure at row" in log.read_text(), "the first attempt did not fail"
 
     committed = read_topic(mq_dir, "out").column("value").to_pylist()

@@ -322,6 +322,7 @@ async def handle_prepare_txn(
             request.producer_id,
             request.producer_epoch,
             txns.now_ms(),
+            owner_prefix=request.owner_prefix,
         )
     except Exception as exc:
         code, message = error_of(exc, f"prepare the transaction of {request.transactional_id!r}")

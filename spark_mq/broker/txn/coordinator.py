@@ -546,28 +546,72 @@ class TransactionCoordinator:
     def abort_timed_out(self, now_ms: int) -> int:
         """Abort Ongoing transactions past their ``transaction.timeout.ms`` and Prepared ones
         past ``transaction.prepared.max.timeout.ms`` (fencing their producers); retry
-        pending completions. How many were aborted."""
+        pending completions. How many were aborted.
+
+        A Prepared transaction whose prepare named an ``owner_prefix`` is also aborted once
+        its owner has gone quiet: no transaction under the prefix (the other tasks of the
+        same Spark job or micro-batch, and their retries) has started, prepared or changed
+        state for that transaction's ``transaction.timeout.ms``. By then every task of the
+        owner has finished or timed out and the decision, due right after, has not come: the
+        decider (a Spark driver) is presumed gone, and holding the transaction would stall
+        every ``read_committed`` reader of its partitions until the prepared limit."""
         self.retry_pending(now_ms)
         prepared_limit = self.config.transaction_prepared_max_timeout_ms
+        quiet_since = self._owner_activity()
         due = [
             t
             for t in self.txns.values()
             if (t.state is TxnState.ONGOING and now_ms - t.txn_start_ms > t.timeout_ms)
-            or (t.state is TxnState.PREPARED and now_ms - t.prepared_ms > prepared_limit)
+            or (
+                t.state is TxnState.PREPARED
+                and (
+                    now_ms - t.prepared_ms > prepared_limit
+                    or (
+                        t.owner_prefix is not None
+                        and now_ms - quiet_since[t.owner_prefix] > t.timeout_ms
+                    )
+                )
+            )
         ]
         for txn in due:
+            if now_ms - txn.prepared_ms <= prepared_limit and txn.owner_prefix is not None:
+                why = (
+                    f"no transaction under its owner prefix {txn.owner_prefix!r} has been "
+                    f"active for {txn.timeout_ms} ms (transaction.timeout.ms): its decider is "
+                    "presumed gone"
+                )
+            else:
+                why = "it timed out"
             logger.warning(
-                "aborting the %s transaction of %r (producer %d epoch %d): it timed out",
+                "aborting the %s transaction of %r (producer %d epoch %d): %s",
                 txn.state.value,
                 txn.transactional_id,
                 txn.producer_id,
                 txn.producer_epoch,
+                why,
             )
             try:
                 self.decide([(txn, False)], now_ms, fence=True, from_request=False)
             except CoordinatorNotAvailableError:
                 continue  # retried at the next check
         return len(due)
+
+    def _owner_activity(self) -> dict[str, int]:
+        """For each owner prefix a Prepared transaction names, when a transaction under it
+        last started, prepared or changed state (ms)."""
+        prefixes = {
+            t.owner_prefix
+            for t in self.txns.values()
+            if t.state is TxnState.PREPARED and t.owner_prefix is not None
+        }
+        latest = dict.fromkeys(prefixes, -1)
+        if not prefixes:
+            return latest
+        for txn in self.txns.values():
+            for prefix in prefixes:
+                if txn.transactional_id.startswith(prefix):
+                    latest[prefix] = max(latest[prefix], txn.last_update_ms, txn.txn_start_ms)
+        return latest
 
     def expire_ids(self, now_ms: int) -> int:
         """Forget transactional ids idle for ``transactional.id.expiration.ms``, and closed

@@ -105,6 +105,7 @@ class _TxnValueV0(msgspec.Struct, array_like=True, frozen=True):
     prepared_ms: int
     last_update_ms: int
     txn_number: int
+    owner_prefix: str | None = None  # absent in records written before prepares named one
 
 
 class _DecisionValueV0(msgspec.Struct, array_like=True, frozen=True):
@@ -178,6 +179,7 @@ def encode_txn_value(txn: TxnMetadata) -> bytes:
             txn.prepared_ms,
             txn.last_update_ms,
             txn.txn_number,
+            txn.owner_prefix,
         )
     )
 
@@ -208,6 +210,7 @@ def decode_txn_value(transactional_id: str, value: bytes) -> TxnMetadata:
         prepared_ms=v.prepared_ms,
         last_update_ms=v.last_update_ms,
         txn_number=v.txn_number,
+        owner_prefix=v.owner_prefix or None,
     )
 
 

@@ -136,6 +136,9 @@ class TxnMetadata:
     prepared_ms: int = -1
     last_update_ms: int = -1
     txn_number: int = 0
+    #: Set by a prepare that names the prefix of the transactions its decision completes
+    #: (see :meth:`TransactionCoordinator.abort_timed_out`); None otherwise.
+    owner_prefix: str | None = None
 
     def transition(self, new: TxnState, now_ms: int, **changes: object) -> TxnMetadata:
         """A copy in state ``new`` with ``changes`` applied; raises if the move is illegal."""
@@ -156,6 +159,7 @@ class TxnMetadata:
             copy.partitions = frozenset()
             copy.txn_start_ms = -1
             copy.prepared_ms = -1
+            copy.owner_prefix = None
         return copy
 
     def topics(self) -> dict[str, list[int]]:

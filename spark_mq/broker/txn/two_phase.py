@@ -3,7 +3,9 @@ CompletePreparedTxns and DescribeTxnOwner, over the :class:`TransactionCoordinat
 
 - **Prepare** moves the producer's Ongoing transaction to Prepared (an empty one, with no
   partition, is prepared too). A Prepared transaction takes no more partitions, is not
-  aborted by ``transaction.timeout.ms`` (only by ``transaction.prepared.max.timeout.ms``),
+  aborted by ``transaction.timeout.ms`` (only by ``transaction.prepared.max.timeout.ms``, or,
+  when the prepare named an ``owner_prefix``, once no transaction under that prefix has been
+  active for the transaction's timeout: its decider is presumed gone),
   survives a broker restart as it is, and is completed by :func:`complete_prepared` (or by
   its producer's EndTxn, or aborted by a new incarnation's InitProducerId).
 - **Complete** commits or aborts a list of prepared transactions as one decision. A commit is
@@ -47,7 +49,7 @@ from spark_mq.errors import (
     SparkMQError,
     TransactionalIdNotFoundError,
 )
-from spark_mq.protocol.transactions import PreparedTxnRef
+from spark_mq.protocol.transactions import PreparedTxnRef, owner_prefix_problem
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -72,15 +74,25 @@ def prepare(
     producer_id: int,
     producer_epoch: int,
     now_ms: int,
+    *,
+    owner_prefix: str | None = None,
 ) -> frozenset[TopicPartition]:
     """Ongoing (or no transaction) -> Prepared; the transaction's partitions. Preparing a
-    Prepared transaction again answers the same."""
+    Prepared transaction again answers the same. ``owner_prefix`` (a strict prefix of the
+    id) names the transactions the same decision completes: the coordinator aborts the
+    prepared transaction once none of them has been active for its timeout
+    (:meth:`TransactionCoordinator.abort_timed_out`)."""
+    problem = owner_prefix_problem(owner_prefix, transactional_id)
+    if problem is not None:
+        raise InvalidRequestError(problem)
     txn = coordinator.producer_txn(transactional_id, producer_id, producer_epoch, now_ms)
     if txn.state is TxnState.PREPARED:
         return txn.partitions
     coordinator.check_not_closed(transactional_id)
     if txn.state is TxnState.ONGOING:
-        new = txn.transition(TxnState.PREPARED, now_ms, prepared_ms=now_ms)
+        new = txn.transition(
+            TxnState.PREPARED, now_ms, prepared_ms=now_ms, owner_prefix=owner_prefix
+        )
     elif txn.state.is_complete:
         new = txn.transition(
             TxnState.PREPARED,
@@ -88,6 +100,7 @@ def prepare(
             prepared_ms=now_ms,
             txn_start_ms=now_ms,
             txn_number=txn.txn_number + 1,
+            owner_prefix=owner_prefix,
         )
     else:
         raise InvalidTxnStateError(
