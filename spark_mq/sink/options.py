@@ -133,11 +133,21 @@ def _parse_bool(key: str, text: str) -> bool:
 
 
 def check_sink_id(key: str, value: str) -> str:
-    """A sink id: non-empty, printable, at most 200 characters (it prefixes transactional ids)."""
+    """A sink id: non-empty, printable, at most 200 characters, no ``/`` (it prefixes
+    transactional ids, whose parts ``/`` separates)."""
     text = value.strip()
     if not text or len(text) > _SINK_ID_MAX_CHARS or not text.isprintable():
         raise ConfigError(
             f"option {key} must be 1-{_SINK_ID_MAX_CHARS} printable characters, got {value!r}",
+            key=key,
+            value=value,
+        )
+    if "/" in text:
+        raise ConfigError(
+            f"option {key} must not contain '/', got {value!r}: the sink's transactional ids "
+            f"are {{sink.id}}/{{run or job}}/{{partition}}, and a sink id 'a' would take the "
+            "transactions of a sink id 'a/b' for its own leftovers and abort them. Use another "
+            "separator, such as '-' or '.'",
             key=key,
             value=value,
         )

@@ -157,6 +157,7 @@ def test_options_are_parsed_and_checked() -> None:
         ({"path": "/d", "kafka.transactional.id": "x"}, "set by the spark_mq sink itself"),
         ({"path": "/d", "kafka.lingerms": "5"}, "did you mean 'linger.ms'"),
         ({"path": "/d", "sink.id": " "}, "sink.id must be 1-200 printable"),
+        ({"path": "/d", "sink.id": "team/copier"}, "must not contain '/'"),
     ],
 )
 def test_bad_options_raise_config_errors(options: dict[str, str], fragment: str) -> None:

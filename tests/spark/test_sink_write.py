@@ -69,6 +69,8 @@ def test_a_bad_column_fails_before_any_task(spark: Any, mq_dir: Path) -> None:
             "topic", "t"
         ).save()
     assert "value (string or binary)" in str(info.value)
+    with Admin(path=str(mq_dir)) as admin:  # no task ran: nothing began, nothing was created
+        assert admin.list_transactions() == [] and "t" not in admin.list_topics()
 
 
 def test_exactly_once_batch_write_is_visible_whole(spark: Any, mq_dir: Path) -> None:
