@@ -691,8 +691,12 @@ def transaction_cost(cases: list[Case], rows: int) -> str:
         )
     elif best < 1 - NOISE and median < 1 - NOISE:
         verdict = f"transactions cost {1 - best:.0%} of the rate in this run"
+    elif best > 1 + NOISE and median > 1 + NOISE:
+        verdict = "exactly-once was the faster in this run, which only run-to-run noise explains"
     else:
-        verdict = "the two ratios differ by more than noise and not in the same direction"
+        verdict = (
+            f"no difference beyond run-to-run noise (about {NOISE:.0%}) that both ratios agree on"
+        )
     return f"- The cost of exactly-once: {figures}; {verdict}."
 
 
