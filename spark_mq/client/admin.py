@@ -430,6 +430,15 @@ class Admin:
         self._check(None)
         return self._txns.last_committed_sequence(owner)
 
+    def owner_heartbeat(self, owner_prefix: str) -> None:
+        """Tell the coordinator that a writer of the two-phase owner whose transactional ids
+        start with ``owner_prefix`` is still running, so that transactions prepared with
+        that ``owner_prefix`` (``Producer.prepare_transaction(owner_prefix=)``) are not
+        aborted for a quiet owner. Send one well within ``transaction.timeout.ms`` while a
+        writer works without other requests to the coordinator (the Spark sink's tasks do)."""
+        self._check(None)
+        self._txns.owner_heartbeat(owner_prefix)
+
     def list_transactions(
         self,
         states: Sequence[str] = (),

@@ -39,6 +39,8 @@ from spark_mq.protocol.transactions import (
     DescribeTransactionsResponse,
     ListTransactionsRequest,
     ListTransactionsResponse,
+    OwnerHeartbeatRequest,
+    OwnerHeartbeatResponse,
     OwnerSequenceRequest,
     OwnerSequenceResponse,
     PreparedTxnRef,
@@ -163,6 +165,15 @@ class TransactionAdmin:
         if response.error_code != ErrorCode.NONE:
             raise error_from_code(response.error_code, response.error_message)
         return int(response.last_sequence)
+
+    def owner_heartbeat(self, owner_prefix: str) -> None:
+        if not owner_prefix:
+            raise UsageError("owner_heartbeat() needs an owner prefix")
+        response: OwnerHeartbeatResponse = self._call(
+            owner_prefix, OwnerHeartbeatRequest(owner_prefix), lambda r: r.error_code
+        )
+        if response.error_code != ErrorCode.NONE:
+            raise error_from_code(response.error_code, response.error_message)
 
     # -- listing and describing -----------------------------------------------------------
 

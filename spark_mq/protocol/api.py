@@ -76,6 +76,7 @@ class ApiKey(enum.IntEnum):
     PREPARE_TXN = 1000
     COMPLETE_PREPARED_TXNS = 1001
     DESCRIBE_TXN_OWNER = 1002
+    OWNER_HEARTBEAT = 1003
 
 
 class FrameErrorBody(msgspec.Struct, array_like=True):
@@ -201,18 +202,29 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             transactions.ListTransactionsRequest,
             transactions.ListTransactionsResponse,
         ),
+        # v1 adds owner_prefix.
         ApiSpec(
-            ApiKey.PREPARE_TXN, transactions.PrepareTxnRequest, transactions.PrepareTxnResponse
+            ApiKey.PREPARE_TXN,
+            transactions.PrepareTxnRequest,
+            transactions.PrepareTxnResponse,
+            max_version=1,
         ),
+        # v1 adds instance.
         ApiSpec(
             ApiKey.COMPLETE_PREPARED_TXNS,
             transactions.CompletePreparedTxnsRequest,
             transactions.CompletePreparedTxnsResponse,
+            max_version=1,
         ),
         ApiSpec(
             ApiKey.DESCRIBE_TXN_OWNER,
             transactions.OwnerSequenceRequest,
             transactions.OwnerSequenceResponse,
+        ),
+        ApiSpec(
+            ApiKey.OWNER_HEARTBEAT,
+            transactions.OwnerHeartbeatRequest,
+            transactions.OwnerHeartbeatResponse,
         ),
     )
 }

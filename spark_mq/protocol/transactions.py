@@ -13,7 +13,8 @@ before writing a marker to every partition of the transaction (docs/transactions
 
 Two-phase commit: PrepareTxn flushes nothing by itself (the producer flushes first); it moves
 an Ongoing transaction to Prepared, where the ordinary ``transaction.timeout.ms`` no longer
-aborts it (``transaction.prepared.max.timeout.ms`` does). CompletePreparedTxns commits or
+aborts it (``transaction.prepared.max.timeout.ms`` does, and, when the prepare named an owner
+prefix, a quiet owner: see PrepareTxnRequest and OwnerHeartbeat). CompletePreparedTxns commits or
 aborts a list of prepared transactions as one decision, tagged with ``(owner, sequence)``;
 the decision and the tag are one durable append. A commit whose ``sequence`` is not above the
 last one recorded for ``owner`` aborts the transactions it names instead and answers
@@ -231,9 +232,10 @@ class PrepareTxnRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=T
 
     ``owner_prefix``, when set, is a prefix of ``transactional_id`` shared by every
     transaction the same decision will complete (a Spark job's or micro-batch's tasks). While
-    the transaction is Prepared, the coordinator also aborts it once no transaction under the
-    prefix has been active for its ``transaction.timeout.ms``: the owner's tasks are all done
-    and its decision is overdue, so its decider is presumed gone."""
+    the transaction is Prepared, the coordinator also aborts it once its owner has been quiet
+    for its ``transaction.timeout.ms``: no client request for an id under the prefix and no
+    OwnerHeartbeat for it. The owner's tasks are then all done and its decision is overdue,
+    so its decider is presumed gone."""
 
     transactional_id: str
     producer_id: int
@@ -331,5 +333,20 @@ class OwnerSequenceRequest(msgspec.Struct, array_like=True, forbid_unknown_field
 class OwnerSequenceResponse(msgspec.Struct, array_like=True):
     error_code: int
     last_sequence: int = -1
+    error_message: str | None = None
+    throttle_time_ms: int = 0
+
+
+class OwnerHeartbeatRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """OwnerHeartbeat (1003): a write task of the owner whose transactional ids start with
+    ``owner_prefix`` is still running. A Prepared transaction that named the prefix at
+    PrepareTxn is not aborted for a quiet owner while such heartbeats come (see
+    PrepareTxnRequest)."""
+
+    owner_prefix: str
+
+
+class OwnerHeartbeatResponse(msgspec.Struct, array_like=True):
+    error_code: int
     error_message: str | None = None
     throttle_time_ms: int = 0

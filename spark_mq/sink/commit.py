@@ -37,7 +37,7 @@ from typing import Any, Final
 
 from spark_mq.client.admin import Admin
 from spark_mq.client.transactions import PreparedTransaction
-from spark_mq.errors import SparkMQError, UsageError
+from spark_mq.errors import InvalidTxnStateError, SparkMQError, UsageError
 from spark_mq.sink.task import SinkCommitMessage, run_scope
 
 TEST_HOOK_ENV: Final = "SPARK_MQ_SINK_TEST_HOOK"
@@ -137,7 +137,11 @@ def commit_prepared(
         raise UsageError("spark_mq sink: commit called with a failed task's missing message")
     ours = _messages(messages, "commit")
     owner = sink_id_of(ours, sink_id)
-    if owner is None:
+    if owner is None or (not ours and not close_owner):
+        # No task ran (a micro-batch without partitions): nothing was written, and without a
+        # task's message the query's id is unknown, so a decision could not be checked
+        # against the sink id's binding. Leftovers end with the next commit, or when their
+        # owner has been quiet for transaction.timeout.ms.
         return None
     handles = _handles(ours)
     _test_hook("before_complete", sequence)
@@ -153,6 +157,17 @@ def commit_prepared(
                 close_owner=close_owner,
                 instance=query_id_of(ours),
             )
+        except InvalidTxnStateError as exc:
+            raise InvalidTxnStateError(
+                f"spark_mq sink {owner}: {exc}. A transaction of this batch was aborted before "
+                "its decision: the coordinator does that once no task of the batch has been "
+                "active for kafka.transaction.timeout.ms (tasks waiting that long for "
+                "executors, or a commit that long after the last task; raise the option), "
+                "and `spark-mq transactions abort` does it by hand. Nothing of the batch is "
+                "visible: run the job again (a stream re-runs the batch when restarted)",
+                producer_id=exc.producer_id,
+                producer_epoch=exc.producer_epoch,
+            ) from exc
         finally:
             if timer is not None:
                 timer.join()
@@ -193,7 +208,11 @@ def abort_prepared(
     ours = _messages(messages, "abort")
     owner = sink_id_of(ours, sink_id)
     handles = _handles(ours)
-    if not handles and owner is None:
+    if (not handles and owner is None) or (not ours and not close_owner):
+        # A stream's batch of which no task finished: its query is unknown, so a sweep of
+        # the sink id's transactions could end another checkpoint's (the sink id may be
+        # bound to it). Its tasks' transactions end with the next run's first commit, or
+        # once no task of the batch has been active for transaction.timeout.ms.
         return
     run = None if close_owner else run_id_of(ours)
     query = None if owner is None else query_id_of(ours)
@@ -218,9 +237,10 @@ def abort_prepared(
             )
     except SparkMQError as exc:
         _log.warning(
-            "spark_mq sink %s: aborting %d prepared transactions failed (%s); they end at the "
-            "coordinator's prepared-transaction timeout, or with `spark-mq transactions abort`",
+            "spark_mq sink %s: the abort of batch transactions failed or was refused (%s); "
+            "what it did not end ends once no task of the batch has been active for "
+            "kafka.transaction.timeout.ms, at the next run's first commit, or with "
+            "`spark-mq transactions abort`",
             owner,
-            len(handles),
             exc,
         )

@@ -73,6 +73,8 @@ SINK_OPTIONS: Final = (
 #: fails), and a prepared one once no task of its job or micro-batch has been active this
 #: long (a dead driver's batch stops holding back readers); docs/spark_sink.md.
 SINK_TRANSACTION_TIMEOUT_MS: Final = 900_000
+#: The sink id of batch jobs that set none (their ids are ``spark-batch/{job}/...``).
+RESERVED_SINK_ID: Final = "spark-batch"
 #: Characters a sink id may hold: it becomes a transactional id prefix and a commit owner.
 _SINK_ID_MAX_CHARS: Final = 200
 
@@ -139,6 +141,14 @@ def check_sink_id(key: str, value: str) -> str:
     if not text or len(text) > _SINK_ID_MAX_CHARS or not text.isprintable():
         raise ConfigError(
             f"option {key} must be 1-{_SINK_ID_MAX_CHARS} printable characters, got {value!r}",
+            key=key,
+            value=value,
+        )
+    if text == RESERVED_SINK_ID:
+        raise ConfigError(
+            f"option {key} must not be {RESERVED_SINK_ID!r}: batch jobs without a sink.id "
+            "write under it, and a stream's commit would abort their transactions as its own "
+            "leftovers; choose another name",
             key=key,
             value=value,
         )

@@ -40,6 +40,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -49,12 +50,13 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
 
+from spark_mq.client.admin import Admin
 from spark_mq.client.futures import FutureBatchMetadata
 from spark_mq.client.producer import Producer
 from spark_mq.datasource.worker_gc import freeze_long_lived
-from spark_mq.errors import ConfigError
+from spark_mq.errors import ConfigError, InvalidTransactionTimeoutError
 from spark_mq.sink.columns import ColumnPlan, to_send_tables
-from spark_mq.sink.options import SinkOptions
+from spark_mq.sink.options import SINK_TRANSACTION_TIMEOUT_MS, SinkOptions
 
 #: TaskContext local property holding the streaming query id. Spark stores the id in the
 #: checkpoint's ``metadata`` file, so it is the same for every run of a query that restarts
@@ -71,6 +73,11 @@ JOB_GROUP_PROPERTY: Final = "spark.jobGroup.id"
 #: remainder each; grouped, nearly every record batch is full, and each costs the producer
 #: and the broker the same whatever its size (docs/spark_sink.md, "What it costs").
 SEND_GROUP_REQUESTS: Final = 8
+
+#: A running task sends this many owner heartbeats per ``transaction.timeout.ms``.
+HEARTBEATS_PER_TIMEOUT: Final = 4
+#: Shortest time between two heartbeats of a task, in seconds.
+MIN_HEARTBEAT_INTERVAL_S: Final = 0.05
 
 TEST_TASK_KILL_ENV: Final = "SPARK_MQ_SINK_TEST_TASK_KILL"
 #: TaskContext local property holding the micro-batch id of a streaming task.
@@ -235,22 +242,36 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
     producer = Producer(**props, transactional_id=transactional_id)  # type: ignore[arg-type]
     try:
         # Fences an earlier producer of this id and aborts what it left open or prepared.
-        producer.init_transactions()
+        try:
+            producer.init_transactions()
+        except InvalidTransactionTimeoutError as exc:
+            raise InvalidTransactionTimeoutError(
+                f"{exc}. The spark_mq sink's transaction.timeout.ms defaults to "
+                f"{SINK_TRANSACTION_TIMEOUT_MS} (the broker default of "
+                "transaction.max.timeout.ms): set .option('kafka.transaction.timeout.ms', ...) "
+                "to at most this broker's transaction.max.timeout.ms, or raise that"
+            ) from exc
         producer.begin_transaction()
         prepared = False
+        heartbeat = OwnerHeartbeat(
+            plan.options.endpoint,
+            scope + "/",
+            producer.config.transaction_timeout_ms / 1000 / HEARTBEATS_PER_TIMEOUT,
+        )
         try:
-            rows, futures = _send_all(producer, batches, plan.columns)
-            _test_task_kill(producer, context, partition_id, attempt, rows)
-            if rows == 0:
-                producer.abort_transaction()
-                return SinkCommitMessage(
-                    sink_id, partition_id, attempt, 0, run_id=run_id, query_id=query_id
-                )
-            # The owner prefix lets the coordinator abort the prepared transaction if no
-            # task of this job or micro-batch stays active and no decision comes (a dead
-            # driver), instead of holding back readers until the prepared limit.
-            handle = producer.prepare_transaction(owner_prefix=scope + "/")
-            prepared = True
+            with heartbeat:
+                rows, futures = _send_all(producer, batches, plan.columns)
+                _test_task_kill(producer, context, partition_id, attempt, rows)
+                if rows == 0:
+                    producer.abort_transaction()
+                    return SinkCommitMessage(
+                        sink_id, partition_id, attempt, 0, run_id=run_id, query_id=query_id
+                    )
+                # The owner prefix lets the coordinator abort the prepared transaction if
+                # no task of this job or micro-batch stays active and no decision comes (a
+                # dead driver), instead of holding back readers until the prepared limit.
+                handle = producer.prepare_transaction(owner_prefix=scope + "/")
+                prepared = True
             _check_delivered(futures)
         except BaseException:
             # End our own transaction at once rather than leave it holding back the last
@@ -266,6 +287,56 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
     finally:
         # close() keeps a prepared transaction prepared: the driver decides its outcome.
         producer.close()
+
+
+class OwnerHeartbeat:
+    """While a write task runs, a thread tells the coordinator every ``interval_s`` seconds
+    that the task's job or micro-batch is alive (:meth:`~spark_mq.Admin.owner_heartbeat` for
+    ``owner_prefix``), so that the transactions its other tasks prepared are not aborted for a
+    quiet owner while this one still computes its rows or writes them. The first heartbeat is
+    due only after ``interval_s`` (the task's own InitProducerId counts until then, and most
+    tasks end sooner), so a short task opens no connection for it. A failed heartbeat is
+    logged, not raised: the task's own work decides whether it fails."""
+
+    def __init__(self, endpoint: dict[str, object], owner_prefix: str, interval_s: float) -> None:
+        self._endpoint = endpoint
+        self._owner_prefix = owner_prefix
+        self._interval_s = max(interval_s, MIN_HEARTBEAT_INTERVAL_S)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="spark_mq-owner-heartbeat", daemon=True
+        )
+        #: Heartbeats sent (for tests).
+        self.sent = 0
+
+    def __enter__(self) -> OwnerHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        # A heartbeat in flight finishes on its own; the task does not wait for it.
+        self._thread.join(timeout=MIN_HEARTBEAT_INTERVAL_S)
+
+    def _run(self) -> None:
+        admin: Admin | None = None
+        try:
+            while not self._stop.wait(self._interval_s):
+                try:
+                    if admin is None:
+                        admin = Admin(**self._endpoint)  # type: ignore[arg-type]
+                    admin.owner_heartbeat(self._owner_prefix)
+                    self.sent += 1
+                except Exception as exc:
+                    _log.warning(
+                        "spark_mq sink: heartbeat of %s failed (%r); retrying in %.0f s",
+                        self._owner_prefix,
+                        exc,
+                        self._interval_s,
+                    )
+        finally:
+            if admin is not None:
+                admin.close()
 
 
 def _test_task_kill(

@@ -29,11 +29,11 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from spark_mq.datasource.worker_gc import freeze_long_lived
 from spark_mq.sink.columns import check_schema
 from spark_mq.sink.commit import abort_prepared, commit_prepared
-from spark_mq.sink.options import parse_sink_options
+from spark_mq.sink.options import RESERVED_SINK_ID, parse_sink_options
 from spark_mq.sink.task import SinkCommitMessage, TaskPlan, write_task
 
 #: Sink id of batch jobs that set no ``sink.id``; each job appends its own uuid.
-BATCH_SINK_ID: Final = "spark-batch"
+BATCH_SINK_ID: Final = RESERVED_SINK_ID
 
 _log = logging.getLogger(__name__)
 

@@ -454,13 +454,53 @@ def test_a_prepared_transaction_whose_owner_went_quiet_is_aborted() -> None:
     assert h.c.abort_timed_out(h.now) == 2
     assert (h.state("job/0"), h.state("job/1")) == (S.COMPLETE_ABORT, S.COMPLETE_ABORT)
     assert (h.state("other/0"), h.state("solo/0")) == (S.PREPARED, S.PREPARED)
-    # The prefix is durable: after a restart, the quiet owner's transaction still ends.
+    # The prefix is durable. Activity is not: a restart counts as activity of every owner,
+    # and the quiet owner's transaction ends a timeout after it.
     r = h.restarted()
     assert r.c.txns["other/0"].owner_prefix == "other/"
-    r.now = t0 + 110_001
+    r.now = t0 + 60_901 + 60_000
+    assert r.c.abort_timed_out(r.now) == 0
+    r.now += 1
     assert r.c.abort_timed_out(r.now) == 1
     assert (r.state("other/0"), r.state("solo/0")) == (S.COMPLETE_ABORT, S.PREPARED)
     assert r.c.txns["other/0"].owner_prefix is None  # cleared with the transaction
+
+
+def test_a_running_task_keeps_its_owner_alive() -> None:
+    """A straggler task computes for longer than the timeout before it sends anything: its
+    heartbeats keep the job's prepared transactions until it stops sending them."""
+    h = Harness()
+    t0 = h.now
+    pid, epoch = h.begin("job/0")
+    two_phase.prepare(h.c, "job/0", pid, epoch, h.now, owner_prefix="job/")
+    h.init("job/1")  # the straggler: initialised, computing, nothing sent yet
+    for beat in range(1, 7):
+        h.now = t0 + beat * 15_000
+        h.c.owner_heartbeat("job/", h.now)
+        assert h.c.abort_timed_out(h.now) == 0
+    # Its executor died: 60 s after its last heartbeat the owner is quiet.
+    h.now = t0 + 90_000 + 60_000
+    assert h.c.abort_timed_out(h.now) == 0
+    h.now += 1
+    assert h.c.abort_timed_out(h.now) == 1 and h.state("job/0") is S.COMPLETE_ABORT
+    with pytest.raises(InvalidRequestError, match="non-empty owner prefix"):
+        h.c.owner_heartbeat("", h.now)
+
+
+def test_the_coordinators_own_transitions_are_no_sign_of_life() -> None:
+    """A sibling's transaction that the coordinator aborts on its timeout, after the last
+    client request, does not extend the owner's life."""
+    h = Harness()
+    t0 = h.now
+    pid, epoch = h.begin("job/0")
+    two_phase.prepare(h.c, "job/0", pid, epoch, h.now, owner_prefix="job/")
+    h.now = t0 + 30_000
+    sibling_pid, sibling_epoch = h.init("job/1", timeout_ms=50_000)
+    h.c.add_partitions("job/1", sibling_pid, sibling_epoch, [("t", 1)], h.now)
+    h.now = t0 + 80_001
+    assert h.c.abort_timed_out(h.now) == 1 and h.state("job/1") is S.COMPLETE_ABORT
+    h.now = t0 + 90_001  # 60 s after the sibling's last request, 10 s after its abort
+    assert h.c.abort_timed_out(h.now) == 1 and h.state("job/0") is S.COMPLETE_ABORT
 
 
 @pytest.mark.parametrize("prefix", ["", "job/0", "jab/", "job/0/"])

@@ -3,11 +3,13 @@ between a decision and its markers), timeouts and id expiration, on real broker 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from txn_wire import (
     TxnProducer,
+    body,
     complete,
     describe,
     fetch_offset,
@@ -18,6 +20,7 @@ from txn_wire import (
 
 from spark_mq.broker.txn.coordinator import CRASH_AFTER_DECISION, CRASH_ENV
 from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.transactions import OwnerHeartbeatRequest
 
 
 @pytest.mark.slow
@@ -160,6 +163,17 @@ def test_a_prepared_transaction_of_a_quiet_owner_is_aborted(start_broker: Any) -
             "the quiet owner's prepared transactions to be aborted",
         )
         assert describe(conn, "plain/0").state == "Prepared"  # the prepared limit applies
+        # A writer of another job still computing keeps that job's prepared one alive.
+        busy = TxnProducer(conn, "busy/0", timeout_ms=300)
+        busy.write("t", 0, b"prepared while a sibling computes")
+        assert busy.prepare(owner_prefix="busy/").error_code == 0
+        deadline = time.monotonic() + 1.5  # five timeouts
+        while time.monotonic() < deadline:
+            assert body(conn, OwnerHeartbeatRequest("busy/")).error_code == 0
+            time.sleep(0.05)
+        assert describe(conn, "busy/0").state == "Prepared"
+        wait_until(lambda: describe(conn, "busy/0").state == "CompleteAbort", "the quiet owner")
+        assert body(conn, OwnerHeartbeatRequest("")).error_code == ErrorCode.INVALID_REQUEST
         bad = TxnProducer(conn, "job/9", timeout_ms=300)
         bad.write("t", 0, b"x")
         refused = bad.prepare(owner_prefix="job/9")

@@ -158,6 +158,7 @@ def test_options_are_parsed_and_checked() -> None:
         ({"path": "/d", "kafka.lingerms": "5"}, "did you mean 'linger.ms'"),
         ({"path": "/d", "sink.id": " "}, "sink.id must be 1-200 printable"),
         ({"path": "/d", "sink.id": "team/copier"}, "must not contain '/'"),
+        ({"path": "/d", "sink.id": "spark-batch"}, "must not be 'spark-batch'"),
     ],
 )
 def test_bad_options_raise_config_errors(options: dict[str, str], fragment: str) -> None:

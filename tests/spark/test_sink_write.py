@@ -3,6 +3,7 @@ aborted and replayed micro-batches. Output is read back with our Consumer."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,24 @@ from pyspark.sql.functions import udf
 from pyspark.sql.types import StringType, StructField, StructType
 from sink_helpers import create_topic, read_topic, start_upper_copy, values
 
-from spark_mq import Admin, OwnerInstanceConflictError, Producer, ProducerFencedError
+from spark_mq import (
+    Admin,
+    InvalidTxnStateError,
+    OwnerInstanceConflictError,
+    Producer,
+    ProducerFencedError,
+)
+from spark_mq.broker.local import ensure_broker
 from spark_mq.sink import SinkCommitMessage, stream_writer
 from spark_mq.sink.task import stream_run_id, transactional_id_of
 
 SCHEMA = StructType([StructField("value", StringType())])
+
+
+#: The straggler test's transaction.timeout.ms, and how long its slow task computes.
+STRAGGLER_TIMEOUT_MS = 3_000
+STRAGGLER_SLEEP_S = 9.0
+STRAGGLER_ROW = 10
 
 
 def _rows(spark: Any, n: int, parts: int = 4) -> Any:
@@ -71,6 +85,31 @@ def test_a_bad_column_fails_before_any_task(spark: Any, mq_dir: Path) -> None:
     assert "value (string or binary)" in str(info.value)
     with Admin(path=str(mq_dir)) as admin:  # no task ran: nothing began, nothing was created
         assert admin.list_transactions() == [] and "t" not in admin.list_topics()
+
+
+def test_a_straggler_task_keeps_the_jobs_prepared_transactions(spark: Any, mq_dir: Path) -> None:
+    """One task of a batch job computes for three times the sink's transaction.timeout.ms
+    before it has a row to send, while the other has long prepared. The straggler's
+    heartbeats keep the job alive at the coordinator: its first task's prepared transaction
+    is not aborted for a quiet owner, and the job commits whole."""
+    ensure_broker(
+        mq_dir, config={"transaction.abort.timed.out.transaction.cleanup.interval.ms": "50"}
+    )
+    create_topic(mq_dir, "out", 2)
+    straggler_row, sleep_s = STRAGGLER_ROW, STRAGGLER_SLEEP_S
+
+    def slow_value(number):  # no hints: pyspark would read them as a pandas UDF
+        if number == straggler_row:
+            time.sleep(sleep_s)
+        return f"v{number}"
+
+    rows = spark.range(0, 20, numPartitions=2)  # partition 1 starts at row 10
+    rows.select(udf(slow_value, "string")("id").alias("value")).write.format("spark_mq").mode(
+        "append"
+    ).option("path", str(mq_dir)).option("topic", "out").option(
+        "kafka.transaction.timeout.ms", str(STRAGGLER_TIMEOUT_MS)
+    ).save()
+    assert values(mq_dir, "out") == sorted(f"v{i}".encode() for i in range(20))
 
 
 def test_exactly_once_batch_write_is_visible_whole(spark: Any, mq_dir: Path) -> None:
@@ -215,6 +254,50 @@ def test_a_sink_id_reused_by_another_checkpoint_is_refused_not_dropped(mq_dir: P
     assert states[transactional_id_of(f"s8/{run2}", 0, 0)] == "CompleteAbort", states
     assert states[transactional_id_of(f"s8/{run1}", 1, 0)] == "Prepared", states
     assert values(mq_dir, "out") == [b"q1-5"]
+
+
+def test_a_micro_batch_without_tasks_decides_nothing(mq_dir: Path) -> None:
+    """Without a task's message the query is unknown: neither its commit nor its abort may
+    sweep the sink id, which could belong to another checkpoint's query."""
+    create_topic(mq_dir, "out", 1)
+    options = {"path": str(mq_dir), "topic": "out", "sink.id": "s9"}
+    other = Producer(path=str(mq_dir), transactional_id="s9/run-of-another-query/0")
+    other.init_transactions()
+    other.begin_transaction()
+    other.send("out", b"theirs").get()
+    stream_writer(options, SCHEMA, False).commit([], 3)
+    stream_writer(options, SCHEMA, False).abort([], 3)
+    other.prepare_transaction()  # still open: neither call aborted it
+    other.close()
+    with Admin(path=str(mq_dir)) as admin:
+        assert admin.last_committed_sequence("s9") == -1
+
+
+def test_a_commit_whose_transaction_was_aborted_says_why(mq_dir: Path) -> None:
+    create_topic(mq_dir, "out", 1)
+    options = {"path": str(mq_dir), "topic": "out", "sink.id": "s10"}
+    handle = _prepare(mq_dir, "s10/0", "out", [b"lost"])
+    with Admin(path=str(mq_dir)) as admin:
+        admin.abort_transaction("s10/0")
+    with pytest.raises(InvalidTxnStateError, match="aborted before its decision") as info:
+        stream_writer(options, SCHEMA, False).commit([_message("s10", 0, handle, 1)], 0)
+    assert "kafka.transaction.timeout.ms" in str(info.value)
+    assert values(mq_dir, "out") == []
+
+
+def test_a_broker_with_a_lower_transaction_limit_names_the_sink_option(
+    spark: Any, mq_dir: Path
+) -> None:
+    ensure_broker(mq_dir, config={"transaction.max.timeout.ms": "60000"})
+    with pytest.raises(Exception, match="InvalidTransactionTimeoutError") as info:
+        _rows(spark, 4, parts=1).write.format("spark_mq").mode("append").option(
+            "path", str(mq_dir)
+        ).option("topic", "out").save()
+    assert ".option('kafka.transaction.timeout.ms'" in str(info.value)
+    _rows(spark, 4, parts=1).write.format("spark_mq").mode("append").option(
+        "path", str(mq_dir)
+    ).option("topic", "out").option("kafka.transaction.timeout.ms", "60000").save()
+    assert len(values(mq_dir, "out")) == 4
 
 
 def test_each_attempt_of_a_task_has_its_own_transactional_id() -> None:

@@ -43,6 +43,7 @@ from spark_mq.broker.handlers.transactions import (
     handle_describe_txn_owner,
     handle_end_txn,
     handle_list_transactions,
+    handle_owner_heartbeat,
     handle_prepare_txn,
     handle_txn_offset_commit,
     handle_write_txn_markers,
@@ -82,6 +83,7 @@ HANDLERS: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.PREPARE_TXN: handle_prepare_txn,
     ApiKey.COMPLETE_PREPARED_TXNS: handle_complete_prepared_txns,
     ApiKey.DESCRIBE_TXN_OWNER: handle_describe_txn_owner,
+    ApiKey.OWNER_HEARTBEAT: handle_owner_heartbeat,
 }
 
 __all__ = ["HANDLERS"]

@@ -35,6 +35,8 @@ from spark_mq.protocol.transactions import (
     EndTxnResponse,
     ListTransactionsRequest,
     ListTransactionsResponse,
+    OwnerHeartbeatRequest,
+    OwnerHeartbeatResponse,
     OwnerSequenceRequest,
     OwnerSequenceResponse,
     PreparedTxnResult,
@@ -381,3 +383,16 @@ async def handle_describe_txn_owner(
         code, message = error_of(exc, f"describe owner {request.owner!r}")
         return Response(OwnerSequenceResponse(code, error_message=message))
     return Response(OwnerSequenceResponse(0, sequence))
+
+
+async def handle_owner_heartbeat(
+    ctx: RequestContext, request: OwnerHeartbeatRequest, _: memoryview
+) -> Response:
+    txns = ctx.core.transactions
+    try:
+        coordinator = await txns.ready()
+        coordinator.owner_heartbeat(request.owner_prefix, txns.now_ms())
+    except Exception as exc:
+        code, message = error_of(exc, f"heartbeat of owner prefix {request.owner_prefix!r}")
+        return Response(OwnerHeartbeatResponse(code, message))
+    return Response(OwnerHeartbeatResponse(0))

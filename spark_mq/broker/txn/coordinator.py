@@ -122,6 +122,15 @@ class TransactionCoordinator:
         self.closed: dict[str, str] = {}
         self._closed_lengths: frozenset[int] = frozenset()
         self._decision_counter = 0
+        #: When a client last asked something of each transactional id, and when a write
+        #: task last said its owner prefix was alive (OwnerHeartbeat), in ms; kept in memory
+        #: only. The owner-prefix rule of :meth:`abort_timed_out` goes by these, never by the
+        #: coordinator's own transitions (a timeout abort, a marker retry).
+        self._client_seen: dict[str, int] = {}
+        self._owner_heartbeats: dict[str, int] = {}
+        #: When this coordinator loaded its state: every owner counts as active then, since
+        #: the activity before a restart is not kept.
+        self._loaded_ms = -1
 
     # -----------------------------------------------------------------------------------------
     # Writing state
@@ -277,6 +286,7 @@ class TransactionCoordinator:
         records)."""
         self.txns = dict(loaded.txns)
         self.owners = dict(loaded.owners)
+        self._client_seen, self._owner_heartbeats, self._loaded_ms = {}, {}, now_ms
         self.anonymous = dict(loaded.decisions)
         self.closed, self._closed_lengths = {}, frozenset()
         for owner, decision in self.owners.items():
@@ -331,6 +341,7 @@ class TransactionCoordinator:
                 "or expired after transactional.id.expiration.ms): call InitProducerId"
             )
         check_producer(txn, producer_id, epoch)
+        self._client_seen[transactional_id] = now_ms
         if txn.state.is_decided:
             txn = self.complete(txn, now_ms)
             if txn.state.is_decided:
@@ -338,6 +349,13 @@ class TransactionCoordinator:
                     f"the previous transaction of {transactional_id!r} is still completing; retry"
                 )
         return txn
+
+    def owner_heartbeat(self, owner_prefix: str, now_ms: int) -> None:
+        """A write task of the owner whose transactions start with ``owner_prefix`` is still
+        running: the owner-prefix rule of :meth:`abort_timed_out` counts it as activity."""
+        if not owner_prefix:
+            raise InvalidRequestError("an owner heartbeat needs a non-empty owner prefix")
+        self._owner_heartbeats[owner_prefix] = now_ms
 
     # -----------------------------------------------------------------------------------------
     # InitProducerId
@@ -355,6 +373,7 @@ class TransactionCoordinator:
         aborting what it left open (Ongoing or Prepared) first."""
         tid = validate_transactional_id(transactional_id)
         self.check_not_closed(tid)
+        self._client_seen[tid] = now_ms
         limit = self.config.transaction_max_timeout_ms
         if not 1 <= timeout_ms <= limit:
             raise InvalidTransactionTimeoutError(
@@ -451,6 +470,7 @@ class TransactionCoordinator:
                 f"transactional id {transactional_id!r} has no producer: call InitProducerId"
             )
         check_producer(txn, producer_id, producer_epoch)
+        self._client_seen[transactional_id] = now_ms
         wanted = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         if txn.state is wanted:
@@ -549,12 +569,15 @@ class TransactionCoordinator:
         pending completions. How many were aborted.
 
         A Prepared transaction whose prepare named an ``owner_prefix`` is also aborted once
-        its owner has gone quiet: no transaction under the prefix (the other tasks of the
-        same Spark job or micro-batch, and their retries) has started, prepared or changed
-        state for that transaction's ``transaction.timeout.ms``. By then every task of the
-        owner has finished or timed out and the decision, due right after, has not come: the
-        decider (a Spark driver) is presumed gone, and holding the transaction would stall
-        every ``read_committed`` reader of its partitions until the prepared limit."""
+        its owner has gone quiet for that transaction's ``transaction.timeout.ms``: no client
+        request for a transactional id under the prefix (InitProducerId, AddPartitionsToTxn,
+        AddOffsetsToTxn, EndTxn, PrepareTxn: the other tasks of the same Spark job or
+        micro-batch, and their retries), no OwnerHeartbeat for the prefix (a write task sends
+        them while it runs, also before its first record), and no load of this coordinator
+        since. Every task of the owner has then ended and the decision, due right after the
+        last one, has not come: the decider (a Spark driver) is presumed gone, and holding
+        the transaction would stall every ``read_committed`` reader of its partitions until
+        the prepared limit."""
         self.retry_pending(now_ms)
         prepared_limit = self.config.transaction_prepared_max_timeout_ms
         quiet_since = self._owner_activity()
@@ -597,20 +620,20 @@ class TransactionCoordinator:
         return len(due)
 
     def _owner_activity(self) -> dict[str, int]:
-        """For each owner prefix a Prepared transaction names, when a transaction under it
-        last started, prepared or changed state (ms)."""
+        """For each owner prefix a Prepared transaction names, when its owner was last
+        active (ms): a client request for an id under it, a heartbeat, or this load."""
         prefixes = {
             t.owner_prefix
             for t in self.txns.values()
             if t.state is TxnState.PREPARED and t.owner_prefix is not None
         }
-        latest = dict.fromkeys(prefixes, -1)
+        latest = {p: max(self._loaded_ms, self._owner_heartbeats.get(p, -1)) for p in prefixes}
         if not prefixes:
             return latest
-        for txn in self.txns.values():
+        for tid, seen in self._client_seen.items():
             for prefix in prefixes:
-                if txn.transactional_id.startswith(prefix):
-                    latest[prefix] = max(latest[prefix], txn.last_update_ms, txn.txn_start_ms)
+                if seen > latest[prefix] and tid.startswith(prefix):
+                    latest[prefix] = seen
         return latest
 
     def expire_ids(self, now_ms: int) -> int:
@@ -618,6 +641,9 @@ class TransactionCoordinator:
         two-phase owners as old (tombstones); how many."""
         limit = self.config.transactional_id_expiration_ms
         expired = 0
+        for prefix, seen in list(self._owner_heartbeats.items()):
+            if now_ms - seen >= limit:
+                del self._owner_heartbeats[prefix]
         for txn in list(self.txns.values()):
             if not txn.state.is_complete or now_ms - txn.last_update_ms < limit:
                 continue
@@ -627,6 +653,7 @@ class TransactionCoordinator:
             except CoordinatorNotAvailableError:
                 continue
             del self.txns[txn.transactional_id]
+            self._client_seen.pop(txn.transactional_id, None)
             expired += 1
         if expired:
             logger.info("forgot %d expired transactional ids", expired)
