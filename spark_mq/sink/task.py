@@ -306,8 +306,6 @@ class OwnerHeartbeat:
         self._thread = threading.Thread(
             target=self._run, name="spark_mq-owner-heartbeat", daemon=True
         )
-        #: Heartbeats sent (for tests).
-        self.sent = 0
 
     def __enter__(self) -> OwnerHeartbeat:
         self._thread.start()
@@ -326,7 +324,6 @@ class OwnerHeartbeat:
                     if admin is None:
                         admin = Admin(**self._endpoint)  # type: ignore[arg-type]
                     admin.owner_heartbeat(self._owner_prefix)
-                    self.sent += 1
                 except Exception as exc:
                     _log.warning(
                         "spark_mq sink: heartbeat of %s failed (%r); retrying in %.0f s",
