@@ -273,7 +273,8 @@ class BrokerConfig(Config):
         "broker.idle.exit.ms",
         -1,
         "spark_mq only: exit after this long with no connection and no request (0 or -1: "
-        "never). The embedded local broker uses 60000 unless told otherwise.",
+        "never), but not while prepared transactions with an owner prefix wait for their "
+        "owner. The embedded local broker uses 60000 unless told otherwise.",
         parse=parse_int,
         check=_never_or_at_least(1),
     )

@@ -148,11 +148,25 @@ class BrokerServer:
 
     async def _exit_when_idle(self, idle_exit_ms: int) -> None:
         check_s = min(max(idle_exit_ms / 4000, 0.02), 1.0)
+        waiting_logged = False
         while True:
             await asyncio.sleep(check_s)
             if not self.connections and self.core.idle_for_ms() >= idle_exit_ms:
-                self.request_stop(f"idle for {idle_exit_ms} ms (broker.idle.exit.ms)")
-                return
+                # Prepared transactions of a two-phase owner end when the owner has been
+                # quiet for their timeout, which only a running coordinator can tell (a
+                # restart counts as activity): stay up until they are decided or aborted, or
+                # a dead Spark driver's batch would hold back readers for days.
+                waiting = self.core.transactions.coordinator.waits_on_owners()
+                if not waiting:
+                    self.request_stop(f"idle for {idle_exit_ms} ms (broker.idle.exit.ms)")
+                    return
+                if not waiting_logged:
+                    logger.info(
+                        "idle for broker.idle.exit.ms, but staying up: %d prepared "
+                        "transactions wait for their owner's decision or timeout",
+                        waiting,
+                    )
+                    waiting_logged = True
 
     # -----------------------------------------------------------------------------------------
     # Stop

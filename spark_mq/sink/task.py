@@ -326,7 +326,7 @@ class OwnerHeartbeat:
                     admin.owner_heartbeat(self._owner_prefix)
                 except Exception as exc:
                     _log.warning(
-                        "spark_mq sink: heartbeat of %s failed (%r); retrying in %.0f s",
+                        "spark_mq sink: heartbeat of %s failed (%r); retrying in %.1f s",
                         self._owner_prefix,
                         exc,
                         self._interval_s,

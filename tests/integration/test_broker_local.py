@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from spark_mq import Admin, Producer
 from spark_mq.broker import broker_status, ensure_broker, stop_broker
 from spark_mq.broker.dir_files import ENDPOINT_FILE, BrokerMeta, Endpoint, pid_alive
 from spark_mq.storage.batch_decoder import decode_records
@@ -150,6 +151,33 @@ def test_idle_broker_exits_and_the_next_client_starts_another(local_dir, raw_con
     assert second.pid != first.pid and second.epoch == first.epoch + 1 == 2
     with raw_connect(address) as conn:
         assert values(conn, "idle") == [b"kept"]
+
+
+@pytest.mark.slow
+def test_an_idle_broker_stays_up_while_an_owners_prepared_transaction_waits(local_dir):
+    """Only a running coordinator can tell that a prepared transaction's owner has gone
+    quiet (a restart counts as activity): the idle broker waits until it has ended it."""
+    address = ensure_broker(
+        local_dir,
+        config={
+            "broker.idle.exit.ms": "200",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "50",
+        },
+    )
+    first = broker_status(local_dir)
+    with Producer(
+        bootstrap_servers=str(address), transactional_id="job/0", transaction_timeout_ms=1500
+    ) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("waits", b"prepared", partition=0)
+        producer.prepare_transaction(owner_prefix="job/")
+    time.sleep(1.0)  # five idle exits long, the owner not yet quiet for its timeout
+    assert pid_alive(first.pid), "the broker exited while its coordinator had to wait"
+    wait_until(lambda: not pid_alive(first.pid), "the broker to exit once the owner timed out")
+    again = ensure_broker(local_dir, config=NEVER_IDLE)
+    with Admin(bootstrap_servers=str(again)) as admin:
+        assert admin.describe_transactions(["job/0"])[0].state == "CompleteAbort"
 
 
 @pytest.mark.slow

@@ -373,7 +373,6 @@ class TransactionCoordinator:
         aborting what it left open (Ongoing or Prepared) first."""
         tid = validate_transactional_id(transactional_id)
         self.check_not_closed(tid)
-        self._client_seen[tid] = now_ms
         limit = self.config.transaction_max_timeout_ms
         if not 1 <= timeout_ms <= limit:
             raise InvalidTransactionTimeoutError(
@@ -384,6 +383,7 @@ class TransactionCoordinator:
         if txn is None:
             new = TxnMetadata(tid, self._new_producer_id(), 0, timeout_ms, last_update_ms=now_ms)
             self.write([new], now_ms)
+            self._client_seen[tid] = now_ms
             return new.producer_id, new.producer_epoch
         if producer_id >= 0 and (producer_id, producer_epoch) not in (
             (txn.producer_id, txn.producer_epoch),
@@ -416,6 +416,7 @@ class TransactionCoordinator:
             timeout_ms=timeout_ms,
         )
         self.write([new], now_ms)
+        self._client_seen[tid] = now_ms
         return pid, epoch
 
     # -----------------------------------------------------------------------------------------
@@ -599,9 +600,9 @@ class TransactionCoordinator:
         for txn in due:
             if now_ms - txn.prepared_ms <= prepared_limit and txn.owner_prefix is not None:
                 why = (
-                    f"no transaction under its owner prefix {txn.owner_prefix!r} has been "
-                    f"active for {txn.timeout_ms} ms (transaction.timeout.ms): its decider is "
-                    "presumed gone"
+                    f"its owner {txn.owner_prefix!r} has been quiet for {txn.timeout_ms} ms "
+                    "(transaction.timeout.ms: no request for an id under it, no heartbeat): "
+                    "its decider is presumed gone"
                 )
             else:
                 why = "it timed out"
@@ -618,6 +619,16 @@ class TransactionCoordinator:
             except CoordinatorNotAvailableError:
                 continue  # retried at the next check
         return len(due)
+
+    def waits_on_owners(self) -> int:
+        """How many Prepared transactions named an owner prefix: the owner-prefix rule of
+        :meth:`abort_timed_out` may still have to end them, and its record of their owners'
+        activity is in memory only, so a broker that holds them should not idle-exit."""
+        return sum(
+            1
+            for t in self.txns.values()
+            if t.state is TxnState.PREPARED and t.owner_prefix is not None
+        )
 
     def _owner_activity(self) -> dict[str, int]:
         """For each owner prefix a Prepared transaction names, when its owner was last

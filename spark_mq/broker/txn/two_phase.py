@@ -4,8 +4,9 @@ CompletePreparedTxns and DescribeTxnOwner, over the :class:`TransactionCoordinat
 - **Prepare** moves the producer's Ongoing transaction to Prepared (an empty one, with no
   partition, is prepared too). A Prepared transaction takes no more partitions, is not
   aborted by ``transaction.timeout.ms`` (only by ``transaction.prepared.max.timeout.ms``, or,
-  when the prepare named an ``owner_prefix``, once no transaction under that prefix has been
-  active for the transaction's timeout: its decider is presumed gone),
+  when the prepare named an ``owner_prefix``, once its owner has been quiet for the
+  transaction's timeout, no request for an id under the prefix and no OwnerHeartbeat: its
+  decider is presumed gone),
   survives a broker restart as it is, and is completed by :func:`complete_prepared` (or by
   its producer's EndTxn, or aborted by a new incarnation's InitProducerId).
 - **Complete** commits or aborts a list of prepared transactions as one decision. A commit is
