@@ -602,9 +602,10 @@ class Producer:
 
         ``owner_prefix``, a strict prefix of this producer's ``transactional.id`` shared by
         every transaction the same decision completes (the tasks of one job), lets the
-        coordinator give up on a decider that died: once no transaction under the prefix
-        has been active for ``transaction.timeout.ms``, it aborts the prepared transaction
-        instead of holding back ``read_committed`` readers until the prepared limit."""
+        coordinator give up on a decider that died: once the owner has been quiet for
+        ``transaction.timeout.ms`` (no request for an id under the prefix, no
+        :meth:`~spark_mq.Admin.owner_heartbeat`), it aborts the prepared transaction instead
+        of holding back ``read_committed`` readers until the prepared limit."""
         txn, _ = self._transaction("prepare_transaction")
         problem = owner_prefix_problem(owner_prefix, txn.transactional_id)
         if problem is not None:

@@ -96,24 +96,25 @@ def sink_id_of(messages: Sequence[SinkCommitMessage], configured: str | None) ->
     return next(iter(ids), None)
 
 
+def _agreed(messages: Sequence[SinkCommitMessage], field: str) -> str | None:
+    """The value of ``field`` that the tasks' messages name (they must all agree), None
+    when none does."""
+    values = {v for m in messages if (v := getattr(m, field)) is not None}
+    if len(values) > 1:
+        raise UsageError(f"spark_mq sink: write tasks of one batch differ in {field}: {values}")
+    return next(iter(values), None)
+
+
 def run_id_of(messages: Sequence[SinkCommitMessage]) -> str | None:
-    """The streaming query run the tasks wrote in (they must all agree), None when none
-    says (a batch job, or a Spark that does not name its runs)."""
-    runs = {m.run_id for m in messages if m.run_id is not None}
-    if len(runs) > 1:
-        raise UsageError(f"spark_mq sink: write tasks of one batch used different runs {runs}")
-    return next(iter(runs), None)
+    """The streaming query run the tasks wrote in, None when none says (a batch job, or a
+    Spark that does not name its runs)."""
+    return _agreed(messages, "run_id")
 
 
 def query_id_of(messages: Sequence[SinkCommitMessage]) -> str | None:
-    """The streaming query the tasks belong to (they must all agree), None when none says
-    (a batch job, or a Spark that does not name its queries)."""
-    queries = {m.query_id for m in messages if m.query_id is not None}
-    if len(queries) > 1:
-        raise UsageError(
-            f"spark_mq sink: write tasks of one batch came from different queries {queries}"
-        )
-    return next(iter(queries), None)
+    """The streaming query the tasks belong to, None when none says (a batch job, or a
+    Spark that does not name its queries)."""
+    return _agreed(messages, "query_id")
 
 
 def _handles(messages: Sequence[SinkCommitMessage]) -> list[PreparedTransaction]:

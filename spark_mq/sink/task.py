@@ -238,6 +238,7 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
             _check_delivered(futures)
         return SinkCommitMessage(sink_id, partition_id, attempt, rows, query_id=query_id)
     scope = run_scope(sink_id, run_id)
+    owner_prefix = scope + "/"
     transactional_id = transactional_id_of(scope, partition_id, attempt)
     producer = Producer(**props, transactional_id=transactional_id)  # type: ignore[arg-type]
     try:
@@ -255,7 +256,7 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
         prepared = False
         heartbeat = OwnerHeartbeat(
             plan.options.endpoint,
-            scope + "/",
+            owner_prefix,
             producer.config.transaction_timeout_ms / 1000 / HEARTBEATS_PER_TIMEOUT,
         )
         try:
@@ -270,7 +271,7 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
                 # The owner prefix lets the coordinator abort the prepared transaction if
                 # no task of this job or micro-batch stays active and no decision comes (a
                 # dead driver), instead of holding back readers until the prepared limit.
-                handle = producer.prepare_transaction(owner_prefix=scope + "/")
+                handle = producer.prepare_transaction(owner_prefix=owner_prefix)
                 prepared = True
             _check_delivered(futures)
         except BaseException:

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 from local_spark import with_repo
 
-from spark_mq import Admin, Consumer, TopicPartition
+from spark_mq import Admin, Consumer, Producer, TopicPartition
 
 #: Upper bound on the polls of one read (a topic in these tests is far smaller).
 MAX_POLLS = 10_000
@@ -56,6 +56,13 @@ def read_topic(path: Path | str, topic: str, isolation: str = "read_committed") 
 def values(path: Path | str, topic: str, isolation: str = "read_committed") -> list[bytes]:
     """The values of ``topic`` sorted (a multiset to compare)."""
     return sorted(read_topic(path, topic, isolation).column("value").to_pylist())
+
+
+def produce(path: Path | str, topic: str, values: Sequence[bytes]) -> None:
+    """Send ``values`` to ``topic`` (partitioned by the default partitioner) and flush."""
+    with Producer(path=str(path)) as producer:
+        for value in values:
+            producer.send(topic, value)
 
 
 def create_topic(path: Path | str, topic: str, partitions: int) -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sink_helpers import create_topic, start_upper_copy, values
+from sink_helpers import create_topic, produce, start_upper_copy, values
 
-from spark_mq import Admin, Producer
+from spark_mq import Admin
 from spark_mq.broker.local import broker_status
 
 pytestmark = pytest.mark.slow
@@ -48,9 +48,7 @@ def test_a_broker_killed_under_a_streaming_sink_loses_and_doubles_nothing(
 ) -> None:
     create_topic(mq_dir, "src", 2)
     create_topic(mq_dir, "dst", 2)
-    with Producer(path=str(mq_dir)) as producer:
-        for i in range(RECORDS):
-            producer.send("src", b"r%05d" % i)
+    produce(mq_dir, "src", [b"r%05d" % i for i in range(RECORDS)])
     checkpoint = str(tmp_path / "checkpoint")
 
     def run() -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pyspark.sql.functions import udf
 from pyspark.sql.types import StringType, StructField, StructType
-from sink_helpers import create_topic, read_topic, start_upper_copy, values
+from sink_helpers import create_topic, produce, read_topic, start_upper_copy, values
 
 from spark_mq import (
     Admin,
@@ -19,6 +19,7 @@ from spark_mq import (
     OwnerInstanceConflictError,
     Producer,
     ProducerFencedError,
+    UsageError,
 )
 from spark_mq.broker.local import ensure_broker
 from spark_mq.sink import SinkCommitMessage, stream_writer
@@ -28,8 +29,8 @@ SCHEMA = StructType([StructField("value", StringType())])
 
 
 #: The straggler test's transaction.timeout.ms, and how long its slow task computes.
-STRAGGLER_TIMEOUT_MS = 3_000
-STRAGGLER_SLEEP_S = 9.0
+STRAGGLER_TIMEOUT_MS = 5_000
+STRAGGLER_SLEEP_S = 15.0
 STRAGGLER_ROW = 10
 
 
@@ -256,6 +257,13 @@ def test_a_sink_id_reused_by_another_checkpoint_is_refused_not_dropped(mq_dir: P
     assert values(mq_dir, "out") == [b"q1-5"]
 
 
+def test_tasks_of_one_batch_must_agree_on_their_query(mq_dir: Path) -> None:
+    options = {"path": str(mq_dir), "topic": "out", "sink.id": "s11"}
+    messages = [SinkCommitMessage("s11", p, 0, 0, query_id=f"q{p}") for p in range(2)]
+    with pytest.raises(UsageError, match="differ in query_id"):
+        stream_writer(options, SCHEMA, False).commit(messages, 0)
+
+
 def test_a_micro_batch_without_tasks_decides_nothing(mq_dir: Path) -> None:
     """Without a task's message the query is unknown: neither its commit nor its abort may
     sweep the sink id, which could belong to another checkpoint's query."""
@@ -399,9 +407,7 @@ def test_streaming_query_commits_under_a_sink_id_stable_across_restarts(
     checkpoint = str(tmp_path / "checkpoint")
 
     def run(first: int) -> Any:
-        with Producer(path=str(mq_dir)) as producer:
-            for i in range(first, first + 100):
-                producer.send("src", f"r{i}".encode())
+        produce(mq_dir, "src", [f"r{i}".encode() for i in range(first, first + 100)])
         query = start_upper_copy(spark, mq_dir, checkpoint, columns=("key",))
         query.awaitTermination()
         return query
@@ -427,9 +433,7 @@ def test_a_query_from_a_new_checkpoint_cannot_take_over_a_sink_id(
 ) -> None:
     create_topic(mq_dir, "src", 2)
     create_topic(mq_dir, "dst", 2)
-    with Producer(path=str(mq_dir)) as producer:
-        for i in range(50):
-            producer.send("src", f"r{i}".encode())
+    produce(mq_dir, "src", [f"r{i}".encode() for i in range(50)])
 
     def run(checkpoint: str, sink_id: str) -> Any:
         query = start_upper_copy(

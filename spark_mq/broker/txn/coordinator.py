@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Protocol
 
 from spark_mq.broker.coordinator_topic import Record
@@ -580,32 +580,13 @@ class TransactionCoordinator:
         the transaction would stall every ``read_committed`` reader of its partitions until
         the prepared limit."""
         self.retry_pending(now_ms)
-        prepared_limit = self.config.transaction_prepared_max_timeout_ms
         quiet_since = self._owner_activity()
         due = [
-            t
+            (t, why)
             for t in self.txns.values()
-            if (t.state is TxnState.ONGOING and now_ms - t.txn_start_ms > t.timeout_ms)
-            or (
-                t.state is TxnState.PREPARED
-                and (
-                    now_ms - t.prepared_ms > prepared_limit
-                    or (
-                        t.owner_prefix is not None
-                        and now_ms - quiet_since[t.owner_prefix] > t.timeout_ms
-                    )
-                )
-            )
+            if (why := self._timed_out(t, now_ms, quiet_since)) is not None
         ]
-        for txn in due:
-            if now_ms - txn.prepared_ms <= prepared_limit and txn.owner_prefix is not None:
-                why = (
-                    f"its owner {txn.owner_prefix!r} has been quiet for {txn.timeout_ms} ms "
-                    "(transaction.timeout.ms: no request for an id under it, no heartbeat): "
-                    "its decider is presumed gone"
-                )
-            else:
-                why = "it timed out"
+        for txn, why in due:
             logger.warning(
                 "aborting the %s transaction of %r (producer %d epoch %d): %s",
                 txn.state.value,
@@ -620,24 +601,40 @@ class TransactionCoordinator:
                 continue  # retried at the next check
         return len(due)
 
-    def waits_on_owners(self) -> int:
-        """How many Prepared transactions named an owner prefix: the owner-prefix rule of
-        :meth:`abort_timed_out` may still have to end them, and its record of their owners'
-        activity is in memory only, so a broker that holds them should not idle-exit."""
-        return sum(
-            1
+    def _timed_out(self, txn: TxnMetadata, now_ms: int, quiet_since: dict[str, int]) -> str | None:
+        """Why :meth:`abort_timed_out` aborts ``txn`` now, None if it does not."""
+        if txn.state is TxnState.ONGOING:
+            return "it timed out" if now_ms - txn.txn_start_ms > txn.timeout_ms else None
+        if txn.state is not TxnState.PREPARED:
+            return None
+        if now_ms - txn.prepared_ms > self.config.transaction_prepared_max_timeout_ms:
+            return "it timed out (transaction.prepared.max.timeout.ms)"
+        if txn.owner_prefix is not None and now_ms - quiet_since[txn.owner_prefix] > txn.timeout_ms:
+            return (
+                f"its owner {txn.owner_prefix!r} has been quiet for {txn.timeout_ms} ms "
+                "(transaction.timeout.ms: no request for an id under it, no heartbeat): its "
+                "decider is presumed gone"
+            )
+        return None
+
+    def _waiting_on_owners(self) -> Iterator[TxnMetadata]:
+        """The Prepared transactions that named an owner prefix."""
+        return (
+            t
             for t in self.txns.values()
             if t.state is TxnState.PREPARED and t.owner_prefix is not None
         )
 
+    def waits_on_owners(self) -> int:
+        """How many Prepared transactions named an owner prefix: the owner-prefix rule of
+        :meth:`abort_timed_out` may still have to end them, and its record of their owners'
+        activity is in memory only, so a broker that holds them should not idle-exit."""
+        return sum(1 for _ in self._waiting_on_owners())
+
     def _owner_activity(self) -> dict[str, int]:
         """For each owner prefix a Prepared transaction names, when its owner was last
         active (ms): a client request for an id under it, a heartbeat, or this load."""
-        prefixes = {
-            t.owner_prefix
-            for t in self.txns.values()
-            if t.state is TxnState.PREPARED and t.owner_prefix is not None
-        }
+        prefixes = {t.owner_prefix for t in self._waiting_on_owners() if t.owner_prefix}
         latest = {p: max(self._loaded_ms, self._owner_heartbeats.get(p, -1)) for p in prefixes}
         if not prefixes:
             return latest

@@ -81,7 +81,7 @@ def prepare(
     """Ongoing (or no transaction) -> Prepared; the transaction's partitions. Preparing a
     Prepared transaction again answers the same. ``owner_prefix`` (a strict prefix of the
     id) names the transactions the same decision completes: the coordinator aborts the
-    prepared transaction once none of them has been active for its timeout
+    prepared transaction once their owner has been quiet for its timeout
     (:meth:`TransactionCoordinator.abort_timed_out`)."""
     problem = owner_prefix_problem(owner_prefix, transactional_id)
     if problem is not None:
@@ -197,10 +197,10 @@ def complete_prepared(
     # both (the newest record is the one compaction keeps).
     previous = coordinator.owners.get(owner) if owner is not None else None
     bound = previous.instance if previous is not None else None
-    if instance is not None and bound is not None and instance != bound:
+    if previous is not None and bound is not None and instance not in (None, bound):
         raise OwnerInstanceConflictError(
             f"owner {owner!r} belongs to instance {bound!r} (its last committed sequence is "
-            f"{previous.sequence if previous is not None else -1}), not to {instance!r}: "
+            f"{previous.sequence}), not to {instance!r}: "
             "nothing was decided. For the Spark sink, another checkpoint's streaming query "
             "already writes as this sink.id, and a query from a new checkpoint numbers its "
             "batches from 0 again, so its commits would be taken as replays and dropped. "
