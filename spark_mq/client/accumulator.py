@@ -14,6 +14,14 @@ requests is what lets a busy producer catch up (the broker's cost is mostly per 
 an idempotent producer may send only one batch per partition per request), while a producer
 that keeps up still sends ``batch.size`` batches with ``linger.ms`` latency.
 
+A topic may take less than that (its ``max.message.bytes`` or ``segment.bytes``): a batch the
+broker refuses as too large (``MESSAGE_TOO_LARGE``) is split into batches of about
+``batch.size`` and sent again (:meth:`RecordAccumulator.split_and_reenqueue`), as Kafka's
+producer does, keeping its records' order, futures and sequence numbers, and from then on the
+topic's batches stay within ``batch.size`` (the topic is *capped*), which is all Kafka's
+producer ever sends. A batch of one record refused as too large fails with
+:class:`~spark_mq.errors.RecordTooLargeError`.
+
 The sender thread drains ready batches (:meth:`RecordAccumulator.drain`) and encodes each
 with one :func:`~spark_mq.storage.record_batch.encode_batch_parts` call over Arrow arrays
 built once from the lists, then stamps it like any other batch (:meth:`ProducerBatch.encode`).
@@ -37,6 +45,7 @@ injected (monotonic seconds) so tests control linger and timeouts.
 from __future__ import annotations
 
 import collections
+import itertools
 import struct
 import threading
 import time
@@ -45,15 +54,20 @@ from typing import Any
 
 import crc32c
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_mq.client.errors import BufferExhaustedError
 from spark_mq.client.futures import FutureRecordMetadata, ProduceRequestResult
 from spark_mq.errors import SparkMQError
-from spark_mq.storage.arrow_arrays import binary_array, from_numpy
+from spark_mq.storage.arrow_arrays import binary_array, from_numpy, to_numpy_filled
+from spark_mq.storage.batch_decoder import decode_body
+from spark_mq.storage.codecs import codec_for_id
 from spark_mq.storage.record_batch import (
     ATTR_TRANSACTIONAL,
     CRC_START,
     HEADER_SIZE,
+    BatchHeader,
     Body,
     encode_batch_parts,
 )
@@ -133,6 +147,7 @@ class ProducerBatch:
         "headers",
         "keys",
         "last_error",
+        "max_size",
         "partition",
         "record_count",
         "result",
@@ -145,10 +160,12 @@ class ProducerBatch:
         "wire",
     )
 
-    def __init__(self, topic: str, partition: int, created: float) -> None:
+    def __init__(self, topic: str, partition: int, created: float, max_size: int = 0) -> None:
         self.topic = topic
         self.partition = partition
         self.created = created
+        #: The size this batch may grow to while batches of its partition wait ahead of it.
+        self.max_size = max_size
         self.values: list[bytes | None] = []
         self.timestamps: list[float] = []
         self.keys: list[bytes | None] | None = None
@@ -214,6 +231,89 @@ class ProducerBatch:
     def record_timestamp(self, index: int) -> int:
         return int(self.timestamps[index]) if self.timestamps else -1
 
+    def split(self, piece_bytes: int) -> list[ProducerBatch]:
+        """This batch, which the broker refused as too large, as at least two batches of about
+        ``piece_bytes`` each (at least one record each), holding its records in order.
+
+        The encoded body is decoded to its Arrow columns, which are sliced and encoded again
+        with the batch's codec: no per-record Python. The parts inherit what the batch had
+        that outlives a send: creation time (``delivery.timeout.ms`` still counts from the
+        first ``send()``), callbacks and record timestamps, and for an idempotent producer
+        consecutive ranges of its sequence numbers (the broker refused the batch before
+        looking at them, so none is used). Memory accounting is the accumulator's
+        (:meth:`RecordAccumulator.split_and_reenqueue`).
+        """
+        assert self.header is not None and self.body is not None, "only a sent batch is split"
+        count = self.record_count
+        assert count > 1, "a batch of one record cannot be split"
+        header = BatchHeader.unpack_from(self.header)
+        columns = decode_body(b"".join([self.header, *self.body]), 0, header)
+        bounds = _piece_bounds(columns, piece_bytes)
+        codec = codec_for_id(header.codec_id)
+        out = []
+        for start, stop in itertools.pairwise(bounds):
+            rows = columns.slice(start, stop - start)
+            piece_header, piece_body = encode_batch_parts(
+                rows.column(3),
+                key=rows.column(2),
+                timestamp=rows.column(1),
+                headers=rows.column(4),
+                codec=codec,
+            )
+            part = ProducerBatch(self.topic, self.partition, self.created, self.max_size)
+            part.header = bytes(piece_header)
+            part.body = [piece_body]
+            part.record_count = stop - start
+            # The parts' sizes add up to the batch's, which buffer.memory counted.
+            part.size = self.size * stop // count - self.size * start // count
+            if self.timestamps:
+                part.timestamps = self.timestamps[start:stop]
+            if self.callbacks is not None:
+                part.callbacks = [
+                    (index - start, callback)
+                    for index, callback in self.callbacks
+                    if start <= index < stop
+                ]
+            if self.base_sequence is not None:
+                part.base_sequence = (self.base_sequence + start) % (2**31)
+            out.append(part)
+        self.result.split(bounds[:-1], [part.result for part in out])
+        return out
+
+
+def size_ranges(sizes: np.ndarray[Any, Any], limit: int) -> list[tuple[int, int]]:
+    """Consecutive row ranges whose ``sizes`` add up to at most ``limit`` bytes each (a row
+    larger than that alone): how ``send_batch()`` cuts a table into batches and how a
+    refused batch is cut into parts. One ``searchsorted`` per range, none per row."""
+    total = int(sizes.sum())
+    if total <= limit:
+        return [(0, len(sizes))]
+    ends = np.cumsum(sizes)
+    out = []
+    start = 0
+    base = 0
+    while start < len(sizes):
+        stop = int(np.searchsorted(ends, base + limit, side="right"))
+        stop = max(stop, start + 1)
+        out.append((start, stop))
+        base = int(ends[stop - 1])
+        start = stop
+    return out
+
+
+def _piece_bounds(columns: pa.RecordBatch, piece_bytes: int) -> list[int]:
+    """Row bounds that cut a batch's body into at least two pieces of at most
+    ``piece_bytes`` of keys and values each (:func:`size_ranges`): a record much larger than
+    the rest ends up alone at once, not after a halving per refusal."""
+    count = columns.num_rows
+    sizes = np.full(count, RECORD_OVERHEAD_BYTES, dtype=np.int64)
+    for index in (2, 3):  # key, value
+        sizes += to_numpy_filled(pc.binary_length(columns.column(index)), 0)
+    ranges = size_ranges(sizes, max(piece_bytes, 1))
+    if len(ranges) == 1:
+        return [0, count // 2, count]
+    return [0, *(stop for _, stop in ranges)]
+
 
 class RecordAccumulator:
     """Per-partition open batches and queues of closed ones (see the module docstring)."""
@@ -241,6 +341,9 @@ class RecordAccumulator:
         #: How many times the waiting threads were released (see :meth:`_wait_for_space`).
         self._releases = 0
         self._open: dict[TP, ProducerBatch] = {}
+        #: Topics that refused a batch as too large: their batches no longer grow past
+        #: batch.size (see the module docstring).
+        self._capped: set[str] = set()
         self._queues: dict[TP, collections.deque[ProducerBatch]] = {}
         self._incomplete: set[ProducerBatch] = set()
         self._used = 0
@@ -283,7 +386,7 @@ class RecordAccumulator:
                 and not self._resume_at
                 and (
                     batch.size + size < self._batch_size
-                    or (batch.size + size <= self._max_batch_bytes and self._queues.get(tp))
+                    or (batch.size + size <= batch.max_size and self._queues.get(tp))
                 )
             ):
                 index = batch.record_count
@@ -323,11 +426,13 @@ class RecordAccumulator:
         if batch is None or (
             batch.size + size > self._batch_size
             and batch.record_count
-            and (batch.size + size > self._max_batch_bytes or not self._queues.get(tp))
+            and (batch.size + size > batch.max_size or not self._queues.get(tp))
         ):
             if batch is not None:
                 self._close(tp, batch)
-            batch = self._open[tp] = ProducerBatch(tp[0], tp[1], self._clock())
+            batch = self._open[tp] = ProducerBatch(
+                tp[0], tp[1], self._clock(), self.max_batch_bytes(tp[0])
+            )
             self._incomplete.add(batch)
             wake = True
         index = batch.record_count
@@ -381,6 +486,35 @@ class RecordAccumulator:
             self._queue(tp).append(batch)
         self.wakeup()
         return batch.result
+
+    def max_batch_bytes(self, topic: str) -> int:
+        """The size a batch of ``topic`` may grow to under load: ``max.request.size``, or
+        ``batch.size`` once the topic refused a batch as too large."""
+        return self._batch_size if topic in self._capped else self._max_batch_bytes
+
+    def is_capped(self, topic: str) -> bool:
+        return topic in self._capped
+
+    def split_and_reenqueue(self, batch: ProducerBatch) -> list[ProducerBatch]:
+        """Split a batch the broker refused as too large into batches of about
+        ``batch.size`` (:meth:`ProducerBatch.split`) and queue them at the head of its
+        partition, in sequence order, in its place; cap its topic (see the module
+        docstring). Returns the parts."""
+        parts = batch.split(self._batch_size)
+        with self.lock:
+            if batch.topic not in self._capped:
+                self._capped.add(batch.topic)
+                for (topic, _), open_batch in self._open.items():
+                    if topic == batch.topic:
+                        open_batch.max_size = self._batch_size
+            if batch in self._incomplete:
+                self._incomplete.discard(batch)
+                self._incomplete.update(parts)
+            queue = self._queue(batch.tp)
+            for part in reversed(parts):
+                part.retry_at = batch.retry_at
+                self._insert_in_order(queue, part)
+        return parts
 
     def _queue(self, tp: TP) -> collections.deque[ProducerBatch]:
         queue = self._queues.get(tp)
@@ -491,17 +625,22 @@ class RecordAccumulator:
         order, to be sent again no earlier than ``retry_at``."""
         batch.retry_at = retry_at
         with self.lock:
-            queue = self._queue(batch.tp)
-            if batch.base_sequence is None:
-                queue.appendleft(batch)
-                return
-            # Earlier sequences go first; batches never sent (no sequence yet) stay behind.
-            index = len(queue)
-            for i, queued in enumerate(queue):
-                if queued.base_sequence is None or queued.base_sequence > batch.base_sequence:
-                    index = i
-                    break
-            queue.insert(index, batch)
+            self._insert_in_order(self._queue(batch.tp), batch)
+
+    @staticmethod
+    def _insert_in_order(queue: collections.deque[ProducerBatch], batch: ProducerBatch) -> None:
+        """Put a batch back into its queue (lock held): at the head, or, with a sequence,
+        after the queued batches of earlier sequences."""
+        if batch.base_sequence is None:
+            queue.appendleft(batch)
+            return
+        # Earlier sequences go first; batches never sent (no sequence yet) stay behind.
+        index = len(queue)
+        for i, queued in enumerate(queue):
+            if queued.base_sequence is None or queued.base_sequence > batch.base_sequence:
+                index = i
+                break
+        queue.insert(index, batch)
 
     def has_earlier_queued(self, tp: TP, sequence: int) -> bool:
         """Whether a batch of ``tp`` with a sequence below ``sequence`` waits for a retry."""

@@ -35,6 +35,7 @@ from spark_mq.client.accumulator import (
     Callback,
     RecordAccumulator,
     record_size,
+    size_ranges,
 )
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import ProducerConfig, client_config_props
@@ -394,7 +395,7 @@ class Producer:
             column = columns.get(name)
             if column is not None and column.null_count < len(column):
                 return None
-        chunks = self._chunks(sizes)
+        chunks = size_ranges(sizes, self._piece_bytes(topic))
         run_sizes = [int(sizes[start:stop].sum()) for start, stop in chunks]
         partitions = self._partitioner.keyless_runs(topic, count, run_sizes)
         if partitions is None:
@@ -419,7 +420,7 @@ class Producer:
                     indices = from_numpy(rows)
                     group = {k: v.take(indices) for k, v in columns.items()}
                     group_sizes = sizes[rows]
-                for start, stop in self._chunks(group_sizes):
+                for start, stop in size_ranges(group_sizes, self._piece_bytes(topic)):
                     yield partition, group, start, stop
 
         return pieces()
@@ -462,23 +463,10 @@ class Producer:
         bounds = [0, *cuts.tolist(), len(parts)]
         return [(int(ordered[a]), order[a:b]) for a, b in itertools.pairwise(bounds)]
 
-    def _chunks(self, sizes: np.ndarray[Any, Any]) -> list[tuple[int, int]]:
-        """Row ranges whose estimated sizes stay within ``max.request.size``."""
-        limit = self._max_request_size
-        total = int(sizes.sum())
-        if total <= limit:
-            return [(0, len(sizes))]
-        ends = np.cumsum(sizes)
-        out = []
-        start = 0
-        base = 0
-        while start < len(sizes):
-            stop = int(np.searchsorted(ends, base + limit, side="right"))
-            stop = max(stop, start + 1)
-            out.append((start, stop))
-            base = int(ends[stop - 1])
-            start = stop
-        return out
+    def _piece_bytes(self, topic: str) -> int:
+        """How large ``send_batch()`` makes a topic's batches: ``max.request.size``, or
+        ``batch.size`` once the topic refused a batch as too large (see the accumulator)."""
+        return min(self._accumulator.max_batch_bytes(topic), self._max_request_size)
 
     # -- transactions ---------------------------------------------------------------------
 

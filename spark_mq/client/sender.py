@@ -63,12 +63,18 @@ from spark_mq.errors import (
     NetworkError,
     OutOfOrderSequenceError,
     ProducerFencedError,
+    RecordTooLargeError,
     SparkMQError,
     UnknownProducerIdError,
     UsageError,
 )
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
-from spark_mq.protocol.produce import ProducePartition, ProduceRequest, ProduceTopic
+from spark_mq.protocol.produce import (
+    ProducePartition,
+    ProduceRequest,
+    ProduceTopic,
+    answers_by_entry,
+)
 from spark_mq.protocol.producer_id import InitProducerIdRequest
 
 log = logging.getLogger(__name__)
@@ -85,6 +91,18 @@ _STALE_METADATA = frozenset(
         ErrorCode.UNKNOWN_LEADER_EPOCH,
     }
 )
+
+
+def request_entries(batches: list[ProducerBatch]) -> list[ProduceTopic]:
+    """The topic entries of the Produce request that carries ``batches`` (grouped by topic),
+    one partition entry per batch, in their order: how the request is built and how its
+    response is matched back to the batches."""
+    topics: list[ProduceTopic] = []
+    for batch in batches:
+        if not topics or topics[-1].name != batch.topic:
+            topics.append(ProduceTopic(batch.topic, []))
+        topics[-1].partitions.append(ProducePartition(batch.partition, batch.wire_size))
+    return topics
 
 
 class Sender(threading.Thread):
@@ -348,10 +366,7 @@ class Sender(threading.Thread):
         request = ProduceRequest(
             acks=self._acks,
             timeout_ms=self._config.request_timeout_ms,
-            topics=[
-                ProduceTopic(topic, [ProducePartition(b.partition, b.wire_size) for b in tbs])
-                for topic, tbs in by_topic.items()
-            ],
+            topics=request_entries(ordered),
         )
         records = [buf for b in ordered for buf in b.wire]
         for batch in ordered:
@@ -481,12 +496,17 @@ class Sender(threading.Thread):
             for batch in batches:
                 self._retry_or_fail(batch, response.error)
             return
-        answers = {(t.name, p.partition): p for t in response.body.topics for p in t.partitions}
-        for batch in batches:
-            answer = answers.get(batch.tp)
+        # One answer per batch, by position: a request may carry several batches of one
+        # partition, and each must get its own answer (see protocol.produce).
+        answers = answers_by_entry(request_entries(batches), response.body)
+        for batch, answer in zip(batches, answers, strict=True):
             if answer is None:
                 self._retry_or_fail(
-                    batch, NetworkError(f"produce response lacks {batch.topic}-{batch.partition}")
+                    batch,
+                    NetworkError(
+                        f"the produce response has no answer for the batch to "
+                        f"{batch.topic}-{batch.partition} at its place in the request"
+                    ),
                 )
             elif answer.error_code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE_NUMBER):
                 self._complete(batch, answer.base_offset, answer.log_append_time_ms)
@@ -507,17 +527,34 @@ class Sender(threading.Thread):
             with contextlib.suppress(ValueError):
                 in_flight.remove(batch)
 
+    def _earlier_unanswered(self, tp: TP, sequence: int) -> bool:
+        """Whether a batch of ``tp`` with a sequence below ``sequence`` is queued for a
+        retry or in flight."""
+        in_flight = self._in_flight.get(tp, ())
+        return self._acc.has_earlier_queued(tp, sequence) or any(
+            b.base_sequence is not None and b.base_sequence < sequence for b in in_flight
+        )
+
     def _retry_or_fail(self, batch: ProducerBatch, error: SparkMQError) -> None:
         self._forget_in_flight(batch)
+        if isinstance(error, RecordTooLargeError) and batch.record_count > 1:
+            self._split(batch, error)
+            return
         retriable = error.retriable
         if (
             self._idempotent
             and isinstance(error, OutOfOrderSequenceError)
             and batch.base_sequence is not None
-            and self._acc.has_earlier_queued(batch.tp, batch.base_sequence)
+            and (
+                self._earlier_unanswered(batch.tp, batch.base_sequence)
+                or (self._need_new_epoch and not self._transactional)
+            )
         ):
-            # An earlier batch of the partition failed and waits to be resent: this one was
-            # refused only because it arrived before it.
+            # Refused only because of a batch before it: one that waits to be resent or is
+            # being resent (a retry, or the parts of a batch split for size), or one that
+            # failed for good (a record too large, say) and left a hole in the sequence that
+            # the next epoch renumbers away. Either way the broker did not write this batch,
+            # so sending it again cannot write it twice.
             retriable = True
         now = self._clock()
         if (
@@ -536,6 +573,32 @@ class Sender(threading.Thread):
             self._acc.reenqueue(batch, now + backoff_ms / 1000)
             return
         self._fail(batch, error)
+
+    def _split(self, batch: ProducerBatch, error: RecordTooLargeError) -> None:
+        """Send a batch the topic refused as too large again as smaller batches (see the
+        accumulator's docstring), unless the producer is closing or the batch timed out."""
+        if self._force_close or self._clock() - batch.created >= self._delivery_timeout_s:
+            self._fail(batch, error)
+            return
+        first = not self._acc.is_capped(batch.topic)
+        try:
+            parts = self._acc.split_and_reenqueue(batch)
+        except SparkMQError as exc:
+            log.error("cannot split a refused batch of %s: %s", batch.tp, exc)
+            self._fail(batch, error)
+            return
+        # Said once per topic: a batch.size above the topic's limit splits every batch.
+        log.log(
+            logging.INFO if first else logging.DEBUG,
+            "%s-%s refused a batch of %d records (%d bytes) as too large (%s); sending it "
+            "again as %d batches, and the topic's batches no longer grow past batch.size",
+            batch.topic,
+            batch.partition,
+            batch.record_count,
+            batch.wire_size,
+            error,
+            len(parts),
+        )
 
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int) -> None:
         self._forget_in_flight(batch)

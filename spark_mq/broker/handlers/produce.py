@@ -176,17 +176,22 @@ async def handle_produce(
     failed = any(job.error is not None for job in jobs)
     if request.acks == 0:
         return Response(ProduceResponse([]), close_connection=True, silent=True) if failed else None
-    topics: dict[str, list[ProducePartitionResponse]] = {}
-    for job in jobs:
-        if job.result is None:
-            code, message = job.error or (-1, "not processed")
-            job.result = ProducePartitionResponse(
-                partition=job.partition, error_code=code, error_message=message
-            )
-        topics.setdefault(job.topic, []).append(job.result)
-    return Response(
-        ProduceResponse(topics=[ProduceTopicResponse(n, ps) for n, ps in topics.items()])
-    )
+    # The response mirrors the request entry for entry (see protocol.produce): a partition
+    # named twice gets two answers, told apart only by their position.
+    answers = iter(jobs)
+    topics: list[ProduceTopicResponse] = []
+    for topic in request.topics:
+        partitions: list[ProducePartitionResponse] = []
+        for _ in topic.partitions:
+            job = next(answers)
+            if job.result is None:
+                code, message = job.error or (-1, "not processed")
+                job.result = ProducePartitionResponse(
+                    partition=job.partition, error_code=code, error_message=message
+                )
+            partitions.append(job.result)
+        topics.append(ProduceTopicResponse(topic.name, partitions))
+    return Response(ProduceResponse(topics=topics))
 
 
 def _refuse_internal(jobs: list[_Job]) -> None:
