@@ -54,6 +54,7 @@ from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import ProducerConfig
 from spark_mq.client.connection import BrokerConnection, Response
 from spark_mq.client.errors import DeliveryTimeoutError
+from spark_mq.client.futures import run_callback
 from spark_mq.client.interceptors import ProducerInterceptors
 from spark_mq.client.records import RecordMetadata
 from spark_mq.client.transactions import fenced_error
@@ -603,8 +604,8 @@ class Sender(threading.Thread):
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int) -> None:
         self._forget_in_flight(batch)
         self._acked_in_epoch.add(batch.tp)
-        batch.result.complete(base_offset, log_append_time_ms)
-        self._notify(batch, None)
+        hooks = batch.result.complete(base_offset, log_append_time_ms)
+        self._notify(batch, None, hooks)
         self._acc.complete(batch)
 
     def _fail(self, batch: ProducerBatch, error: SparkMQError) -> None:
@@ -618,13 +619,19 @@ class Sender(threading.Thread):
                 self._txn.machine.fatal(fenced_error(self._txn.transactional_id, error))
             else:
                 self._txn.machine.abortable(error)
-        batch.result.complete(-1, -1, error)
-        self._notify(batch, error)
+        hooks = batch.result.complete(-1, -1, error)
+        self._notify(batch, error, hooks)
         self._acc.complete(batch)
 
-    def _notify(self, batch: ProducerBatch, error: SparkMQError | None) -> None:
-        """Run the batch's callbacks and the interceptors' on_acknowledgement."""
+    def _notify(
+        self, batch: ProducerBatch, error: SparkMQError | None, hooks: list[Callable[[], None]]
+    ) -> None:
+        """Run the batch's callbacks (``send()``'s, then those attached to its futures, each
+        kind in record order; see spark_mq.client.futures) and the interceptors'
+        on_acknowledgement."""
         if batch.callbacks is None and not self._interceptors.has_on_acknowledgement:
+            for hook in hooks:
+                run_callback(hook)
             return
         result = batch.result
         base = result.base_offset
@@ -641,6 +648,8 @@ class Sender(threading.Thread):
                 callback(metadata(index), error)
             except Exception:
                 log.exception("send() callback failed")
+        for hook in hooks:
+            run_callback(hook)
         if self._interceptors.has_on_acknowledgement:
             for index in range(batch.record_count):
                 self._interceptors.on_acknowledgement(metadata(index), error)
