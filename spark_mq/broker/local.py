@@ -124,6 +124,12 @@ def _probe(
     return None
 
 
+def _handshake_timeout_s(deadline: float) -> float:
+    """A handshake's timeout that ends by ``deadline`` (a paused broker must not hold a
+    caller past its own timeout)."""
+    return max(min(HANDSHAKE_TIMEOUT_S, deadline - time.monotonic()), 0.001)
+
+
 def _lock_held(root: Path) -> bool:
     """Whether some process holds the directory's lock (tested without taking it for long)."""
     try:
@@ -150,7 +156,7 @@ def _start_lock(root: Path, deadline: float) -> Iterator[bool]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if _probe(root) is not None:
+                if _probe(root, _handshake_timeout_s(deadline)) is not None:
                     yield False
                     return
                 if time.monotonic() > deadline:
@@ -208,7 +214,7 @@ def _wait_ready(root: Path, proc: subprocess.Popen[bytes], deadline: float) -> B
     """The address once a broker serves ``root``; None if ``proc`` exited quietly (it lost
     a race, or went idle); raises if it failed or the deadline passes."""
     while True:
-        found = _probe(root)
+        found = _probe(root, _handshake_timeout_s(deadline))
         if found is not None:
             return found[0]
         code = proc.poll()
@@ -254,13 +260,13 @@ def ensure_broker(
     root.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_ms / 1000
     while True:
-        found = _probe(root)
+        found = _probe(root, _handshake_timeout_s(deadline))
         if found is not None:
             return found[0]
         with _start_lock(root, deadline) as holding:
             if not holding:
                 continue
-            found = _probe(root)
+            found = _probe(root, _handshake_timeout_s(deadline))
             if found is not None:
                 return found[0]
             proc = _spawn(root, config)

@@ -98,21 +98,27 @@ class Cluster:
 
     # -- addresses and connections --------------------------------------------------------
 
-    def _local(self, *, renew: bool = False) -> BrokerAddress:
+    def _timeout_ms(self, timeout_ms: int | None) -> int:
+        """A caller's bound on one step (None: ``request.timeout.ms``), never above it."""
+        limit = self.config.request_timeout_ms
+        return limit if timeout_ms is None else max(min(timeout_ms, limit), 1)
+
+    def _local(self, *, renew: bool = False, timeout_ms: int | None = None) -> BrokerAddress:
         assert self._path is not None
         with self._lock:
             if self._local_address is None or renew:
                 if self._ensure_broker is None:
                     self._ensure_broker = _default_ensure_broker()
                 self._local_address = self._ensure_broker(
-                    self._path, timeout_ms=self.config.request_timeout_ms
+                    self._path, timeout_ms=self._timeout_ms(timeout_ms)
                 )
             return self._local_address
 
-    def address_for(self, node_id: int) -> BrokerAddress:
-        """Where node ``node_id`` listens (any reachable broker for ANY_NODE)."""
+    def address_for(self, node_id: int, *, timeout_ms: int | None = None) -> BrokerAddress:
+        """Where node ``node_id`` listens (any reachable broker for ANY_NODE); finding (or
+        starting) the local broker waits at most ``timeout_ms``."""
         if self._path is not None:
-            return self._local()
+            return self._local(timeout_ms=timeout_ms)
         with self._lock:
             if node_id != ANY_NODE and node_id in self._nodes:
                 return self._nodes[node_id]
@@ -131,18 +137,18 @@ class Cluster:
             receive_buffer_bytes=self.config.receive_buffer_bytes,
         )
 
-    def connect(self, conn: BrokerConnection) -> None:
+    def connect(self, conn: BrokerConnection, *, timeout_ms: int | None = None) -> None:
         """Open ``conn``, re-resolving the broker when its last known address is dead: the
-        local broker is found or restarted with ``ensure_broker``; with bootstrap servers the
-        next one is tried."""
+        local broker is found or restarted with ``ensure_broker`` (waiting at most
+        ``timeout_ms``); with bootstrap servers the next one is tried."""
         if conn.connected:
             return
         try:
-            conn.address = self.address_for(conn.node_id)
+            conn.address = self.address_for(conn.node_id, timeout_ms=timeout_ms)
             conn.connect()
         except BrokerNotAvailableError:
             if self._path is not None:
-                conn.address = self._local(renew=True)
+                conn.address = self._local(renew=True, timeout_ms=timeout_ms)
             else:
                 with self._lock:
                     self._bootstrap_turn += 1
@@ -161,33 +167,43 @@ class Cluster:
     def request(
         self, request: msgspec.Struct, *, node_id: int = ANY_NODE, timeout_ms: int | None = None
     ) -> Any:
-        """Send ``request`` to ``node_id`` and return the response body. A connection failure
-        is retried once on a fresh connection (the broker may have restarted) before it
-        raises NetworkError."""
+        """Send ``request`` to ``node_id`` and return the response body, within
+        ``timeout_ms`` in all (None: ``request.timeout.ms``). A connection failure is retried
+        once on a fresh connection (the broker may have restarted) before it raises
+        NetworkError."""
         self._check_open()
-        timeout_s = (timeout_ms or self.config.request_timeout_ms) / 1000
+        deadline = self._clock() + self._timeout_ms(timeout_ms) / 1000
         with self._lock:
             for attempt in range(2):
                 conn = self._control.get(node_id)
                 if conn is None:
                     conn = self._control[node_id] = self.new_connection(node_id)
                 try:
-                    self.connect(conn)
-                    return conn.request(request, timeout_s=timeout_s)
+                    self.connect(conn, timeout_ms=self._remaining_ms(deadline))
+                    return conn.request(request, timeout_s=self._remaining_ms(deadline) / 1000)
                 except NetworkError:
                     self.connection_failed(conn)
-                    if attempt:
+                    if attempt or self._clock() >= deadline:
                         raise
         raise AssertionError("unreachable")
 
     # -- metadata -------------------------------------------------------------------------
 
+    def _remaining_ms(self, deadline: float) -> int:
+        return max(int((deadline - self._clock()) * 1000), 1)
+
     def refresh(
-        self, topics: list[str] | None = None, *, allow_auto_create: bool = False
+        self,
+        topics: list[str] | None = None,
+        *,
+        allow_auto_create: bool = False,
+        timeout_ms: int | None = None,
     ) -> MetadataResponse:
-        """Ask for Metadata of ``topics`` (None: all) and update the cache."""
+        """Ask for Metadata of ``topics`` (None: all), within ``timeout_ms`` (None:
+        ``request.timeout.ms``), and update the cache."""
         response: MetadataResponse = self.request(
-            MetadataRequest(topics=topics, allow_auto_topic_creation=allow_auto_create)
+            MetadataRequest(topics=topics, allow_auto_topic_creation=allow_auto_create),
+            timeout_ms=timeout_ms,
         )
         with self._lock:
             self.cluster_id = response.cluster_id

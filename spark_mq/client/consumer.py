@@ -28,7 +28,7 @@ from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import ConsumerConfig, client_config_props
 from spark_mq.client.errors import NoOffsetForPartitionError
 from spark_mq.client.fetcher import Fetcher
-from spark_mq.client.group.committer import CommitCallback
+from spark_mq.client.group.committer import CommitCallback, CommittedLookup
 from spark_mq.client.group.consumer_coordinator import ConsumerCoordinator
 from spark_mq.client.group.member_state import ConsumerGroupMetadata
 from spark_mq.client.group.offsets import OffsetAndMetadata, OffsetsArg, normalize_offsets
@@ -153,6 +153,8 @@ class Consumer:
         self._isolation = READ_COMMITTED if self.config.read_committed else READ_UNCOMMITTED
         self._closed = False
         self._reset_retry_at = 0.0
+        #: The committed-offset lookup poll() waits for across calls, while one is pending.
+        self._committed_lookup: CommittedLookup | None = None
         #: The group membership; None without a group.id (no subscribe, no commits).
         self._coordinator: ConsumerCoordinator | None = None
         if self.config.group_id:
@@ -361,7 +363,7 @@ class Consumer:
                 # In the group with nothing assigned (more members than partitions).
                 time.sleep(min(remaining, _GROUP_WAIT_SLICE_S))
                 continue
-            self._update_positions(raise_unknown=False)
+            self._update_positions(raise_unknown=False, deadline=deadline)
             if self._fetcher.has_in_flight:
                 # Take in responses that already arrived, without waiting, so that the next
                 # fetch goes out now rather than after the caller is done with this data.
@@ -386,11 +388,17 @@ class Consumer:
 
     # -- positions ------------------------------------------------------------------------
 
-    def _update_positions(self, *, raise_unknown: bool) -> None:
+    def _update_positions(self, *, raise_unknown: bool, deadline: float | None = None) -> None:
+        """Look up the positions of partitions that have none: the group's committed offset,
+        else ``auto.offset.reset``. With ``deadline`` (``poll()``), waits no longer than that:
+        what is not answered by then is taken up by the next poll."""
         missing = self._subs.missing_positions()
         if not missing or (not raise_unknown and time.monotonic() < self._reset_retry_at):
             return
-        if not self._positions_from_committed(missing, raise_unknown=raise_unknown):
+        if deadline is None:
+            if not self._positions_from_committed(missing, raise_unknown=raise_unknown):
+                return
+        elif not self._positions_from_committed_async(missing, deadline):
             return
         missing = self._subs.missing_positions()
         if not missing:
@@ -405,8 +413,11 @@ class Consumer:
                 partition=tp.partition,
             )
         spec = EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
+        timeout_ms = None
+        if deadline is not None:
+            timeout_ms = max(int((deadline - time.monotonic()) * 1000), 1)
         try:
-            answers = self._list_offsets(dict.fromkeys(missing, spec))
+            answers = self._list_offsets(dict.fromkeys(missing, spec), timeout_ms=timeout_ms)
         except SparkMQError as exc:
             if raise_unknown or not (
                 isinstance(exc, UnknownTopicOrPartitionError) or exc.retriable
@@ -454,14 +465,55 @@ class Consumer:
                 self._subs.seek(tp, found.offset)
         return True
 
+    def _positions_from_committed_async(
+        self, missing: list[TopicPartition], deadline: float
+    ) -> bool:
+        """:meth:`_positions_from_committed` for ``poll()``: the OffsetFetch is sent once and
+        waited for until ``deadline`` at most, across polls (Kafka's consumer does the same
+        since KIP-266). Returns False while it is unanswered or failed for now."""
+        awaiting = [tp for tp in missing if self._subs.state(tp).awaiting_committed]
+        if not awaiting:
+            return True
+        coordinator = self._coordinator
+        if coordinator is None:
+            return self._positions_from_committed(missing, raise_unknown=False)
+        lookup = self._committed_lookup
+        if lookup is None:
+            lookup = coordinator.committer.fetch_committed_async(awaiting, deadline)
+            if lookup is None:
+                return False  # the coordinator is not known yet; the next poll looks again
+            self._committed_lookup = lookup
+        if not lookup.wait(deadline):
+            return False
+        self._committed_lookup = None
+        if lookup.error is not None:
+            if not lookup.error.retriable:
+                raise lookup.error
+            log.warning("cannot read committed offsets of %s yet: %s", awaiting, lookup.error)
+            self._reset_retry_at = time.monotonic() + self.config.retry_backoff_max_ms / 1000
+            return False
+        for tp in lookup.partitions:
+            if not self._subs.is_assigned(tp) or not self._subs.state(tp).awaiting_committed:
+                continue
+            self._subs.state(tp).awaiting_committed = False
+            found = lookup.offsets.get(tp)
+            if found is not None and self._subs.position(tp) is None:
+                self._subs.seek(tp, found.offset)
+        # Partitions assigned since the lookup was sent wait for the next one.
+        return not any(self._subs.state(tp).awaiting_committed for tp in awaiting)
+
     def _list_offsets(
-        self, specs: Mapping[TopicPartition, int], *, isolation_level: int | None = None
+        self,
+        specs: Mapping[TopicPartition, int],
+        *,
+        isolation_level: int | None = None,
+        timeout_ms: int | None = None,
     ) -> dict[TopicPartition, tuple[int, int]]:
         return list_offsets(
             self._cluster,
             specs,
             isolation_level=self._isolation if isolation_level is None else isolation_level,
-            timeout_ms=self.config.default_api_timeout_ms,
+            timeout_ms=self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms,
         )
 
     def position(self, partition: TopicPartition | tuple[str, int]) -> int:

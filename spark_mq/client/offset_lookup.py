@@ -78,8 +78,15 @@ def list_offsets(
                 [ListOffsetsTopic(name, parts) for name, parts in topics.items()],
                 isolation_level=isolation_level,
             )
+            # No single request may outlast the caller's timeout (poll() passes what is left
+            # of its own).
+            request_ms = max(int((deadline - time.monotonic()) * 1000), 1)
             try:
-                response: ListOffsetsResponse = cluster.request(request, node_id=node)
+                response: ListOffsetsResponse = cluster.request(
+                    request,
+                    node_id=node,
+                    timeout_ms=min(request_ms, cluster.config.request_timeout_ms),
+                )
             except SparkMQError as exc:
                 if not exc.retriable:
                     raise

@@ -281,6 +281,25 @@ class OffsetCommitter:
                 ) from last_error
             self._sleep(min(backoff_s, remaining))
 
+    def fetch_committed_async(
+        self, partitions: list[TopicPartition], deadline: float
+    ) -> CommittedLookup | None:
+        """Start reading the group's committed offsets of ``partitions`` without waiting
+        (``poll()`` must not outlast its timeout); None when the coordinator is not known by
+        ``deadline``. Later calls of :meth:`CommittedLookup.wait` take the answer in."""
+        membership = self._membership
+        coordinator = membership.ensure_coordinator_ready(deadline)
+        if coordinator is None:
+            return None
+        lookup = CommittedLookup(self, list(partitions))
+        membership.offset_channel.send(
+            fetch_request(membership.group_id, lookup.partitions),
+            lookup.answered,
+            coordinator=coordinator,
+            timeout_ms=self._config.request_timeout_ms,
+        )
+        return lookup
+
     def _fetch_error(self, response: OffsetFetchResponse) -> SparkMQError | None:
         """None when the answer is usable; a retriable error to retry; raises the rest."""
         codes: list[tuple[int, str | None, TopicPartition | None]] = []
@@ -301,3 +320,40 @@ class OffsetCommitter:
                 raise error
             return error
         return None
+
+
+class CommittedLookup:
+    """One OffsetFetch in flight for ``poll()`` (see
+    :meth:`OffsetCommitter.fetch_committed_async`): ``offsets`` once answered, or ``error``
+    (retriable ones mean: look again later)."""
+
+    def __init__(self, committer: OffsetCommitter, partitions: list[TopicPartition]) -> None:
+        self._committer = committer
+        self.partitions = partitions
+        self.done = False
+        self.offsets: dict[TopicPartition, OffsetAndMetadata | None] = {}
+        self.error: SparkMQError | None = None
+
+    def answered(self, body: OffsetFetchResponse | None, error: SparkMQError | None) -> None:
+        self.done = True
+        if error is not None or body is None:
+            self.error = error or RequestTimedOutError("no answer to OffsetFetch")
+            return
+        try:
+            self.error = self._committer._fetch_error(body)
+        except SparkMQError as exc:
+            self.error = exc
+        if self.error is None:
+            offsets, _ = fetched_offsets(body)
+            self.offsets = {tp: offsets.get(tp) for tp in self.partitions}
+
+    def wait(self, deadline: float) -> bool:
+        """Take in answers until this one is answered or ``deadline`` passes; whether it is."""
+        channel = self._committer._membership.offset_channel
+        clock = self._committer._clock
+        while not self.done:
+            remaining = deadline - clock()
+            if remaining <= 0 or not channel.in_flight:
+                break
+            channel.poll(remaining)
+        return self.done

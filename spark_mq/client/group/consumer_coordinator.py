@@ -11,7 +11,9 @@ member, and runs inside the consumer's ``poll()``:
   of all their topics (Metadata), runs the assignor the group chose and remembers those counts
   (the *assignment snapshot*). When later metadata shows different counts (a topic created,
   deleted or grown) it asks for a rebalance.
-- **Before a rebalance** (``on_join_prepare``): auto-commit commits the positions; an eager
+- **Before a rebalance** (``on_join_prepare``): auto-commit commits the positions (an
+  asynchronous commit that later polls go on waiting for, so that no ``poll()`` outlasts its
+  timeout, as in Kafka since KIP-266; given up after ``default.api.timeout.ms``); an eager
   member revokes everything; a cooperative member revokes only partitions of topics it no
   longer subscribes to; a member that lost its generation declares everything lost.
 - **After a rebalance** (``on_join_complete``): the new assignment replaces the old one.
@@ -60,6 +62,25 @@ from spark_mq.protocol.groups import JoinGroupMember, JoinGroupProtocol
 
 log = logging.getLogger(__name__)
 
+#: The least time a metadata refresh from poll() is given, whatever is left of the poll's
+#: timeout (a broker answers Metadata in about a millisecond).
+_METADATA_FLOOR_MS = 100
+
+
+class _PendingCommit:
+    """An asynchronous commit the rebalance waits for, across polls."""
+
+    __slots__ = ("done", "error", "give_up_at")
+
+    def __init__(self, give_up_at: float) -> None:
+        self.give_up_at = give_up_at
+        self.done = False
+        self.error: SparkMQError | None = None
+
+    def answered(self, offsets: object, error: SparkMQError | None) -> None:
+        self.done = True
+        self.error = error
+
 
 class ConsumerCoordinator(GroupMembership):
     """Group membership for one :class:`~spark_mq.Consumer` (see the module docstring)."""
@@ -97,6 +118,8 @@ class ConsumerCoordinator(GroupMembership):
         #: (the sticky assignors' memory).
         self._last_assignment: tuple[TopicPartition, ...] = ()
         self._last_generation = DEFAULT_GENERATION
+        #: The auto-commit before a rebalance, while it waits for its answer.
+        self._prepare_commit: _PendingCommit | None = None
 
     # -- the application's calls ----------------------------------------------------------
 
@@ -116,7 +139,7 @@ class ConsumerCoordinator(GroupMembership):
         self.committer.complete_async()
         try:
             if self._subs.is_auto_subscribed:
-                self._check_metadata(now)
+                self._check_metadata(now, deadline)
                 if self.rejoin_needed_or_pending():
                     self.join_step(deadline if wait_for_join else now)
                 elif self.coordinator() is None:
@@ -201,9 +224,10 @@ class ConsumerCoordinator(GroupMembership):
 
     # -- metadata -------------------------------------------------------------------------
 
-    def _check_metadata(self, now: float) -> None:
-        """Refresh metadata every ``metadata.max.age.ms``; ask for a rebalance when the
-        pattern matches other topics, or (leader) partition counts changed."""
+    def _check_metadata(self, now: float, deadline: float) -> None:
+        """Refresh metadata every ``metadata.max.age.ms`` (waiting at most until
+        ``deadline``); ask for a rebalance when the pattern matches other topics, or
+        (leader) partition counts changed."""
         subs = self._subs
         max_age_s = self.config.metadata_max_age_ms / 1000
         if now - self._metadata_checked_at >= max_age_s:
@@ -211,8 +235,13 @@ class ConsumerCoordinator(GroupMembership):
             pattern = subs.subscription_type is SubscriptionType.AUTO_PATTERN
             wanted = sorted(subs.subscription | self._group_topics)
             if pattern or wanted:
+                # Bounded by the poll's timeout, but never below a floor a live broker
+                # easily meets: a poll(0) loop must still see new topics.
+                timeout_ms = max(int((deadline - now) * 1000), _METADATA_FLOOR_MS)
                 try:
-                    response = self.cluster.refresh(None if pattern else wanted)
+                    response = self.cluster.refresh(
+                        None if pattern else wanted, timeout_ms=timeout_ms
+                    )
                 except SparkMQError as exc:
                     log.warning("group %s: metadata refresh failed: %s", self.group_id, exc)
                     retry_s = self.config.retry_backoff_max_ms / 1000
@@ -256,10 +285,11 @@ class ConsumerCoordinator(GroupMembership):
             protocols.append(JoinGroupProtocol(assignor.name, encode_subscription(subscription)))
         return protocols
 
-    def on_join_prepare(self, generation: Generation) -> None:
+    def on_join_prepare(self, generation: Generation, deadline: float) -> bool:
         owned = set(self._subs.assignment())
         if self.config.auto_commit and owned and generation.is_valid:
-            self._commit_quietly("before the rebalance", timeout_ms=self._api_timeout_ms())
+            if not self._commit_before_rebalance(deadline):
+                return False
             generation = self.generation()
         if not generation.is_valid:
             self._give_up(owned, lost=True)
@@ -269,6 +299,36 @@ class ConsumerCoordinator(GroupMembership):
             gone = {tp for tp in owned if tp.topic not in self._subs.subscription}
             self._give_up(gone, lost=False)
         self._assignment_snapshot = None
+        return True
+
+    def _commit_before_rebalance(self, deadline: float) -> bool:
+        """Auto-commit the positions before a rebalance without waiting past ``deadline``:
+        the commit is sent once and the next polls wait for its answer. True once it is
+        answered (a failure is logged: the records will be delivered again) or given up
+        after the API timeout."""
+        pending = self._prepare_commit
+        if pending is None:
+            pending = self._prepare_commit = _PendingCommit(
+                self._clock() + self._api_timeout_ms() / 1000
+            )
+            self.committer.commit_async(self.positions(), pending.answered)
+        while not pending.done:
+            now = self._clock()
+            until = min(deadline, pending.give_up_at)
+            if now >= until:
+                break
+            self.committer.complete_async(until - now)
+        if not pending.done and self._clock() < pending.give_up_at:
+            return False
+        self._prepare_commit = None
+        if pending.error is not None or not pending.done:
+            log.warning(
+                "group %s: auto-commit before the rebalance failed (%s); the records since "
+                "the last commit will be delivered again",
+                self.group_id,
+                pending.error or "no answer within default.api.timeout.ms",
+            )
+        return True
 
     def _give_up(self, partitions: Set[TopicPartition], *, lost: bool) -> None:
         """Tell the listener, then drop the partitions (the listener may still commit them)."""

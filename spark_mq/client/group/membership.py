@@ -83,8 +83,9 @@ class GroupMembership(MembershipState):
                 if coordinator is None:
                     return False
                 if self._needs_join_prepare:
+                    if not self.on_join_prepare(self.generation(), deadline):
+                        return False  # its commit is still pending: the next poll goes on
                     self._needs_join_prepare = False
-                    self.on_join_prepare(self.generation())
                 self._send_join(coordinator)
                 continue
             if not self._group_channel.in_flight:

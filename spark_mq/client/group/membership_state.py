@@ -115,8 +115,10 @@ class MembershipState(ABC):
         """The assignors this member offers, each with its subscription bytes."""
 
     @abstractmethod
-    def on_join_prepare(self, generation: Generation) -> None:
-        """Before (re)joining: commit, and revoke (or declare lost) what must go."""
+    def on_join_prepare(self, generation: Generation, deadline: float) -> bool:
+        """Before (re)joining: commit, and revoke (or declare lost) what must go. Waits at
+        most until ``deadline`` (the caller's ``poll()`` timeout); returns False when it is
+        not done yet and must be called again (from the next ``poll()``)."""
 
     @abstractmethod
     def perform_assignment(
