@@ -46,6 +46,7 @@ from spark_mq.broker.config import (
 )
 from spark_mq.broker.core import BrokerCore
 from spark_mq.broker.dir_files import BrokerMeta, Endpoint, pid_alive, socket_path_for
+from spark_mq.broker.handlers.errors import report_repeated
 from spark_mq.broker.log_setup import setup_logging
 from spark_mq.broker.scheduler import Scheduler
 from spark_mq.broker.server import BrokerServer
@@ -155,6 +156,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         loop.add_signal_handler(signum, server.request_stop, signal.Signals(signum).name)
     pid = os.getpid()
     timeout_s = broker.shutdown_timeout_ms / 1000
+    repeats = asyncio.create_task(report_repeated(), name="repeated-failures")
     try:
         addresses = await server.start()
         tcp = next((a for a in addresses if a.unix_path is None), None)
@@ -188,6 +190,8 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         core.transactions.close()
         await server.close(timeout_s)
         await scheduler.stop(timeout_s)
+        repeats.cancel()  # which writes the last counts of repeated failures
+        await asyncio.gather(repeats, return_exceptions=True)
         core.close()
 
 
