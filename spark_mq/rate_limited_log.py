@@ -15,10 +15,18 @@ A key that keeps repeating gets one such summary per interval; a key whose inter
 with no repeat is forgotten, so that its next occurrence is logged in full again.
 
 Summaries are written by the next occurrence of the key after its interval and by
-:meth:`RateLimitedLog.flush`, which the owner calls periodically (so that the count of a
+:meth:`RateLimitedLog.flush`, which the process calls periodically (so that the count of a
 failure that stopped is not held back until the next one) and with ``force=True`` at
-shutdown (so that no count is lost). At most ``max_keys`` keys are followed at once: a new
-key beyond that first writes out and forgets the oldest one.
+shutdown (so that no count is lost); :func:`flush_all` flushes every instance, which is what
+the broker does. At most ``max_keys`` keys are followed at once: a new key beyond that first
+writes out and forgets the oldest one.
+
+:meth:`RateLimitedLog.failure` logs an exception with a key and a traceback chosen for it: a
+failure of the world (a :class:`~spark_mq.errors.SparkMQError` raised on purpose, whose
+message says what happened, or an ``OSError`` with one of :data:`WORLD_ERRNOS`: a full or
+read-only disk, no descriptors left) has no traceback and its kind is its class and the errno
+behind it; anything else is a bug, logged with its traceback, its kind the class and the line
+that raised it.
 
 The clock is injected (monotonic milliseconds), so tests move time instead of sleeping.
 Threads: any; one lock guards the counts, and lines are logged outside it.
@@ -38,16 +46,70 @@ Threads: any; one lock guards the counts, and lines are logged outside it.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import threading
 import time
+import traceback
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Final
+
+from spark_mq.errors import SparkMQError
 
 #: How long repeats of one key are counted before a summary line, by default.
 DEFAULT_INTERVAL_MS: Final = 30_000
 #: How many keys are followed at once, by default.
 DEFAULT_MAX_KEYS: Final = 256
+
+
+#: errnos that describe the machine, not a mistake of the program: out of space, read-only,
+#: out of descriptors or memory, I/O errors, permissions changed underneath.
+WORLD_ERRNOS: Final = frozenset(
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EROFS,
+        errno.EMFILE,
+        errno.ENFILE,
+        errno.ENOMEM,
+        errno.EIO,
+        errno.EACCES,
+        errno.EPERM,
+        errno.ESTALE,
+    }
+)
+
+#: Every live instance, for :func:`flush_all`.
+_INSTANCES: weakref.WeakSet[RateLimitedLog] = weakref.WeakSet()
+
+
+def flush_all(*, force: bool = False) -> int:
+    """:meth:`RateLimitedLog.flush` every instance of the process; the summary lines written."""
+    return sum(log.flush(force=force) for log in list(_INSTANCES))
+
+
+def is_world_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` reports the world (see the module docstring) rather than a bug."""
+    if isinstance(exc, SparkMQError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in WORLD_ERRNOS
+
+
+def failure_kind(exc: BaseException) -> Hashable:
+    """What tells ``exc`` apart from other failures, and not from its own repeats: class and
+    errno for a failure of the world, class and raising line for a bug."""
+    if is_world_failure(exc):
+        cause: BaseException | None = exc
+        for _ in range(10):  # the OSError it was raised from, if any
+            if cause is None or isinstance(cause, OSError):
+                break
+            cause = cause.__cause__
+        code = cause.errno if isinstance(cause, OSError) else None
+        return ("world", type(exc).__name__, code)
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
+    return ("bug", type(exc).__name__, where)
 
 
 def _monotonic_ms() -> int:
@@ -95,6 +157,15 @@ class RateLimitedLog:
         self._lock = threading.Lock()
         #: In first-seen order, so the oldest key is the first one.
         self._windows: dict[Hashable, _Window] = {}
+        _INSTANCES.add(self)
+
+    def failure(
+        self, exc: BaseException, msg: str, *args: object, level: int = logging.ERROR
+    ) -> bool:
+        """:meth:`log` ``exc`` under its :func:`failure_kind`, with its traceback only if it
+        is a bug."""
+        world = is_world_failure(exc)
+        return self.log(failure_kind(exc), level, msg, *args, exc_info=None if world else exc)
 
     def log(
         self,

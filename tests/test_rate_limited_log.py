@@ -4,13 +4,15 @@ summarised once, with a clock the tests move."""
 from __future__ import annotations
 
 import doctest
+import errno
 import logging
 import threading
 
 import pytest
 
 from spark_mq import rate_limited_log
-from spark_mq.rate_limited_log import RateLimitedLog
+from spark_mq.errors import LogDirectoryFullError
+from spark_mq.rate_limited_log import RateLimitedLog, failure_kind, flush_all, is_world_failure
 
 LOGGER = logging.getLogger("tests.rate_limited_log")
 
@@ -156,3 +158,59 @@ def test_limits_must_be_positive(clock: Clock, kw: dict[str, int]) -> None:
 
 def test_the_docstring_example_runs() -> None:
     assert doctest.testmod(rate_limited_log).failed == 0
+
+
+def test_failures_of_the_world_have_no_traceback_and_bugs_do(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, LOGGER.name)
+    log = make(clock)
+    full = LogDirectoryFullError("disk full while appending", path="/d")
+    full.__cause__ = OSError(errno.ENOSPC, "No space left on device")
+    read_only = OSError(errno.EROFS, "Read-only file system")
+    for exc in (full, read_only, full, read_only):
+        log.failure(exc, "produce to t-0 failed: %s", exc)
+
+    def bug() -> None:
+        raise KeyError("partition")
+
+    for _ in range(2):
+        try:
+            bug()
+        except KeyError as exc:
+            log.failure(exc, "produce to t-0 failed: %r", exc)
+    bad_fd = OSError(errno.EBADF, "Bad file descriptor")  # no errno of the world: a bug
+    log.failure(bad_fd, "produce failed: %s", bad_fd)
+    log.flush(force=True)
+    lines = [(r.getMessage(), r.exc_info is not None) for r in caplog.records]
+    assert lines == [
+        ("produce to t-0 failed: disk full while appending", False),
+        ("produce to t-0 failed: [Errno 30] Read-only file system", False),
+        ("produce to t-0 failed: KeyError('partition')", True),
+        ("produce failed: [Errno 9] Bad file descriptor", True),
+        (
+            "produce to t-0 failed: disk full while appending [repeated 1 more time in the "
+            "last 1 s]",
+            False,
+        ),
+        (
+            "produce to t-0 failed: [Errno 30] Read-only file system [repeated 1 more time in "
+            "the last 1 s]",
+            False,
+        ),
+        (
+            "produce to t-0 failed: KeyError('partition') [repeated 1 more time in the last 1 s]",
+            False,
+        ),
+    ]
+    assert failure_kind(full) == ("world", "LogDirectoryFullError", errno.ENOSPC)
+    assert is_world_failure(read_only) and not is_world_failure(bad_fd)
+
+
+def test_flush_all_reaches_every_instance(clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, LOGGER.name)
+    first, second = make(clock), make(clock)
+    for log in (first, second, first, second):
+        log.log("k", logging.ERROR, "x")
+    assert flush_all(force=True) >= 2
+    assert messages(caplog).count("x [repeated 1 more time in the last 1 s]") == 2
