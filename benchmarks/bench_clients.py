@@ -403,7 +403,11 @@ def run_spark_mq(settings: Settings, work: Path, results: Results) -> None:
     from spark_mq.broker import ensure_broker, stop_broker
 
     directory = work / "mq"
-    ensure_broker(directory, config={"broker.idle.exit.ms": "-1"})
+    config = {"broker.idle.exit.ms": "-1"}
+    if settings.tcp:
+        # The embedded broker listens on TCP only when asked.
+        config["listeners"] = "UNIX://,PLAINTEXT://127.0.0.1:0"
+    ensure_broker(directory, config=config)
     try:
         transports: list[tuple[str, dict[str, Any]]] = [("path= (unix)", {"path": str(directory)})]
         tcp = tcp_address(directory)
@@ -777,10 +781,11 @@ def method_lines(settings: Settings) -> list[str]:
         f"- Records: {RECORD_BYTES}-byte values (printable random bytes from a pool of 1,000), no "
         "key, no headers, codec none; MB/s counts value bytes, MB = 10^6 bytes.",
         "- spark_mq: one broker started with `ensure_broker(dir)` on a fresh directory "
-        "(defaults, no idle exit); `path=` connects over its Unix socket, `tcp` over its "
-        "loopback TCP listener. Producer and Consumer defaults (linger.ms 5, batch.size "
-        "16384, acks all, idempotence on, read_committed). Topics are created before each "
-        "case; send cases write keyless records (the default partitioner spreads them), the "
+        "(defaults, no idle exit, plus a loopback TCP listener unless --no-tcp); `path=` "
+        "connects over its Unix socket, `tcp` over that TCP listener. Producer and Consumer "
+        "defaults (linger.ms 5, batch.size 16384, acks all, idempotence on, read_committed). "
+        "Topics are created before each case; send cases write keyless records (the default "
+        "partitioner spreads them), the "
         f"poll cases read a topic written beforehand with send_batch ({settings.consume_records:,} "
         "records).",
         f"- send_batch: Arrow tables of {settings.batch_records:,} rows. poll: max_records "

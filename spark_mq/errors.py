@@ -46,6 +46,7 @@ operation again may succeed::
         │   InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
         │   ConcurrentTransactionsError        producers and transactions (46, 59, 90, 49, 50, 51)
         ├── OwnerInstanceConflictError         a two-phase owner bound to another instance (1000)
+        ├── ClusterAuthorizationError          an inter-broker API sent by a client (31)
         └── Coordinator and group errors       (12, 14, 15, 16, 22-27, 68, 69, 79, 81, 82, 88)
 
 Every class has ``error_code``, Kafka's numeric code for the same concept (-1 when there is
@@ -493,6 +494,15 @@ class OwnerInstanceConflictError(ProtocolError):
     sink id. spark_mq's own code (1000 and up), like the two-phase APIs it belongs to."""
 
     error_code = 1000
+
+
+class ClusterAuthorizationError(ProtocolError):
+    """The request needs the rights of a broker of the cluster (Kafka's ClusterAction):
+    an inter-broker API such as WriteTxnMarkers, sent by a client. Nothing was changed; a
+    client ends its transactions with EndTxn (``commit_transaction()`` /
+    ``abort_transaction()``)."""
+
+    error_code = 31
 
 
 class TransactionalIdNotFoundError(ProtocolError):

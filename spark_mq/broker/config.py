@@ -80,9 +80,12 @@ _ALIASES: Final[Mapping[str, tuple[str, int]]] = {
 LISTENER_SCHEMES: Final = ("PLAINTEXT", "UNIX")
 
 #: Defaults of the embedded local broker (``--local``, what ensure_broker starts) unless the
-#: configuration sets them: a Unix socket plus an ephemeral loopback TCP port, idle exit.
+#: configuration sets them: idle exit, and only a Unix socket (mode 0600, so only its owner
+#: can connect). Any local user can connect to a loopback TCP port, and nothing on this
+#: listener authenticates clients, so the embedded broker listens on TCP only when asked
+#: (``listeners=UNIX://,PLAINTEXT://127.0.0.1:0``).
 LOCAL_DEFAULTS: Final[Mapping[str, str]] = {
-    "listeners": "UNIX://,PLAINTEXT://127.0.0.1:0",
+    "listeners": "UNIX://",
     "broker.idle.exit.ms": "60000",
 }
 

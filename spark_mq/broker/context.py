@@ -55,6 +55,11 @@ class RequestContext:
     #: The advertised address of the listener the request came through.
     listener: BrokerAddress
     peer: str
+    #: Whether the request came from another broker of the cluster, which may call the
+    #: inter-broker APIs (``protocol.api.INTER_BROKER_APIS``). No listener accepts such
+    #: connections yet (the cluster work adds them, authenticated), so every request that
+    #: arrives over the wire is a client's.
+    inter_broker: bool = False
 
 
 Handler = Callable[[RequestContext, Any, memoryview], Awaitable[Response | None]]

@@ -94,11 +94,15 @@ class CoordinatorTopic:
                 self.logs.create_topic(self.name, self._num_partitions, configs)
                 logger.info("created %s with %d partitions", self.name, self._num_partitions)
         info = self.logs.describe_topic(self.name)
-        if not info.config.compact and self._partitions is None:
-            # Someone made it by hand (or by auto-creation) before the coordinator did.
+        if info.config.cleanup_policy != ("compact",) and self._partitions is None:
+            # Someone made it by hand (or by auto-creation) before the coordinator did, or
+            # gave it 'delete' before the broker refused that.
             logger.warning(
-                "%s exists without cleanup.policy=compact: the coordinator's records will not "
-                "be compacted and retention may delete them; alter the topic's cleanup.policy",
+                "%s has cleanup.policy=%s instead of compact: retention may delete the "
+                "coordinator's live records; set it with: spark-mq topics alter %s "
+                "--config cleanup.policy=compact",
+                self.name,
+                ",".join(info.config.cleanup_policy),
                 self.name,
             )
         self._partitions = info.partition_count

@@ -19,6 +19,13 @@ replaced atomically, removed first thing on shutdown)::
 ``unix_path`` or ``host``/``port`` may be null when that listener is not configured. The
 file may be stale (a killed broker cannot remove it): readers check the pid and connect to
 be sure; only the directory lock is the truth about who owns the directory.
+
+Everything the broker creates in the directory is its owner's only, as a database's data
+directory is: the broker process runs with umask :data:`PRIVATE_UMASK` (files 0600,
+directories 0700) and a directory it creates is 0700. A directory the user made with a looser
+mode is left as it is (:func:`exposure_warning` is logged at startup): other users can then
+list the names in it (topic names), but read only files made by an older spark_mq, which did
+not restrict them.
 """
 
 from __future__ import annotations
@@ -35,6 +42,11 @@ from typing import Any, Final
 from spark_mq.errors import CorruptCheckpointError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.storage.checkpoint_file import atomic_write_bytes
+
+#: The broker's umask: what it creates is readable and writable by its owner only.
+PRIVATE_UMASK: Final = 0o077
+#: The mode of a log directory the broker (or ensure_broker) creates.
+PRIVATE_DIR_MODE: Final = 0o700
 
 META_FILE: Final = "broker.meta.json"
 ENDPOINT_FILE: Final = "broker.json"
@@ -202,3 +214,19 @@ def socket_path_for(root: str | os.PathLike[str]) -> str:
             base.mkdir(mode=0o700, parents=True, exist_ok=True)
             return str(path)
     raise AssertionError("unreachable: the last base is always taken")
+
+
+def exposure_warning(root: str | os.PathLike[str]) -> str | None:
+    """What to tell the owner of ``root`` if other users may enter it; None if only the
+    owner may (or it cannot be checked)."""
+    try:
+        mode = os.stat(root).st_mode & 0o777
+    except OSError:
+        return None
+    if not mode & 0o077:
+        return None
+    return (
+        f"log directory {root} has mode {mode:04o}: other local users can list its files "
+        "(topic names) and read those an older spark_mq created readable by all (what this "
+        f"broker creates is owner-only); to keep them out run: chmod -R go-rwx {root}"
+    )

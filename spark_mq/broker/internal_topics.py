@@ -15,9 +15,23 @@ with ``INVALID_TOPIC_EXCEPTION`` (17, :class:`~spark_mq.errors.InvalidTopicError
 - Metadata and Produce never auto-create them (their coordinator creates them with the
   settings it needs: compaction, its own partition count).
 
-AlterConfigs stays allowed, as in Kafka (operators tune ``segment.bytes`` or retention of
-``__consumer_offsets``), except that ``cleanup.policy`` must keep ``compact``: both topics
-hold the newest record per key and would lose live keys to deletion by age or size.
+Their configs may be tuned (AlterConfigs, and CreateTopics should an operator create one
+before its coordinator does), except what would delete their data
+(:func:`check_internal_config`; INVALID_CONFIG, :class:`~spark_mq.errors.ConfigError`):
+
+- ``cleanup.policy`` must be ``compact`` alone. Both topics hold the newest record per key,
+  and every live key matters: a group's committed offsets, an open or prepared transaction.
+  ``delete`` (also in ``compact,delete``) removes whole segments by age or size, live keys
+  with them; the coordinators remove what has expired themselves, with tombstones
+  (``offsets.retention.minutes``, ``transactional.id.expiration.ms``). Kafka accepts
+  ``compact,delete`` here; we do not, as the issue that found ``retention.ms=1`` accepted on
+  ``__consumer_offsets`` asked. Removing the override falls back to the broker's
+  ``log.cleanup.policy`` and is refused unless that is ``compact``.
+- ``retention.ms`` and ``retention.bytes`` take only -1 (unlimited): with compaction alone
+  they would have no effect, and a value would suggest a bound that does not exist.
+- Everything else is the operator's: ``segment.bytes`` and ``segment.ms`` (compaction works
+  on rolled segments), ``min.cleanable.dirty.ratio``, the compaction lags,
+  ``delete.retention.ms`` (how long a tombstone of a removed key stays), flushing.
 
 The set is explicit rather than "every name starting with ``__``": users may name their own
 topics so (Kafka only warns), and those are ordinary topics.
@@ -25,9 +39,11 @@ topics so (Kafka only warns), and those are ordinary topics.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from spark_mq.errors import ConfigError, InvalidTopicError
+from spark_mq.storage.log_config import LogConfig
 
 #: The group coordinator's topic.
 OFFSETS_TOPIC: Final = "__consumer_offsets"
@@ -54,25 +70,53 @@ def check_not_internal(topic: str, action: str) -> None:
         )
 
 
-def check_internal_config(topic: str, configs: dict[str, str | None]) -> None:
-    """Refuse a config change that would break an internal topic: ``cleanup.policy`` must keep
-    ``compact`` (removing the override, which falls back to the broker's default ``delete``,
-    is refused too). Other keys are the operator's to tune."""
+#: The retention settings, which an internal topic takes only as -1 (unlimited).
+_RETENTION_KEYS: Final = ("retention.ms", "retention.bytes")
+
+
+def check_internal_config(
+    topic: str, changes: Mapping[str, object | None], effective: LogConfig
+) -> None:
+    """Refuse a config that would delete an internal topic's data (see the module
+    docstring). ``changes`` are the keys a request sets (None: removes the override),
+    ``effective`` the topic's config with them applied. Ordinary topics pass."""
     if topic not in INTERNAL_TOPICS:
         return
-    for key, value in configs.items():
-        # Keys come as Kafka's dotted names or with underscores (LogConfig accepts both).
-        if key.replace("_", ".") != "cleanup.policy":
+    owner = _owner(topic)
+    if effective.cleanup_policy != ("compact",):
+        policy = ",".join(effective.cleanup_policy)
+        raise ConfigError(
+            f"internal topic {topic!r} must keep cleanup.policy=compact alone (this change "
+            f"would make it {policy!r}): 'delete' removes whole segments by age or size and "
+            f"with them live entries of the {owner} ({_what(topic)}); the {owner} removes "
+            f"expired entries itself ({_expiry(topic)}). Set cleanup.policy=compact",
+            key="cleanup.policy",
+            value=policy,
+        )
+    for key, value in changes.items():
+        canonical = key.replace("_", ".")
+        if canonical not in _RETENTION_KEYS or value is None:
             continue
-        policies = {p.strip() for p in (value or "").split(",")}
-        if "compact" not in policies:
+        if getattr(effective, canonical.replace(".", "_")) != -1:
             raise ConfigError(
-                f"internal topic {topic!r} must keep cleanup.policy=compact (got "
-                f"{value!r}): the {_owner(topic)} keeps the newest record per key there and "
-                "would lose live entries to deletion; set 'compact' or 'compact,delete'",
-                key="cleanup.policy",
+                f"internal topic {topic!r} takes {canonical} only as -1 (got {value!r}): it "
+                f"is compacted, not deleted by age or size, so retention would not apply; "
+                f"the {owner} removes expired entries itself ({_expiry(topic)})",
+                key=canonical,
                 value=value,
             )
+
+
+def _what(topic: str) -> str:
+    if topic == OFFSETS_TOPIC:
+        return "the committed offsets of every group"
+    return "the state of every open or prepared transaction"
+
+
+def _expiry(topic: str) -> str:
+    if topic == OFFSETS_TOPIC:
+        return "offsets.retention.minutes"
+    return "transactional.id.expiration.ms"
 
 
 def _owner(topic: str) -> str:

@@ -4,8 +4,14 @@ DESIGN.md, "One owner per log directory": a client given ``path=DIR`` talks to t
 that owns DIR and starts one if none runs. The broker is a detached process
 (``python -m spark_mq.broker --log-dir DIR --local``, in its own session, stdio to
 ``DIR/broker.out``) that takes the directory's exclusive lock, recovers the log, listens on a
-Unix socket (and an ephemeral loopback TCP port), records both in ``DIR/broker.json`` and
-exits after ``broker.idle.exit.ms`` (60 s by default) with no connection and no request.
+Unix socket, records it in ``DIR/broker.json`` and exits after ``broker.idle.exit.ms`` (60 s
+by default) with no connection and no request.
+
+Who may use it: the socket is 0600 and everything in the directory is its owner's only
+(a directory created here is 0700; the broker's umask is 077), so other local users can
+neither connect nor read the data. The broker listens on TCP only when ``config`` asks
+(``listeners=UNIX://,PLAINTEXT://127.0.0.1:0``), since any local user can connect to a
+loopback port and nothing there authenticates clients yet.
 
 How :func:`ensure_broker` copes with the world:
 
@@ -44,7 +50,7 @@ from typing import Final
 
 import spark_mq
 from spark_mq.broker.config import LOCAL_DEFAULTS, ServerConfig
-from spark_mq.broker.dir_files import Endpoint, pid_alive
+from spark_mq.broker.dir_files import PRIVATE_DIR_MODE, Endpoint, pid_alive
 from spark_mq.errors import BrokerNotAvailableError, RequestTimedOutError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import APIS, ApiKey, encode_request
@@ -149,7 +155,7 @@ def _lock_held(root: Path) -> bool:
 def _start_lock(root: Path, deadline: float) -> Iterator[bool]:
     """Yield True holding ``DIR/.start.lock``, or False (not holding it) if a live broker
     appeared while waiting for it. Raises BrokerNotAvailableError at the deadline."""
-    fd = os.open(root / START_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(root / START_LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         while True:
             try:
@@ -185,7 +191,8 @@ def _spawn(root: Path, config: Mapping[str, str] | None) -> subprocess.Popen[byt
     env = dict(os.environ)
     # The broker must import the same spark_mq as this process, installed or not.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_root(), env.get("PYTHONPATH")]))
-    with open(out_path, "ab") as out:
+    out_fd = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    with open(out_fd, "ab") as out:
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -242,8 +249,10 @@ def ensure_broker(
     """The address of the broker that owns directory ``path``, starting one if none runs.
 
     ``config`` holds broker properties for a broker this call starts (Kafka's key names,
-    e.g. ``{"broker.idle.exit.ms": "300000"}``); a broker already running keeps its own.
-    Returns the Unix socket address (the TCP one is in :func:`broker_status`). Raises
+    e.g. ``{"broker.idle.exit.ms": "300000"}``, or
+    ``{"listeners": "UNIX://,PLAINTEXT://127.0.0.1:0"}`` for a TCP listener too); a broker
+    already running keeps its own. Returns the Unix socket address (a TCP one, if asked
+    for, is in :func:`broker_status`). Raises
     :class:`~spark_mq.errors.BrokerNotAvailableError` (retriable) if no broker serves within
     ``timeout_ms``, and :class:`~spark_mq.errors.ConfigError` for a bad ``config``.
 
@@ -257,7 +266,9 @@ def ensure_broker(
     """
     root = Path(path).resolve()
     ServerConfig.from_properties({**LOCAL_DEFAULTS, **(config or {}), "log.dirs": str(root)})
-    root.mkdir(parents=True, exist_ok=True)
+    # The owner's only, as everything the broker creates in it (a directory that exists
+    # keeps its mode: see dir_files.exposure_warning).
+    root.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_ms / 1000
     while True:
         found = _probe(root, _handshake_timeout_s(deadline))

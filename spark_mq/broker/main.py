@@ -16,9 +16,12 @@ stops the same way but *abandons* the LogManager instead of closing it, writing 
 the path, and exits with status 1.
 
 ``--local`` is the embedded broker's mode: logs go to ``DIR/broker.log``, the defaults are
-a Unix socket plus an ephemeral loopback TCP port and ``broker.idle.exit.ms=60000``, and a
+a Unix socket only (no TCP unless ``listeners`` asks) and ``broker.idle.exit.ms=60000``, and a
 broker that finds the directory already served by another exits quietly with status 0 (it
 lost a start race). If the owner is still starting or shutting down it waits for the lock.
+
+Every broker runs with umask 077: what it creates in the log directory is its owner's only
+(docs/broker.md, "Files in DIR").
 
 Exit status: 0 after a clean stop or a lost race, 1 if the broker could not start or lost its
 log directory, 2 for a configuration error.
@@ -45,7 +48,15 @@ from spark_mq.broker.config import (
     read_properties_file,
 )
 from spark_mq.broker.core import BrokerCore
-from spark_mq.broker.dir_files import BrokerMeta, Endpoint, pid_alive, socket_path_for
+from spark_mq.broker.dir_files import (
+    PRIVATE_UMASK,
+    BrokerMeta,
+    Endpoint,
+    exposure_warning,
+    pid_alive,
+    socket_path_for,
+)
+from spark_mq.broker.handlers.errors import report_repeated
 from spark_mq.broker.log_setup import setup_logging
 from spark_mq.broker.scheduler import Scheduler
 from spark_mq.broker.server import BrokerServer
@@ -155,6 +166,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         loop.add_signal_handler(signum, server.request_stop, signal.Signals(signum).name)
     pid = os.getpid()
     timeout_s = broker.shutdown_timeout_ms / 1000
+    repeats = asyncio.create_task(report_repeated(), name="repeated-failures")
     try:
         addresses = await server.start()
         tcp = next((a for a in addresses if a.unix_path is None), None)
@@ -188,6 +200,8 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         core.transactions.close()
         await server.close(timeout_s)
         await scheduler.stop(timeout_s)
+        repeats.cancel()  # which writes the last counts of repeated failures
+        await asyncio.gather(repeats, return_exceptions=True)
         core.close()
 
 
@@ -203,6 +217,9 @@ def run(config: ServerConfig, *, local: bool) -> int:
             return EXIT_FAILED
         if logs is None:
             return EXIT_OK
+        exposed = exposure_warning(root)
+        if exposed is not None:
+            logger.warning("%s", exposed)
         lost: str | None = None
         try:
             meta = BrokerMeta.take_over(root)
@@ -225,6 +242,9 @@ def run(config: ServerConfig, *, local: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Everything the broker creates (the directory, segments, checkpoints, broker.json, its
+    # log) is its owner's only, as a database's files are.
+    os.umask(PRIVATE_UMASK)
     args = parse_args(argv)
     try:
         config = load_config(args)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
@@ -77,6 +77,17 @@ class ApiKey(enum.IntEnum):
     COMPLETE_PREPARED_TXNS = 1001
     DESCRIBE_TXN_OWNER = 1002
     OWNER_HEARTBEAT = 1003
+
+
+#: The APIs only a broker of the cluster may send (Kafka: the ones that need the CLUSTER
+#: ClusterAction permission: LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown,
+#: WriteTxnMarkers). A broker answers a client's request for one of them with
+#: CLUSTER_AUTHORIZATION_FAILED (31) and changes nothing. Today the only such API is
+#: WriteTxnMarkers: the broker's own transaction coordinator writes its markers in process,
+#: and no listener accepts inter-broker connections yet. The cluster work adds its
+#: controller and replica APIs here, together with a way to authenticate the brokers that
+#: may send them.
+INTER_BROKER_APIS: Final[frozenset[ApiKey]] = frozenset({ApiKey.WRITE_TXN_MARKERS})
 
 
 class FrameErrorBody(msgspec.Struct, array_like=True):

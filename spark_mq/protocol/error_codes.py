@@ -51,6 +51,7 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -115,6 +116,7 @@ _CLASS_BY_CODE: dict[ErrorCode, type[e.SparkMQError]] = {
     ErrorCode.UNKNOWN_MEMBER_ID: e.UnknownMemberIdError,
     ErrorCode.INVALID_SESSION_TIMEOUT: e.InvalidSessionTimeoutError,
     ErrorCode.REBALANCE_IN_PROGRESS: e.RebalanceInProgressError,
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: e.ClusterAuthorizationError,
     ErrorCode.UNSUPPORTED_VERSION: e.UnsupportedVersionError,
     ErrorCode.TOPIC_ALREADY_EXISTS: e.TopicExistsError,
     ErrorCode.INVALID_PARTITIONS: e.InvalidPartitionsError,

@@ -21,10 +21,11 @@ from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.core import BrokerCore
 from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.broker.handlers import HANDLERS
+from spark_mq.broker.handlers.inter_broker import guard
 from spark_mq.broker.handlers.produce import INLINE_APPEND_MAX_BYTES
-from spark_mq.protocol import fetch, offsets, produce
+from spark_mq.protocol import fetch, offsets, produce, transactions
 from spark_mq.protocol.address import BrokerAddress
-from spark_mq.protocol.api import spec_for_request
+from spark_mq.protocol.api import INTER_BROKER_APIS, spec_for_request
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.framing import RequestHeader
 from spark_mq.storage.batch_decoder import decode_records, iter_batches
@@ -44,10 +45,16 @@ def core(tmp_path: Path) -> Iterator[BrokerCore]:
     logs.close()
 
 
-async def call(core: BrokerCore, request: Any, records: bytes = b"") -> Response | None:
+async def call(
+    core: BrokerCore, request: Any, records: bytes = b"", *, broker: bool = False
+) -> Response | None:
     spec = spec_for_request(request)
     ctx = RequestContext(
-        core, RequestHeader(spec.key, 0, 1, "test"), BrokerAddress("127.0.0.1", 9092), "test"
+        core,
+        RequestHeader(spec.key, 0, 1, "test"),
+        BrokerAddress("127.0.0.1", 9092),
+        "test",
+        inter_broker=broker,
     )
     return await HANDLERS[spec.key](ctx, request, memoryview(records))
 
@@ -188,3 +195,58 @@ def test_response_close_releases_file_ranges(core):
     assert ranges
     response.close()
     assert all(r._fd < 0 for r in ranges)
+
+
+def _markers_request(
+    topic: str, *, producer_epoch: int = 0, coordinator_epoch: int = 2
+) -> transactions.WriteTxnMarkersRequest:
+    marker = transactions.WritableTxnMarker(
+        9, producer_epoch, True, [transactions.TxnTopic(topic, [0])], coordinator_epoch
+    )
+    return transactions.WriteTxnMarkersRequest([marker])
+
+
+def _marker_codes(response: Response | None) -> list[int]:
+    assert response is not None
+    return [q.error_code for t in response.body.markers[0].topics for q in t.partitions]
+
+
+def test_write_txn_markers_refuses_clients_and_serves_brokers(core):
+    """WriteTxnMarkers is an inter-broker API: a client's request changes nothing; a
+    broker's (``inter_broker``, which no listener sets yet) writes the marker once."""
+    asyncio.run(produce_to(core, "tx", encode_batch(pa.array([b"plain"]))))
+    log = core.replicas.partition("tx", 0).log
+    log.append(
+        encode_batch(
+            pa.array([b"in-txn"]),
+            producer_id=9,
+            producer_epoch=0,
+            base_sequence=0,
+            is_transactional=True,
+        )
+    )
+    refused = asyncio.run(call(core, _markers_request("tx")))
+    assert _marker_codes(refused) == [ErrorCode.CLUSTER_AUTHORIZATION_FAILED]
+    assert log.log_end_offset == 2
+    assert list_latest(core, "tx", fetch.READ_COMMITTED) == 1
+
+    assert _marker_codes(asyncio.run(call(core, _markers_request("tx"), broker=True))) == [0]
+    assert log.log_end_offset == 3
+    assert list_latest(core, "tx", fetch.READ_COMMITTED) == 3
+    # A rewrite of the same decision writes nothing.
+    assert _marker_codes(asyncio.run(call(core, _markers_request("tx"), broker=True))) == [0]
+    assert log.log_end_offset == 3
+    older = _markers_request("tx", producer_epoch=1, coordinator_epoch=1)
+    assert _marker_codes(asyncio.run(call(core, older, broker=True))) == [
+        ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    ]
+    missing = _markers_request("missing")
+    assert _marker_codes(asyncio.run(call(core, missing, broker=True))) == [
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    ]
+
+
+def test_every_inter_broker_api_needs_a_refusal():
+    served = {api: HANDLERS[api] for api in INTER_BROKER_APIS}
+    with pytest.raises(RuntimeError, match="WRITE_TXN_MARKERS is an inter-broker API"):
+        guard(served, {})

@@ -279,9 +279,15 @@ def test_broker_status_of_a_running_and_of_an_unused_directory(cli, mq_path, tmp
     assert (r.code, r.out) == (0, f"No broker runs for {tmp_path / 'nothing'}.\n")
 
 
-def test_broker_status_over_tcp(cli, mq_path):
+def test_broker_status_over_tcp(cli, mq_path, tmp_path):
+    # The embedded broker listens on TCP only when asked.
     doc = json.loads(cli("broker", "status", "--path", mq_path, "--json").out)
-    tcp = next(a for a in doc["addresses"] if not a.startswith("unix:"))
+    assert all(a.startswith("unix:") for a in doc["addresses"])
+    path = str(tmp_path / "with-tcp")
+    listeners = "listeners=UNIX://,PLAINTEXT://127.0.0.1:0"
+    r = cli("broker", "start", "--detach", "--path", path, "--override", listeners, "--json")
+    assert r.code == 0
+    tcp = next(a for a in json.loads(r.out)["addresses"] if not a.startswith("unix:"))
     r = cli("broker", "status", "--bootstrap-server", tcp, "--json")
     assert r.code == 0 and json.loads(r.out)["state"] == "serving"
     r = cli("topics", "list", "--bootstrap-server", tcp)

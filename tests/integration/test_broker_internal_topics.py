@@ -77,17 +77,59 @@ def test_clients_cannot_change_internal_topics(start_broker: Any) -> None:
             assert conn.call(grow).body.results[0].error_code == E.INVALID_TOPIC_EXCEPTION
         assert len(conn.metadata([OFFSETS_TOPIC]).topics[0].partitions) == 3
 
-        # AlterConfigs: cleanup.policy must keep compact; other keys may be tuned.
-        def alter(configs: dict[str, str | None]) -> Any:
+        # AlterConfigs: nothing that would delete its data (cleanup.policy stays compact
+        # alone, retention only -1); other keys may be tuned.
+        def alter(configs: dict[str, str | None], validate_only: bool = False) -> Any:
             resource = admin.AlterConfigsResource(admin.RESOURCE_TOPIC, OFFSETS_TOPIC, configs)
-            return conn.call(admin.AlterConfigsRequest([resource])).body.results[0]
+            request = admin.AlterConfigsRequest([resource], validate_only)
+            return conn.call(request).body.results[0]
 
-        assert alter({"cleanup.policy": "delete"}).error_code == E.INVALID_CONFIG
-        assert alter({"cleanup_policy": None}).error_code == E.INVALID_CONFIG
-        assert (
-            alter({"cleanup.policy": "compact,delete", "segment.bytes": "1048576"}).error_code == 0
+        def described() -> dict[str, str]:
+            resource = admin.DescribeConfigsResource(admin.RESOURCE_TOPIC, OFFSETS_TOPIC)
+            body = conn.call(admin.DescribeConfigsRequest([resource])).body
+            return {e.name: e.value for e in body.results[0].configs}
+
+        before = described()
+        for validate_only in (True, False):
+            # Issue 26: this was accepted, and retention then deleted every group's offsets.
+            refused = alter(
+                {"cleanup.policy": "compact,delete", "retention.ms": "1"}, validate_only
+            )
+            assert refused.error_code == E.INVALID_CONFIG
+            assert "compact alone" in refused.error_message
+            assert "offsets.retention.minutes" in refused.error_message
+            for bad in (
+                {"cleanup.policy": "delete"},
+                {"cleanup_policy": None},  # falls back to the broker's default, delete
+                {"cleanup.policy": "compact,delete", "segment.bytes": "1048576"},
+                {"retention.ms": "1"},
+                {"retention_bytes": "1000000"},
+            ):
+                assert alter(bad, validate_only).error_code == E.INVALID_CONFIG, bad
+        assert described() == before
+        assert alter({"retention.ms": "1"}).error_message.startswith(
+            "internal topic '__consumer_offsets' takes retention.ms only as -1"
         )
-        assert alter({"cleanup.policy": "compact"}).error_code == 0
+        tuned = {"segment.bytes": "1048576", "retention.ms": "-1", "delete.retention.ms": "1000"}
+        assert alter({**tuned, "cleanup.policy": "compact"}).error_code == 0
+        assert alter({"retention.ms": None}).error_code == 0
+        after = described()
+        assert (after["segment.bytes"], after["cleanup.policy"]) == ("1048576", "compact")
+
+        # CreateTopics of a missing internal topic takes the same rules (the broker's default
+        # cleanup.policy is delete, so it must be given); an existing one already exists.
+        def create(name: str, configs: dict[str, str]) -> Any:
+            topic = admin.CreatableTopic(name, 1, -1, configs)
+            return conn.call(admin.CreateTopicsRequest([topic])).body.topics[0]
+
+        for configs in (
+            {},
+            {"cleanup.policy": "compact,delete", "retention.ms": "1"},
+            {"cleanup.policy": "compact", "retention.bytes": "1"},
+        ):
+            assert create(TRANSACTION_STATE_TOPIC, configs).error_code == E.INVALID_CONFIG
+        assert conn.metadata([TRANSACTION_STATE_TOPIC]).topics[0].error_code != 0
+        assert create(OFFSETS_TOPIC, {}).error_code == E.TOPIC_ALREADY_EXISTS
 
         # The coordinator still writes through its own path.
         assert commit(conn, "g", 9) == 0

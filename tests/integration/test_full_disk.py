@@ -5,14 +5,20 @@ anything."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from spark_mq import Admin, Consumer, DeliveryTimeoutError, Producer, TopicPartition
 from spark_mq.broker.local import stop_broker
 from spark_mq.errors import KafkaStorageError
+from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.storage.record_batch import encode_batch
 
 pytestmark = pytest.mark.slow
 
@@ -67,3 +73,31 @@ def test_a_full_disk_fails_sends_clearly_and_keeps_every_acknowledged_record(
     # And it survives a restart of the broker, whose recovery reads the whole log.
     stop_broker(directory, timeout_ms=10_000)
     assert _values(directory) == [*acked, b"after"]
+
+
+def test_repeated_refusals_are_logged_once_with_a_count(
+    small_disk: Path, fill_disk: Callable[[Path, int], Path], start_broker: Any
+) -> None:
+    """Issue 26: every produce refused for a full disk was logged at ERROR with a full
+    traceback (453 in 25 s). The first is logged, without a traceback (the message says what
+    happened), and the rest are counted in one line. (The broker logs to stderr, on another
+    disk: a log on the full disk would lose the lines this test counts.)"""
+    directory = small_disk / "mq"
+    directory.mkdir()
+    broker = start_broker(directory)
+    with broker.connect() as conn:
+        conn.create_topic("t", 2, configs={"segment.index.bytes": str(64 << 10)})
+        filler = fill_disk(small_disk, 0)
+        for i in range(100):
+            answer = conn.produce("t", i % 2, encode_batch(pa.array([RECORD])))
+            assert answer.error_code == ErrorCode.KAFKA_STORAGE_ERROR, answer
+    filler.unlink()
+    broker.stop(30)
+
+    lines = [json.loads(line) for line in broker.log().splitlines() if line.startswith("{")]
+    failures = [line for line in lines if "failed:" in line["msg"]]
+    assert len(failures) == 2, failures
+    assert [(f["level"], "exc" in f) for f in failures] == [("ERROR", False)] * 2
+    assert failures[0]["msg"].startswith("produce to t-0 failed: disk full")
+    assert failures[1]["msg"].startswith("produce to t-1 failed: disk full")
+    assert re.search(r"\[repeated 99 more times in the last \d+ s\]$", failures[1]["msg"])

@@ -104,6 +104,7 @@ def test_bad_requests_get_typed_errors(broker: Any) -> None:
         assert p.end(commit=True).error_code == ErrorCode.INVALID_TXN_STATE  # nothing open
         p.pid += 1000
         assert p.end(commit=True).error_code == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        assert find_coordinator(conn, "").error_code == ErrorCode.INVALID_REQUEST
 
 
 def test_transactional_offsets_are_visible_only_after_commit(broker: Any) -> None:
@@ -144,28 +145,40 @@ def test_list_and_describe(broker: Any) -> None:
         assert bad.error_code == ErrorCode.INVALID_REQUEST
 
 
-def test_write_txn_markers_writes_into_the_local_partitions(broker: Any) -> None:
+def test_a_forged_commit_from_a_client_is_refused(broker: Any) -> None:
+    """WriteTxnMarkers is inter-broker only: a client's COMMIT for another producer's open
+    transaction is refused and changes nothing, so after that producer aborts, a
+    read_committed reader sees nothing of it (issue 26: the forged marker used to make it
+    visible)."""
     with broker.connect() as conn:
-        conn.create_topic("t")
-        p = TxnProducer(conn, "marked")
-        p.write("t", 0, b"v")
-        assert stable_offset(conn, "t") == 0
+        conn.create_topic("t", 2)
+        victim = TxnProducer(conn, "victim")
+        victim.write("t", 0, b"secret-0")
+        victim.write("t", 1, b"secret-1")
+        end = [conn.list_offset("t", p, -1).offset for p in (0, 1)]
 
-        def markers(epoch: int, coordinator_epoch: int, topic: str = "t") -> list[int]:
-            request = WriteTxnMarkersRequest(
-                [WritableTxnMarker(p.pid, epoch, True, [TxnTopic(topic, [0])], coordinator_epoch)]
+        def forge(commit: bool, epoch: int) -> list[Any]:
+            marker = WritableTxnMarker(
+                victim.pid, victim.epoch, commit, [TxnTopic("t", [0, 1])], epoch
             )
-            response = body(conn, request)
-            return [q.error_code for t in response.markers[0].topics for q in t.partitions]
+            response = body(conn, WriteTxnMarkersRequest([marker]))
+            return [q for t in response.markers[0].topics for q in t.partitions]
 
-        assert markers(p.epoch, broker.epoch) == [0]
-        assert read_values(conn, "t") == [b"v"]
-        end = conn.list_offset("t", 0, -1).offset
-        assert markers(p.epoch, broker.epoch) == [0]  # a rewrite writes nothing
-        assert conn.list_offset("t", 0, -1).offset == end
-        assert markers(p.epoch + 1, broker.epoch - 1) == [ErrorCode.TRANSACTION_COORDINATOR_FENCED]
-        assert markers(p.epoch, broker.epoch, topic="missing") == [
-            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        ]
-        empty = find_coordinator(conn, "")
-        assert empty.error_code == ErrorCode.INVALID_REQUEST
+        for commit, epoch in [(True, broker.epoch), (False, broker.epoch), (True, 1 << 30)]:
+            refused = forge(commit, epoch)
+            assert [q.error_code for q in refused] == [ErrorCode.CLUSTER_AUTHORIZATION_FAILED] * 2
+            assert "inter-broker API" in refused[0].error_message
+            assert "EndTxn" in refused[0].error_message
+        # Nothing was written, the transaction is still open and still held back.
+        assert [conn.list_offset("t", p, -1).offset for p in (0, 1)] == end
+        assert describe(conn, "victim").state == "Ongoing"
+        assert read_values(conn, "t", 0) == [] and read_values(conn, "t", 1) == []
+
+        assert victim.end(commit=False).error_code == 0
+        assert read_values(conn, "t", 0) == [] and read_values(conn, "t", 1) == []
+        assert read_values(conn, "t", 0, committed=False) == [b"secret-0"]
+        # After the abort too, a forged commit changes nothing.
+        assert [q.error_code for q in forge(True, broker.epoch)] == [
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        ] * 2
+        assert read_values(conn, "t", 0) == [] and read_values(conn, "t", 1) == []

@@ -4,7 +4,9 @@ Every handler maps the exceptions of each topic or partition to its ``error_code
 ``error_message`` (:func:`~spark_mq.broker.handlers.errors.error_of`); an exception that
 escapes a handler is a broker bug, answered with a ``frame_error`` by the connection.
 ApiVersions advertises exactly the APIs of this table (an API the protocol registry knows
-but the broker does not serve yet is answered with UNSUPPORTED_VERSION).
+but the broker does not serve yet is answered with UNSUPPORTED_VERSION). The handlers of the
+inter-broker APIs (``protocol.api.INTER_BROKER_APIS``) refuse clients with
+CLUSTER_AUTHORIZATION_FAILED (:mod:`~spark_mq.broker.handlers.inter_broker`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from spark_mq.broker.handlers.groups import (
     handle_list_groups,
     handle_sync_group,
 )
+from spark_mq.broker.handlers.inter_broker import guard
 from spark_mq.broker.handlers.metadata import handle_api_versions, handle_metadata
 from spark_mq.broker.handlers.offsets import handle_delete_records, handle_list_offsets
 from spark_mq.broker.handlers.produce import handle_produce
@@ -47,10 +50,11 @@ from spark_mq.broker.handlers.transactions import (
     handle_prepare_txn,
     handle_txn_offset_commit,
     handle_write_txn_markers,
+    refuse_write_txn_markers,
 )
 from spark_mq.protocol.api import ApiKey
 
-HANDLERS: Final[Mapping[ApiKey, Handler]] = {
+_SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.PRODUCE: handle_produce,
     ApiKey.FETCH: handle_fetch,
     ApiKey.LIST_OFFSETS: handle_list_offsets,
@@ -85,5 +89,16 @@ HANDLERS: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.DESCRIBE_TXN_OWNER: handle_describe_txn_owner,
     ApiKey.OWNER_HEARTBEAT: handle_owner_heartbeat,
 }
+
+HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(
+    _SERVED,
+    {
+        ApiKey.WRITE_TXN_MARKERS: (
+            refuse_write_txn_markers,
+            "A client ends its transaction with EndTxn (Producer.commit_transaction() or "
+            "abort_transaction()); the transaction coordinator writes the markers.",
+        ),
+    },
+)
 
 __all__ = ["HANDLERS"]

@@ -8,7 +8,8 @@ id) can be described, read-only: its settings come from ``conf/broker.properties
 command line, and change with a restart.
 
 Internal topics may be altered as in Kafka (an operator tunes ``segment.bytes`` of
-``__consumer_offsets``), except that ``cleanup.policy`` must keep ``compact``
+``__consumer_offsets``), except what would delete their data: ``cleanup.policy`` must stay
+``compact`` alone and ``retention.ms`` / ``retention.bytes`` take only -1
 (:func:`~spark_mq.broker.internal_topics.check_internal_config`; INVALID_CONFIG).
 """
 
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import error_of
-from spark_mq.broker.internal_topics import check_internal_config
+from spark_mq.broker.internal_topics import check_internal_config, is_internal
 from spark_mq.errors import InvalidRequestError
 from spark_mq.protocol.admin import (
     RESOURCE_BROKER,
@@ -134,8 +135,7 @@ def _alter_one(core: BrokerCore, resource: AlterConfigsResource, validate_only: 
             f"resource_type {resource.resource_type} is not supported; use {RESOURCE_TOPIC} (topic)"
         )
     name = resource.resource_name
-    check_internal_config(name, dict(resource.configs))
-    if validate_only:
+    if validate_only or is_internal(name):
         info = core.logs.describe_topic(name)
         merged: dict[str, object] = dict(info.config_overrides)
         for key, value in resource.configs.items():
@@ -144,9 +144,10 @@ def _alter_one(core: BrokerCore, resource: AlterConfigsResource, validate_only: 
                 merged.pop(canonical, None)
             else:
                 merged[canonical] = value
-        core.logs.default_config.with_overrides(merged)
-        return
-    core.logs.alter_topic_config(name, resource.configs)
+        effective = core.logs.default_config.with_overrides(merged)
+        check_internal_config(name, resource.configs, effective)
+    if not validate_only:
+        core.logs.alter_topic_config(name, resource.configs)
 
 
 def _alter(core: BrokerCore, request: AlterConfigsRequest) -> AlterConfigsResponse:

@@ -1,24 +1,59 @@
-"""Turning exceptions into per-partition ``error_code`` / ``error_message`` pairs."""
+"""Turning exceptions into per-partition ``error_code`` / ``error_message`` pairs, and
+logging the failures that are the broker's, once per kind.
+
+Errors the client caused (an unknown topic, a bad config) go back to it and are not logged.
+The broker's own failures, UNKNOWN_SERVER_ERROR and KAFKA_STORAGE_ERROR, are logged at ERROR
+through :data:`REPEATED`, a :class:`~spark_mq.rate_limited_log.RateLimitedLog`: while the
+disk is full every produce fails the same way, so the first failure of a kind is logged and
+the next ones of the same kind are counted and summarised once per
+:data:`~spark_mq.rate_limited_log.DEFAULT_INTERVAL_MS` ("... [repeated 452 more times in
+the last 30 s]"). The kind is what tells failures apart, not the partition they hit
+(:func:`~spark_mq.rate_limited_log.failure_kind`): a failure of the world (a full or
+read-only disk, no file descriptors left, an I/O error) is logged without a traceback, since
+its message says what happened; anything else is a bug in the broker, logged with its
+traceback.
+
+The broker runs :func:`report_repeated` while it serves: it writes the counts of every
+RateLimitedLog of the process every interval and, when cancelled at shutdown, the last ones.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Final
 
 from spark_mq.protocol.error_codes import ErrorCode, code_for
+from spark_mq.rate_limited_log import DEFAULT_INTERVAL_MS, RateLimitedLog, flush_all
 
 logger = logging.getLogger("spark_mq.broker.handlers")
+
+#: Repeated failures and refusals of the request handlers, logged once per kind and counted.
+REPEATED: Final = RateLimitedLog(logger)
 
 
 def error_of(exc: BaseException, what: str) -> tuple[int, str]:
     """The code and message to answer for ``exc`` raised while doing ``what``.
 
     Errors we raise on purpose carry a message a person can act on and go back as they are.
-    Anything unclassified is a broker bug or an environment failure: it is logged with its
-    traceback, and the client gets a message pointing at the broker's log.
+    A failure of the broker itself (UNKNOWN_SERVER_ERROR, KAFKA_STORAGE_ERROR) is logged once
+    per kind, with a traceback only if it is a bug (see the module docstring), and the client
+    gets a message pointing at the broker's log.
     """
     code = code_for(exc)
     if code is ErrorCode.UNKNOWN_SERVER_ERROR or code is ErrorCode.KAFKA_STORAGE_ERROR:
-        logger.error("%s failed: %s", what, exc, exc_info=exc)
+        REPEATED.failure(exc, "%s failed: %s", what, exc)
         detail = f"{type(exc).__name__}: {exc}"
         return int(code), f"{what} failed on the broker ({detail}); see the broker's log"
     return int(code), str(exc)
+
+
+async def report_repeated() -> None:
+    """Write the counts of repeated failures every interval until cancelled, and then all
+    that are left (run by the broker while it serves)."""
+    try:
+        while True:
+            await asyncio.sleep(DEFAULT_INTERVAL_MS / 1000)
+            flush_all()
+    finally:
+        flush_all(force=True)

@@ -4,7 +4,9 @@ Every change runs on the executor (the log manager fsyncs each step) and topics 
 one at a time in request order, each with its own result. ``validate_only`` runs every check
 of a real change and changes nothing. Internal topics (``__consumer_offsets``,
 ``__transaction_state``) cannot be deleted nor given more partitions: INVALID_TOPIC_EXCEPTION
-(:mod:`~spark_mq.broker.internal_topics`).
+(:mod:`~spark_mq.broker.internal_topics`). One may be created before its coordinator does it,
+with the configs an internal topic may take (``cleanup.policy=compact`` among them, since the
+broker's default is ``delete``): INVALID_CONFIG otherwise.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import error_of
-from spark_mq.broker.internal_topics import check_not_internal
+from spark_mq.broker.internal_topics import (
+    check_internal_config,
+    check_not_internal,
+    is_internal,
+)
 from spark_mq.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -81,6 +87,11 @@ def _create_one(
         )
     _check_partition_count(topic.name, partitions, None)
     logs: LogManager = core.logs
+    if is_internal(topic.name) and not logs.topic_exists(topic.name):
+        # Normally its coordinator creates it on first use; one created by hand must not be
+        # made to lose its data either.
+        effective = logs.default_config.with_overrides(topic.configs)
+        check_internal_config(topic.name, topic.configs, effective)
     if validate_only:
         logs.default_config.with_overrides(topic.configs)
         if logs.topic_exists(topic.name):

@@ -169,9 +169,24 @@ async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest, _: memoryv
 # WriteTxnMarkers
 
 
+def refuse_write_txn_markers(
+    request: WriteTxnMarkersRequest, code: int, message: str
+) -> WriteTxnMarkersResponse:
+    """The response with ``code`` and ``message`` for every partition of the request."""
+    out = []
+    for m in request.markers:
+        order = [(t.name, p) for t in m.topics for p in t.partitions]
+        failed: Results = dict.fromkeys(order, (code, message))
+        out.append(WritableTxnMarkerResult(m.producer_id, _topic_results(order, failed)))
+    return WriteTxnMarkersResponse(out)
+
+
 async def handle_write_txn_markers(
     ctx: RequestContext, request: WriteTxnMarkersRequest, _: memoryview
 ) -> Response:
+    """Write the markers another broker's transaction coordinator asks for. Only brokers may
+    (an inter-broker API): :mod:`~spark_mq.broker.handlers.inter_broker` answers a client's
+    request before it gets here."""
     txns = ctx.core.transactions
     out: list[WritableTxnMarkerResult] = []
     try:
@@ -179,15 +194,8 @@ async def handle_write_txn_markers(
         await ctx.core.groups.loaded()
         await txns.loaded()
     except Exception as exc:
-        failure = error_of(exc, "write transaction markers")
-        for m in request.markers:
-            order = [(t.name, p) for t in m.topics for p in t.partitions]
-            out.append(
-                WritableTxnMarkerResult(
-                    m.producer_id, _topic_results(order, dict.fromkeys(order, failure))
-                )
-            )
-        return Response(WriteTxnMarkersResponse(out))
+        code, message = error_of(exc, "write transaction markers")
+        return Response(refuse_write_txn_markers(request, code, message))
     for m in request.markers:
         order = [(t.name, p) for t in m.topics for p in t.partitions]
         results = _existing(ctx, order, "write a marker to")

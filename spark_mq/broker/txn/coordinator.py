@@ -56,8 +56,11 @@ from spark_mq.errors import (
     ProducerFencedError,
     TransactionalIdNotFoundError,
 )
+from spark_mq.rate_limited_log import RateLimitedLog
 
 logger = logging.getLogger("spark_mq.broker.txn")
+#: Failures to write __transaction_state, logged once per kind with a count of repeats.
+_FAILURES: Final = RateLimitedLog(logger)
 
 #: The environment variable of the test-only crash hook, and its one supported value.
 CRASH_ENV: Final = "SPARK_MQ_TEST_CRASH_AT"
@@ -153,7 +156,8 @@ class TransactionCoordinator:
         try:
             self.store.append(key, records, now_ms)
         except Exception as exc:
-            logger.error("writing __transaction_state failed: %s", exc, exc_info=exc)
+            # A full disk fails every transactional request the same way: once per kind.
+            _FAILURES.failure(exc, "writing __transaction_state failed: %s", exc)
             raise CoordinatorNotAvailableError(
                 f"the transaction coordinator could not write __transaction_state "
                 f"({type(exc).__name__}: {exc}); nothing changed, retry"

@@ -31,9 +31,11 @@ from spark_mq.broker.internal_topics import OFFSETS_TOPIC
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.txn.state import TopicPartition
 from spark_mq.errors import UnknownTopicOrPartitionError
+from spark_mq.rate_limited_log import RateLimitedLog
 from spark_mq.storage.record_batch import ControlType
 
 logger = logging.getLogger("spark_mq.broker.txn")
+_FAILURES = RateLimitedLog(logger)
 
 #: ``(partition, producer_id, committed)``: a marker was written to that partition of
 #: ``__consumer_offsets``.
@@ -94,7 +96,10 @@ class MarkerWriter:
                 if topic == OFFSETS_TOPIC and self.on_offsets_marker is not None:
                     self.on_offsets_marker(index, producer_id, commit)
             except Exception as exc:
-                logger.error(
+                # Retried every interval, for every partition, as long as the disk is full:
+                # logged once per kind, with a count.
+                _FAILURES.failure(
+                    exc,
                     "writing the %s marker of producer %d to %s-%d failed (retried): %s",
                     control.name.lower(),
                     producer_id,
