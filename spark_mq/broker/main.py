@@ -38,15 +38,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from spark_mq.broker.config import (
-    LOCAL_DEFAULTS,
-    ServerConfig,
-    parse_override,
-    read_properties_file,
-)
+from spark_mq.broker.config import LOCAL_DEFAULTS, ServerConfig
 from spark_mq.broker.core import BrokerCore
 from spark_mq.broker.dir_files import BrokerMeta, Endpoint, pid_alive, socket_path_for
 from spark_mq.broker.log_setup import setup_logging
+from spark_mq.broker.properties_file import parse_override, read_properties_file
 from spark_mq.broker.scheduler import Scheduler
 from spark_mq.broker.server import BrokerServer
 from spark_mq.errors import ConfigError, LogDirectoryLockedError, SparkMQError

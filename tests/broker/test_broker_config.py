@@ -12,12 +12,14 @@ from spark_mq.broker.config import (
     BrokerConfig,
     Listener,
     ServerConfig,
+)
+from spark_mq.broker.group.config import GroupConfig
+from spark_mq.broker.main import load_config, parse_args
+from spark_mq.broker.properties_file import (
     parse_override,
     parse_properties,
     read_properties_file,
 )
-from spark_mq.broker.group.config import GroupConfig
-from spark_mq.broker.main import load_config, parse_args
 from spark_mq.errors import ConfigError
 from spark_mq.storage.log_config import LogConfig
 
