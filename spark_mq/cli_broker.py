@@ -18,9 +18,9 @@ from typing import Any
 from spark_mq import Admin
 from spark_mq.broker import broker_status as local_status
 from spark_mq.broker import ensure_broker, stop_broker
-from spark_mq.broker.config import read_properties_file
 from spark_mq.broker.main import EXIT_CONFIG
 from spark_mq.broker.main import main as broker_main
+from spark_mq.broker.properties_file import read_properties_file
 from spark_mq.cli_common import ENV_PATH, EXIT_ERROR, EXIT_USAGE, CliUsageError, parse_key_values
 from spark_mq.cli_format import json_text, render_pairs
 from spark_mq.errors import LogDirectoryLockedError

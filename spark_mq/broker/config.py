@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+import ipaddress
+from collections.abc import Mapping
 from typing import Any, Final
 
+from spark_mq.broker.connection_quotas import UNIX_PEER, normalize_host
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.config import (
@@ -35,6 +35,7 @@ from spark_mq.config import (
     parse_int,
     parse_list,
     setting,
+    unlimited_or_at_least,
 )
 from spark_mq.errors import ConfigError
 from spark_mq.protocol.address import BrokerAddress
@@ -74,6 +75,9 @@ _ALIASES: Final[Mapping[str, tuple[str, int]]] = {
     "log.retention.minutes": ("log.retention.ms", 60_000),
     "log.roll.hours": ("log.roll.ms", 3_600_000),
 }
+
+#: Kafka's Integer.MAX_VALUE, its "no limit" for connection counts.
+INT_MAX: Final = 2**31 - 1
 
 #: The listener schemes: Kafka's PLAINTEXT (TCP) and our UNIX (a local socket). ``UNIX://``
 #: with no path means the default socket of the log directory (see ``local.socket_path``).
@@ -140,6 +144,48 @@ def _check_listeners(key: str, value: Any) -> None:
     parsed = [Listener.parse(item) for item in value]
     if sum(1 for listener in parsed if listener.scheme == "UNIX") > 1:
         raise ConfigError(f"{key} may hold at most one UNIX listener", key=key, value=value)
+
+
+def _parse_ip_override(item: str) -> tuple[str, int]:
+    """``ADDRESS:COUNT`` (``[v6]:COUNT`` for IPv6) of max.connections.per.ip.overrides."""
+    key = "max.connections.per.ip.overrides"
+    host, colon, count_text = item.rpartition(":")
+    host = host.strip().strip("[]")
+    if not colon or not host or not (count_text.isascii() and count_text.strip().isdigit()):
+        raise ConfigError(
+            f"{key}: {item!r} must be ADDRESS:COUNT, e.g. 127.0.0.1:200 or unix:1000",
+            key=key,
+            value=item,
+        )
+    if host != UNIX_PEER:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ConfigError(
+                f"{key}: {host!r} is not an IP address (host names are not resolved; give "
+                "the address, or 'unix' for Unix socket clients)",
+                key=key,
+                value=item,
+            ) from None
+    return normalize_host(host), int(count_text)
+
+
+def _check_ip_overrides(key: str, value: Any) -> None:
+    hosts = [_parse_ip_override(item)[0] for item in value]
+    repeated = sorted({host for host in hosts if hosts.count(host) > 1})
+    if repeated:
+        raise ConfigError(
+            f"{key} names {', '.join(repeated)} more than once", key=key, value=",".join(value)
+        )
+
+
+def _check_fd_headroom(key: str, value: Any) -> None:
+    if value < -1:
+        raise ConfigError(
+            f"{key} must be -1 (automatic) or a number of descriptors, got {value}",
+            key=key,
+            value=value,
+        )
 
 
 def _check_one_dir(key: str, value: Any) -> None:
@@ -229,6 +275,59 @@ class BrokerConfig(Config):
         parse=parse_int,
         check=at_least(1),
     )
+    socket_request_read_timeout_ms: int = setting(
+        "socket.request.read.timeout.ms",
+        10_000,
+        "spark_mq only: close a connection when no byte of a request frame it has begun "
+        "arrives for this long (time the broker itself does not read, waiting for "
+        "queued.max.request.bytes, does not count).",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    queued_max_request_bytes: int = setting(
+        "queued.max.request.bytes",
+        256 * 1024 * 1024,
+        "Bytes of request frames the broker holds at once, being read, queued or served; a "
+        "connection whose next frame does not fit stops being read until memory is "
+        "released. A frame is admitted while any memory is free, so the bound can be "
+        "overshot by one frame. -1: unbounded (Kafka's default).",
+        parse=parse_int,
+        check=unlimited_or_at_least(1),
+    )
+    max_connections: int = setting(
+        "max.connections",
+        INT_MAX,
+        "Connections the broker keeps open at once; a new one beyond is closed at once.",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    max_connections_per_ip: int = setting(
+        "max.connections.per.ip",
+        INT_MAX,
+        "Connections from one IP address; a new one beyond is closed at once. Every Unix "
+        "socket client counts under the one address 'unix'. 0 allows only the addresses of "
+        "max.connections.per.ip.overrides.",
+        parse=parse_int,
+        check=at_least(0),
+    )
+    max_connections_per_ip_overrides: tuple[str, ...] = setting(
+        "max.connections.per.ip.overrides",
+        (),
+        "Per-address exceptions to max.connections.per.ip: ADDRESS:COUNT,... where ADDRESS "
+        "is an IP address or 'unix' (every Unix socket client), e.g. 127.0.0.1:200,unix:1000.",
+        parse=parse_list,
+        check=_check_ip_overrides,
+    )
+    broker_fd_headroom: int = setting(
+        "broker.fd.headroom",
+        -1,
+        "spark_mq only: file descriptors kept free for the logs' new segments, indexes and "
+        "topics: a connection is refused when accepting it would leave fewer than this many "
+        "below RLIMIT_NOFILE (which the broker raises to its hard limit). -1: a tenth of "
+        "the limit, at least 256 and at most half of it.",
+        parse=parse_int,
+        check=_check_fd_headroom,
+    )
     log_retention_check_interval_ms: int = setting(
         "log.retention.check.interval.ms",
         300_000,
@@ -289,6 +388,27 @@ class BrokerConfig(Config):
         parse=parse_int,
         check=at_least(0),
     )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_connections_per_ip == 0 and not self.max_connections_per_ip_overrides:
+            raise ConfigError(
+                "max.connections.per.ip is 0, which refuses every connection: set "
+                "max.connections.per.ip.overrides for the addresses that may connect, or "
+                "raise max.connections.per.ip",
+                key="max.connections.per.ip",
+                value=0,
+            )
+
+    @property
+    def per_ip_overrides(self) -> dict[str, int]:
+        """``max.connections.per.ip.overrides`` as address -> most connections."""
+        return dict(_parse_ip_override(item) for item in self.max_connections_per_ip_overrides)
+
+    @property
+    def request_memory_bytes(self) -> int | None:
+        """``queued.max.request.bytes``, None for unbounded."""
+        return None if self.queued_max_request_bytes < 0 else self.queued_max_request_bytes
 
     @property
     def log_dir(self) -> str:
@@ -417,117 +537,6 @@ def _broker_key_for(topic_key: str | None) -> str:
         if key == topic_key:
             return broker_key
     return topic_key or "?"
-
-
-# ---------------------------------------------------------------------------------------------
-# Properties files
-
-
-def parse_properties(text: str, *, source: str = "<properties>") -> dict[str, str]:
-    """Parse Java ``.properties`` text: ``key=value``, ``key: value`` or ``key value``.
-
-    ``#`` and ``!`` start comment lines; a line ending in an odd number of backslashes
-    continues on the next one. Escapes (``\\t``, ``\\n``, ``\\\\``, ``\\=``) are decoded. A
-    key given twice keeps the last value, as Java does.
-    """
-    out: dict[str, str] = {}
-    logical: list[str] = []
-    for line in _logical_lines(text.splitlines()):
-        logical.append(line)
-    for number, line in enumerate(logical, 1):
-        stripped = line.lstrip()
-        if not stripped or stripped[0] in "#!":
-            continue
-        key, value = _split_property(stripped)
-        if not key:
-            raise ConfigError(f"{source}: line {number} has a value but no key: {line!r}")
-        out[_unescape(key)] = _unescape(value)
-    return out
-
-
-def _logical_lines(lines: Iterable[str]) -> Iterable[str]:
-    pending = ""
-    for raw in lines:
-        line = pending + (raw.lstrip() if pending else raw)
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            pending = line[:-1]
-            continue
-        pending = ""
-        yield line
-    if pending:
-        yield pending
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch in "=: \t":
-            key = line[:i]
-            rest = line[i:].lstrip(" \t")
-            if rest[:1] in ("=", ":") and ch in " \t":
-                rest = rest[1:].lstrip(" \t")
-            elif ch in "=:":
-                rest = line[i + 1 :].lstrip(" \t")
-            return key, rest
-        i += 1
-    return line, ""
-
-
-_ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt == "u" and i + 6 <= len(text):
-                try:
-                    out.append(chr(int(text[i + 2 : i + 6], 16)))
-                    i += 6
-                    continue
-                except ValueError:
-                    pass
-            out.append(_ESCAPES.get(nxt, nxt))
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-def read_properties_file(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Read a ``.properties`` file (UTF-8), naming the file in every error."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read broker config file {path}: {exc.strerror or exc}", key="--config"
-        ) from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"broker config file {path} is not UTF-8 text: {exc}") from exc
-    return parse_properties(text, source=str(path))
-
-
-def parse_override(text: str) -> tuple[str, str]:
-    """``key=value`` from a ``--override`` flag."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ConfigError(
-            f"--override {text!r} must be key=value, e.g. --override log.retention.ms=60000",
-            key="--override",
-            value=text,
-        )
-    return key.strip(), value.strip()
 
 
 def advertised(listener: Listener, bound: BrokerAddress) -> BrokerAddress:

@@ -12,18 +12,20 @@ only. What the broker does with bad input:
   stays usable);
 - an exception escaping a handler (a bug): logged, ``frame_error`` UNKNOWN_SERVER_ERROR.
 
-Reading. :class:`Connection` is an :class:`asyncio.BufferedProtocol`: the event loop
-``recv_into``\\ s the connection's own receive buffer (:data:`RECEIVE_BUFFER_BYTES`, reused),
-so bytes are copied once, by the kernel, instead of into a fresh chunk per ``recv`` and again
-into each frame as a ``StreamReader`` does (that cost about 2 ms of broker CPU per MB
-produced). Every size prefix is checked against ``socket.request.max.bytes`` as soon as it
-arrives. A frame of at most :data:`LARGE_FRAME_BYTES` is handed to its handler as a view of
-the receive buffer; a larger one (a produce request of whole batches, typically) gets a
-buffer of its own that the kernel fills directly. The receive buffer is never written over
-while a frame in it waits or is being served: when it fills up, the unparsed tail moves to
-the front only if no frame is lent out, and otherwise to a new buffer. Frames are parsed as
-they arrive, so the next request is read while the current one is served; reading pauses
-while :data:`READ_AHEAD_BYTES` of complete frames wait.
+Reading. :class:`Connection` is an :class:`asyncio.BufferedProtocol` with no receive buffer
+of its own: the loop ``recv_into``\\ s the server's one scratch buffer
+(:data:`RECEIVE_BUFFER_BYTES`; ``get_buffer``, the read and ``buffer_updated`` are one
+callback, so connections never share it at once) and every byte is moved out before the
+callback returns, so an idle connection holds at most a size prefix cut short. Each size
+prefix is checked against ``socket.request.max.bytes`` as it arrives, then the frame's size
+is counted in the ``queued.max.request.bytes`` pool (``request_memory.py``) until it has been
+served; a frame that does not fit stops the reading until memory frees (while the pool is
+full, reads stop at a size prefix). A frame that came whole is copied out; one still arriving
+gets a buffer of exactly its size (an anonymous map over :data:`LARGE_FRAME_BYTES`, whose
+memory grows as bytes arrive), read into directly while :data:`DIRECT_READ_MIN_BYTES` or more
+are missing. Reading pauses while :data:`READ_AHEAD_BYTES` of complete frames wait. The
+server's sweep closes a connection whose begun frame got no byte for
+``socket.request.read.timeout.ms`` (:meth:`Connection.stalled_for`).
 
 Writing. Responses are queued and written together when the connection's task next yields
 to the event loop (one ``send`` for a run of pipelined produce responses instead of one
@@ -50,14 +52,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import fcntl
 import logging
 import os
 import socket
 import sys
+import termios
 from typing import IO, TYPE_CHECKING, Any, Final, cast
 
+from spark_mq.broker.connection_quotas import peer_host
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers import HANDLERS
+from spark_mq.broker.request_memory import MemoryWaiter
 from spark_mq.errors import CorruptFrameError, StorageError, UnsupportedVersionError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import encode_frame_error, encode_response, spec_for
@@ -72,18 +78,16 @@ logger = logging.getLogger("spark_mq.broker.connection")
 
 #: File ranges smaller than this are copied (one pread) instead of sent with sendfile.
 SENDFILE_MIN_BYTES: Final = 64 * 1024
-#: The reusable receive buffer of a connection; one ``recv_into`` reads at most this much.
+#: The server's scratch receive buffer; one ``recv_into`` reads at most this much.
 RECEIVE_BUFFER_BYTES: Final = 256 * 1024
-#: Frames larger than this are read into a buffer of their own, so the receive buffer always
-#: has room for the unparsed part of a frame.
+#: Frames larger than this get a buffer of the FrameBufferPool; smaller ones are copied.
 LARGE_FRAME_BYTES: Final = RECEIVE_BUFFER_BYTES // 2
+#: A frame missing at least this many bytes is read into directly; a shorter rest goes
+#: through the scratch buffer with whatever follows it (one read instead of two).
+DIRECT_READ_MIN_BYTES: Final = 64 * 1024
 #: Bytes of complete frames waiting to be served before the connection stops reading: room
 #: for a producer's five in-flight requests of 1 MB.
 READ_AHEAD_BYTES: Final = 8 * 1024 * 1024
-#: Buffers of large frames are kept for reuse (allocating and zeroing a fresh 1 MB buffer per
-#: request cost as much as reading it) up to this size, and at most this many per broker.
-POOLED_FRAME_MAX_BYTES: Final = 2 * 1024 * 1024
-POOLED_FRAME_BUFFERS: Final = 8
 #: SO_SNDBUF of accepted sockets (the kernel caps it at net.core.wmem_max). A Unix socket's
 #: default (about 200 KiB) would hold a 1 MB fetch response back until the client reads.
 SEND_BUFFER_BYTES: Final = 4 * 1024 * 1024
@@ -118,43 +122,6 @@ class _RangeFile:
         return len(data)
 
 
-class FrameBufferPool:
-    """Buffers for large frames, reused across requests and connections (event loop only).
-
-    A buffer goes back to the pool only when nothing but the pool refers to it: a handler
-    that kept a view of its frame (against the contract of
-    :data:`~spark_mq.broker.context.Handler`) keeps the buffer, which is then never written
-    again.
-    """
-
-    def __init__(self) -> None:
-        self._free: list[bytearray] = []
-
-    def take(self, size: int) -> memoryview:
-        """A buffer of exactly ``size`` bytes (contents undefined)."""
-        free = self._free
-        for i, buf in enumerate(free):
-            if len(buf) >= size:
-                del free[i]
-                return memoryview(buf)[:size]
-        if size > POOLED_FRAME_MAX_BYTES:
-            return memoryview(bytearray(size))
-        # Whole 256 KiB steps, so that buffers fit the next frames of about the same size.
-        step = RECEIVE_BUFFER_BYTES
-        return memoryview(bytearray(-(-size // step) * step))[:size]
-
-    def give(self, buf: bytearray) -> None:
-        """Return the buffer of a served frame (the caller holds no other reference)."""
-        # References: the caller's, and getrefcount's argument; any more means a view of
-        # the frame is still alive somewhere.
-        if (
-            len(buf) <= POOLED_FRAME_MAX_BYTES
-            and len(self._free) < POOLED_FRAME_BUFFERS
-            and sys.getrefcount(buf) <= 3
-        ):
-            self._free.append(buf)
-
-
 def tune_socket(sock: Any) -> None:
     """``TCP_NODELAY`` on TCP, a large send buffer on every stream socket (best effort)."""
     if sock is None:
@@ -167,34 +134,45 @@ def tune_socket(sock: Any) -> None:
 
 
 class Connection(asyncio.BufferedProtocol):
-    """Serves one accepted socket until EOF, garbage, idle timeout or shutdown."""
+    """Serves one accepted socket until EOF, garbage, a timeout or shutdown."""
 
     def __init__(self, server: BrokerServer, listener: BrokerAddress) -> None:
         self.server = server
         self.core = server.core
         self.listener = listener
         self.peer = str(listener)
+        #: The address this connection counts under for max.connections.per.ip.
+        self.host = ""
         self.busy = False
         # The loop, looked up once: get_running_loop() costs a getpid() per call.
         self._loop = asyncio.get_running_loop()
         self.last_activity = self._loop.time()
+        #: When bytes last arrived, or reading last resumed (the stall clock).
+        self.last_read = self.last_activity
         self.task: asyncio.Task[None] | None = None
         self._max_frame_bytes = self.core.config.broker.socket_request_max_bytes
+        self._memory = server.memory
         self._transport: asyncio.Transport | None = None
         self._fd = -1  # the socket's descriptor, for sendfile
-        # Receiving: the receive buffer, its unparsed part [start, end), the frames lent out
-        # of it, and the large frame being read into a buffer of its own.
-        self._buf = bytearray(RECEIVE_BUFFER_BYTES)
-        self._view = memoryview(self._buf)
-        self._start = 0
-        self._end = 0
-        self._lent = 0
-        self._large: memoryview | None = None
-        self._large_filled = 0
+        #: Counted by the server's ConnectionQuotas (released when the connection ends).
+        self.admitted = False
+        self._closed = False
+        # Receiving. Bytes read but not consumed: a size prefix cut short, or, while a frame
+        # waits for memory, everything from that frame's prefix on.
+        self._pending = b""
+        # Where the last get_buffer pointed: the scratch buffer after this many pending
+        # bytes, or (-1) the rest of the frame being filled.
+        self._scratch_base = 0
+        # The frame being received into a buffer of its own, and how much of it is there.
+        self._filling: memoryview | None = None
+        self._filled = 0
+        self._waiter: MemoryWaiter | None = None
+        # Memory granted to the first frame of _pending while it waited.
+        self._granted: int | None = None
         self._frames: collections.deque[memoryview] = collections.deque()
         self._frames_bytes = 0
         self._frame_waiter: asyncio.Future[None] | None = None
-        self._read_paused = False
+        self._reading = True
         self._eof = False
         self._lost = False
         self._bad_prefix: CorruptFrameError | None = None
@@ -211,35 +189,60 @@ class Connection(asyncio.BufferedProtocol):
         if self.server.stopping:
             transport.close()
             return
-        sock = transport.get_extra_info("socket")
-        tune_socket(sock)
-        self._fd = sock.fileno() if sock is not None else -1
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.peer = f"{peer[0]}:{peer[1]}"
+        self.host = peer_host(peer)
+        if not self.server.quotas.admit(self.host, self.peer):
+            transport.close()
+            return
+        self.admitted = True
+        sock = transport.get_extra_info("socket")
+        tune_socket(sock)
+        self._fd = sock.fileno() if sock is not None else -1
         self.server.connections.add(self)
         self.core.touch()
         self.task = self._loop.create_task(self._run())
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._large is not None:
-            return self._large[self._large_filled :]
-        if self._end == len(self._buf):
-            self._make_room()
-        return self._view[self._end :]
+        filling = self._filling
+        if filling is not None and len(filling) - self._filled >= DIRECT_READ_MIN_BYTES:
+            self._scratch_base = -1
+            return filling[self._filled :]
+        server = self.server
+        scratch = server.scratch
+        server.scratch_user = self
+        pending = self._pending
+        held = len(pending)
+        # Between frames only a size prefix cut short is pending (a frame waiting for
+        # memory pauses reading): it goes in front of the new bytes.
+        assert held < SIZE.size and (not held or filling is None)
+        if held:
+            scratch[:held] = pending
+        self._scratch_base = held
+        if filling is None and self._memory.exhausted:
+            # No memory for another frame: read no further than its size prefix, so that a
+            # connection that has to wait holds only those four bytes.
+            return scratch[held : SIZE.size]
+        return scratch[held:]
 
     def buffer_updated(self, nbytes: int) -> None:
-        large = self._large
-        if large is not None:
-            self._large_filled += nbytes
-            if self._large_filled == len(large):
-                self._large = None
-                self._push(large)
+        self.last_read = self._loop.time()
+        base = self._scratch_base
+        if base < 0:
+            filling = self._filling
+            assert filling is not None
+            self._filled += nbytes
+            if self._filled == len(filling):
+                self._filling = None
+                self._push(filling)
         else:
-            self._end += nbytes
-            self._parse()
-        if self._frames_bytes >= READ_AHEAD_BYTES and not self._read_paused:
-            self._pause_reading()
+            assert self.server.scratch_user is self
+            self.server.scratch_user = None
+            self._pending = b""
+            self._consume(self.server.scratch, base + nbytes)
+        if self._waiter is not None or self._frames_bytes >= READ_AHEAD_BYTES:
+            self._update_reading()
 
     def eof_received(self) -> bool:
         # Keep the transport open: the frames that came before the EOF are still answered.
@@ -265,55 +268,91 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- receiving ------------------------------------------------------------------------
 
-    def _parse(self) -> None:
-        """Cut every complete frame out of the receive buffer."""
-        view = self._view
-        while self._bad_prefix is None:
-            start = self._start
-            available = self._end - start
+    def _consume(self, view: memoryview, end: int) -> None:
+        """Move ``view[:end]`` (bytes that will not stay there) into frames: the rest of the
+        frame being filled, whole frames, the start of the next one."""
+        pos = 0
+        filling = self._filling
+        if filling is not None:
+            filled = self._filled
+            take = min(len(filling) - filled, end)
+            filling[filled : filled + take] = view[:take]
+            self._filled = filled + take
+            if self._filled < len(filling):
+                return
+            pos = take
+            self._filling = None
+            self._push(filling)
+        max_bytes = self._max_frame_bytes
+        memory = self._memory
+        while pos < end:
+            available = end - pos
             if available < SIZE.size:
-                break
+                self._pending = bytes(view[pos:end])
+                return
             try:
-                size = frame_size(view[start : start + SIZE.size], self._max_frame_bytes)
+                size = frame_size(view[pos : pos + SIZE.size], max_bytes)
             except CorruptFrameError as exc:
                 # Answer the frames that came before, then close (see _next_frame).
                 self._bad_prefix = exc
-                self._pause_reading()
+                self._update_reading()
                 self._wake_reader()
-                break
-            begin = start + SIZE.size
-            if size > LARGE_FRAME_BYTES:
-                large = self.server.frame_buffers.take(size)
-                have = min(available - SIZE.size, size)
-                large[:have] = view[begin : begin + have]
-                self._start = begin + have
-                if have == size:
-                    self._push(large)
-                    continue
-                self._large, self._large_filled = large, have
-                break
-            if available - SIZE.size < size:
-                break
-            self._start = begin + size
-            self._lent += 1
-            self._push(view[begin : begin + size])
-        if self._start == self._end and not self._lent:
-            self._start = self._end = 0
+                return
+            if self._granted is not None:
+                assert self._granted == size, "memory granted to another frame"
+                self._granted = None
+            elif not memory.try_reserve(size):
+                self._pending = bytes(view[pos:end])
+                self._waiter = memory.wait(size, self._memory_granted)
+                return
+            begin = pos + SIZE.size
+            have = min(available - SIZE.size, size)
+            pos = begin + have
+            if have == size and size <= LARGE_FRAME_BYTES:
+                frame = memoryview(view[begin:pos].tobytes())
+            else:
+                if size > LARGE_FRAME_BYTES:
+                    frame = self.server.frame_buffers.take(size)
+                else:
+                    frame = memoryview(bytearray(size))
+                frame[:have] = view[begin:pos]
+                if have < size:
+                    self._filling, self._filled = frame, have
+                    return
+            self._push(frame)
 
-    def _make_room(self) -> None:
-        """The receive buffer is full: move its unparsed tail (part of one frame) to the
-        front, or to a new buffer if frames lent out of this one still point into it."""
-        start, end = self._start, self._end
-        tail = end - start
-        if self._lent:
-            buf = bytearray(RECEIVE_BUFFER_BYTES)
-            buf[:tail] = self._view[start:end]
-            self._buf, self._view = buf, memoryview(buf)
-            self._lent = 0
-        elif start:
-            self._view[:tail] = self._view[start:end]
-        self._start, self._end = 0, tail
-        assert self._end < len(self._buf), "receive buffer full of one unparsed frame"
+    def _memory_granted(self, size: int) -> None:
+        """The pool counted ``size`` bytes for the frame at the front of ``_pending``."""
+        self._waiter = None
+        if self._closed:
+            self._memory.release(size)
+            return
+        self._granted = size
+        pending, self._pending = self._pending, b""
+        self._consume(memoryview(pending), len(pending))
+        self.last_read = self._loop.time()
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        """Read the socket unless a frame waits for memory, READ_AHEAD_BYTES of frames wait
+        to be served, or the stream is garbage."""
+        reading = (
+            self._waiter is None
+            and self._frames_bytes < READ_AHEAD_BYTES
+            and self._bad_prefix is None
+            and not self._lost
+        )
+        if reading == self._reading:
+            return
+        self._reading = reading
+        transport = self._transport
+        if transport is None or self._lost:
+            return
+        if reading:
+            self.last_read = self._loop.time()
+            transport.resume_reading()
+        else:
+            transport.pause_reading()
 
     def _push(self, frame: memoryview) -> None:
         self._frames.append(frame)
@@ -325,20 +364,11 @@ class Connection(asyncio.BufferedProtocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _pause_reading(self) -> None:
-        self._read_paused = True
-        if self._transport is not None and not self._lost:
-            self._transport.pause_reading()
-
     def _release(self, frame: memoryview) -> None:
-        """The frame was served: its part of the receive buffer, or its own buffer, may be
-        reused."""
+        """The frame was served: its memory is free, its buffer may be reused."""
+        self._memory.release(len(frame))
         buf = frame.obj
-        if buf is self._buf:
-            self._lent -= 1
-            if not self._lent and self._start == self._end:
-                self._start = self._end = 0
-        elif isinstance(buf, bytearray):
+        if not isinstance(buf, bytes | bytearray):
             # Drops this view's hold on the buffer even while the caller still names it; a
             # view that something else exported keeps it (BufferError), and then the pool
             # sees the extra reference and lets the buffer go.
@@ -346,6 +376,49 @@ class Connection(asyncio.BufferedProtocol):
                 frame.release()
             del frame
             self.server.frame_buffers.give(buf)
+
+    def _drop_received(self) -> None:
+        """The connection is done: give back the memory of every frame not served."""
+        self._closed = True
+        memory = self._memory
+        while self._frames:
+            memory.release(len(self._frames.popleft()))
+        self._frames_bytes = 0
+        if self._filling is not None:
+            memory.release(len(self._filling))
+            self._filling = None
+        if self._granted is not None:
+            memory.release(self._granted)
+            self._granted = None
+        if self._waiter is not None:
+            # A waiter granted already has its callback scheduled: it sees _closed.
+            memory.cancel(self._waiter)
+            self._waiter = None
+        self._pending = b""
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds the frame this connection has begun has gone without a byte while the
+        broker was reading (0 when no frame is begun, or the client has closed its side:
+        the frames before are answered, then the connection closes)."""
+        if not self._reading or self._eof or (self._filling is None and not self._pending):
+            return 0.0
+        return now - self.last_read
+
+    def describe_partial(self) -> str:
+        """What has arrived of the frame begun, for the log."""
+        if self._filling is not None:
+            return f"{self._filled} of {len(self._filling)} bytes of a request frame"
+        return f"{len(self._pending)} of the {SIZE.size} bytes of a size prefix"
+
+    def unread_bytes(self) -> int:
+        """Bytes the kernel holds for this socket that the broker has not read yet."""
+        if self._fd < 0:
+            return 0
+        try:
+            out = fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0")
+        except OSError:
+            return 0
+        return int.from_bytes(out, sys.byteorder)
 
     async def _next_frame(self) -> memoryview | None:
         """The next complete frame; None at EOF, when the connection is gone, or after a
@@ -361,15 +434,8 @@ class Connection(asyncio.BufferedProtocol):
             await waiter
         frame = self._frames.popleft()
         self._frames_bytes -= len(frame)
-        if (
-            self._read_paused
-            and self._frames_bytes < READ_AHEAD_BYTES
-            and self._bad_prefix is None
-            and not self._lost
-        ):
-            self._read_paused = False
-            assert self._transport is not None
-            self._transport.resume_reading()
+        if not self._reading:
+            self._update_reading()
         return frame
 
     # -- serving --------------------------------------------------------------------------
@@ -404,7 +470,8 @@ class Connection(asyncio.BufferedProtocol):
             self._flush()
             if self._transport is not None:
                 self._transport.close()
-            self.server.connections.discard(self)
+            self._drop_received()
+            self.server.forget(self)
             self.core.touch()
 
     async def _serve(self, data: memoryview) -> bool:

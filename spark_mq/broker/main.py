@@ -5,9 +5,10 @@
     python -m spark_mq.broker --log-dir DIR --local               # what ensure_broker starts
 
 Startup, in order: read the configuration (file, then ``--override`` flags, then
-``--log-dir``); open the directory with the storage's LogManager, which takes its exclusive
-lock and recovers the log; increment the broker epoch (``broker.meta.json``); bind the
-listeners; write ``broker.json`` so clients can find the broker; start the background jobs.
+``--log-dir``); raise the soft open file limit (``RLIMIT_NOFILE``) to the hard one; open the
+directory with the storage's LogManager, which takes its exclusive lock and recovers the
+log; increment the broker epoch (``broker.meta.json``); bind the listeners; write
+``broker.json`` so clients can find the broker; start the background jobs.
 Shutdown (SIGTERM, SIGINT, or ``broker.idle.exit.ms`` of idleness) runs it backwards:
 remove ``broker.json``, stop accepting, let requests in flight finish, stop the jobs, close
 the LogManager (flush, checkpoints, clean-shutdown marker, lock released). A broker whose log
@@ -41,12 +42,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from spark_mq.broker.config import (
-    LOCAL_DEFAULTS,
-    ServerConfig,
-    parse_override,
-    read_properties_file,
-)
+from spark_mq.broker.config import LOCAL_DEFAULTS, ServerConfig
+from spark_mq.broker.connection_quotas import open_file_limit, raise_open_file_limit
 from spark_mq.broker.core import BrokerCore
 from spark_mq.broker.dir_files import (
     PRIVATE_UMASK,
@@ -58,6 +55,7 @@ from spark_mq.broker.dir_files import (
 )
 from spark_mq.broker.handlers.errors import report_repeated
 from spark_mq.broker.log_setup import setup_logging
+from spark_mq.broker.properties_file import parse_override, read_properties_file
 from spark_mq.broker.scheduler import Scheduler
 from spark_mq.broker.server import BrokerServer
 from spark_mq.errors import ConfigError, LogDirectoryLockedError, SparkMQError
@@ -208,6 +206,12 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
 def run(config: ServerConfig, *, local: bool) -> int:
     """Open the directory, serve, shut down; the process exit status."""
     root = Path(config.broker.log_dir).resolve()
+    # Connections and log files draw on one RLIMIT_NOFILE: take all the system allows, so
+    # that the share kept for the logs (broker.fd.headroom) is as large as it can be.
+    soft = open_file_limit()
+    raised = raise_open_file_limit()
+    if raised != soft:
+        logger.info("raised the open file limit (RLIMIT_NOFILE) from %s to %s", soft, raised)
     flush_executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mq-flush")
     try:
         try:

@@ -1,11 +1,17 @@
 """The network side of a broker: listeners, connections, idle exit and orderly close.
 
 :class:`BrokerServer` binds every listener (TCP and the local Unix socket), runs one
-:class:`~spark_mq.broker.connection.Connection` task per accepted socket, closes connections
-idle for ``connections.max.idle.ms``, and asks the broker to stop after
-``broker.idle.exit.ms`` with no connection and no request. :meth:`BrokerServer.close` stops
-accepting, wakes long-polling fetches (they answer with what they have), lets requests in
-flight finish within a timeout and cuts what is left.
+:class:`~spark_mq.broker.connection.Connection` task per accepted socket that the
+:class:`~spark_mq.broker.connection_quotas.ConnectionQuotas` admit (``max.connections``,
+``max.connections.per.ip``, the descriptors kept for the logs), and holds what the
+connections share: the ``queued.max.request.bytes`` pool, the buffers of large frames, the
+scratch receive buffer. A sweep (every second at most) closes connections idle for
+``connections.max.idle.ms``, those whose request frame stalled for
+``socket.request.read.timeout.ms``, and the longest-idle ones when the logs have taken part
+of ``broker.fd.headroom``. The server asks the broker to stop after ``broker.idle.exit.ms``
+with no connection and no request. :meth:`BrokerServer.close` stops accepting, wakes
+long-polling fetches (they answer with what they have), lets requests in flight finish
+within a timeout and cuts what is left.
 
 Every :data:`LOG_DIR_CHECK_INTERVAL_S` it checks that the log directory is still the one the
 broker opened (:meth:`~spark_mq.storage.log_manager.LogManager.directory_lost`). A directory
@@ -23,18 +29,25 @@ import functools
 import logging
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
 from spark_mq.broker.config import Listener, advertised
-from spark_mq.broker.connection import Connection, FrameBufferPool
+from spark_mq.broker.connection import RECEIVE_BUFFER_BYTES, Connection
+from spark_mq.broker.connection_quotas import ConnectionQuotas, open_file_limit
 from spark_mq.broker.core import BrokerCore
+from spark_mq.broker.request_memory import FrameBufferPool, RequestMemoryPool
 from spark_mq.protocol.address import BrokerAddress
 
 logger = logging.getLogger("spark_mq.broker.server")
 
 #: How often the broker checks that its log directory is still there (two ``stat`` calls).
 LOG_DIR_CHECK_INTERVAL_S: Final = 1.0
+#: The connection sweep (idle, stalled frames, quota housekeeping) runs at least this often.
+SWEEP_MAX_INTERVAL_S: Final = 1.0
+#: Connections named in one log line about closing several.
+LOGGED_PEERS: Final = 3
 
 
 def _bind_tcp(host: str, port: int) -> socket.socket:
@@ -61,8 +74,22 @@ class BrokerServer:
         self.stopping = False
         self.stop_reason: str | None = None
         self.connections: set[Connection] = set()
+        broker = core.config.broker
+        self.quotas = ConnectionQuotas(
+            max_connections=broker.max_connections,
+            max_per_ip=broker.max_connections_per_ip,
+            per_ip_overrides=broker.per_ip_overrides,
+            fd_limit=open_file_limit(),
+            fd_headroom=broker.broker_fd_headroom,
+        )
+        #: The bytes of request frames in the broker (queued.max.request.bytes).
+        self.memory = RequestMemoryPool(broker.request_memory_bytes, schedule=_call_soon)
         #: Buffers of large request frames, shared by the connections.
         self.frame_buffers = FrameBufferPool()
+        #: The receive buffer every read goes through, and the connection that last asked
+        #: for it (its bytes are moved out in the same event loop callback).
+        self.scratch = memoryview(bytearray(RECEIVE_BUFFER_BYTES))
+        self.scratch_user: Connection | None = None
         self.addresses: list[BrokerAddress] = []
         self.unix_path: str | None = None
         # (st_dev, st_ino) of the socket file this broker bound: close() removes only that
@@ -106,7 +133,12 @@ class BrokerServer:
                 )
             self._servers.append(server)
             self.addresses.append(address)
-        self._tasks.append(asyncio.create_task(self._sweep_idle_connections()))
+        logger.info(
+            "connection limits: %s; queued.max.request.bytes %s",
+            self.quotas.describe(),
+            self.memory.capacity_bytes if self.memory.capacity_bytes is not None else "unbounded",
+        )
+        self._tasks.append(asyncio.create_task(self._sweep_connections()))
         self._tasks.append(asyncio.create_task(self._watch_log_directory()))
         idle_exit_ms = self.core.config.broker.idle_exit_ms
         if idle_exit_ms is not None:
@@ -116,19 +148,85 @@ class BrokerServer:
     # -----------------------------------------------------------------------------------------
     # Housekeeping
 
-    async def _sweep_idle_connections(self) -> None:
-        idle_s = self.core.config.broker.connections_max_idle_ms / 1000
+    def forget(self, conn: Connection) -> None:
+        """A connection's task ended: it no longer counts against the limits."""
+        self.connections.discard(conn)
+        if conn.admitted:
+            conn.admitted = False
+            self.quotas.release(conn.host)
+
+    async def _sweep_connections(self) -> None:
+        broker = self.core.config.broker
+        idle_s = broker.connections_max_idle_ms / 1000
+        stall_s = broker.socket_request_read_timeout_ms / 1000
+        period_s = min(max(min(idle_s / 2, stall_s / 4), 0.05), SWEEP_MAX_INTERVAL_S)
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(min(max(idle_s / 2, 0.05), 30.0))
+            await asyncio.sleep(period_s)
             now = loop.time()
-            for conn in list(self.connections):
-                if not conn.busy and now - conn.last_activity > idle_s and conn.task is not None:
-                    logger.info(
-                        "closing connection from %s: idle longer than connections.max.idle.ms",
-                        conn.peer,
+            idle: list[Connection] = []
+            stalled: list[Connection] = []
+            for conn in self.connections:
+                if conn.task is None:
+                    continue
+                if not conn.busy and now - conn.last_activity > idle_s:
+                    idle.append(conn)
+                elif conn.stalled_for(now) > stall_s:
+                    # Bytes waiting in the kernel mean the broker is behind, not the client.
+                    if conn.unread_bytes():
+                        conn.last_read = now
+                    else:
+                        stalled.append(conn)
+            if idle:
+                logger.info(
+                    "closing %d connections idle longer than connections.max.idle.ms (%d ms): %s",
+                    len(idle),
+                    broker.connections_max_idle_ms,
+                    _peers(idle),
+                )
+            if stalled:
+                logger.warning(
+                    "closing %d connections whose request frame got no byte for "
+                    "socket.request.read.timeout.ms (%d ms): %s",
+                    len(stalled),
+                    broker.socket_request_read_timeout_ms,
+                    ", ".join(
+                        f"{c.peer} (had {c.describe_partial()})" for c in stalled[:LOGGED_PEERS]
                     )
-                    conn.task.cancel()
+                    + (", ..." if len(stalled) > LOGGED_PEERS else ""),
+                )
+            for conn in idle + stalled:
+                assert conn.task is not None
+                conn.task.cancel()
+            self.quotas.refresh()
+            self._give_descriptors_back(set(idle + stalled))
+
+    def _give_descriptors_back(self, closing: set[Connection]) -> None:
+        """Close the longest-idle connections whose descriptors the logs need (see
+        ``connection_quotas.py``)."""
+        excess = self.quotas.fd_excess() - len(closing)
+        if excess <= 0:
+            return
+        victims = sorted(
+            (c for c in self.connections if not c.busy and c.task is not None and c not in closing),
+            key=lambda c: c.last_activity,
+        )[:excess]
+        if not victims:
+            return
+        quotas = self.quotas
+        logger.warning(
+            "closing %d connections, the longest idle first (%s): the logs have taken %d of the "
+            "%d file descriptors kept for them (broker.fd.headroom; %d open, RLIMIT_NOFILE %s)",
+            len(victims),
+            _peers(victims),
+            excess + len(closing),
+            quotas.fd_headroom,
+            quotas.open_fds_estimate,
+            quotas.fd_limit,
+        )
+        for conn in victims:
+            assert conn.task is not None
+            conn.task.cancel()
 
     async def _watch_log_directory(self) -> None:
         logs = self.core.logs
@@ -217,3 +315,13 @@ class BrokerServer:
         if (current.st_dev, current.st_ino) == self._unix_file:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.unix_path)
+
+
+def _call_soon(callback: Callable[..., object], *args: object) -> None:
+    asyncio.get_running_loop().call_soon(callback, *args)
+
+
+def _peers(conns: list[Connection]) -> str:
+    """The first few peers of ``conns``, for a log line."""
+    names = ", ".join(conn.peer for conn in conns[:LOGGED_PEERS])
+    return names + (", ..." if len(conns) > LOGGED_PEERS else "")

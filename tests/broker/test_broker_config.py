@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,12 +13,14 @@ from spark_mq.broker.config import (
     BrokerConfig,
     Listener,
     ServerConfig,
+)
+from spark_mq.broker.group.config import GroupConfig
+from spark_mq.broker.main import load_config, parse_args
+from spark_mq.broker.properties_file import (
     parse_override,
     parse_properties,
     read_properties_file,
 )
-from spark_mq.broker.group.config import GroupConfig
-from spark_mq.broker.main import load_config, parse_args
 from spark_mq.errors import ConfigError
 from spark_mq.storage.log_config import LogConfig
 
@@ -35,6 +38,9 @@ KAFKA_DEFAULTS = {
     "log.cleaner.backoff.ms": "15000",
     "log.flush.offset.checkpoint.interval.ms": "60000",
     "node.id": "0",
+    "max.connections": "2147483647",
+    "max.connections.per.ip": "2147483647",
+    "max.connections.per.ip.overrides": "",
 }
 
 
@@ -127,6 +133,66 @@ def test_idle_exit():
     assert BrokerConfig.from_properties({"broker.idle.exit.ms": "500"}).idle_exit_ms == 500
     with pytest.raises(ConfigError):
         BrokerConfig.from_properties({"broker.idle.exit.ms": "-5"})
+
+
+def test_connection_and_memory_limits():
+    cfg = BrokerConfig.from_properties(
+        {
+            "max.connections": "100",
+            "max.connections.per.ip": "0",
+            "max.connections.per.ip.overrides": "127.0.0.1:10, unix:50,[::ffff:10.0.0.1]:3",
+            "queued.max.request.bytes": "-1",
+            "socket.request.read.timeout.ms": "2500",
+            "broker.fd.headroom": "1000",
+        }
+    )
+    assert cfg.max_connections == 100 and cfg.max_connections_per_ip == 0
+    assert cfg.per_ip_overrides == {"127.0.0.1": 10, "unix": 50, "10.0.0.1": 3}
+    assert cfg.request_memory_bytes is None
+    assert cfg.socket_request_read_timeout_ms == 2500 and cfg.broker_fd_headroom == 1000
+    defaults = BrokerConfig()
+    assert defaults.request_memory_bytes == 256 * 1024 * 1024 and defaults.per_ip_overrides == {}
+    assert defaults.broker_fd_headroom == -1
+
+
+@pytest.mark.parametrize(
+    ("props", "key", "says"),
+    [
+        ({"max.connections": "0"}, "max.connections", "at least 1"),
+        ({"max.connections.per.ip": "-1"}, "max.connections.per.ip", "at least 0"),
+        ({"max.connections.per.ip": "0"}, "max.connections.per.ip", "overrides"),
+        ({"max.connections.per.ip.overrides": "db1:5"}, "max.connections.per.ip.overrides", "IP"),
+        (
+            {"max.connections.per.ip.overrides": "unix"},
+            "max.connections.per.ip.overrides",
+            ":COUNT",
+        ),
+        (
+            {"max.connections.per.ip.overrides": "unix:1,unix:2"},
+            "max.connections.per.ip.overrides",
+            "more than once",
+        ),
+        ({"queued.max.request.bytes": "0"}, "queued.max.request.bytes", "-1 (unlimited)"),
+        ({"queued.max.request.bytes": "lots"}, "queued.max.request.bytes", "integer"),
+        ({"socket.request.read.timeout.ms": "0"}, "socket.request.read.timeout.ms", "at least"),
+        ({"broker.fd.headroom": "-2"}, "broker.fd.headroom", "automatic"),
+    ],
+)
+def test_bad_limits_name_their_key(props, key, says):
+    with pytest.raises(ConfigError, match=re.escape(says)) as exc:
+        ServerConfig.from_properties(props)
+    assert exc.value.key == key and key in str(exc.value)
+
+
+def test_example_file_and_docs_carry_every_broker_default():
+    props = read_properties_file(REPO / "conf" / "broker.properties")
+    doc = (REPO / "docs" / "broker.md").read_text(encoding="utf-8")
+    for key, value in BrokerConfig().to_properties().items():
+        if key in ("log.dirs", "listeners", "node.id"):
+            continue  # the file sets them for an installation; the docs say "(required)"
+        assert props.get(key) == value, key
+        shown = f"`{value}`" if value else "(none)"
+        assert f"| `{key}` | {shown} |" in doc, key
 
 
 def test_properties_syntax():

@@ -4,8 +4,9 @@ thread over a LogManager in tmp_path, spoken to with raw frames from blocking so
 
 Covered here rather than through a broker process: what the accepted sockets are set to
 (TCP_NODELAY), frames cut at arbitrary points and pipelined (small, large and over the
-receive buffer), answers in order around sendfile, a bad size prefix after good frames, and
-the reuse of large frame buffers.
+receive buffer), answers in order around sendfile, and a bad size prefix after good frames.
+The buffers and the request memory pool are in test_request_memory.py, the limits on a real
+broker in tests/integration/test_broker_limits.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from spark_mq.broker.connection import (
     LARGE_FRAME_BYTES,
     RECEIVE_BUFFER_BYTES,
     SENDFILE_MIN_BYTES,
-    FrameBufferPool,
 )
 from spark_mq.broker.core import BrokerCore
 from spark_mq.broker.dir_files import BrokerMeta
@@ -241,16 +241,26 @@ def test_a_client_closing_its_side_still_gets_the_answers(broker: LoopThread) ->
     assert decode_records(responses[1].records).num_rows == 2
 
 
-def test_frame_buffers_are_reused_only_when_nothing_refers_to_them() -> None:
-    pool = FrameBufferPool()
-    view = pool.take(700_000)
-    buf = view.obj
-    assert isinstance(buf, bytearray) and len(view) == 700_000
-    kept = view[10:20]  # a view of the frame that outlived its request
-    view.release()
-    pool.give(buf)
-    assert pool.take(600_000).obj is not buf  # still referenced: never written again
-    del kept
-    pool.give(buf)
-    again = pool.take(600_000)
-    assert again.obj is buf and len(again) == 600_000
+def test_every_byte_of_request_memory_and_every_connection_slot_is_given_back(
+    broker: LoopThread,
+) -> None:
+    big = batch_of(80, 4_000, 9)  # over the scratch buffer
+    with broker.connect() as sock:  # served frames
+        sock.sendall(b"".join(produce_frame("m", big, cid) for cid in range(1, 4)))
+        assert [read_frame(sock).correlation_id for _ in range(3)] == [1, 2, 3]
+    with broker.connect() as sock:  # a large frame cut off by the client
+        sock.sendall(produce_frame("m", big, 9)[:100_000])
+    with broker.connect(unix=True) as sock:  # a size prefix alone
+        sock.sendall(SIZE.pack(50_000_000))
+    with broker.connect(unix=True) as sock:  # a size prefix cut short
+        sock.sendall(SIZE.pack(50_000_000)[:3])
+
+    async def settled() -> tuple[int, int, dict[str, int]]:
+        server = broker.server
+        for _ in range(500):
+            if not server.connections:
+                break
+            await asyncio.sleep(0.01)
+        return server.memory.used_bytes, server.quotas.count, dict(server.quotas.per_ip)
+
+    assert broker.call(settled()) == (0, 0, {})

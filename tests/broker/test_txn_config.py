@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_mq.broker.config import ServerConfig, read_properties_file
+from spark_mq.broker.config import ServerConfig
+from spark_mq.broker.properties_file import read_properties_file
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.errors import ConfigError
 

@@ -8,8 +8,9 @@ Fixture names are stable (the client tests use them too):
   ``.dir``, ``.pid``, ``.stop()``, ``.kill()`` and ``.connect()``;
 - ``raw_connect``: :class:`RawConnection` itself, to connect to any address;
 - ``subprocess_env``: an environment that imports this checkout's spark_mq;
-- ``start_broker``: a factory ``start_broker(dir=None, overrides=None) -> BrokerProcess`` for
-  tests that need several brokers or restarts; every broker it started is stopped at the end.
+- ``start_broker``: a factory ``start_broker(dir=None, overrides=None, **kw) -> BrokerProcess``
+  (``kw``: ``wait``, ``open_file_limit``) for tests that need several brokers, restarts or a
+  lowered resource limit; every broker it started is stopped at the end.
 
 :class:`RawConnection` is a tiny synchronous client: ``call(request, records)`` sends one
 request and returns a :class:`Reply` (decoded body, records bytes, frame error), plus
@@ -281,25 +282,46 @@ class BrokerProcess:
         return self.proc.poll() is None
 
 
+#: ``python -c`` program: set RLIMIT_NOFILE to argv[1], then run the broker with the rest.
+_LIMITED_BROKER = """
+import resource, runpy, sys
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+sys.argv = ["spark_mq.broker", *sys.argv[2:]]
+runpy.run_module("spark_mq.broker", run_name="__main__", alter_sys=True)
+"""
+
+
 def launch_broker(
     directory: Path,
     overrides: Mapping[str, str] | None = None,
     *,
     stderr_path: Path,
     wait: bool = True,
+    open_file_limit: int | None = None,
 ) -> BrokerProcess:
-    """Start ``python -m spark_mq.broker`` on ``directory`` (TCP ephemeral + Unix socket)."""
+    """Start ``python -m spark_mq.broker`` on ``directory`` (TCP ephemeral + Unix socket);
+    ``open_file_limit`` sets its RLIMIT_NOFILE, soft and hard, before the broker starts."""
     props = {
         "listeners": "PLAINTEXT://127.0.0.1:0,UNIX://",
         "log.retention.check.interval.ms": "300000",
         **(overrides or {}),
     }
-    cmd = [sys.executable, "-m", "spark_mq.broker", "--log-dir", str(directory)]
+    args = ["--log-dir", str(directory)]
     for key, value in props.items():
-        cmd += ["--override", f"{key}={value}"]
+        args += ["--override", f"{key}={value}"]
+    cmd = [sys.executable, "-m", "spark_mq.broker", *args]
+    if open_file_limit is not None:
+        # Set in the child itself rather than with Popen's preexec_fn, which is unsafe in a
+        # process with threads.
+        cmd = [sys.executable, "-c", _LIMITED_BROKER, str(open_file_limit), *args]
     with open(stderr_path, "ab") as err:
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=broker_env()
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=err,
+            stderr=err,
+            env=broker_env(),
         )
     broker = BrokerProcess(directory, proc, stderr_path)
     if wait:
