@@ -50,7 +50,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from spark_mq.errors import LogClosedError, OffsetOutOfRangeError
+from spark_mq.errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError
 from spark_mq.storage.codecs import Bytes
 from spark_mq.storage.local_log import LocalLog
 from spark_mq.storage.log_append import LogAppendInfo, check_append, stamp_batches
@@ -547,13 +547,16 @@ class PartitionLog:
         self._check_open()
         self._check_range(start_offset)
         bound = self._upper_bound(isolation)
-        result_range, range_segment, next_if_empty = self._local.read_range(
-            start_offset,
-            max_bytes,
-            bound,
-            max_offset=max_offset,
-            min_one_message=min_one_message,
-        )
+        try:
+            result_range, range_segment, next_if_empty = self._local.read_range(
+                start_offset,
+                max_bytes,
+                bound,
+                max_offset=max_offset,
+                min_one_message=min_one_message,
+            )
+        except CorruptRecordError as exc:
+            raise self._named(exc) from exc
         if max_offset is not None:
             bound = min(bound, max_offset)
         aborted: tuple[AbortedTxn, ...] | None = None
@@ -623,8 +626,23 @@ class PartitionLog:
         """
         with self._lock:
             info, next_if_empty = self._read(start_offset, max_bytes, isolation, max_offset, True)
-        return decode_fetch(
-            info, isolation=isolation, max_offset=max_offset, next_offset_if_empty=next_if_empty
+        try:
+            return decode_fetch(
+                info, isolation=isolation, max_offset=max_offset, next_offset_if_empty=next_if_empty
+            )
+        except CorruptRecordError as exc:
+            raise self._named(exc) from exc
+
+    def _named(self, exc: CorruptRecordError) -> CorruptRecordError:
+        """``exc`` with this partition's name in its message and attributes."""
+        return CorruptRecordError(
+            f"{self.topic}-{self.partition}: {exc}",
+            path=exc.path,
+            position=exc.position,
+            offset=exc.offset,
+            topic=self.topic,
+            partition=self.partition,
+            next_offset=exc.next_offset,
         )
 
     def find_offset_by_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
