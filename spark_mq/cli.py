@@ -1,7 +1,8 @@
 """``spark-mq``: the command line of spark_mq (broker, topics, groups, transactions,
-produce, consume, perf).
+produce, consume, perf, log verify).
 
-Every command talks to a broker: ``--path DIR`` uses the local broker that owns DIR (started
+Every command but ``log verify`` (which reads a log directory's files itself, read-only) talks
+to a broker: ``--path DIR`` uses the local broker that owns DIR (started
 if none runs), ``--bootstrap-server HOST:PORT`` a running one; exactly one of them, or the
 environment variable ``SPARK_MQ_PATH``. ``--json`` turns the human-readable output into one
 JSON document (JSON lines for ``consume``). ``docs/cli.md`` describes every command.
@@ -35,6 +36,7 @@ from spark_mq import (
     __version__,
     cli_broker,
     cli_groups,
+    cli_log,
     cli_perf,
     cli_records,
     cli_topics,
@@ -201,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     # groups ------------------------------------------------------------------------------
     cli_groups.add_parser(commands, common)
     cli_transactions.add_parser(commands, common)
+    cli_log.add_parser(commands)
 
     # produce -----------------------------------------------------------------------------
     produce = commands.add_parser(
@@ -376,6 +379,7 @@ def _handlers() -> dict[str, Callable[[argparse.Namespace], int]]:
         "perf_consume": cli_perf.perf_consume,
         **cli_groups.HANDLERS,
         **cli_transactions.HANDLERS,
+        **cli_log.HANDLERS,
     }
 
 

@@ -11,7 +11,7 @@ operation again may succeed::
     ├── UsageError                       the API was called in a way it does not support
     │   └── InvalidTopicError            a topic name Kafka would refuse
     ├── StorageError                     the local log directory
-    │   ├── CorruptRecordError           a record batch failed a size, magic or CRC check
+    │   ├── CorruptRecordError           a record batch failed a size, magic, CRC or body check
     │   ├── CorruptIndexError            an index file failed its sanity check (it gets rebuilt)
     │   ├── CorruptCheckpointError       a checkpoint or topic metadata file failed validation
     │   ├── OffsetOutOfRangeError        an offset below the log start or above the log end
@@ -135,9 +135,12 @@ class StorageError(SparkMQError):
 
 
 class CorruptRecordError(StorageError):
-    """A record batch failed a size, magic-byte or CRC check.
+    """A record batch failed a size, magic-byte, CRC or body check.
 
-    ``path`` and ``position`` locate the bad bytes when they came from a file.
+    ``path`` and ``position`` locate the bad bytes when they came from a file; ``topic`` and
+    ``partition`` name the partition when the reader knows it; ``offset`` is the batch's base
+    offset; ``next_offset``, when known, is the offset after the batch, where a reader that
+    gives up its records may go on (``consumer.seek(tp, next_offset)``).
     """
 
     error_code: ClassVar[int] = 2
@@ -149,11 +152,17 @@ class CorruptRecordError(StorageError):
         path: str | None = None,
         position: int | None = None,
         offset: int | None = None,
+        topic: str | None = None,
+        partition: int | None = None,
+        next_offset: int | None = None,
     ) -> None:
         super().__init__(message)
         self.path = path
         self.position = position
         self.offset = offset
+        self.topic = topic
+        self.partition = partition
+        self.next_offset = next_offset
 
 
 class CorruptIndexError(StorageError):

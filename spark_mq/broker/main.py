@@ -152,6 +152,15 @@ def open_directory(
             time.sleep(0.05)
 
 
+def _start_kind(logs: LogManager) -> str:
+    """How the log directory was found: new, closed cleanly, or recovered after a crash."""
+    if logs.new_directory:
+        return "new log directory"
+    if logs.had_clean_shutdown:
+        return "clean start"
+    return "recovered after an unclean shutdown"
+
+
 async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str:
     """Serve until asked to stop; returns the reason. Closes everything but ``logs``."""
     root = logs.root
@@ -175,7 +184,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             ", ".join(map(str, addresses)),
             meta.epoch,
             meta.cluster_id,
-            "clean start" if logs.had_clean_shutdown else "recovered after an unclean shutdown",
+            _start_kind(logs),
         )
         Endpoint(
             pid=pid,

@@ -89,8 +89,10 @@ class Scheduler:
             self._running.add(future)
             try:
                 result = await asyncio.shield(future)
-                if result:
-                    logger.info("%s: %s", name, result)
+                # The jobs log at INFO what they did (the segments retention deleted, the logs
+                # the cleaner cleaned), naming partitions and offsets; their results say only
+                # how much, which matters when debugging the scheduler itself.
+                logger.debug("%s: %s", name, result)
             except LogClosedError:
                 return  # the broker is closing its logs
             except Exception:

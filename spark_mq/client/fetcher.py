@@ -22,6 +22,14 @@ an out-of-range offset resets the position through ``auto.offset.reset`` (or rai
 metadata and retry after ``retry.backoff.ms``; a lost connection is reopened (for
 ``path=DIR`` through ``ensure_broker``). Anything else is raised from the next ``poll``.
 
+Corrupt data is found here, not on the broker: the broker sends the stored bytes as they are
+(``sendfile``) and the consumer checks every batch's CRC (``check.crcs``) and body as it
+decodes, as Kafka's does. The records of the intact batches before a corrupt one are handed
+out, the position stops at the corrupt batch, and the next ``poll`` raises
+:class:`~spark_mq.errors.CorruptRecordError` naming the topic, partition and the batch's
+offset, and saying where to ``seek`` to skip it; every ``poll`` raises it again until the
+application seeks past it.
+
 Threads: used by the consumer's thread only.
 """
 
@@ -41,7 +49,7 @@ from spark_mq.client.config import ConsumerConfig
 from spark_mq.client.connection import BrokerConnection, Response
 from spark_mq.client.records import TopicPartition
 from spark_mq.client.subscription_state import SubscriptionState
-from spark_mq.errors import NetworkError, OffsetOutOfRangeError, SparkMQError
+from spark_mq.errors import CorruptRecordError, NetworkError, OffsetOutOfRangeError, SparkMQError
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
 from spark_mq.protocol.fetch import (
     READ_COMMITTED,
@@ -53,7 +61,7 @@ from spark_mq.protocol.fetch import (
     FetchTopic,
 )
 from spark_mq.protocol.framing import split_records
-from spark_mq.storage.batch_decoder import decode_records
+from spark_mq.storage.batch_decoder import decode_records_until_corrupt
 from spark_mq.storage.record_batch import LOG_OVERHEAD
 
 log = logging.getLogger(__name__)
@@ -85,10 +93,55 @@ def end_of_last_batch(data: memoryview) -> int | None:
     return last
 
 
-class CompletedFetch:
-    """One partition's data from one Fetch response, decoded on first use."""
+def corrupt_batch_error(
+    tp: TopicPartition, fetch_offset: int, cause: CorruptRecordError
+) -> CorruptRecordError:
+    """The error a consumer raises for a corrupt batch of ``tp``: what was wrong, where, and
+    how to get past it."""
+    base = cause.offset
+    at = fetch_offset if base is None else base
+    skip = cause.next_offset
+    if skip is not None and skip > fetch_offset:
+        how = (
+            f"To skip it (losing offsets {max(at, fetch_offset)} to {skip - 1}), seek past it: "
+            f"consumer.seek(TopicPartition({tp.topic!r}, {tp.partition}), {skip})"
+        )
+    else:
+        skip = None
+        how = (
+            "Its header is unreadable too, so where it ends is unknown: find the next intact "
+            "batch with spark-mq log verify --dir DIR, then consumer.seek() there"
+        )
+    error = CorruptRecordError(
+        f"record batch of {tp} at offset {at} is corrupt ({cause}); the records before it "
+        f"were returned and every poll raises this until the position moves past it. {how}",
+        topic=tp.topic,
+        partition=tp.partition,
+        offset=at,
+        next_offset=skip,
+    )
+    error.__cause__ = cause
+    return error
 
-    __slots__ = ("_aborted", "_consumed", "_data", "_table", "fetch_offset", "next_offset", "tp")
+
+class CompletedFetch:
+    """One partition's data from one Fetch response, decoded on first use.
+
+    Decoding stops at a corrupt batch: the records before it are handed out first, and
+    :attr:`error` (set once they are) says what is wrong with it.
+    """
+
+    __slots__ = (
+        "_aborted",
+        "_consumed",
+        "_corrupt",
+        "_data",
+        "_table",
+        "error",
+        "fetch_offset",
+        "next_offset",
+        "tp",
+    )
 
     def __init__(
         self,
@@ -105,6 +158,9 @@ class CompletedFetch:
         self._aborted = aborted
         self._table: pa.Table | None = None
         self._consumed = 0
+        self._corrupt: CorruptRecordError | None = None
+        #: The corrupt batch the data ends at, once every record before it was taken.
+        self.error: CorruptRecordError | None = None
 
     def expected_position(self) -> int:
         """The partition position at which this data is next in line."""
@@ -114,19 +170,25 @@ class CompletedFetch:
 
     def _position_after(self) -> int:
         assert self._table is not None
-        if self._consumed >= self._table.num_rows:
-            return self.next_offset
-        return int(self._table.column(0)[self._consumed].as_py())
+        if self._consumed < self._table.num_rows:
+            return int(self._table.column(0)[self._consumed].as_py())
+        if self._corrupt is not None:
+            # Stop at the corrupt batch (or at the fetch offset, if that lies inside it).
+            base = self._corrupt.offset
+            return self.fetch_offset if base is None else max(base, self.fetch_offset)
+        return self.next_offset
 
     def take(self, max_records: int | None, *, verify_crc: bool) -> tuple[pa.Table, int, bool]:
         """Up to ``max_records`` records: (table, position after them, used up)."""
         if self._table is None:
-            self._table = decode_records(
+            self._table, corrupt = decode_records_until_corrupt(
                 self._data,
                 start_offset=self.fetch_offset,
                 verify_crc=verify_crc,
                 aborted_transactions=self._aborted or None,
             )
+            if corrupt is not None:
+                self._corrupt = corrupt_batch_error(self.tp, self.fetch_offset, corrupt)
             self._data = memoryview(b"")
         table = self._table
         start = self._consumed
@@ -135,7 +197,10 @@ class CompletedFetch:
             count = min(count, max_records)
         part = table if start == 0 and count == table.num_rows else table.slice(start, count)
         self._consumed = start + count
-        return part, self._position_after(), self._consumed >= table.num_rows
+        used_up = self._consumed >= table.num_rows
+        if used_up:
+            self.error = self._corrupt
+        return part, self._position_after(), used_up
 
 
 class Fetcher:
@@ -331,6 +396,10 @@ class Fetcher:
         self, tp: TopicPartition, offset: int, code: int, message: str | None
     ) -> None:
         error = error_from_code(code, message, topic=tp.topic, partition=tp.partition)
+        if isinstance(error, CorruptRecordError):
+            # The broker found damage it cannot even walk over (a batch's length field): it
+            # says where in its message; here the fetch offset is all the client knows.
+            error.offset = offset
         if isinstance(error, OffsetOutOfRangeError):
             if self._config.auto_offset_reset == "none":
                 error.offset = offset
@@ -360,11 +429,10 @@ class Fetcher:
         partition whose position is not where that fetch read: the application moved it (a
         seek after the response came in, say while another request of the consumer waited for
         its answer), or records fetched before it are still to be returned. Such an error is
-        dropped; a fetch from the position, when the partition gets there, reports it again."""
-        while self._errors:
-            error, tp, offset = self._errors.pop(0)
-            if tp is None or (self._subs.is_assigned(tp) and self._subs.position(tp) == offset):
-                raise error
+        dropped; a fetch from the position, when the partition gets there, reports it again.
+        A corrupt batch met while taking records is reported the same way: raised now if no
+        records were taken, else by the next call."""
+        self._raise_pending_error()
         out: list[tuple[TopicPartition, pa.Table]] = []
         remaining = max_records
         for tp in list(self._buffered):
@@ -387,9 +455,21 @@ class Fetcher:
                     out.append((tp, table))
                     if remaining is not None:
                         remaining -= table.num_rows
+                if completed.error is not None:
+                    # Later responses start past the corrupt batch: stale now.
+                    queue.clear()
+                    self._errors.append((completed.error, tp, position))
             if not queue:
                 del self._buffered[tp]
+        if not out:
+            self._raise_pending_error()
         return out
+
+    def _raise_pending_error(self) -> None:
+        while self._errors:
+            error, tp, offset = self._errors.pop(0)
+            if tp is None or (self._subs.is_assigned(tp) and self._subs.position(tp) == offset):
+                raise error
 
     def has_buffered(self) -> bool:
         return bool(self._buffered)

@@ -12,6 +12,12 @@ records), or a log that ends before the range end (the topic was deleted or recr
 raises :class:`~spark_mq.errors.DataLossError` naming the topic, partition and missing range
 with ``failOnDataLoss=true``; with ``false`` the reader logs a warning and skips to the log
 start, or stops at the log end.
+
+Corrupt data: the consumer returns the records before a corrupt batch, then raises
+:class:`~spark_mq.errors.CorruptRecordError`. With ``failOnDataLoss=true`` the task fails with
+it, naming the topic, partition and offset of the batch and where intact data resumes; with
+``false`` the batch's records count as lost: the reader logs a warning and goes on after it,
+when its end is known.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from spark_mq.datasource.offsets import PartitionRange
 from spark_mq.datasource.options import EARLIEST
 from spark_mq.datasource.schema import to_spark_batches
 from spark_mq.errors import (
+    CorruptRecordError,
     DataLossError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
@@ -140,6 +147,12 @@ def _range_tables(rng: PartitionRange) -> Iterator[pa.Table]:
                     return
                 consumer.seek(tp, position)
                 continue
+            except CorruptRecordError as exc:
+                position = _skip_corrupt_batch(rng, exc, consumer.position(tp))
+                if position >= rng.end:
+                    return
+                consumer.seek(tp, position)
+                continue
             moved_to = consumer.position(tp)
             if table.num_rows:
                 offsets = table.column("offset")
@@ -166,6 +179,36 @@ def _range_tables(rng: PartitionRange) -> Iterator[pa.Table]:
                     f"for {settings.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs); is the "
                     "broker reachable?"
                 )
+
+
+def _skip_corrupt_batch(rng: PartitionRange, exc: CorruptRecordError, position: int) -> int:
+    """After a corrupt batch at ``position``: where to go on from, or the error again, for
+    the Spark user (what the consumer's message says to do is for consumer code)."""
+    batch = exc.offset if exc.offset is not None else position
+    resume = exc.next_offset
+    cause = exc.__cause__ or exc
+    if not rng.settings.fail_on_data_loss and resume is not None and resume > position:
+        _data_loss(rng, position, min(resume, rng.end), f"the record batch at {batch} is corrupt")
+        return resume
+    where = (
+        f"intact data resumes at offset {resume}"
+        if resume is not None
+        else "where intact data resumes is unknown (spark-mq log verify --dir DIR shows it)"
+    )
+    advice = (
+        "set failOnDataLoss=false to skip it, losing its records"
+        if resume is not None
+        else "find where intact data resumes with spark-mq log verify and start a new query "
+        "from there (startingOffsets)"
+    )
+    raise CorruptRecordError(
+        f"{rng.tp}: the record batch at offset {batch} is corrupt and cannot be read; {where}. "
+        f"The records before it were read. To go on, {advice}. Cause: {cause}",
+        topic=rng.topic,
+        partition=rng.partition,
+        offset=batch,
+        next_offset=resume,
+    ) from exc
 
 
 def _skip_to_log_start(consumer: Consumer, rng: PartitionRange, position: int) -> int:

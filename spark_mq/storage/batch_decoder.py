@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Iterator, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import crc32c
 import numpy as np
@@ -306,6 +306,47 @@ def _to_records(body: pa.RecordBatch, header: BatchHeader) -> pa.RecordBatch:
     )
 
 
+class PartialRecords(NamedTuple):
+    """What :func:`decode_records_until_corrupt` returns.
+
+    ``records`` holds every record of the whole batches before the first corrupt one (all of
+    them when ``error`` is None); ``error`` describes the first corrupt batch: its ``offset``
+    is the batch's base offset, ``position`` its position in the buffer, and ``next_offset``
+    the offset after it when that can be trusted (see :func:`offset_after_corrupt`), else None.
+    """
+
+    records: pa.Table
+    error: CorruptRecordError | None
+
+
+def offset_after_corrupt(buf: Bytes, pos: int) -> int | None:
+    """Where a reader may go on after the corrupt batch at ``pos``, or None if unknown.
+
+    The best witness is an intact batch right after it (its own length field led there and
+    its CRC matches), whose base offset is the answer. Without one in ``buf``, the corrupt
+    batch's own header answers (``baseOffset + lastOffsetDelta + 1``) when its magic byte and
+    length are sane: a CRC mismatch can come from a flipped byte anywhere in the batch, and
+    the header's fields are right far more often than not, so the caller must present this
+    as the header's claim. A header that is itself unreadable gives None.
+    """
+    size = peek_size(buf, pos)
+    if size is None or len(buf) - pos < HEADER_SIZE:
+        return None
+    header = BatchHeader.unpack_from(buf, pos)
+    if header.magic != MAGIC or size < HEADER_SIZE or header.last_offset_delta < 0:
+        return None
+    after = pos + size
+    following = peek_size(buf, after)
+    if following is not None and following >= HEADER_SIZE and after + following <= len(buf):
+        try:
+            nxt = validate_batch(buf, after)
+        except CorruptRecordError:
+            nxt = None
+        if nxt is not None and nxt.base_offset > header.base_offset:
+            return nxt.base_offset
+    return header.next_offset
+
+
 def decode_records(
     buf: Bytes,
     *,
@@ -323,40 +364,107 @@ def decode_records(
     transactions are dropped, as Kafka's consumer does: a producer becomes "aborted" once the
     reader reaches its transaction's first offset and stops being so at its abort marker.
     Transactions are whole batches, so the decision is per batch; nothing runs per record.
+    A corrupt batch raises :class:`CorruptRecordError` (readers that must keep the records
+    before it use :func:`decode_records_until_corrupt`).
+    """
+    records, error = decode_records_until_corrupt(
+        buf,
+        start_offset=start_offset,
+        end_offset=end_offset,
+        verify_crc=verify_crc,
+        max_body_bytes=max_body_bytes,
+        aborted_transactions=aborted_transactions,
+    )
+    if error is not None:
+        raise error
+    return records
+
+
+def decode_records_until_corrupt(
+    buf: Bytes,
+    *,
+    start_offset: int | None = None,
+    end_offset: int | None = None,
+    verify_crc: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    aborted_transactions: Sequence[AbortedTxnLike] | None = None,
+) -> PartialRecords:
+    """:func:`decode_records` that stops at the first corrupt batch instead of raising.
+
+    The records before it are returned with the error (:class:`PartialRecords`), so that a
+    consumer can hand them out and report the corrupt batch afterwards, as Kafka's does: one
+    damaged batch must not hide the intact ones before it.
     """
     pieces: list[pa.RecordBatch] = []
     pending = deque(sorted(aborted_transactions or (), key=lambda txn: txn.first_offset))
     aborted_producers: set[int] = set()
-    for header, pos in iter_batches(buf, verify_crc=verify_crc):
-        if aborted_transactions is not None:
-            while pending and pending[0].first_offset <= header.last_offset:
-                aborted_producers.add(pending.popleft().producer_id)
-            if header.producer_id in aborted_producers:
-                if header.is_control:
-                    if read_control_record(buf, pos, header).type is ControlType.ABORT:
-                        aborted_producers.discard(header.producer_id)
-                    continue
-                if header.is_transactional:
-                    continue
-        if header.is_control or header.record_count == 0:
-            continue
-        if end_offset is not None and header.base_offset >= end_offset:
-            break
-        if start_offset is not None and header.last_offset < start_offset:
-            continue
-        records = _to_records(decode_body(buf, pos, header, max_body_bytes=max_body_bytes), header)
-        cut_head = start_offset is not None and header.base_offset < start_offset
-        cut_tail = end_offset is not None and header.last_offset >= end_offset
-        if cut_head or cut_tail:
-            offsets = to_numpy(records.column(0))
-            lo = int(np.searchsorted(offsets, start_offset)) if start_offset is not None else 0
-            hi = (
-                int(np.searchsorted(offsets, end_offset))
-                if end_offset is not None
-                else len(offsets)
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        size = peek_size(buf, pos)
+        if size is None or pos + size > end:
+            break  # a partial trailing batch (a fetch cut by its size limit)
+        try:
+            header = validate_batch(buf, pos, verify_crc=verify_crc)
+            if end_offset is not None and header.base_offset >= end_offset:
+                break  # offsets only grow: nothing from here on is returned
+            records = _decode_one(
+                buf,
+                pos,
+                header,
+                start_offset=start_offset,
+                end_offset=end_offset,
+                max_body_bytes=max_body_bytes,
+                pending=pending if aborted_transactions is not None else None,
+                aborted_producers=aborted_producers,
             )
-            # An end at or before the start selects nothing (not a negative-length slice).
-            records = records.slice(lo, max(hi - lo, 0))
-        if records.num_rows:
+        except CorruptRecordError as exc:
+            if len(buf) - pos >= LOG_OVERHEAD:
+                exc.offset = _OFFSET_AND_LENGTH.unpack_from(buf, pos)[0]
+            exc.position = pos
+            exc.next_offset = offset_after_corrupt(buf, pos)
+            return PartialRecords(pa.Table.from_batches(pieces, schema=RECORD_SCHEMA), exc)
+        if records is not None and records.num_rows:
             pieces.append(records)
-    return pa.Table.from_batches(pieces, schema=RECORD_SCHEMA)
+        pos += size
+    return PartialRecords(pa.Table.from_batches(pieces, schema=RECORD_SCHEMA), None)
+
+
+def _decode_one(
+    buf: Bytes,
+    pos: int,
+    header: BatchHeader,
+    *,
+    start_offset: int | None,
+    end_offset: int | None,
+    max_body_bytes: int,
+    pending: deque[AbortedTxnLike] | None,
+    aborted_producers: set[int],
+) -> pa.RecordBatch | None:
+    """The records of one validated batch below ``end_offset``, cut to ``[start_offset,
+    end_offset)``; None for a batch with none to return (control, emptied, aborted, or
+    wholly below the start)."""
+    if pending is not None:
+        while pending and pending[0].first_offset <= header.last_offset:
+            aborted_producers.add(pending.popleft().producer_id)
+        if header.producer_id in aborted_producers:
+            if header.is_control:
+                if read_control_record(buf, pos, header).type is ControlType.ABORT:
+                    aborted_producers.discard(header.producer_id)
+                return None
+            if header.is_transactional:
+                return None
+    if header.is_control or header.record_count == 0:
+        return None
+    if start_offset is not None and header.last_offset < start_offset:
+        return None
+    records = _to_records(decode_body(buf, pos, header, max_body_bytes=max_body_bytes), header)
+    cut_head = start_offset is not None and header.base_offset < start_offset
+    cut_tail = end_offset is not None and header.last_offset >= end_offset
+    if cut_head or cut_tail:
+        offsets = to_numpy(records.column(0))
+        lo = int(np.searchsorted(offsets, start_offset)) if start_offset is not None else 0
+        hi = int(np.searchsorted(offsets, end_offset)) if end_offset is not None else len(offsets)
+        # An end at or before the start selects nothing (not a negative-length slice).
+        records = records.slice(lo, max(hi - lo, 0))
+    return records

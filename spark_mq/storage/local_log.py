@@ -24,6 +24,7 @@ import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from spark_mq.errors import CorruptRecordError
 from spark_mq.storage.cleaner_swap import swap_in
 from spark_mq.storage.codecs import Bytes
 from spark_mq.storage.file_records import FileRange
@@ -31,6 +32,27 @@ from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.segment import BatchPosition, LogSegment
 
 __all__ = ["LocalLog"]
+
+
+def _check_walkable(segment: LogSegment, start_offset: int, next_base_offset: int) -> None:
+    """Raise CorruptRecordError if the batch headers of ``segment`` from the one indexed for
+    ``start_offset`` do not lead to the end of its file (a damaged length field)."""
+    records = segment.records
+    position = segment.offset_index.lookup(start_offset).position
+    for header, pos in records.headers(position):
+        position = pos + header.size
+    if position >= records.size_bytes:
+        return
+    raise CorruptRecordError(
+        f"the batch at byte {position} of {records.path} is corrupt: its length field does "
+        f"not fit the file, so the batches after it, up to offset {next_base_offset - 1}, "
+        f"cannot be located; fetching at offset {start_offset} would skip them. Seek to "
+        f"{next_base_offset} to skip them, and see the damage with spark-mq log verify",
+        path=str(records.path),
+        position=position,
+        offset=start_offset,
+        next_offset=next_base_offset,
+    )
 
 
 class LocalLog:
@@ -180,7 +202,8 @@ class LocalLog:
         stop = bound if max_offset is None else min(bound, max_offset)
         if start_offset >= stop:
             return None, None, start_offset
-        for segment in self._segments[self.floor_index(start_offset) :]:
+        floor = self.floor_index(start_offset)
+        for i, segment in enumerate(self._segments[floor:], start=floor):
             if segment.base_offset >= stop:
                 break
             found = segment.read(
@@ -196,6 +219,11 @@ class LocalLog:
                 # The first batch at or after the start reaches the bound (or did not fit
                 # max_bytes): a reader can get no further until the bound moves.
                 return None, None, min(stop, max(start_offset, first.header.base_offset))
+            if i + 1 < len(self._segments):
+                # Compaction can leave no batch at the end of a segment, and a read goes on
+                # in the next one; a batch that cannot even be walked over must not send it
+                # there silently, past every intact batch behind the damage.
+                _check_walkable(segment, start_offset, self._bases[i + 1])
         return None, None, stop
 
     @staticmethod

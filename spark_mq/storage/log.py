@@ -50,7 +50,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from spark_mq.errors import LogClosedError, OffsetOutOfRangeError
+from spark_mq.errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError
 from spark_mq.storage.codecs import Bytes
 from spark_mq.storage.local_log import LocalLog
 from spark_mq.storage.log_append import LogAppendInfo, check_append, stamp_batches
@@ -391,7 +391,17 @@ class PartitionLog:
     def remove_expired_producers(self) -> int:
         """Forget producers idle for ``producer.id.expiration.ms`` (the broker schedules it)."""
         with self._lock:
-            return self._producer_state.remove_expired_producers(self._time_ms())
+            expired = self._producer_state.remove_expired_producers(self._time_ms())
+        if expired:
+            log.info(
+                "%s-%d: forgot %d producer%s idle for longer than producer.id.expiration.ms=%d",
+                self.topic,
+                self.partition,
+                expired,
+                "" if expired == 1 else "s",
+                self._producer_state.producer_id_expiration_ms,
+            )
+        return expired
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end (no-op if the active one is empty)."""
@@ -537,13 +547,16 @@ class PartitionLog:
         self._check_open()
         self._check_range(start_offset)
         bound = self._upper_bound(isolation)
-        result_range, range_segment, next_if_empty = self._local.read_range(
-            start_offset,
-            max_bytes,
-            bound,
-            max_offset=max_offset,
-            min_one_message=min_one_message,
-        )
+        try:
+            result_range, range_segment, next_if_empty = self._local.read_range(
+                start_offset,
+                max_bytes,
+                bound,
+                max_offset=max_offset,
+                min_one_message=min_one_message,
+            )
+        except CorruptRecordError as exc:
+            raise self._named(exc) from exc
         if max_offset is not None:
             bound = min(bound, max_offset)
         aborted: tuple[AbortedTxn, ...] | None = None
@@ -613,8 +626,23 @@ class PartitionLog:
         """
         with self._lock:
             info, next_if_empty = self._read(start_offset, max_bytes, isolation, max_offset, True)
-        return decode_fetch(
-            info, isolation=isolation, max_offset=max_offset, next_offset_if_empty=next_if_empty
+        try:
+            return decode_fetch(
+                info, isolation=isolation, max_offset=max_offset, next_offset_if_empty=next_if_empty
+            )
+        except CorruptRecordError as exc:
+            raise self._named(exc) from exc
+
+    def _named(self, exc: CorruptRecordError) -> CorruptRecordError:
+        """``exc`` with this partition's name in its message and attributes."""
+        return CorruptRecordError(
+            f"{self.topic}-{self.partition}: {exc}",
+            path=exc.path,
+            position=exc.position,
+            offset=exc.offset,
+            topic=self.topic,
+            partition=self.partition,
+            next_offset=exc.next_offset,
         )
 
     def find_offset_by_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
@@ -724,35 +752,49 @@ class PartitionLog:
                 )
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
-                self._delete_oldest(below_log_start(offset), allow_active=False)
+                self._delete_oldest(
+                    below_log_start(offset),
+                    reason=f"DeleteRecords moved the log start offset to {offset}",
+                    allow_active=False,
+                )
             return self._log_start_offset
 
     def apply_retention(self) -> int:
         """Delete whole segments past ``retention.ms`` or ``retention.bytes`` or below the log
         start (rules in :mod:`~spark_mq.storage.log_retention`); returns how many went. Only
-        segments wholly below the high watermark go.
+        segments wholly below the high watermark go. Each deletion is logged at INFO with the
+        partition, the segments and offsets that went, and the rule that condemned them.
         """
         with self._lock:
             if self._closed:
                 return 0
+            start = self._log_start_offset
             deleted = self._delete_oldest(
-                below_log_start(self._log_start_offset), allow_active=False
+                below_log_start(start),
+                reason=f"they lie below the log start offset {start}",
+                allow_active=False,
             )
             config = self._local.config
             if not config.delete:
                 return deleted
             if config.retention_ms >= 0:
                 deleted += self._delete_oldest(
-                    older_than_retention(config.retention_ms, self._time_ms())
+                    older_than_retention(config.retention_ms, self._time_ms()),
+                    reason="their newest records are older than retention.ms="
+                    f"{config.retention_ms}",
                 )
             if config.retention_bytes >= 0:
+                size = self._local.size_bytes
                 deleted += self._delete_oldest(
-                    over_retention_bytes(config.retention_bytes, self._local.size_bytes)
+                    over_retention_bytes(config.retention_bytes, size),
+                    reason=f"the partition held {size} bytes, over retention.bytes="
+                    f"{config.retention_bytes}",
                 )
             return deleted
 
-    def _delete_oldest(self, condemns: Condemns, *, allow_active: bool = True) -> int:
-        """Delete the longest prefix of segments that ``condemns`` and that may go."""
+    def _delete_oldest(self, condemns: Condemns, *, reason: str, allow_active: bool = True) -> int:
+        """Delete the longest prefix of segments that ``condemns`` and that may go; log what
+        went and ``reason``, why."""
         local = self._local
         doomed = deletable_prefix(
             local.segments,
@@ -765,10 +807,25 @@ class PartitionLog:
             return 0
         if len(doomed) == len(local.segments):
             self._roll(self._time_ms())  # Kafka keeps an active segment: roll before deleting all.
+        first_offset = doomed[0].base_offset
+        size = sum(segment.size_bytes for segment in doomed)
         local.delete_oldest(len(doomed))
         self._log_start_offset = max(self._log_start_offset, local.segments[0].base_offset)
         local.recovery_point = max(local.recovery_point, self._log_start_offset)
         self._producer_state.truncate_head(self._log_start_offset)
+        log.info(
+            "%s-%d: deleted %d segment%s holding offsets %d to %d (%d bytes) because %s; the "
+            "log start offset is now %d",
+            self.topic,
+            self.partition,
+            len(doomed),
+            "" if len(doomed) == 1 else "s",
+            first_offset,
+            local.segments[0].base_offset - 1,
+            size,
+            reason,
+            self._log_start_offset,
+        )
         return len(doomed)
 
     # -----------------------------------------------------------------------------------------

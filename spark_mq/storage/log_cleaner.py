@@ -191,6 +191,22 @@ class CleanerStats:
         """Input bytes read per second of cleaning, MB = 10^6 bytes."""
         return self.bytes_read / 1e6 / self.elapsed_seconds if self.elapsed_seconds else 0.0
 
+    def summary(self) -> str:
+        """The stats in one readable line, for the log."""
+        removed = [
+            f"{self.tombstones_removed} tombstones",
+            f"{self.aborted_records_removed} of aborted transactions",
+            f"{self.markers_removed} transaction markers",
+        ]
+        return (
+            f"{self.segments_before} segments rewritten into {self.segments_after}; "
+            f"{self.records_read} records read, {self.records_kept} kept, "
+            f"{self.records_removed} removed (of which {', '.join(removed)}); "
+            f"{self.bytes_read} bytes read, {self.bytes_written} written; "
+            f"{self.map_keys} keys mapped in {self.map_seconds:.3f} s; "
+            f"{self.elapsed_seconds:.3f} s in all ({self.mb_per_second:.1f} MB/s)"
+        )
+
     @staticmethod
     def total(stats: Sequence[CleanerStats]) -> CleanerStats:
         fields = [f.name for f in dataclasses.fields(CleanerStats)]
@@ -460,7 +476,13 @@ class LogCleaner:
             elapsed_seconds=time.perf_counter() - started,
             first_dirty_offset=map_end,
         )
-        logger.info("cleaned %s: %s", log.directory, stats)
+        logger.info(
+            "cleaned %s-%d up to offset %d: %s",
+            log.topic,
+            log.partition,
+            map_end,
+            stats.summary(),
+        )
         return stats
 
     def _build_offset_map(

@@ -250,6 +250,21 @@ def load_log(
         # Not ``txn_rebuild_from or ...``: a failed check of the index at offset 0 is 0.
         if txn_rebuild_from is None or segments[first].base_offset < txn_rebuild_from:
             txn_rebuild_from = segments[first].base_offset
+        unflushed = segments[first:]
+        unflushed_bytes = sum(segment.size_bytes for segment in unflushed)
+        # A partition that held nothing unflushed has nothing to tell; one that did says what
+        # recovery reads, since that is what makes a start after a crash slow.
+        log.log(
+            logging.INFO if unflushed_bytes else logging.DEBUG,
+            "recovering %s after an unclean shutdown: validating %d segment%s (%d bytes) from "
+            "offset %d, the segment holding the recovery point %d",
+            directory.name,
+            len(unflushed),
+            "" if len(unflushed) == 1 else "s",
+            unflushed_bytes,
+            segments[first].base_offset,
+            recovery_point,
+        )
         for i in range(first, len(segments)):
             segment = segments[i]
             invalid_bytes = segment.recover(

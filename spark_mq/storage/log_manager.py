@@ -207,6 +207,8 @@ class LogManager:
         self._lock = threading.RLock()
         self._closed = False
         self._topics: Mapping[str, _Topic] = MappingProxyType({})
+        #: Whether the directory held nothing of a log before this open (set by startup).
+        self.new_directory = False
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -229,6 +231,13 @@ class LogManager:
 
     def _startup(self) -> bool:
         had_clean_shutdown = self._consume_clean_shutdown_marker()
+        # Nothing was ever stored here: no marker, no recovery points, no topic. Such a start
+        # is neither clean nor a recovery, and the broker says so.
+        self.new_directory = (
+            not had_clean_shutdown
+            and not self._recovery_checkpoint.path.exists()
+            and not any(self._topics_dir.glob("*.json"))
+        )
         self._topics_dir.mkdir(parents=True, exist_ok=True)
         self._deleting_dir.mkdir(parents=True, exist_ok=True)
         recovery_points = self._read_checkpoint(self._recovery_checkpoint)

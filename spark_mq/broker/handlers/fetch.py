@@ -11,18 +11,26 @@ If the pass found fewer than ``min_bytes`` bytes, no partition failed and ``max_
 has not passed, the handler waits for an append to any of the partitions (per-partition
 waiters, no polling) and reads again. The records are not read here: each partition's
 ``FileRange`` is sent from the segment file by the connection with ``sendfile``.
+
+Nothing here checks CRCs or decodes bodies: the consumer does (``check.crcs``), as in Kafka,
+so the bytes before a corrupt batch reach it and it can return their records before it
+reports the corrupt one. Batches are checked on the way in (produce) and by recovery. What the
+broker cannot serve at all it reports as ``CORRUPT_MESSAGE`` (2) for the partition, with its
+position in the file: a batch whose length field does not fit its segment, which would
+otherwise make the read go on in the next segment and skip every batch in between.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import error_of
 from spark_mq.broker.partition import Partition
-from spark_mq.errors import InvalidRequestError
+from spark_mq.errors import CorruptRecordError, InvalidRequestError
 from spark_mq.protocol.fetch import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -37,6 +45,8 @@ from spark_mq.storage.log import FetchIsolation
 
 if TYPE_CHECKING:
     from spark_mq.broker.core import BrokerCore
+
+logger = logging.getLogger("spark_mq.broker.handlers")
 
 
 @dataclasses.dataclass(slots=True)
@@ -73,6 +83,9 @@ def _read_pass(core: BrokerCore, request: FetchRequest, isolation: FetchIsolatio
                     fp.fetch_offset, limit, isolation=isolation, min_one_message=first_data
                 )
             except Exception as exc:
+                if isinstance(exc, CorruptRecordError):
+                    # Damage in a log file is for the operator too, not only for the client.
+                    logger.warning("fetch from %s at offset %d: %s", where, fp.fetch_offset, exc)
                 code, message = error_of(exc, f"fetch from {where}")
                 out.failed = True
                 log = None if part is None else part.log
