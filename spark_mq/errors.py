@@ -118,8 +118,9 @@ class InvalidTopicError(UsageError, ValueError):
 
 
 class SinkSchemaError(ConfigError):
-    """A DataFrame written to the spark_mq sink has a missing, unknown or mistyped column;
-    ``column`` names it and the message lists every accepted column."""
+    """A DataFrame written to the spark_mq sink lacks ``value``, has an accepted column of
+    the wrong type, or two columns whose names differ only in case; ``column`` names it and
+    the message lists every accepted column."""
 
     def __init__(self, message: str, *, column: str) -> None:
         super().__init__(message, key=column)

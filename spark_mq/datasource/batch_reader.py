@@ -1,6 +1,8 @@
 """``spark.read.format("spark_mq")``: a fixed range per partition, from ``startingOffsets``
 (or a starting timestamp) to ``endingOffsets`` (or an ending timestamp), resolved once on
-the driver when Spark plans the read."""
+the driver when Spark plans the read, and cut into pieces by ``minPartitions`` and
+``maxRecordsPerPartition``. Subscribed topics must exist: a batch read has nothing to wait
+for, so a missing one fails the read naming it."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from spark_mq.datasource.broker_view import BrokerView
-from spark_mq.datasource.offsets import PartitionRange, ReadSettings, plan_ranges
+from spark_mq.datasource.offsets import PartitionRange, ReadSettings, plan_ranges, split_ranges
 from spark_mq.datasource.options import SourceOptions
 from spark_mq.datasource.partition_reader import read_partition_range
 from spark_mq.datasource.worker_gc import freeze_long_lived
@@ -27,6 +29,16 @@ def read_settings(options: SourceOptions) -> ReadSettings:
     )
 
 
+def planned_ranges(options: SourceOptions, ranges: list[PartitionRange]) -> list[PartitionRange]:
+    """``ranges`` cut into the input partitions that minPartitions and
+    maxRecordsPerPartition ask for."""
+    return split_ranges(
+        ranges,
+        min_partitions=options.min_partitions,
+        max_records_per_partition=options.max_records_per_partition,
+    )
+
+
 class SparkMQBatchReader(DataSourceReader):
     """Batch reads: one input partition per log partition with records in range."""
 
@@ -36,7 +48,7 @@ class SparkMQBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         view = BrokerView(self.options)
         try:
-            tps = view.partitions()
+            tps = view.partitions(missing="error")
             start = view.resolve(self.options.starting, tps, starting=True)
             end = view.resolve(self.options.ending, tps, starting=False)
         finally:
@@ -48,7 +60,7 @@ class SparkMQBatchReader(DataSourceReader):
                 "startingOffsets/endingOffsets (or their timestamp forms)",
                 key="endingOffsets",
             )
-        return plan_ranges(start, end, read_settings(self.options))
+        return planned_ranges(self.options, plan_ranges(start, end, read_settings(self.options)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, PartitionRange):

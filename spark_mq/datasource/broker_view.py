@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping
+from typing import Literal
 
 from spark_mq.client.admin import Admin
 from spark_mq.client.cluster import Cluster
@@ -21,6 +22,7 @@ from spark_mq.client.fetcher import end_of_last_batch
 from spark_mq.client.offset_lookup import list_offsets
 from spark_mq.client.records import TopicPartition
 from spark_mq.datasource.offsets import PartitionOffsets, split_by_backlog
+from spark_mq.datasource.option_names import closest_name
 from spark_mq.datasource.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
 from spark_mq.errors import ConfigError, SparkMQError, UnknownTopicOrPartitionError
 from spark_mq.protocol.error_codes import ErrorCode
@@ -37,6 +39,9 @@ from spark_mq.protocol.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 log = logging.getLogger(__name__)
 
+#: What :meth:`BrokerView.partitions` does about topics that do not exist.
+MissingTopics = Literal["error", "wait"]
+
 
 class BrokerView:
     """Metadata and offset look-ups for one source (see the module docstring)."""
@@ -50,12 +55,17 @@ class BrokerView:
             READ_COMMITTED if options.isolation_level == "read_committed" else READ_UNCOMMITTED
         )
         self._admin: Admin | None = None
+        #: Missing topics and partitions the last warning named (streams warn once).
+        self._waiting: set[str] = set()
 
     # -- partitions -----------------------------------------------------------------------
 
-    def partitions(self) -> list[TopicPartition]:
-        """The partitions the subscription covers now, sorted. Named topics that do not
-        exist (yet) contribute none; assigned partitions must exist."""
+    def partitions(self, *, missing: MissingTopics = "wait") -> list[TopicPartition]:
+        """The partitions the subscription covers now, sorted. Named topics (``subscribe``)
+        and assigned partitions that do not exist raise UnknownTopicOrPartitionError naming
+        them with ``missing="error"`` (a batch read); with ``"wait"`` (a stream) they
+        contribute none until they exist, and a warning says so once per topic or
+        partition. A pattern matches the topics that exist."""
         sub = self.options.subscription
         if sub.kind == "subscribe":
             response = self._cluster.refresh(list(sub.topics))
@@ -68,21 +78,65 @@ class BrokerView:
             for t in response.topics
             if t.error_code == ErrorCode.NONE and not t.is_internal
         }
-        if sub.kind == "assign":
-            missing = [f"{t}-{p}" for t, p in sub.assigned if p >= counts.get(t, 0)]
-            if missing:
-                raise UnknownTopicOrPartitionError(
-                    f"assigned partitions {', '.join(missing)} do not exist; create them or "
-                    "change the option assign",
-                    topic=sub.assigned[0][0],
-                )
-            return [TopicPartition(t, p) for t, p in sub.assigned]
         if sub.kind == "subscribePattern":
             pattern = re.compile(sub.pattern)
             names = [n for n in counts if not n.startswith("__") and pattern.fullmatch(n)]
+            return sorted(TopicPartition(n, p) for n in names for p in range(counts[n]))
+        if sub.kind == "assign":
+            wanted = [TopicPartition(t, p) for t, p in sub.assigned]
+            named = list(dict.fromkeys(t for t, _ in sub.assigned))
         else:
-            names = [n for n in sub.topics if n in counts]
-        return sorted(TopicPartition(n, p) for n in names for p in range(counts[n]))
+            wanted = [TopicPartition(n, p) for n in sub.topics for p in range(counts.get(n, 0))]
+            named = list(sub.topics)
+        absent = [t for t in named if t not in counts]
+        short = [tp for tp in wanted if tp.topic in counts and tp.partition >= counts[tp.topic]]
+        if absent or short:
+            self._missing(absent, short, missing)
+        self._waiting = {*absent, *(str(tp) for tp in short)}
+        return sorted(tp for tp in wanted if tp.partition < counts.get(tp.topic, 0))
+
+    def _missing(
+        self, topics: list[str], partitions: list[TopicPartition], missing: MissingTopics
+    ) -> None:
+        """Raise, or warn once, about subscribed topics and assigned partitions that do not
+        exist (see :meth:`partitions`)."""
+        what = []
+        if topics:
+            what.append(("topic " if len(topics) == 1 else "topics ") + ", ".join(topics))
+        if partitions:
+            what.append(
+                ("partition " if len(partitions) == 1 else "partitions ")
+                + ", ".join(f"{tp.topic}-{tp.partition}" for tp in partitions)
+            )
+        one = len(topics) + len(partitions) == 1
+        subject = f"{' and '.join(what)} of the option {self.options.subscription.kind}"
+        verb = "does not exist" if one else "do not exist"
+        if missing == "error":
+            raise UnknownTopicOrPartitionError(
+                f"{subject} {verb}{self._suggestions(topics)}: a batch read reads what exists "
+                "when it starts; create them first or change the option",
+                topic=topics[0] if topics else partitions[0].topic,
+                partition=None if topics else partitions[0].partition,
+            )
+        if not {*topics, *(str(tp) for tp in partitions)} <= self._waiting:
+            log.warning(
+                "%s %s yet%s; the stream reads them from their first offset once they are created",
+                subject,
+                verb,
+                self._suggestions(topics),
+            )
+
+    def _suggestions(self, topics: list[str]) -> str:
+        """`` (did you mean ...?)`` naming existing topics close to the missing ones."""
+        if not topics:
+            return ""
+        existing = sorted(
+            t.name
+            for t in self._cluster.refresh(None).topics
+            if t.error_code == ErrorCode.NONE and not t.is_internal
+        )
+        close = [c for t in topics if (c := closest_name(t, existing, 0.6)) is not None]
+        return f" (did you mean {', '.join(dict.fromkeys(close))}?)" if close else ""
 
     # -- offsets --------------------------------------------------------------------------
 

@@ -11,16 +11,30 @@ proportion to their backlog, by largest remainder, so the total is exactly
 ``min(budget, backlog)`` and never more (Spark's Kafka source rounds each share and can
 exceed the limit).
 
+:func:`split_ranges` does what Spark's Kafka source does with ``maxRecordsPerPartition`` and
+``minPartitions``: a range longer than the first is cut into equal pieces, and while there
+are fewer input partitions than the second, the range with the longest pieces is cut into
+one piece more, so a topic with few partitions is still read by many tasks. The pieces are a
+function of the ranges and the two options only, so a re-run micro-batch plans the same
+pieces and reads the same records; each piece is a whole :class:`PartitionRange` (offsets
+``[start, end)`` of one log partition), read by its task like any range.
+
 >>> to_json({TopicPartition("a", 1): 7, TopicPartition("a", 0): 3})
 {'a': {'0': 3, '1': 7}}
 >>> split_by_backlog({TopicPartition("a", 0): 10, TopicPartition("a", 1): 30}, 9)
 {TopicPartition(topic='a', partition=0): 2, TopicPartition(topic='a', partition=1): 7}
+>>> settings = ReadSettings({}, False, True, 1000)
+>>> pieces = split_ranges([PartitionRange("a", 0, 10, 20, settings)], min_partitions=3)
+>>> [(r.start, r.end) for r in pieces]
+[(10, 13), (13, 16), (16, 20)]
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
 from pyspark.sql.datasource import InputPartition
 
@@ -121,3 +135,47 @@ def split_by_backlog(backlog: Mapping[TopicPartition, int], budget: int) -> Part
     for _, tp in sorted(remainders)[:leftover]:
         shares[tp] += 1
     return shares
+
+
+def split_ranges(
+    ranges: Sequence[PartitionRange],
+    *,
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+) -> list[PartitionRange]:
+    """``ranges`` cut into pieces (see the module docstring): no piece longer than
+    ``max_records_per_partition`` offsets, and at least ``min_partitions`` pieces when the
+    ranges hold that many offsets. Ranges from the log start (EARLIEST) have no known length
+    and stay whole. Pieces of one range are equal to within one offset and keep the order of
+    their offsets; the ranges keep their order."""
+    sized = [i for i, r in enumerate(ranges) if r.start != EARLIEST and r.end > r.start]
+    lengths = {i: ranges[i].end - ranges[i].start for i in sized}
+    parts = dict.fromkeys(sized, 1)
+    if max_records_per_partition is not None:
+        parts = {i: -(-lengths[i] // max_records_per_partition) for i in sized}
+    total = len(ranges) - len(sized) + sum(parts.values())
+    if min_partitions is not None and total < min_partitions:
+        # One more piece at a time for the range whose pieces are longest: as many steps as
+        # pieces added, and the pieces of all ranges end up as even as whole offsets allow.
+        heap = [(-Fraction(lengths[i], parts[i]), i) for i in sized if lengths[i] > parts[i]]
+        heapq.heapify(heap)
+        while total < min_partitions and heap:
+            _, i = heapq.heappop(heap)
+            parts[i] += 1
+            total += 1
+            if lengths[i] > parts[i]:
+                heapq.heappush(heap, (-Fraction(lengths[i], parts[i]), i))
+    out: list[PartitionRange] = []
+    for i, rng in enumerate(ranges):
+        count = parts.get(i, 1)
+        if rng.start != EARLIEST and rng.end <= rng.start:
+            continue  # nothing to read (a new partition whose records are all deleted)
+        if count == 1:
+            out.append(rng)
+            continue
+        length = lengths[i]
+        for k in range(count):
+            start = rng.start + length * k // count
+            end = rng.start + length * (k + 1) // count
+            out.append(replace(rng, start=start, end=end))
+    return out

@@ -5,8 +5,13 @@ turns them into a frozen :class:`SourceOptions` or raises :class:`~spark_mq.erro
 naming the option, the value and what is accepted. The names and meanings are those of
 Spark's Kafka source (``docs/spark_source.md`` has the table). ``kafka.<key>`` options are
 passed to the consumer that ``read()`` uses (``kafka.max.partition.fetch.bytes``, ...) and
-checked by :class:`~spark_mq.ConsumerConfig` here, on the driver; keys the source itself
-controls (offsets, groups, commits) are refused.
+checked here, on the driver; keys the source itself controls (offsets, groups, commits) are
+refused, and an unknown key is refused naming the closest key the source accepts.
+
+Other names: Spark's Kafka options that mean nothing here (:data:`NO_EFFECT_OPTIONS`) are
+checked, then ignored with a warning saying why; a sink option is ignored with a warning; a
+typo of a known name is refused, anything else ignored with a warning
+(:mod:`spark_mq.datasource.option_names`).
 
 >>> opts = parse_source_options({"path": "/data/mq", "subscribe": "a,b"}, streaming=True)
 >>> opts.subscription.topics, opts.starting.kind, opts.fail_on_data_loss
@@ -20,6 +25,7 @@ spark_mq.errors.ConfigError: spark_mq needs exactly one of the options assign, s
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,7 +33,10 @@ from typing import Any, Final, Literal
 
 from spark_mq.client.config import ConsumerConfig
 from spark_mq.datasource.connection import client_endpoint, lookup
+from spark_mq.datasource.option_names import check_unknown_names, closest_name
 from spark_mq.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 SubscriptionKind = Literal["assign", "subscribe", "subscribePattern"]
 #: ``earliest``/``latest``; ``offsets``: JSON per partition (-2 earliest, -1 latest);
@@ -51,6 +60,70 @@ _CONTROLLED_KEYS: Final = frozenset(
     }
 )
 _ALIASES: Final = {"kafka.isolation.level": "isolation.level", "kafka.bootstrap.servers": ""}
+#: Consumer keys that name the broker; as ``kafka.<key>`` only ``bootstrap.servers`` is taken
+#: (an alias of the option), ``path`` is the option ``path``.
+_ENDPOINT_KEYS: Final = frozenset({"path", "bootstrap.servers", "isolation.level"})
+#: Why some consumer keys are refused although the consumer has no such setting.
+_REFUSED_UNKNOWN_KEYS: Final = {
+    "path": "give the log directory as the option path",
+    "key.deserializer": "keys are always read as bytes (cast them in Spark)",
+    "value.deserializer": "values are always read as bytes (cast them in Spark)",
+}
+#: Every option name the source reads (canonical spelling; ``kafka.<key>`` aside).
+SOURCE_OPTIONS: Final = (
+    "path",
+    "bootstrap.servers",
+    "kafka.bootstrap.servers",
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingOffsets",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "failOnDataLoss",
+    "maxOffsetsPerTrigger",
+    "maxBytesPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "includeHeaders",
+    "isolation.level",
+    "kafka.isolation.level",
+    "group.id",
+    "kafkaConsumer.pollTimeoutMs",
+)
+#: Spark Kafka source options accepted so that queries port unchanged, with no effect here:
+#: the value is still checked, and a warning says why it does nothing.
+NO_EFFECT_OPTIONS: Final = {
+    "groupIdPrefix": (
+        "reader tasks never join a consumer group (they assign their partition and seek), "
+        "so no group id is generated; use group.id to see the query's lag"
+    ),
+    "fetchOffset.numRetries": (
+        "the driver's offset look-ups retry retriable errors with backoff until "
+        "default.api.timeout.ms (60 s) passes, not a number of times"
+    ),
+    "fetchOffset.retryIntervalMs": (
+        "the driver's offset look-ups retry retriable errors with an exponential backoff "
+        "from retry.backoff.ms (100 ms) up to retry.backoff.max.ms (1 s)"
+    ),
+}
+#: Options of the sink, ignored by the source with a warning that says so.
+_SINK_ONLY_OPTIONS: Final = (
+    "topic",
+    "exactlyOnce",
+    "sink.id",
+    "checkpointLocation",
+    "compression.type",
+    "partitioner",
+    "batch.size",
+    "linger.ms",
+)
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h|d)?\s*$", re.IGNORECASE)
 _DURATION_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
 
@@ -105,6 +178,10 @@ class SourceOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60_000
     poll_timeout_ms: int = 120_000
+    #: Split offset ranges so that there are at least this many input partitions.
+    min_partitions: int | None = None
+    #: Split offset ranges longer than this many offsets.
+    max_records_per_partition: int | None = None
     consumer_config: Mapping[str, object] = field(default_factory=dict)
 
     def consumer_properties(self) -> dict[str, object]:
@@ -261,8 +338,20 @@ def _offsets_spec(
     return spec
 
 
+def consumer_keys() -> tuple[str, ...]:
+    """The consumer keys the source takes as ``kafka.<key>``, sorted."""
+    return tuple(
+        sorted(
+            key
+            for key in ConsumerConfig.settings()
+            if key not in _CONTROLLED_KEYS and key not in _ENDPOINT_KEYS
+        )
+    )
+
+
 def _consumer_config(options: Mapping[str, str]) -> dict[str, object]:
     props: dict[str, object] = {}
+    accepted = consumer_keys()
     for raw_key, value in options.items():
         key = raw_key.lower()
         if not key.startswith("kafka.") or key in _ALIASES:
@@ -275,15 +364,68 @@ def _consumer_config(options: Mapping[str, str]) -> dict[str, object]:
                 key=raw_key,
                 value=value,
             )
+        if name not in accepted:
+            # Checked here rather than by ConsumerConfig, whose message would list (and could
+            # suggest) the keys refused above.
+            why = _REFUSED_UNKNOWN_KEYS.get(name)
+            close = closest_name(name, accepted, 0.6)
+            hint = f"did you mean 'kafka.{close}'? " if close and why is None else ""
+            raise ConfigError(
+                f"option {raw_key} is not accepted: "
+                + (why or f"the consumer has no setting {name!r}")
+                + f"; {hint}the source takes as kafka.<key>: {', '.join(accepted)}",
+                key=raw_key,
+                value=value,
+            )
         props[name] = value
     if props:
-        # Checked here, on the driver, so a typo fails the query before any task runs.
+        # Checked here, on the driver, so a bad value fails the query before any task runs.
         ConsumerConfig.from_properties({**props, "path": "/unused"})
     return props
 
 
+def _no_effect_options(options: Mapping[str, str]) -> None:
+    """Check the values of Spark's Kafka options that mean nothing here, and warn."""
+    for name, why in NO_EFFECT_OPTIONS.items():
+        text = lookup(options, name)
+        if text is None:
+            continue
+        if name == "groupIdPrefix":
+            if not text.strip():
+                raise _bad(name, text, "give a prefix (it has no effect here)")
+        else:
+            try:
+                number = int(text.strip())
+            except ValueError:
+                number = -1
+            if number < 0:
+                raise _bad(name, text, "use a whole number, 0 or more (it has no effect here)")
+        log.warning(
+            "option %s is accepted for compatibility with Spark's Kafka source and has no "
+            "effect: %s",
+            name,
+            why,
+        )
+
+
+def _check_names(options: Mapping[str, str]) -> None:
+    elsewhere = {
+        name.lower(): "it is an option of the spark_mq sink (df.write/writeStream); "
+        for name in _SINK_ONLY_OPTIONS
+    }
+    check_unknown_names(
+        options,
+        (*SOURCE_OPTIONS, *NO_EFFECT_OPTIONS),
+        component="spark_mq source",
+        prefix="kafka.",
+        elsewhere=elsewhere,
+        log=log,
+    )
+
+
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Parse Spark's option strings for a batch (``streaming=False``) or streaming read."""
+    _check_names(options)
     endpoint = client_endpoint(options)
     subscription = _subscription(options)
     starting = _offsets_spec(
@@ -311,6 +453,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     group_id = lookup(options, "group.id")
     if group_id is not None and not group_id.strip():
         raise _bad("group.id", group_id, "give a consumer group name")
+    _no_effect_options(options)
     poll_text = lookup(options, "kafkaConsumer.pollTimeoutMs")
     poll_timeout_ms = 120_000
     if poll_text is not None:
@@ -332,5 +475,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
             15 * 60_000 if delay_text is None else parse_duration_ms("maxTriggerDelay", delay_text)
         ),
         poll_timeout_ms=poll_timeout_ms,
+        min_partitions=_positive(options, "minPartitions"),
+        max_records_per_partition=_positive(options, "maxRecordsPerPartition"),
         consumer_config=_consumer_config(options),
     )

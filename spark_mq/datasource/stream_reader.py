@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -42,7 +43,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from spark_mq.client.records import TopicPartition
-from spark_mq.datasource.batch_reader import read_settings
+from spark_mq.datasource.batch_reader import planned_ranges, read_settings
 from spark_mq.datasource.broker_view import BrokerView, monotonic_ms
 from spark_mq.datasource.offsets import (
     PartitionOffsets,
@@ -52,10 +53,10 @@ from spark_mq.datasource.offsets import (
     split_by_backlog,
     to_json,
 )
-from spark_mq.datasource.options import SourceOptions
+from spark_mq.datasource.options import EARLIEST, SourceOptions
 from spark_mq.datasource.partition_reader import read_partition_range
 from spark_mq.datasource.worker_gc import freeze_long_lived
-from spark_mq.errors import DataLossError
+from spark_mq.errors import DataLossError, UnknownTopicOrPartitionError
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +199,29 @@ class SparkMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(
         self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]
     ) -> Sequence[InputPartition]:
-        return plan_ranges(from_json(start), from_json(end), read_settings(self.options))
+        ranges = plan_ranges(from_json(start), from_json(end), read_settings(self.options))
+        opts = self.options
+        if opts.min_partitions is None and opts.max_records_per_partition is None:
+            return ranges
+        return planned_ranges(opts, self._from_log_start(ranges))
+
+    def _from_log_start(self, ranges: list[PartitionRange]) -> list[PartitionRange]:
+        """Ranges with the EARLIEST sentinel (partitions new in this micro-batch) given the
+        partition's log start, so that they can be split too, as Spark's Kafka source
+        resolves them when it plans. A re-run of the micro-batch resolves them again: the
+        same offsets unless retention removed records meanwhile, which the tasks then
+        report as data loss. A partition gone meanwhile keeps the sentinel (its task reports
+        it)."""
+        new = [r.tp for r in ranges if r.start == EARLIEST]
+        if not new:
+            return ranges
+        try:
+            starts = self.view.earliest(new)
+        except UnknownTopicOrPartitionError:
+            return ranges
+        return [
+            replace(r, start=min(starts[r.tp], r.end)) if r.start == EARLIEST else r for r in ranges
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, PartitionRange):

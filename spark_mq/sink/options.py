@@ -22,11 +22,13 @@ option                 meaning
 ``checkpointLocation`` Spark's own; accepted and otherwise unused
 ====================== ==================================================================
 
-Other option names are ignored, as by the ``spark_mq`` source and by Spark's Kafka source and
-sink (a query's options often serve several purposes), but each one is logged as a warning
-naming the closest accepted option, so a typo (``compresion.type``) shows in the driver log.
-Bad values of accepted options, and unknown or reserved ``kafka.<setting>`` names, raise
-:class:`~spark_mq.errors.ConfigError` naming the option and what is accepted.
+Other option names get the same rule as in the ``spark_mq`` source
+(:mod:`spark_mq.datasource.option_names`): a name that looks like a typo of an accepted one
+(``compresion.type``) raises :class:`~spark_mq.errors.ConfigError` naming it, and any other is
+ignored, as by Spark's Kafka sink (a query's options often serve several purposes), with a
+warning in the driver log. Bad values of accepted options, and unknown or reserved
+``kafka.<setting>`` names, raise :class:`~spark_mq.errors.ConfigError` naming the option and
+what is accepted.
 
 >>> opts = parse_sink_options({"path": "/data/mq", "topic": "out", "linger.ms": "10"})
 >>> (opts.topic, opts.exactly_once, opts.producer_settings["linger.ms"])
@@ -39,7 +41,6 @@ spark_mq.errors.ConfigError: unknown producer setting 'lingerms'; did you mean '
 
 from __future__ import annotations
 
-import difflib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from typing import Final
 
 from spark_mq.client.config import PARTITIONERS, ProducerConfig
 from spark_mq.datasource.connection import client_endpoint
+from spark_mq.datasource.option_names import check_unknown_names
 from spark_mq.errors import ConfigError
 
 #: Producer settings the sink takes by their plain names (as the issue lists them).
@@ -66,6 +68,25 @@ SINK_OPTIONS: Final = (
     "sink.id",
     "checkpointLocation",
 )
+#: Options of the source, ignored by the sink with a warning that says so (never taken for
+#: typos of a sink option).
+_SOURCE_ONLY_OPTIONS: Final = {
+    name.lower(): "it is an option of the spark_mq source (spark.read/readStream); "
+    for name in (
+        "subscribe",
+        "subscribePattern",
+        "assign",
+        "startingOffsets",
+        "endingOffsets",
+        "failOnDataLoss",
+        "includeHeaders",
+        "isolation.level",
+        "group.id",
+        "maxOffsetsPerTrigger",
+        "minPartitions",
+        "maxRecordsPerPartition",
+    )
+}
 #: The sink's ``transaction.timeout.ms`` unless ``kafka.transaction.timeout.ms`` sets one:
 #: 15 minutes, the broker's default ``transaction.max.timeout.ms``, instead of the producer's
 #: 60 s. A write task's transaction stays open while the task writes, and the coordinator
@@ -112,19 +133,6 @@ def _canonical(name: str) -> str | None:
     return None
 
 
-def unknown_option_warning(name: str) -> str:
-    """The warning logged for an option the sink ignores."""
-    choices = [o.lower() for o in SINK_OPTIONS]
-    close = difflib.get_close_matches(name.lower(), choices, n=1)
-    hint = ""
-    if close:
-        hint = f"did you mean {SINK_OPTIONS[choices.index(close[0])]!r}? "
-    return (
-        f"the spark_mq sink ignores option {name!r}; {hint}it accepts "
-        f"{', '.join(SINK_OPTIONS)}, and producer settings as kafka.<setting>"
-    )
-
-
 def _parse_bool(key: str, text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("true", "1", "yes"):
@@ -166,6 +174,14 @@ def check_sink_id(key: str, value: str) -> str:
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Parse and validate Spark options for the sink (raises ConfigError naming the option)."""
+    check_unknown_names(
+        options,
+        SINK_OPTIONS,
+        component="spark_mq sink",
+        prefix=KAFKA_PREFIX,
+        elsewhere=_SOURCE_ONLY_OPTIONS,
+        log=_log,
+    )
     endpoint = client_endpoint(options)
     values: dict[str, str] = {}
     producer: dict[str, str] = {}
@@ -184,8 +200,6 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
                     value=value,
                 )
             producer[setting] = value
-            continue
-        _log.warning("%s", unknown_option_warning(name))
     for key in PRODUCER_OPTIONS:
         if key in values:
             producer[key] = values[key]

@@ -26,10 +26,12 @@ from typing import Any, Final
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
 
+from spark_mq.datasource.option_names import MISSPELLING_CUTOFF, closest_name
+from spark_mq.datasource.schema import arrow_schema
 from spark_mq.datasource.worker_gc import freeze_long_lived
-from spark_mq.sink.columns import check_schema
+from spark_mq.sink.columns import ACCEPTED_COLUMNS, check_schema
 from spark_mq.sink.commit import abort_prepared, commit_prepared
-from spark_mq.sink.options import RESERVED_SINK_ID, parse_sink_options
+from spark_mq.sink.options import RESERVED_SINK_ID, SinkOptions, parse_sink_options
 from spark_mq.sink.task import SinkCommitMessage, TaskPlan, write_task
 
 #: Sink id of batch jobs that set no ``sink.id``; each job appends its own uuid.
@@ -99,11 +101,46 @@ class MQStreamWriter(DataSourceStreamArrowWriter):
             abort_prepared(self.plan.options.endpoint, messages, sink_id=self.plan.sink_id)
 
 
+#: Ignored column lists already logged by this process: Spark creates a stream's writer for
+#: every micro-batch and every commit, in Python workers it reuses, and one line says it.
+_LOGGED_IGNORED: set[tuple[str, ...]] = set()
+
+
+def log_ignored_columns(ignored: tuple[str, ...]) -> None:
+    """Say once per process which columns the sink does not write: at INFO (the mirror
+    pattern drops ``offset`` and ``timestampType`` on purpose), at WARNING with a
+    suggestion when one looks like a misspelt accepted column (``partiton``)."""
+    if not ignored or ignored in _LOGGED_IGNORED:
+        return
+    _LOGGED_IGNORED.add(ignored)
+    source_columns = {name.lower() for name in arrow_schema(True).names}
+    typos = {
+        name: close
+        for name in ignored
+        if name.lower() not in source_columns
+        and (close := closest_name(name, tuple(ACCEPTED_COLUMNS), MISSPELLING_CUTOFF))
+    }
+    if typos:
+        hints = ", ".join(f"{name!r} (did you mean {close!r}?)" for name, close in typos.items())
+        _log.warning(
+            "the spark_mq sink ignores the columns %s; %s: only the columns %s are written",
+            ", ".join(ignored),
+            hints,
+            ", ".join(ACCEPTED_COLUMNS),
+        )
+        return
+    _log.info(
+        "the spark_mq sink ignores the columns %s (it writes %s)",
+        ", ".join(ignored),
+        ", ".join(ACCEPTED_COLUMNS),
+    )
+
+
 def _plan(
-    options: Mapping[str, str], schema: Any, sink_id: str | None, *, stream: bool = False
+    parsed: SinkOptions, schema: Any, sink_id: str | None, *, stream: bool = False
 ) -> TaskPlan:
-    parsed = parse_sink_options(options)
     columns = check_schema(schema, topic_option=parsed.topic)
+    log_ignored_columns(columns.ignored)
     return TaskPlan(options=parsed, columns=columns, sink_id=sink_id, stream=stream)
 
 
@@ -112,7 +149,7 @@ def batch_writer(options: Mapping[str, str], schema: Any, overwrite: bool) -> MQ
     append-only, as with Spark's Kafka sink)."""
     parsed = parse_sink_options(options)
     job_id = f"{parsed.sink_id or BATCH_SINK_ID}/{uuid.uuid4().hex}"
-    return MQBatchWriter(_plan(options, schema, job_id))
+    return MQBatchWriter(_plan(parsed, schema, job_id))
 
 
 def stream_writer(options: Mapping[str, str], schema: Any, overwrite: bool) -> MQStreamWriter:
@@ -121,4 +158,4 @@ def stream_writer(options: Mapping[str, str], schema: Any, overwrite: bool) -> M
     4.3), so it holds no state: what must last across a query run (the run id) comes from the
     tasks."""
     parsed = parse_sink_options(options)
-    return MQStreamWriter(_plan(options, schema, parsed.sink_id, stream=True))
+    return MQStreamWriter(_plan(parsed, schema, parsed.sink_id, stream=True))

@@ -48,12 +48,16 @@ def test_every_accepted_column_passes() -> None:
     ("fields", "column", "fragment"),
     [
         ([("key", StringType())], "value", "required column 'value' is missing"),
-        ([("value", StringType()), ("extra", StringType())], "extra", "unknown column 'extra'"),
+        (
+            [("value", StringType()), ("VALUE", BinaryType())],
+            "VALUE",
+            "columns 'value' and 'VALUE' are the same column",
+        ),
         ([("value", LongType())], "value", "has type bigint, expected string or binary"),
         ([("value", StringType()), ("key", IntegerType())], "key", "has type int"),
         ([("value", StringType()), ("partition", LongType())], "partition", "expected int"),
         ([("value", StringType()), ("timestamp", LongType())], "timestamp", "expected timestamp"),
-        ([("Value", StringType())], "Value", "must be spelled 'value'"),
+        ([("Value", LongType())], "Value", "column 'Value' has type bigint"),
         (
             [("value", StringType()), ("headers", ArrayType(StringType()))],
             "headers",
@@ -167,10 +171,59 @@ def test_bad_options_raise_config_errors(options: dict[str, str], fragment: str)
     assert fragment in str(info.value)
 
 
-def test_unknown_options_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_misspelt_options_are_refused_and_others_ignored_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A typo of an accepted name would silently leave its default in force: refused.
+    for typo, meant in (("compresion.type", "compression.type"), ("exactlyOnc", "exactlyOnce")):
+        with pytest.raises(ConfigError, match=f"did you mean '{meant}'"):
+            parse_sink_options({"path": "/d", typo: "lz4"})
     with caplog.at_level(logging.WARNING, logger="spark_mq.sink.options"):
-        parse_sink_options({"path": "/d", "compresion.type": "lz4"})
-    assert "did you mean 'compression.type'" in caplog.text
+        parse_sink_options({"path": "/d", "queryName": "q", "startingOffsets": "earliest"})
+    assert "the spark_mq sink ignores option 'queryName'" in caplog.text
+    assert "ignores option 'startingOffsets'; it is an option of the spark_mq source" in (
+        caplog.text
+    )
+
+
+def test_other_columns_are_ignored_and_names_match_in_any_case() -> None:
+    # The source's own schema, as a mirror job writes it back.
+    from spark_mq.datasource.schema import spark_schema
+
+    plan = check_schema(spark_schema(True), topic_option=None)
+    assert plan.columns == ("key", "value", "topic", "partition", "timestamp", "headers")
+    assert plan.ignored == ("offset", "timestampType")
+    upper = check_schema(
+        _schema(("n", LongType()), ("VALUE", StringType()), ("Key", StringType())),
+        topic_option="t",
+    )
+    assert (upper.columns, upper.positions, upper.ignored) == (("value", "key"), (1, 2), ("n",))
+    batch = pa.record_batch(
+        {"n": pa.array([7, 8], pa.int64()), "VALUE": ["1", "2"], "Key": ["a", None]}
+    )
+    [(topic, table)] = to_send_tables(batch, upper)
+    assert topic == "t"
+    assert table.column_names == ["value", "key"]
+    assert table.column("value").to_pylist() == ["1", "2"]
+    assert table.column("key").to_pylist() == ["a", None]
+    with pytest.raises(InvalidRecordError, match="expected 3 columns"):
+        to_send_tables(pa.record_batch({"VALUE": ["1"]}), upper)
+
+
+def test_ignored_columns_are_logged_once_with_typos_as_warnings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from spark_mq.sink.writers import log_ignored_columns
+
+    with caplog.at_level(logging.INFO, logger="spark_mq.sink.writers"):
+        log_ignored_columns(("offset", "timestampType"))
+        log_ignored_columns(("offset", "timestampType"))
+        log_ignored_columns(("partiton",))
+    infos = [r for r in caplog.records if r.levelno == logging.INFO]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(infos) == 1 and "ignores the columns offset, timestampType" in infos[0].message
+    assert len(warnings) == 1
+    assert "'partiton' (did you mean 'partition'?)" in warnings[0].message
 
 
 def test_docstring_examples_run() -> None:

@@ -118,8 +118,11 @@ def test_format_resolves_without_register_in_a_fresh_session(tmp_path: Path) -> 
         from pyspark.sql import SparkSession
         builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
         spark = builder.getOrCreate()
+        from spark_mq import Admin
+        with Admin(path={str(tmp_path / "mq")!r}) as admin:
+            admin.create_topic("empty", partitions=1)
         df = (spark.read.format("spark_mq").option("path", {str(tmp_path / "mq")!r})
-              .option("subscribe", "none").load())
+              .option("subscribe", "empty").load())
         print("columns", ",".join(df.columns), df.count())
         spark.stop()
         from spark_mq.broker.local import stop_broker

@@ -3,8 +3,14 @@ the offset JSON, the sharing of maxOffsetsPerTrigger, and the Arrow conversion."
 
 from __future__ import annotations
 
+import itertools
+import logging
+from dataclasses import replace
+
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spark_mq.client.records import CONSUMER_SCHEMA, TopicPartition
 from spark_mq.datasource.offsets import (
@@ -13,9 +19,10 @@ from spark_mq.datasource.offsets import (
     from_json,
     plan_ranges,
     split_by_backlog,
+    split_ranges,
     to_json,
 )
-from spark_mq.datasource.options import parse_duration_ms, parse_source_options
+from spark_mq.datasource.options import EARLIEST, parse_duration_ms, parse_source_options
 from spark_mq.datasource.schema import arrow_schema, spark_schema, to_spark_batches
 from spark_mq.errors import ConfigError
 
@@ -175,3 +182,164 @@ def test_arrow_conversion_matches_the_spark_schema() -> None:
     assert batch.column("timestamp")[0].value == 1_700_000_000_123_000
     assert batch.column("timestampType").to_pylist() == [0, 1]
     assert batch.column("headers").to_pylist() == [None, [{"key": "h", "value": b"x"}]]
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ({**BASE, "minPartitions": "abc"}, "option minPartitions='abc' is not valid"),
+        ({**BASE, "minPartitions": "0"}, "option minPartitions='0'"),
+        ({**BASE, "maxRecordsPerPartition": "-5"}, "option maxRecordsPerPartition='-5'"),
+        ({**BASE, "startingoffset": "earliest"}, "did you mean 'startingOffsets'?"),
+        ({**BASE, "subscibe": "t"}, "did you mean 'subscribe'?"),
+        ({**BASE, "maxOffsetPerTrigger": "5"}, "did you mean 'maxOffsetsPerTrigger'?"),
+        ({**BASE, "fetchOffset.numRetries": "abc"}, "option fetchOffset.numRetries='abc'"),
+        ({**BASE, "fetchOffset.retryIntervalMs": "-1"}, "fetchOffset.retryIntervalMs"),
+        ({**BASE, "groupIdPrefix": " "}, "option groupIdPrefix"),
+    ],
+)
+def test_bad_values_and_misspelt_names_are_refused(options: dict[str, str], fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_source_options(options, streaming=False)
+    assert fragment in str(info.value)
+
+
+def test_split_options_are_parsed() -> None:
+    opts = parse_source_options(
+        {**BASE, "minpartitions": "8", "MAXRECORDSPERPARTITION": "1000"}, streaming=False
+    )
+    assert (opts.min_partitions, opts.max_records_per_partition) == (8, 1000)
+    plain = parse_source_options(BASE, streaming=False)
+    assert (plain.min_partitions, plain.max_records_per_partition) == (None, None)
+
+
+def test_other_unknown_names_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="spark_mq.datasource"):
+        parse_source_options(
+            {
+                **BASE,
+                "queryName": "q",
+                "topic": "out",
+                "groupIdPrefix": "spark-kafka-source",
+                "fetchOffset.numRetries": "3",
+                "fetchOffset.retryIntervalMs": "10",
+            },
+            streaming=True,
+        )
+    text = caplog.text
+    assert "ignores option 'queryName'" in text
+    assert "it accepts path, bootstrap.servers" in text
+    assert "ignores option 'topic'; it is an option of the spark_mq sink" in text
+    for name in ("groupIdPrefix", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs"):
+        assert f"option {name} is accepted for compatibility" in text
+
+
+def test_sink_option_names_known_to_the_source_match_the_sink() -> None:
+    from spark_mq.datasource.options import _SINK_ONLY_OPTIONS, SOURCE_OPTIONS
+    from spark_mq.sink.options import SINK_OPTIONS
+
+    assert set(_SINK_ONLY_OPTIONS) == set(SINK_OPTIONS) - set(SOURCE_OPTIONS)
+
+
+def test_unknown_kafka_keys_suggest_and_list_only_accepted_keys() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_source_options({**BASE, "kafka.max.partition.fetch.byte": "1"}, streaming=True)
+    message = str(info.value)
+    assert "did you mean 'kafka.max.partition.fetch.bytes'?" in message
+    listed = message.split("the source takes as kafka.<key>: ")[1].split(", ")
+    assert "max.partition.fetch.bytes" in listed and "check.crcs" in listed
+    for refused in ("group.id", "enable.auto.commit", "auto.offset.reset", "path"):
+        assert refused not in listed
+    # The closest consumer key is refused by the source: it is not suggested.
+    with pytest.raises(ConfigError) as info:
+        parse_source_options({**BASE, "kafka.enable.auto.comit": "true"}, streaming=True)
+    assert "enable.auto.commit" not in str(info.value)
+    with pytest.raises(ConfigError, match="values are always read as bytes"):
+        parse_source_options({**BASE, "kafka.value.deserializer": "x"}, streaming=True)
+
+
+def _ranges(*spans: tuple[int, int]) -> list[PartitionRange]:
+    settings = ReadSettings({}, False, True, 1000)
+    return [PartitionRange("t", p, start, end, settings) for p, (start, end) in enumerate(spans)]
+
+
+def _check_pieces(ranges: list[PartitionRange], pieces: list[PartitionRange]) -> None:
+    """The pieces of each range cover it exactly, in order, with lengths within one."""
+    for rng in ranges:
+        mine = [p for p in pieces if p.tp == rng.tp]
+        if rng.start == EARLIEST:
+            assert mine == [rng]
+            continue
+        assert mine[0].start == rng.start and mine[-1].end == rng.end
+        assert all(a.end == b.start for a, b in itertools.pairwise(mine))
+        lengths = [p.end - p.start for p in mine]
+        assert min(lengths) >= 1 and max(lengths) - min(lengths) <= 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    spans=st.lists(st.tuples(st.integers(0, 50), st.integers(1, 400)), min_size=1, max_size=6),
+    min_partitions=st.none() | st.integers(1, 40),
+    max_records=st.none() | st.integers(1, 120),
+    earliest=st.booleans(),
+)
+def test_split_ranges_cover_every_range_and_meet_both_options(
+    spans: list[tuple[int, int]],
+    min_partitions: int | None,
+    max_records: int | None,
+    earliest: bool,
+) -> None:
+    ranges = _ranges(*((start, start + length) for start, length in spans))
+    if earliest:
+        ranges[0] = replace(ranges[0], start=EARLIEST)
+    pieces = split_ranges(
+        ranges, min_partitions=min_partitions, max_records_per_partition=max_records
+    )
+    _check_pieces(ranges, pieces)
+    assert pieces == split_ranges(
+        ranges, min_partitions=min_partitions, max_records_per_partition=max_records
+    )
+    lengths = [r.end - r.start for r in ranges if r.start != EARLIEST]
+    whole = len(ranges) - len(lengths)  # from the log start: length unknown, never split
+    if max_records is not None:
+        assert all(p.end - p.start <= max_records for p in pieces if p.start != EARLIEST)
+    needed = whole + sum(-(-n // (max_records or n)) for n in lengths)
+    if min_partitions is not None:
+        # Exactly as many as minPartitions asks, unless the offsets run out first.
+        needed = max(needed, min(min_partitions, whole + sum(lengths)))
+    assert len(pieces) == needed
+
+
+def test_min_partitions_splits_the_longest_ranges_first() -> None:
+    ranges = _ranges((0, 1000), (0, 10), (5, 105))
+    pieces = split_ranges(ranges, min_partitions=12)
+    counts = [sum(1 for p in pieces if p.partition == i) for i in range(3)]
+    assert counts == [10, 1, 1]
+    assert len(split_ranges(ranges, min_partitions=2)) == 3  # already enough: unchanged
+    one_each = split_ranges(_ranges((0, 3)), min_partitions=10)
+    assert [(p.start, p.end) for p in one_each] == [(0, 1), (1, 2), (2, 3)]
+    assert [(p.start, p.end) for p in split_ranges(ranges, max_records_per_partition=400)] == [
+        (0, 333),
+        (333, 666),
+        (666, 1000),
+        (0, 10),
+        (5, 105),
+    ]
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    import spark_mq.datasource.connection
+    import spark_mq.datasource.offsets
+    import spark_mq.datasource.option_names
+    import spark_mq.datasource.options
+
+    for module in (
+        spark_mq.datasource.connection,
+        spark_mq.datasource.offsets,
+        spark_mq.datasource.option_names,
+        spark_mq.datasource.options,
+    ):
+        result = doctest.testmod(module)
+        assert result.attempted and result.failed == 0, module.__name__
