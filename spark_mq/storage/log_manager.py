@@ -81,6 +81,7 @@ import contextlib
 import dataclasses
 import difflib
 import errno
+import functools
 import json
 import logging
 import os
@@ -112,7 +113,7 @@ from spark_mq.storage.dir_lock import DirLock
 from spark_mq.storage.log import PartitionLog
 from spark_mq.storage.log_cleaner import CleanerStats, LogCleaner
 from spark_mq.storage.log_config import LogConfig
-from spark_mq.storage.offline_partition import OfflinePartition
+from spark_mq.storage.offline_partition import OfflinePartition, open_or_offline
 from spark_mq.storage.topic_deletion import (
     carry_out_deletion,
     finish_deletions,
@@ -285,14 +286,23 @@ class LogManager:
             logs: list[PartitionLog | OfflinePartition] = []
             try:
                 for p in range(meta.partitions):
+                    key = (name, p)
                     logs.append(
-                        self._open_or_offline(
-                            meta,
-                            p,
-                            config=config,
-                            recovery_points=recovery_points or {},
-                            log_start_offsets=log_start_offsets or {},
-                            had_clean_shutdown=had_clean_shutdown,
+                        open_or_offline(
+                            functools.partial(
+                                self._open_existing,
+                                meta,
+                                p,
+                                config=config,
+                                recovery_points=recovery_points or {},
+                                log_start_offsets=log_start_offsets or {},
+                                had_clean_shutdown=had_clean_shutdown,
+                            ),
+                            topic=name,
+                            partition=p,
+                            directory=self.root / partition_dir_name(name, p),
+                            recovery_point=(recovery_points or {}).get(key),
+                            log_start_offset=(log_start_offsets or {}).get(key),
                         )
                     )
             finally:
@@ -338,50 +348,6 @@ class LogManager:
             for path in directory.glob(f"*{TMP_SUFFIX}"):
                 if path.is_file():
                     path.unlink(missing_ok=True)
-
-    def _open_or_offline(
-        self,
-        meta: TopicMetadata,
-        partition: int,
-        *,
-        config: LogConfig,
-        recovery_points: Mapping[tuple[str, int], int],
-        log_start_offsets: Mapping[tuple[str, int], int],
-        had_clean_shutdown: bool,
-    ) -> PartitionLog | OfflinePartition:
-        """The partition's log, or, if it cannot be opened, the partition as offline (see
-        :mod:`~spark_mq.storage.offline_partition`), logged here, once."""
-        try:
-            return self._open_existing(
-                meta,
-                partition,
-                config=config,
-                recovery_points=recovery_points,
-                log_start_offsets=log_start_offsets,
-                had_clean_shutdown=had_clean_shutdown,
-            )
-        except Exception as exc:
-            # Broad on purpose: whatever a damaged partition makes the loader raise must not
-            # keep the rest of the directory from being served. Errors we do not raise on
-            # purpose get their traceback in the log.
-            reason = f"{type(exc).__name__}: {exc}"
-            logger.error(
-                "partition %s-%d is offline, its log in %s could not be opened: %s; the "
-                "other partitions are served. Fix the cause and restart the broker",
-                meta.name,
-                partition,
-                self.root / partition_dir_name(meta.name, partition),
-                reason,
-                exc_info=None if isinstance(exc, StorageError) else exc,
-            )
-            key = (meta.name, partition)
-            return OfflinePartition(
-                meta.name,
-                partition,
-                reason,
-                recovery_point=recovery_points.get(key),
-                log_start_offset=log_start_offsets.get(key),
-            )
 
     def _open_existing(
         self,

@@ -23,8 +23,14 @@ Threads: immutable.
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Callable
+from pathlib import Path
 
-from spark_mq.errors import PartitionOfflineError
+from spark_mq.errors import PartitionOfflineError, StorageError
+from spark_mq.storage.log import PartitionLog
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,3 +55,36 @@ class OfflinePartition:
             partition=self.partition,
             reason=self.reason,
         )
+
+
+def open_or_offline(
+    open_log: Callable[[], PartitionLog],
+    *,
+    topic: str,
+    partition: int,
+    directory: Path,
+    recovery_point: int | None,
+    log_start_offset: int | None,
+) -> PartitionLog | OfflinePartition:
+    """``open_log()``, or, if it fails, the partition as offline, logged here, once.
+
+    ``recovery_point`` and ``log_start_offset`` are the partition's checkpoint entries (None
+    when it has none), kept so that they are written back unchanged.
+    """
+    try:
+        return open_log()
+    except Exception as exc:
+        # Broad on purpose: whatever a damaged partition makes the loader raise must not keep
+        # the rest of the directory from being served. Errors not raised on purpose get their
+        # traceback in the log.
+        reason = f"{type(exc).__name__}: {exc}"
+        logger.error(
+            "partition %s-%d is offline, its log in %s could not be opened: %s; the other "
+            "partitions are served. Fix the cause and restart the broker",
+            topic,
+            partition,
+            directory,
+            reason,
+            exc_info=None if isinstance(exc, StorageError) else exc,
+        )
+        return OfflinePartition(topic, partition, reason, recovery_point, log_start_offset)

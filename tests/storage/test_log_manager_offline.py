@@ -12,7 +12,6 @@ import pyarrow as pa
 import pytest
 
 from spark_mq.errors import LogDirectoryFullError, PartitionOfflineError
-from spark_mq.storage import log_manager
 from spark_mq.storage.checkpoint_file import OffsetCheckpointFile
 from spark_mq.storage.log import PartitionLog
 from spark_mq.storage.log_manager import (
@@ -71,7 +70,7 @@ def test_a_partition_that_cannot_be_opened_is_offline_and_the_rest_is_served(
     _filled(root)._simulate_crash()
     aside = _make_unreadable(root, "t-1")
 
-    with caplog.at_level(logging.ERROR, logger=log_manager.__name__):
+    with caplog.at_level(logging.ERROR):
         manager = LogManager(root)
     assert caplog.text.count("partition t-1 is offline") == 1
     assert _values(manager, "t", 0) == [b"b", b"c"]
