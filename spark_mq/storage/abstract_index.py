@@ -19,51 +19,29 @@ active segment's indexes room again with :meth:`AbstractIndex.resize` (Kafka's
 ``resizeIndexes`` on load) or :meth:`AbstractIndex.reset`. Segments that will not be appended
 to again are best opened read-only.
 
-Disk blocks: reserved a page at a time, ahead of the entries
--------------------------------------------------------------
-Entries are written through a shared memory mapping. Writing into a page of a mapping that has
-no disk block behind it (a hole of a sparse file) makes the kernel allocate one at that
-moment, and when the disk is full it cannot report that as an error: the process gets SIGBUS
-and dies. Kafka accepts that risk; this module does not. Before an entry is written into a
-page, the whole page gets its blocks with ``posix_fallocate`` (without changing the file's
-size); a full disk then raises :class:`LogDirectoryFullError` from the append, with nothing
-written, and the process lives on. :attr:`AbstractIndex.reserved_bytes` says how far the file
-is known to have blocks: every page below it is backed. The reservation grows one page
-(``mmap.PAGESIZE``, the granularity of the kernel's write faults) at a time, so an active
-segment's two indexes hold at most one page each beyond their entries (8 KiB for a fresh
-partition that has entries, none for one that has none), instead of ``2 x segment.index.bytes``
-(20 MiB with the defaults) when they were preallocated whole. The check on every append is one
-integer comparison; one ``posix_fallocate`` call per page (512 offset entries, 341 time
-entries) is the whole cost (docs/storage.md, "Index files", has the figures). A file system
-that cannot ``fallocate`` gets the page's free slots written with zeros by ``pwrite``, which
-also allocates blocks or fails with ``ENOSPC``. Callers that must not fail half-way reserve
-first: the segment calls :meth:`AbstractIndex.reserve` for the entries an append may add
-before it writes the batches, so a full disk fails the append before any byte of it is
-written.
-
-Everything else that writes to the file goes through ``pwrite`` or ``ftruncate``, never
-through the mapping: truncation zeroes the freed slots with ``pwrite`` (their blocks exist, so
-this needs no new space, and a page whose other blocks are holes is never faulted in for
-writing); growing the file with :meth:`AbstractIndex.resize` only moves its length (sparse);
-shrinking frees the blocks past the new end, and :attr:`AbstractIndex.reserved_bytes` drops
-with it. An existing file is assumed backed only up to the last whole page of its entries
-(pages that hold entries were written, so they have blocks; the page after may be partly a
-hole when the file system's block is smaller than a page).
+Disk blocks
+-----------
+Entries are written through the mapping, and a write into a hole of a sparse file on a full
+disk is a SIGBUS, so every page gets its blocks before an entry is written into it, and
+nothing else writes (or reads past the entries) through the mapping: the rule, why it was
+chosen over the alternatives, and the file calls are in :mod:`spark_mq.storage.index_blocks`.
+:attr:`AbstractIndex.reserved_bytes` says how far the file is known to have blocks, and
+:meth:`AbstractIndex.reserve` lets a caller reserve before it writes anything else, so that a
+full disk fails an append before any byte of it is written.
 
 Opening an existing file
 ------------------------
 An index file is not checksummed. A trimmed file holds exactly its entries. A file that was
 not trimmed when the process died holds its entries followed by zero bytes (holes read as
-zeros), so the
-entry count of an existing file is the number of whole entries up to and including the last
-entry that has a nonzero byte. Truncation zeroes the slots it frees, so stale entries never
-reappear after a crash. Which all-zero entries could be real is up to the entry layout; both
-indexes are built so that only slot 0 can legitimately be all zeros, and dropping it loses no
-answer (see each subclass for why). Whatever a crash of the whole machine leaves behind (torn
-pages, zeros in the middle: an all-zero entry after slot 0 breaks the order of the keys) is
-caught by :meth:`AbstractIndex.sanity_check`. The owning log is expected to run it on every
-existing file it opens and to rebuild the index from the log on :class:`CorruptIndexError`,
-as Kafka does.
+zeros), so the entry count of an existing file is the number of whole entries up to and
+including the last entry that has a nonzero byte. Truncation zeroes the slots it frees, so
+stale entries never reappear after a crash. Which all-zero entries could be real is up to the
+entry layout; both indexes are built so that only slot 0 can legitimately be all zeros, and
+dropping it loses no answer (see each subclass for why). Whatever a crash of the whole
+machine leaves behind (torn pages, zeros in the middle: an all-zero entry after slot 0 breaks
+the order of the keys) is caught by :meth:`AbstractIndex.sanity_check`. The owning log is
+expected to run it on every existing file it opens and to rebuild the index from the log on
+:class:`CorruptIndexError`, as Kafka does.
 
 Thread contract
 ---------------
@@ -86,23 +64,17 @@ import struct
 from pathlib import Path
 from typing import ClassVar, Final, Self
 
-import numpy as np
-
 from spark_mq.errors import (
     ConfigError,
     CorruptIndexError,
     InvalidRecordError,
     LogClosedError,
-    LogDirectoryFullError,
     UsageError,
 )
-from spark_mq.storage import libc
+from spark_mq.storage import index_blocks
 
 #: Kafka's ``segment.index.bytes`` default: the length of a writable index file (sparse).
 DEFAULT_MAX_INDEX_SIZE_BYTES: Final = 10 * 1024 * 1024
-
-#: The unit of block reservation: the kernel backs a mapping's writes a page at a time.
-RESERVE_UNIT_BYTES: Final = mmap.PAGESIZE
 
 #: Relative offsets are stored as int32, so a segment spans at most this many offsets past its
 #: base offset; the log rolls a new segment before it would overflow.
@@ -112,14 +84,6 @@ MAX_RELATIVE_OFFSET: Final = 2**31 - 1
 def round_down_to_entries(size_bytes: int, entry_size_bytes: int) -> int:
     """The largest multiple of ``entry_size_bytes`` that is not above ``size_bytes``."""
     return (size_bytes // entry_size_bytes) * entry_size_bytes
-
-
-def _round_down_to_unit(size_bytes: int) -> int:
-    return size_bytes - size_bytes % RESERVE_UNIT_BYTES
-
-
-def _round_up_to_unit(size_bytes: int) -> int:
-    return -(-size_bytes // RESERVE_UNIT_BYTES) * RESERVE_UNIT_BYTES
 
 
 class AbstractIndex(abc.ABC):
@@ -487,12 +451,12 @@ class AbstractIndex(abc.ABC):
             return
         self._entries = entries
         self._after_entries_changed()
-        start, end = entries * self.ENTRY_SIZE, old_entries * self.ENTRY_SIZE
-        fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
-        try:
-            self._write_zeros(fd, start, end)
-        finally:
-            os.close(fd)
+        index_blocks.zero_range(
+            self._path,
+            entries * self.ENTRY_SIZE,
+            old_entries * self.ENTRY_SIZE,
+            what=f"{self.KIND} {self._path}",
+        )
 
     def _back_slot(self, slot: int) -> None:
         """Give slot ``slot`` disk blocks before it is written through the mapping (callers
@@ -526,7 +490,7 @@ class AbstractIndex(abc.ABC):
             if created:
                 length_bytes = self._target_length_bytes()
                 os.ftruncate(fd, length_bytes)
-            entries = _count_entries_before_zero_tail(
+            entries = index_blocks.count_entries_before_zero_tail(
                 fd, existing_bytes // self.ENTRY_SIZE, self.ENTRY_SIZE
             )
             self._mmap = self._map(fd, length_bytes)
@@ -541,7 +505,7 @@ class AbstractIndex(abc.ABC):
         # The pages that hold entries were written, so they have blocks; the page after the
         # last whole one may be partly a hole.
         self._reserved_bytes = min(
-            _round_down_to_unit(self._entries * self.ENTRY_SIZE), length_bytes
+            index_blocks.round_down_to_unit(self._entries * self.ENTRY_SIZE), length_bytes
         )
 
     def _map(self, fd: int, length_bytes: int) -> mmap.mmap | None:
@@ -558,42 +522,17 @@ class AbstractIndex(abc.ABC):
         (whose last page has no bytes past it to back), so a slot that ends at or below it
         lies in backed pages only.
         """
-        start = self._reserved_bytes
-        stop = min(_round_up_to_unit(end_bytes), self._length_bytes)
-        if stop <= start:
+        stop = min(index_blocks.round_up_to_unit(end_bytes), self._length_bytes)
+        if stop <= self._reserved_bytes:
             return
-        fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
-        try:
-            try:
-                # Blocks that already exist are left as they are: their bytes do not change.
-                os.posix_fallocate(fd, start, stop - start)
-            except OSError as exc:
-                if exc.errno in libc.DISK_FULL:
-                    raise self._disk_full(stop, exc) from exc
-                if exc.errno not in libc.FALLOCATE_UNSUPPORTED:
-                    raise
-                # The file system cannot reserve: writing the free slots (zeros already, holes
-                # read as zeros) gives them blocks, or fails with ENOSPC instead of a SIGBUS.
-                self._write_zeros(fd, max(start, self._entries * self.ENTRY_SIZE), stop)
-        finally:
-            os.close(fd)
-        self._reserved_bytes = stop
-
-    def _write_zeros(self, fd: int, start: int, end: int) -> None:
-        try:
-            while start < end:
-                start += os.pwrite(fd, bytes(min(end - start, 1 << 20)), start)
-        except OSError as exc:
-            if exc.errno in libc.DISK_FULL:
-                raise self._disk_full(end, exc) from exc
-            raise
-
-    def _disk_full(self, end_bytes: int, exc: OSError) -> LogDirectoryFullError:
-        return LogDirectoryFullError(
-            f"no room on disk for the blocks of {self.KIND} {self._path} (up to byte "
-            f"{end_bytes}: {exc.strerror}); nothing was written: free space and retry",
-            path=str(self._path),
+        index_blocks.reserve(
+            self._path,
+            self._reserved_bytes,
+            stop,
+            free_from=self._entries * self.ENTRY_SIZE,
+            what=f"{self.KIND} {self._path}",
         )
+        self._reserved_bytes = stop
 
     def _remap(self, length_bytes: int) -> None:
         """Change the file size and map it again.
@@ -617,7 +556,7 @@ class AbstractIndex(abc.ABC):
                 self._mmap = new_mmap
                 # A reservation that ended at the old end of the file (inside a page) covered
                 # that page only up to there: the rest of it is a hole now.
-                self._reserved_bytes = _round_down_to_unit(self._reserved_bytes)
+                self._reserved_bytes = index_blocks.round_down_to_unit(self._reserved_bytes)
             else:
                 self._unmap()
                 try:
@@ -636,38 +575,3 @@ class AbstractIndex(abc.ABC):
         mm, self._mmap = self._mmap, None
         if mm is not None:
             mm.close()
-
-
-def _count_entries_before_zero_tail(fd: int, slots: int, entry_size: int) -> int:
-    """1 + the last of the first ``slots`` entries of the file that has a nonzero byte (0 if
-    none has).
-
-    Read with ``pread``, never through the mapping, and only up to the file's first hole: on
-    tmpfs even a *read* fault on a hole of a shared mapping allocates a page, which on a full
-    disk is a SIGBUS (and on any disk a waste). Entries are written from the start with no
-    gap, so none lies past the first hole; where ``SEEK_HOLE`` is not supported the whole file
-    counts as data and is read.
-    """
-    if slots == 0:
-        return 0
-    try:
-        data_end = os.lseek(fd, 0, os.SEEK_HOLE)
-    except OSError:
-        data_end = slots * entry_size
-    slots = min(slots, -(-data_end // entry_size))
-    if slots == 0:
-        return 0
-    raw_bytes = bytearray(slots * entry_size)
-    view = memoryview(raw_bytes)
-    done = 0
-    while done < len(raw_bytes):
-        read = os.preadv(fd, [view[done:]], done)
-        if read == 0:  # the file shrank under us: what was read is all there is
-            break
-        done += read
-    raw = np.frombuffer(raw_bytes, dtype=np.uint8, count=done - done % entry_size)
-    nonzero = np.asarray(raw.reshape(-1, entry_size).any(axis=1), dtype=np.bool_)
-    if not nonzero.any():
-        return 0
-    # argmax finds the first True; on the reversed mask that is the last nonzero entry.
-    return len(nonzero) - int(np.argmax(nonzero[::-1]))

@@ -94,7 +94,7 @@ class OffsetIndex(AbstractIndex):
         entry's position, else :class:`InvalidRecordError`. A full index raises
         :class:`UsageError`: the log checks :attr:`is_full` and rolls the segment first. A
         full disk raises :class:`LogDirectoryFullError` with nothing written (see
-        :mod:`spark_mq.storage.abstract_index`, "Disk blocks").
+        :mod:`spark_mq.storage.index_blocks`).
         """
         mm = self._check_room(self._check_writable("append to"))
         entries = self._entries

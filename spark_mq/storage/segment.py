@@ -194,7 +194,7 @@ class LogSegment:
                 f"segment {self.base_offset}"
             )
         # Disk blocks for the index entries this append may add, before any byte is written:
-        # a full disk then fails the whole append cleanly (see abstract_index.py).
+        # a full disk then fails the whole append cleanly (see index_blocks.py).
         more_entries = self._max_new_index_entries(batches)
         if more_entries:
             self.offset_index.reserve(more_entries)

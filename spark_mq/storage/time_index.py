@@ -111,7 +111,7 @@ class TimeIndex(AbstractIndex):
         :class:`UsageError` unless ``skip_full_check``, which only the roll and close of a
         segment use to fill the last, reserved slot. A full disk raises
         :class:`LogDirectoryFullError` with nothing written (see
-        :mod:`spark_mq.storage.abstract_index`, "Disk blocks").
+        :mod:`spark_mq.storage.index_blocks`).
         """
         mm = self._check_writable("append to")
         if not skip_full_check and self.is_full:
