@@ -23,6 +23,7 @@ operation again may succeed::
     │   ├── TopicExistsError             create of a topic that already exists
     │   ├── InvalidPartitionsError       a partition count that is not allowed (e.g. a decrease)
     │   ├── LogDirectoryFullError        the disk is full: nothing past the failed write is kept
+    │   ├── PartitionOfflineError        a partition the broker could not open at startup (56)
     │   ├── LogClosedError               use of a log after close()
     │   └── ProducerStateError           an idempotent or transactional write breaks a rule
     │       ├── OutOfOrderSequenceError        a sequence gap or reordering
@@ -307,6 +308,23 @@ class LogDirectoryFullError(StorageError):
     def __init__(self, message: str, *, path: str) -> None:
         super().__init__(message)
         self.path = path
+
+
+class PartitionOfflineError(StorageError):
+    """A partition whose log could not be opened when the log directory was (an unreadable
+    or corrupt file, no room for a file it needs): the rest of the directory is served, this
+    partition is not until the cause is fixed and the broker restarted.
+
+    ``reason`` is the error that stopped it. Brokers answer it as KAFKA_STORAGE_ERROR (56).
+    """
+
+    error_code: ClassVar[int] = 56
+
+    def __init__(self, message: str, *, topic: str, partition: int, reason: str) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.reason = reason
 
 
 class LogClosedError(StorageError):

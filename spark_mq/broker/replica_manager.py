@@ -46,7 +46,8 @@ class ReplicaManager:
         self._closing = False
 
     def partition(self, topic: str, index: int) -> Partition:
-        """The partition, or UnknownTopicOrPartitionError naming what does not exist."""
+        """The partition, or UnknownTopicOrPartitionError naming what does not exist, or
+        PartitionOfflineError for one whose log could not be opened at startup."""
         log = self.logs.get_log(topic, index)
         key = (topic, index)
         part = self._partitions.get(key)
@@ -64,10 +65,6 @@ class ReplicaManager:
 
     def cached(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
-
-    def partitions_of(self, topic: str) -> list[Partition]:
-        info = self.logs.describe_topic(topic)
-        return [self.partition(topic, p) for p in range(info.partition_count)]
 
     # -----------------------------------------------------------------------------------------
     # Topics (blocking: call from an executor thread)

@@ -261,7 +261,12 @@ class Cluster:
         self, topic: str, *, timeout_ms: int, allow_auto_create: bool = False
     ) -> int:
         """Refresh metadata until ``topic`` is known; return its partition count. Raises
-        UnknownTopicOrPartitionError (or the topic's error) after ``timeout_ms``."""
+        UnknownTopicOrPartitionError (or the topic's error) after ``timeout_ms``.
+
+        A storage error for the topic (KAFKA_STORAGE_ERROR: the broker could not create it,
+        its disk is full, say) is raised at once, though retriable: the broker has already
+        cleaned up the failed creation, and asking again until the timeout would only hide
+        its reason behind "not in the broker's metadata"."""
         deadline = self._clock() + timeout_ms / 1000
         backoff_s = max(self.config.retry_backoff_ms, 1) / 1000
         while True:
@@ -270,10 +275,12 @@ class Cluster:
             if count:
                 return count
             error: SparkMQError | None = None
+            stop = False
             for t in response.topics:
                 if t.name == topic and t.error_code != ErrorCode.NONE:
                     error = error_from_code(t.error_code, t.error_message, topic=topic)
-            if error is not None and not error.retriable:
+                    stop = t.error_code == ErrorCode.KAFKA_STORAGE_ERROR or not error.retriable
+            if error is not None and stop:
                 raise error
             remaining = deadline - self._clock()
             if remaining <= 0:

@@ -30,6 +30,8 @@ class PartitionMetadata(msgspec.Struct, array_like=True):
     replicas: list[int]
     isr: list[int]
     offline_replicas: list[int] = []
+    #: Why ``error_code`` is not 0, when the broker says (an offline partition's reason).
+    error_message: str | None = None
 
 
 class TopicMetadata(msgspec.Struct, array_like=True):

@@ -2,37 +2,46 @@
 
 Both are files of fixed-size, big-endian entries, kept sorted by the way the log appends to
 them, memory-mapped and searched in place. This module owns everything that does not depend
-on the layout of one entry: opening, preallocating and mapping the file, counting the valid
-entries of an existing file, binary search, truncation, resizing, trimming, flushing, closing,
-deleting and renaming. :mod:`spark_mq.storage.offset_index` and
+on the layout of one entry: opening, sizing and mapping the file, reserving its disk blocks,
+counting the valid entries of an existing file, binary search, truncation, resizing,
+trimming, flushing, closing, deleting and renaming. :mod:`spark_mq.storage.offset_index` and
 :mod:`spark_mq.storage.time_index` add the entry layout and the rules of their appends.
 
 Life of an index file
 ---------------------
-The index of the active segment is *writable*. A writable index that creates its file
-preallocates it to ``max_index_size_bytes`` (rounded down to a whole number of entries) with
-``posix_fallocate``, so that a full disk shows up as :class:`LogDirectoryFullError` when the
-segment is created instead of as a SIGBUS on a later write into a hole of a sparse file. When
-the segment rolls or closes, :meth:`AbstractIndex.trim_to_valid_size` shrinks the file to
-exactly ``entries * ENTRY_SIZE`` bytes. An existing file is mapped at the size it has, as in
-Kafka: a trimmed index reopened writable is full until the log gives the active segment's
-indexes room again with :meth:`AbstractIndex.resize` (Kafka's ``resizeIndexes`` on load) or
-:meth:`AbstractIndex.reset`. Segments that will not be appended to again are best opened
-read-only.
+The index of the active segment is *writable*. A writable index that creates its file sets
+its length to ``max_index_size_bytes`` (rounded down to a whole number of entries) with
+``ftruncate``, so the file is sparse, as Kafka's are: it takes no disk blocks until entries
+are written. When the segment rolls or closes, :meth:`AbstractIndex.trim_to_valid_size`
+shrinks the file to exactly ``entries * ENTRY_SIZE`` bytes. An existing file is mapped at the
+size it has, as in Kafka: a trimmed index reopened writable is full until the log gives the
+active segment's indexes room again with :meth:`AbstractIndex.resize` (Kafka's
+``resizeIndexes`` on load) or :meth:`AbstractIndex.reset`. Segments that will not be appended
+to again are best opened read-only.
+
+Disk blocks
+-----------
+Entries are written through the mapping, and a write into a hole of a sparse file on a full
+disk is a SIGBUS, so every page gets its blocks before an entry is written into it, and
+nothing else writes (or reads past the entries) through the mapping: the rule, why it was
+chosen over the alternatives, and the file calls are in :mod:`spark_mq.storage.index_blocks`.
+:attr:`AbstractIndex.reserved_bytes` says how far the file is known to have blocks, and
+:meth:`AbstractIndex.reserve` lets a caller reserve before it writes anything else, so that a
+full disk fails an append before any byte of it is written.
 
 Opening an existing file
 ------------------------
 An index file is not checksummed. A trimmed file holds exactly its entries. A file that was
-still preallocated when the process died holds its entries followed by zero bytes, so the
-entry count of an existing file is the number of whole entries up to and including the last
-entry that has a nonzero byte. Truncation zeroes the slots it frees, so stale entries never
-reappear after a crash. Which all-zero entries could be real is up to the entry layout; both
-indexes are built so that only slot 0 can legitimately be all zeros, and dropping it loses no
-answer (see each subclass for why). Whatever a crash of the whole machine leaves behind (torn
-pages, zeros in the middle: an all-zero entry after slot 0 breaks the order of the keys) is
-caught by :meth:`AbstractIndex.sanity_check`. The owning log is expected to run it on every
-existing file it opens and to rebuild the index from the log on :class:`CorruptIndexError`,
-as Kafka does.
+not trimmed when the process died holds its entries followed by zero bytes (holes read as
+zeros), so the entry count of an existing file is the number of whole entries up to and
+including the last entry that has a nonzero byte. Truncation zeroes the slots it frees, so
+stale entries never reappear after a crash. Which all-zero entries could be real is up to the
+entry layout; both indexes are built so that only slot 0 can legitimately be all zeros, and
+dropping it loses no answer (see each subclass for why). Whatever a crash of the whole
+machine leaves behind (torn pages, zeros in the middle: an all-zero entry after slot 0 breaks
+the order of the keys) is caught by :meth:`AbstractIndex.sanity_check`. The owning log is
+expected to run it on every existing file it opens and to rebuild the index from the log on
+:class:`CorruptIndexError`, as Kafka does.
 
 Thread contract
 ---------------
@@ -55,19 +64,16 @@ import struct
 from pathlib import Path
 from typing import ClassVar, Final, Self
 
-import numpy as np
-
 from spark_mq.errors import (
     ConfigError,
     CorruptIndexError,
     InvalidRecordError,
     LogClosedError,
-    LogDirectoryFullError,
     UsageError,
 )
-from spark_mq.storage import libc
+from spark_mq.storage import index_blocks
 
-#: Kafka's ``segment.index.bytes`` default: the preallocated size of a writable index file.
+#: Kafka's ``segment.index.bytes`` default: the length of a writable index file (sparse).
 DEFAULT_MAX_INDEX_SIZE_BYTES: Final = 10 * 1024 * 1024
 
 #: Relative offsets are stored as int32, so a segment spans at most this many offsets past its
@@ -105,7 +111,7 @@ class AbstractIndex(abc.ABC):
         max_index_size_bytes: int = DEFAULT_MAX_INDEX_SIZE_BYTES,
         writable: bool = True,
     ) -> None:
-        """Open the index at ``path``; if writable and missing, create and preallocate it.
+        """Open the index at ``path``; if writable and missing, create it (sparse).
 
         An existing file is mapped at its current size (see the module docstring). A
         read-only index maps the file read-only and refuses every change; a missing file then
@@ -130,6 +136,8 @@ class AbstractIndex(abc.ABC):
         self._mmap: mmap.mmap | None = None
         self._length_bytes = 0
         self._entries = 0
+        # Every page below this offset has disk blocks (see the module docstring).
+        self._reserved_bytes = 0
         self._open()
         self._after_entries_changed()
 
@@ -153,7 +161,7 @@ class AbstractIndex(abc.ABC):
 
     @property
     def max_index_size_bytes(self) -> int:
-        """The size a writable file is preallocated to (before rounding to whole entries)."""
+        """The length a writable file is given (before rounding to whole entries)."""
         self._check_open()
         return self._max_index_size_bytes
 
@@ -181,9 +189,29 @@ class AbstractIndex(abc.ABC):
 
     @property
     def length_bytes(self) -> int:
-        """Current size of the file, preallocated space included."""
+        """Current size of the file, its sparse room for more entries included."""
         self._check_open()
         return self._length_bytes
+
+    @property
+    def reserved_bytes(self) -> int:
+        """How far the file is known to have disk blocks: entries below it can be written
+        without taking new space (see the module docstring)."""
+        self._check_open()
+        return self._reserved_bytes
+
+    def reserve(self, more_entries: int) -> None:
+        """Give the next ``more_entries`` free slots disk blocks, a page at a time.
+
+        Raises :class:`LogDirectoryFullError` when the disk has no room, before anything is
+        written. Slots past the file's length are not reserved: an append there fails as full
+        anyway. Cheap when the slots are already backed (one comparison).
+        """
+        end = (self._entries + more_entries) * self.ENTRY_SIZE
+        if end <= self._reserved_bytes:
+            return
+        self._check_writable("reserve blocks for")
+        self._reserve_to(min(end, self._length_bytes))
 
     # -----------------------------------------------------------------------------------------
     # Changes
@@ -209,7 +237,7 @@ class AbstractIndex(abc.ABC):
         """Set the file size to ``new_size_bytes`` rounded down to whole entries and re-map it.
 
         Returns whether the size changed. Shrinking below the valid entries is refused:
-        truncate first. Growing the file preallocates the new space (see the module docstring).
+        truncate first. Growing the file takes no disk blocks (see the module docstring).
         """
         self._check_writable("resize")
         rounded_bytes = round_down_to_entries(new_size_bytes, self.ENTRY_SIZE)
@@ -412,17 +440,29 @@ class AbstractIndex(abc.ABC):
         """Keep the first ``entries`` entries and zero the slots after them.
 
         Zeroing is what lets a reopened, untrimmed file find its end (see the module
-        docstring); the count is lowered first so that no lookup starts on a zeroed slot.
+        docstring); the count is lowered first so that no lookup starts on a zeroed slot. The
+        zeros go in with ``pwrite``, not through the mapping: those slots have blocks, so this
+        takes no space, whereas a write fault on their page could need blocks for the rest of
+        it (see the module docstring).
         """
-        mm = self._check_writable("truncate")
+        self._check_writable("truncate")
         old_entries = self._entries
         if entries >= old_entries:
             return
         self._entries = entries
         self._after_entries_changed()
-        if mm is not None:
-            start, end = entries * self.ENTRY_SIZE, old_entries * self.ENTRY_SIZE
-            mm[start:end] = bytes(end - start)
+        index_blocks.zero_range(
+            self._path,
+            entries * self.ENTRY_SIZE,
+            old_entries * self.ENTRY_SIZE,
+            what=f"{self.KIND} {self._path}",
+        )
+
+    def _back_slot(self, slot: int) -> None:
+        """Give slot ``slot`` disk blocks before it is written through the mapping (callers
+        on the append path check ``(slot + 1) * ENTRY_SIZE > reserved_bytes`` inline first:
+        that comparison is all an append pays while its page is reserved)."""
+        self._reserve_to((slot + 1) * self.ENTRY_SIZE)
 
     # -----------------------------------------------------------------------------------------
     # File handling
@@ -443,13 +483,16 @@ class AbstractIndex(abc.ABC):
         try:
             existing_bytes = os.fstat(fd).st_size
             length_bytes = existing_bytes
-            # Only a new file is preallocated. An existing one is mapped at its size, as Kafka
-            # does: growing every reopened segment's indexes would reserve max_index_size_bytes
-            # per old segment, and a file of a bad size must reach sanity_check() unchanged.
-            # The log grows the active segment's indexes with resize() or reset().
+            # Only a new file is sized, and sparsely: it takes blocks as entries are written.
+            # An existing one is mapped at its size, as Kafka does; a file of a bad size must
+            # reach sanity_check() unchanged. The log grows the active segment's indexes with
+            # resize() or reset().
             if created:
                 length_bytes = self._target_length_bytes()
-                self._allocate(fd, length_bytes)
+                os.ftruncate(fd, length_bytes)
+            entries = index_blocks.count_entries_before_zero_tail(
+                fd, existing_bytes // self.ENTRY_SIZE, self.ENTRY_SIZE
+            )
             self._mmap = self._map(fd, length_bytes)
         except BaseException:
             os.close(fd)
@@ -458,8 +501,11 @@ class AbstractIndex(abc.ABC):
             raise
         os.close(fd)
         self._length_bytes = length_bytes
-        self._entries = _count_entries_before_zero_tail(
-            self._mmap, existing_bytes // self.ENTRY_SIZE, self.ENTRY_SIZE
+        self._entries = entries
+        # The pages that hold entries were written, so they have blocks; the page after the
+        # last whole one may be partly a hole.
+        self._reserved_bytes = min(
+            index_blocks.round_down_to_unit(self._entries * self.ENTRY_SIZE), length_bytes
         )
 
     def _map(self, fd: int, length_bytes: int) -> mmap.mmap | None:
@@ -468,38 +514,49 @@ class AbstractIndex(abc.ABC):
         access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
         return mmap.mmap(fd, length_bytes, access=access)
 
-    def _allocate(self, fd: int, length_bytes: int) -> None:
-        """Grow the file to ``length_bytes`` with real blocks (zeros) behind every new byte."""
-        try:
-            os.posix_fallocate(fd, 0, length_bytes)
-        except OSError as exc:
-            if exc.errno in libc.DISK_FULL:
-                raise LogDirectoryFullError(
-                    f"no room to preallocate {length_bytes} bytes for {self.KIND} {self._path}; "
-                    "free disk space or lower segment.index.bytes",
-                    path=str(self._path),
-                ) from exc
-            if exc.errno not in libc.FALLOCATE_UNSUPPORTED:
-                raise
-            # The file system cannot preallocate: a sparse file, which is what Kafka always
-            # uses.
-            os.ftruncate(fd, length_bytes)
+    def _reserve_to(self, end_bytes: int) -> None:
+        """Give every page from :attr:`reserved_bytes` up to the one holding byte
+        ``end_bytes - 1`` its disk blocks (whole pages, capped at the file's length).
+
+        Invariant: :attr:`reserved_bytes` is a whole number of pages, or the file's length
+        (whose last page has no bytes past it to back), so a slot that ends at or below it
+        lies in backed pages only.
+        """
+        stop = min(index_blocks.round_up_to_unit(end_bytes), self._length_bytes)
+        if stop <= self._reserved_bytes:
+            return
+        index_blocks.reserve(
+            self._path,
+            self._reserved_bytes,
+            stop,
+            free_from=self._entries * self.ENTRY_SIZE,
+            what=f"{self.KIND} {self._path}",
+        )
+        self._reserved_bytes = stop
 
     def _remap(self, length_bytes: int) -> None:
         """Change the file size and map it again.
 
         ``mmap.resize`` is not used: it fails while any buffer is exported and would move the
-        mapping under readers anyway. Growing happens before the old mapping is dropped, so a
-        failed preallocation leaves the index as it was; shrinking unmaps first, because a
-        mapping that reaches past the end of the file faults (SIGBUS) when touched.
+        mapping under readers anyway. Growing only moves the length (the new room is a hole,
+        reserved page by page as entries come) and maps the file before the old mapping is
+        dropped; shrinking unmaps first, because a mapping that reaches past the end of the
+        file faults (SIGBUS) when touched, and frees the blocks past the new end.
         """
         fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
         try:
             if length_bytes > self._length_bytes:
-                self._allocate(fd, length_bytes)
-                new_mmap = self._map(fd, length_bytes)
+                os.ftruncate(fd, length_bytes)
+                try:
+                    new_mmap = self._map(fd, length_bytes)
+                except BaseException:
+                    os.ftruncate(fd, self._length_bytes)
+                    raise
                 self._unmap()
                 self._mmap = new_mmap
+                # A reservation that ended at the old end of the file (inside a page) covered
+                # that page only up to there: the rest of it is a hole now.
+                self._reserved_bytes = index_blocks.round_down_to_unit(self._reserved_bytes)
             else:
                 self._unmap()
                 try:
@@ -508,6 +565,8 @@ class AbstractIndex(abc.ABC):
                     self._mmap = self._map(fd, self._length_bytes)
                     raise
                 self._mmap = self._map(fd, length_bytes)
+                # Blocks past the new end are freed.
+                self._reserved_bytes = min(self._reserved_bytes, length_bytes)
             self._length_bytes = length_bytes
         finally:
             os.close(fd)
@@ -516,19 +575,3 @@ class AbstractIndex(abc.ABC):
         mm, self._mmap = self._mmap, None
         if mm is not None:
             mm.close()
-
-
-def _count_entries_before_zero_tail(mm: mmap.mmap | None, slots: int, entry_size: int) -> int:
-    """1 + the last of the first ``slots`` entries that has a nonzero byte (0 if none has).
-
-    Returns a plain int and lets its numpy view die with the frame, so the mapping stays free
-    to be closed or resized.
-    """
-    if mm is None or slots == 0:
-        return 0
-    raw = np.frombuffer(mm, dtype=np.uint8, count=slots * entry_size).reshape(slots, entry_size)
-    nonzero = np.asarray(raw.any(axis=1), dtype=np.bool_)
-    if not nonzero.any():
-        return 0
-    # argmax finds the first True; on the reversed mask that is the last nonzero entry.
-    return slots - int(np.argmax(nonzero[::-1]))

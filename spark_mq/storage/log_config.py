@@ -63,8 +63,8 @@ class LogConfig(Config):
     segment_index_bytes: int = setting(
         "segment.index.bytes",
         10 * 1024 * 1024,
-        "Size to which the offset and time index files are preallocated; a full index rolls "
-        "the segment.",
+        "Length of the active segment's offset and time index files (sparse: disk blocks are "
+        "taken a page at a time as entries are written); a full index rolls the segment.",
         parse=parse_int,
         check=at_least(12),
     )

@@ -21,12 +21,14 @@ files use Kafka's format (:class:`~spark_mq.storage.checkpoint_file.OffsetCheckp
 The metadata file is the commit point of every topic change, and the crash story follows:
 
 - **create_topic**: partition directories are created (and fsynced into ``root``) first, the
-  metadata file last. A crash before the metadata leaves empty partition directories and no
-  topic; startup leaves them alone with a warning, and the next create (or add_partitions) of
-  that name adopts them, because they hold no data. A leftover directory that *does* hold
-  records is never adopted or removed: the create fails with :class:`TopicExistsError` saying
-  to move it away. Before committing, the checkpoints are rewritten without the new topic, so
-  no offsets of an earlier topic of the same name can be applied to the new one.
+  metadata file last. A create that fails (a full disk: :class:`LogDirectoryFullError`)
+  removes the directories it made before it raises. A crash before the metadata leaves empty
+  partition directories and no topic; startup leaves them alone with a warning, and the next
+  create (or add_partitions) of that name adopts them, because they hold no data. A leftover
+  directory that *does* hold records is never adopted or removed: the create fails with
+  :class:`TopicExistsError` saying to move it away. Before committing, the checkpoints are
+  rewritten without the new topic, so no offsets of an earlier topic of the same name can be
+  applied to the new one.
 - **add_partitions**: same as create: new directories first, then the metadata with the new
   count. A crash in between leaves empty directories that the next attempt adopts.
 - **alter_topic_config**: the metadata is rewritten, then open logs get the new config. A
@@ -50,7 +52,11 @@ recovery-point checkpoint also makes the start unclean); remove ``*.tmp`` leftov
 topic metadata; finish interrupted deletions; remove ``*.deleted`` directories; warn about
 orphan partition directories (no metadata claims them: left untouched); open every partition
 log with its checkpointed offsets and ``had_clean_shutdown``. A metadata file whose partition
-directory is missing gets a new, empty partition (with a warning: that data is lost).
+directory is missing gets a new, empty partition (with a warning: that data is lost). A
+partition whose log cannot be opened does not stop the others: it is logged once and kept as
+offline, with the reason (:mod:`~spark_mq.storage.offline_partition` says what that means for
+its files, its checkpoints and the clean-shutdown marker); :meth:`LogManager.get_log` raises
+:class:`~spark_mq.errors.PartitionOfflineError` for it.
 
 Threads: one ``threading.RLock`` serialises every change of topic metadata (create, add
 partitions, alter, delete), the checkpoint writes (two writers would share the ``.tmp``
@@ -75,9 +81,11 @@ import contextlib
 import dataclasses
 import difflib
 import errno
+import functools
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -105,6 +113,7 @@ from spark_mq.storage.dir_lock import DirLock
 from spark_mq.storage.log import PartitionLog
 from spark_mq.storage.log_cleaner import CleanerStats, LogCleaner
 from spark_mq.storage.log_config import LogConfig
+from spark_mq.storage.offline_partition import OfflinePartition, open_or_offline
 from spark_mq.storage.topic_deletion import (
     carry_out_deletion,
     finish_deletions,
@@ -136,11 +145,21 @@ def _wall_clock_ms() -> int:
 
 @dataclasses.dataclass(frozen=True)
 class _Topic:
-    """A live topic: its metadata, effective config and open logs (index = partition)."""
+    """A live topic: its metadata, effective config and partitions (index = partition): an
+    open log, or an offline partition that could not be opened at startup."""
 
     meta: TopicMetadata
     config: LogConfig
-    logs: tuple[PartitionLog, ...]
+    partitions: tuple[PartitionLog | OfflinePartition, ...]
+
+    @property
+    def logs(self) -> tuple[PartitionLog, ...]:
+        """The open logs (offline partitions left out)."""
+        return tuple(p for p in self.partitions if isinstance(p, PartitionLog))
+
+    @property
+    def offline(self) -> tuple[OfflinePartition, ...]:
+        return tuple(p for p in self.partitions if isinstance(p, OfflinePartition))
 
 
 @contextlib.contextmanager
@@ -209,6 +228,9 @@ class LogManager:
         self._topics: Mapping[str, _Topic] = MappingProxyType({})
         #: Whether the directory held nothing of a log before this open (set by startup).
         self.new_directory = False
+        # Whether an offline partition missed the recovery of an unclean start: close() then
+        # writes no clean-shutdown marker, so that the next start recovers it.
+        self._offline_unrecovered = False
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -270,23 +292,41 @@ class LogManager:
                     key=exc.key,
                     value=exc.value,
                 ) from exc
-            logs = []
+            logs: list[PartitionLog | OfflinePartition] = []
             try:
                 for p in range(meta.partitions):
+                    key = (name, p)
                     logs.append(
-                        self._open_existing(
-                            meta,
-                            p,
-                            config=config,
-                            recovery_points=recovery_points or {},
-                            log_start_offsets=log_start_offsets or {},
-                            had_clean_shutdown=had_clean_shutdown,
+                        open_or_offline(
+                            functools.partial(
+                                self._open_existing,
+                                meta,
+                                p,
+                                config=config,
+                                recovery_points=recovery_points or {},
+                                log_start_offsets=log_start_offsets or {},
+                                had_clean_shutdown=had_clean_shutdown,
+                            ),
+                            topic=name,
+                            partition=p,
+                            directory=self.root / partition_dir_name(name, p),
+                            recovery_point=(recovery_points or {}).get(key),
+                            log_start_offset=(log_start_offsets or {}).get(key),
                         )
                     )
             finally:
                 # Published even when a later partition fails, so the error path closes them.
                 topics[name] = _Topic(meta, config, tuple(logs))
                 self._topics = MappingProxyType(dict(topics))
+        offline = [p for topic in topics.values() for p in topic.offline]
+        self._offline_unrecovered = bool(offline) and not had_clean_shutdown
+        if offline:
+            logger.error(
+                "log directory %s opened with %d offline partition(s): %s",
+                self.root,
+                len(offline),
+                ", ".join(f"{p.topic}-{p.partition}" for p in offline),
+            )
         return had_clean_shutdown
 
     def _consume_clean_shutdown_marker(self) -> bool:
@@ -414,6 +454,7 @@ class LogManager:
     ) -> list[tuple[PartitionLog, bool]]:
         """Open empty logs for new partitions: ``(log, created)``; leftovers with data refuse."""
         opened: list[tuple[PartitionLog, bool]] = []
+        directory, existed = self.root, True
         try:
             for p in partitions:
                 directory = self.root / partition_dir_name(name, p)
@@ -442,6 +483,10 @@ class LogManager:
             fsync_directory(self.root)
         except BaseException:
             self._discard(opened)
+            if not existed and len(opened) < len(partitions):
+                # The partition whose open failed (a full disk, say) may have made its
+                # directory and some files: a failed change leaves nothing behind.
+                shutil.rmtree(directory, ignore_errors=True)
             raise
         return opened
 
@@ -529,7 +574,7 @@ class LogManager:
                 except BaseException:
                     self._discard(opened)
                     raise
-            logs = topic.logs + tuple(log for log, _ in opened)
+            logs = topic.partitions + tuple(log for log, _ in opened)
             self._publish(name, _Topic(meta, topic.config, logs))
             return self.describe_topic(name)
 
@@ -556,7 +601,7 @@ class LogManager:
                 self._write_metadata(meta)
             for log in topic.logs:
                 log.update_config(effective)
-            self._publish(name, _Topic(meta, effective, topic.logs))
+            self._publish(name, _Topic(meta, effective, topic.partitions))
             return self.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:
@@ -593,7 +638,9 @@ class LogManager:
                 size_bytes=log.size_bytes,
                 num_segments=log.num_segments,
             )
-            for p, log in enumerate(topic.logs)
+            if isinstance(log, PartitionLog)
+            else PartitionInfo.offline(name, p, log.reason)
+            for p, log in enumerate(topic.partitions)
         )
         meta = topic.meta
         return TopicInfo(
@@ -609,17 +656,27 @@ class LogManager:
         return name in self._topics
 
     def get_log(self, topic: str, partition: int) -> PartitionLog:
-        """The log of one partition; UnknownTopicOrPartitionError names what does not exist."""
+        """The log of one partition; UnknownTopicOrPartitionError names what does not exist,
+        PartitionOfflineError a partition that could not be opened (and why)."""
         self._check_open()
         live = self._require_topic(topic)
-        if type(partition) is not int or not 0 <= partition < len(live.logs):
+        if type(partition) is not int or not 0 <= partition < len(live.partitions):
             raise UnknownTopicOrPartitionError(
-                f"topic {topic!r} has partitions 0 to {len(live.logs) - 1}; partition "
+                f"topic {topic!r} has partitions 0 to {len(live.partitions) - 1}; partition "
                 f"{partition!r} does not exist (add_partitions adds more)",
                 topic=topic,
                 partition=partition if type(partition) is int else None,
             )
-        return live.logs[partition]
+        log = live.partitions[partition]
+        if isinstance(log, OfflinePartition):
+            raise log.error()
+        return log
+
+    def offline_partitions(self) -> list[OfflinePartition]:
+        """The partitions that could not be opened, by topic name then partition."""
+        self._check_open()
+        topics = self._topics
+        return [p for name in sorted(topics) for p in topics[name].offline]
 
     def logs(self) -> Iterator[PartitionLog]:
         """Every open partition log, by topic name then partition."""
@@ -632,13 +689,23 @@ class LogManager:
 
     def _write_checkpoints(self) -> None:
         logs = [log for topic in self._topics.values() for log in topic.logs]
-        self._recovery_checkpoint.write({(x.topic, x.partition): x.recovery_point for x in logs})
-        self._start_checkpoint.write({(x.topic, x.partition): x.log_start_offset for x in logs})
+        offline = [p for topic in self._topics.values() for p in topic.offline]
+        recovery = {(x.topic, x.partition): x.recovery_point for x in logs}
+        starts = {(x.topic, x.partition): x.log_start_offset for x in logs}
+        # Offline partitions keep what the checkpoints said of them when the directory opened.
+        for p in offline:
+            if p.recovery_point is not None:
+                recovery[(p.topic, p.partition)] = p.recovery_point
+            if p.log_start_offset is not None:
+                starts[(p.topic, p.partition)] = p.log_start_offset
+        self._recovery_checkpoint.write(recovery)
+        self._start_checkpoint.write(starts)
         if self._cleaner_checkpoint.path.exists():
             # Like the two above, rewritten without topics that are gone or being created, so
             # a new topic never inherits the first dirty offset of an old one of its name.
             cleaned = self._read_checkpoint(self._cleaner_checkpoint) or {}
             live = {(x.topic, x.partition) for x in logs}
+            live.update((p.topic, p.partition) for p in offline)
             self._cleaner_checkpoint.write({k: v for k, v in cleaned.items() if k in live})
 
     def checkpoint(self) -> None:
@@ -680,8 +747,10 @@ class LogManager:
                     passes.append(stats)
             with self._lock:
                 if not self._closed:
-                    # Entries of topics deleted since are dropped with them.
+                    # Entries of topics deleted since are dropped with them; offline
+                    # partitions keep theirs.
                     live = {(x.topic, x.partition) for x in self.logs() if x.config.compact}
+                    live.update((x.topic, x.partition) for x in self.offline_partitions())
                     with _io_errors("writing the cleaner checkpoint", self.root):
                         self._cleaner_checkpoint.write(
                             {k: v for k, v in checkpoint.items() if k in live}
@@ -736,6 +805,13 @@ class LogManager:
             failures.append(exc)
         if failures:
             raise failures[0]
+        if self._offline_unrecovered:
+            logger.warning(
+                "no clean-shutdown marker for %s: offline partitions were not recovered, so "
+                "the next start recovers every partition",
+                self.root,
+            )
+            return
         marker = json.dumps({"version": 0, "shutdown_ms": self._time_ms()}).encode()
         atomic_write_bytes(self.root / CLEAN_SHUTDOWN_FILE, marker)
 

@@ -48,7 +48,7 @@ class OffsetIndex(AbstractIndex):
 
     Nothing in the file is checksummed. After a crash the log runs :meth:`sanity_check` and
     rebuilds a corrupt index from the ``.log`` file. When an existing file is opened, trailing
-    all-zero entries are preallocated space, not entries (see
+    all-zero entries are room for more entries, not entries (see
     :mod:`spark_mq.storage.abstract_index`). Only slot 0 can legitimately be all zeros: it
     would be the entry ``(base_offset, 0)`` of the segment's first batch, and every later
     entry has a relative offset above 0. A file whose entries are all zeros therefore opens as
@@ -92,7 +92,9 @@ class OffsetIndex(AbstractIndex):
 
         ``offset`` must be above the last entry's offset and ``position`` not below the last
         entry's position, else :class:`InvalidRecordError`. A full index raises
-        :class:`UsageError`: the log checks :attr:`is_full` and rolls the segment first.
+        :class:`UsageError`: the log checks :attr:`is_full` and rolls the segment first. A
+        full disk raises :class:`LogDirectoryFullError` with nothing written (see
+        :mod:`spark_mq.storage.index_blocks`).
         """
         mm = self._check_room(self._check_writable("append to"))
         entries = self._entries
@@ -112,6 +114,9 @@ class OffsetIndex(AbstractIndex):
                 f"{self.KIND} {self.path}; roll a new segment"
             )
         relative_offset = self._relative_offset(offset)
+        # Blocks first: a write into a hole of the mapping on a full disk would be a SIGBUS.
+        if (entries + 1) * self.ENTRY_SIZE > self._reserved_bytes:
+            self._back_slot(entries)
         _ENTRY.pack_into(mm, entries * self.ENTRY_SIZE, relative_offset, position)
         self._last_offset, self._last_position = offset, position
         # Published after the bytes are in place, so a concurrent lookup never sees a slot

@@ -27,7 +27,12 @@ from typing import Final, NamedTuple
 
 import numpy as np
 
-from spark_mq.errors import CorruptIndexError, CorruptRecordError, InvalidRecordError
+from spark_mq.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidRecordError,
+    LogDirectoryFullError,
+)
 from spark_mq.storage.arrow_arrays import to_numpy
 from spark_mq.storage.batch_decoder import decode_body
 from spark_mq.storage.codecs import Bytes
@@ -188,6 +193,12 @@ class LogSegment:
                 f"batch offsets {first.base_offset}..{batches[-1].header.last_offset} do not fit "
                 f"segment {self.base_offset}"
             )
+        # Disk blocks for the index entries this append may add, before any byte is written:
+        # a full disk then fails the whole append cleanly (see index_blocks.py).
+        more_entries = self._max_new_index_entries(batches)
+        if more_entries:
+            self.offset_index.reserve(more_entries)
+            self.time_index.reserve(more_entries)
         self.records.append(chunks, drop_behind_bytes=drop_behind_bytes, reserve_to=reserve_to)
         if self._rolling_based_timestamp is None:
             self._rolling_based_timestamp = first.max_timestamp
@@ -205,6 +216,34 @@ class LogSegment:
                 self._bytes_since_last_index_entry = 0
             self._bytes_since_last_index_entry += header.size
         self._next_offset = batches[-1].header.next_offset
+
+    def _max_new_index_entries(self, batches: Sequence[BatchPosition]) -> int:
+        """At most how many index entries appending ``batches`` adds.
+
+        One per batch at most, and each entry needs more than ``index.interval.bytes`` of
+        batches since the last one, counted before the batch it indexes, so the bytes before
+        the last batch bound the count too (and a segment's first batch needs none).
+        """
+        bytes_before_last = batches[-1].position
+        by_bytes = (self._bytes_since_last_index_entry + bytes_before_last) // (
+            self.index_interval_bytes + 1
+        )
+        return min(len(batches), by_bytes)
+
+    def _append_final_time_entry(self) -> None:
+        """The time index's last entry (the segment's largest timestamp), when it stops being
+        active. Skipped on a full disk: it only makes the index sparser, which lookups by time
+        tolerate, while failing would leave a roll or close half done."""
+        if self._max_timestamp_so_far < 0:
+            return
+        try:
+            self.time_index.maybe_append(
+                self._max_timestamp_so_far,
+                self._offset_of_max_timestamp_so_far,
+                skip_full_check=True,
+            )
+        except LogDirectoryFullError as exc:
+            log.warning("time index of segment %s lacks its last entry: %s", self.log_path, exc)
 
     def _indexes_have_room(self) -> bool:
         # The log checks for full indexes only before an append, so a multi-batch append (or a
@@ -251,20 +290,21 @@ class LogSegment:
         return self.size_bytes > 0 and first is not None and now_ms - first > max_compaction_lag_ms
 
     def resize_indexes(self, size_bytes: int) -> None:
-        """Give the indexes room again (an active segment reopened after a trim is full)."""
-        self.offset_index.resize(max(size_bytes, self.offset_index.size_bytes))
-        self.time_index.resize(max(size_bytes, self.time_index.size_bytes))
+        """Give the indexes room again (an active segment reopened after a trim is full).
+
+        Each file is trimmed to its entries first, which frees any blocks held past them (a
+        file preallocated whole by an older version, or not trimmed before a crash), then
+        grown sparsely.
+        """
+        for index in (self.offset_index, self.time_index):
+            index.trim_to_valid_size()
+            index.resize(max(size_bytes, index.size_bytes))
 
     def on_become_inactive(self) -> None:
         """Called when a new segment takes over: final time index entry, indexes trimmed,
         disk blocks reserved past the end of the ``.log`` file given back."""
         self.records.release_reserved()
-        if self._max_timestamp_so_far >= 0:
-            self.time_index.maybe_append(
-                self._max_timestamp_so_far,
-                self._offset_of_max_timestamp_so_far,
-                skip_full_check=True,
-            )
+        self._append_final_time_entry()
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
 
@@ -399,6 +439,9 @@ class LogSegment:
         self._rolling_based_timestamp = None
         valid_bytes = 0
         expected_min_offset = self.base_offset
+        # False once the disk had no room for an index page: the rest of the rebuild indexes
+        # nothing (see below).
+        indexing = True
         try:
             for header, pos in self.records.validated_batches(0):
                 if header.base_offset < expected_min_offset or not self.can_hold(
@@ -418,11 +461,8 @@ class LogSegment:
                     self._max_timestamp_so_far = header.max_timestamp
                     self._offset_of_max_timestamp_so_far = header.last_offset
                 due = self._bytes_since_last_index_entry > self.index_interval_bytes
-                if due and self._indexes_have_room():
-                    self.offset_index.append(header.base_offset, pos)
-                    self.time_index.maybe_append(
-                        self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far
-                    )
+                if indexing and due and self._indexes_have_room():
+                    indexing = self._rebuild_entry(header, pos)
                     self._bytes_since_last_index_entry = 0
                 self._bytes_since_last_index_entry += header.size
                 expected_min_offset = header.next_offset
@@ -432,16 +472,36 @@ class LogSegment:
         truncated = self.records.size_bytes - valid_bytes
         if truncated and truncate:
             self.records.truncate_to(valid_bytes)
-        if self._max_timestamp_so_far >= 0:
-            self.time_index.maybe_append(
-                self._max_timestamp_so_far,
-                self._offset_of_max_timestamp_so_far,
-                skip_full_check=True,
-            )
+        if indexing:
+            self._append_final_time_entry()
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
         self._next_offset = expected_min_offset
         return truncated
+
+    def _rebuild_entry(self, header: BatchHeader, position: int) -> bool:
+        """Add the index entries of one batch during :meth:`recover`; False on a full disk.
+
+        A rebuild must not stop a log from opening for want of an index page: the indexes are
+        only caches, and an index that ends early is still valid (lookups past its last entry
+        scan the ``.log`` file forward from there). So on a full disk the entries stop here,
+        once, with a warning; the log opens with all its data.
+        """
+        try:
+            self.offset_index.append(header.base_offset, position)
+            self.time_index.maybe_append(
+                self._max_timestamp_so_far, self._offset_of_max_timestamp_so_far
+            )
+        except LogDirectoryFullError as exc:
+            log.warning(
+                "rebuilding the indexes of %s stops at offset %d, the disk is full: %s; lookups "
+                "past it scan the log file forward from the last entry",
+                self.log_path,
+                header.base_offset,
+                exc,
+            )
+            return False
+        return True
 
     def sanity_check(self) -> None:
         """Raise CorruptIndexError if either index fails its check (the caller rebuilds)."""
@@ -469,13 +529,8 @@ class LogSegment:
         # An old segment's time index is opened at its trimmed size. If it lacks the final
         # entry (a sane but sparser file), there is no slot for it: skipping it only makes the
         # index sparser, while appending would raise and leave the log half closed.
-        has_slot = self.time_index.entries < self.time_index.max_entries
-        if self._max_timestamp_so_far >= 0 and has_slot:
-            self.time_index.maybe_append(
-                self._max_timestamp_so_far,
-                self._offset_of_max_timestamp_so_far,
-                skip_full_check=True,
-            )
+        if self.time_index.entries < self.time_index.max_entries:
+            self._append_final_time_entry()
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()

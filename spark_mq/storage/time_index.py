@@ -55,7 +55,7 @@ class TimeIndex(AbstractIndex):
 
     Nothing in the file is checksummed. After a crash the log runs :meth:`sanity_check` and
     rebuilds a corrupt index from the ``.log`` file. When an existing file is opened, trailing
-    all-zero entries are preallocated space, not entries (see
+    all-zero entries are room for more entries, not entries (see
     :mod:`spark_mq.storage.abstract_index`). Timestamps in the file are >= 0 and strictly
     increase, so only slot 0 can legitimately be all zeros: timestamp 0 (the epoch) at the
     base offset. A file whose entries are all zeros therefore opens as an empty index. The
@@ -109,7 +109,9 @@ class TimeIndex(AbstractIndex):
         an offset below the last entry's, raises :class:`InvalidRecordError`: the log passes
         its running maximum, which never goes down. A full index (:attr:`is_full`) raises
         :class:`UsageError` unless ``skip_full_check``, which only the roll and close of a
-        segment use to fill the last, reserved slot.
+        segment use to fill the last, reserved slot. A full disk raises
+        :class:`LogDirectoryFullError` with nothing written (see
+        :mod:`spark_mq.storage.index_blocks`).
         """
         mm = self._check_writable("append to")
         if not skip_full_check and self.is_full:
@@ -140,6 +142,9 @@ class TimeIndex(AbstractIndex):
             )
         relative_offset = self._relative_offset(offset)
         mm = self._check_room(mm)
+        # Blocks first: a write into a hole of the mapping on a full disk would be a SIGBUS.
+        if (entries + 1) * self.ENTRY_SIZE > self._reserved_bytes:
+            self._back_slot(entries)
         _ENTRY.pack_into(mm, entries * self.ENTRY_SIZE, timestamp, relative_offset)
         self._last_entry = TimestampOffset(timestamp, offset)
         # Published after the bytes are in place, so a concurrent lookup never sees a slot

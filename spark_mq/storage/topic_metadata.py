@@ -37,7 +37,11 @@ def _is_hex(text: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class PartitionInfo:
-    """A snapshot of one partition log's offsets and size."""
+    """A snapshot of one partition log's offsets and size.
+
+    An offline partition (:mod:`~spark_mq.storage.offline_partition`) has no log to ask: its
+    offsets are -1, its size and segment count 0, and ``offline_reason`` says why.
+    """
 
     topic: str
     partition: int
@@ -47,6 +51,11 @@ class PartitionInfo:
     recovery_point: int
     size_bytes: int
     num_segments: int
+    offline_reason: str | None = None
+
+    @classmethod
+    def offline(cls, topic: str, partition: int, reason: str) -> PartitionInfo:
+        return cls(topic, partition, -1, -1, -1, -1, 0, 0, offline_reason=reason)
 
 
 @dataclasses.dataclass(frozen=True)

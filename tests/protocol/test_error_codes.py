@@ -28,7 +28,10 @@ SHARED_CODES: dict[int, tuple[type[e.SparkMQError], set[type[e.SparkMQError]]]] 
     # error like any other.
     40: (e.ConfigError, {e.ConfigError, e.SinkSchemaError}),
     42: (e.InvalidRequestError, {e.InvalidRequestError, e.CorruptFrameError}),
-    56: (e.KafkaStorageError, {e.KafkaStorageError, e.LogDirectoryFullError}),
+    56: (
+        e.KafkaStorageError,
+        {e.KafkaStorageError, e.LogDirectoryFullError, e.PartitionOfflineError},
+    ),
 }
 
 #: Kafka's ``retriable`` for the codes a client meets most (its exception classes extend

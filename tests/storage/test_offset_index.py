@@ -232,10 +232,11 @@ TestOffsetIndexModel.settings = settings(
 # Files and sizes
 
 
-def test_new_index_is_preallocated_and_close_trims_it(tmp_path: Path) -> None:
+def test_new_index_is_sparse_and_close_trims_it(tmp_path: Path) -> None:
     path = index_path(tmp_path, 50)
     index = OffsetIndex(path, 50, max_index_size_bytes=1_000)
     assert path.stat().st_size == 1_000  # already a multiple of 8
+    assert path.stat().st_blocks == 0  # sparse: no disk blocks until entries come
     assert index.max_entries == 125
     assert index.length_bytes == 1_000
     index.append(50, 0)
@@ -300,30 +301,43 @@ def test_empty_file_maps_nothing(tmp_path: Path) -> None:
         index.append(3, 0)
 
 
-def test_full_disk_while_preallocating_leaves_no_file(
+def test_full_disk_when_reserving_blocks_fails_the_append_and_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def no_space(fd: int, offset: int, length: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(os, "posix_fallocate", no_space)
     path = index_path(tmp_path, 0)
-    with pytest.raises(LogDirectoryFullError) as info:
-        OffsetIndex(path, 0, MAX_BYTES)
-    assert info.value.path == str(path)
-    assert not path.exists()
+    with OffsetIndex(path, 0, MAX_BYTES) as index:
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "posix_fallocate", no_space)
+            with pytest.raises(LogDirectoryFullError, match="free space") as info:
+                index.append(0, 0)
+            assert info.value.path == str(path)
+            assert (index.entries, index.reserved_bytes) == (0, 0)
+        # Room again: the same index takes the entry.
+        index.append(0, 10)
+        assert index.entry(0) == OffsetPosition(0, 10)
 
 
-def test_file_system_without_fallocate_falls_back_to_a_sparse_file(
+def test_file_system_without_fallocate_gets_blocks_by_writing_zeros(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def unsupported(fd: int, offset: int, length: int) -> None:
         raise OSError(errno.EOPNOTSUPP, "Operation not supported")
 
     monkeypatch.setattr(os, "posix_fallocate", unsupported)
-    with OffsetIndex(index_path(tmp_path, 0), 0, MAX_BYTES) as index:
+    path = index_path(tmp_path, 0)
+    with OffsetIndex(path, 0, MAX_BYTES) as index:
         assert index.max_entries == MAX_ENTRIES
         index.append(0, 0)
+        index.append(5, 100)
+        assert index.reserved_bytes == index.length_bytes
+        assert path.stat().st_blocks > 0
+        assert [index.entry(i) for i in range(2)] == [
+            OffsetPosition(0, 0),
+            OffsetPosition(5, 100),
+        ]
 
 
 # ---------------------------------------------------------------------------------------------

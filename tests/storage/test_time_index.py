@@ -211,10 +211,11 @@ TestTimeIndexModel.settings = settings(
 # Appends and lookups
 
 
-def test_new_index_is_preallocated_and_close_trims_it(tmp_path: Path) -> None:
+def test_new_index_is_sparse_and_close_trims_it(tmp_path: Path) -> None:
     path = index_path(tmp_path, 10)
     index = TimeIndex(path, 10, max_index_size_bytes=100)
     assert path.stat().st_size == 96  # rounded down to 8 entries of 12 bytes
+    assert path.stat().st_blocks == 0  # sparse: no disk blocks until entries come
     assert index.max_entries == 8
     assert index.maybe_append(1_000, 10)
     assert index.maybe_append(2_000, 15)

@@ -23,6 +23,7 @@ import asyncio
 import logging
 from typing import Final
 
+from spark_mq.errors import PartitionOfflineError
 from spark_mq.protocol.error_codes import ErrorCode, code_for
 from spark_mq.rate_limited_log import DEFAULT_INTERVAL_MS, RateLimitedLog, flush_all
 
@@ -38,9 +39,15 @@ def error_of(exc: BaseException, what: str) -> tuple[int, str]:
     Errors we raise on purpose carry a message a person can act on and go back as they are.
     A failure of the broker itself (UNKNOWN_SERVER_ERROR, KAFKA_STORAGE_ERROR) is logged once
     per kind, with a traceback only if it is a bug (see the module docstring), and the client
-    gets a message pointing at the broker's log.
+    gets a message pointing at the broker's log. An offline partition
+    (:class:`~spark_mq.errors.PartitionOfflineError`) goes back as it is, unlogged: the broker
+    logged it when it opened its log directory.
     """
     code = code_for(exc)
+    if isinstance(exc, PartitionOfflineError):
+        # Logged once, when the broker found the partition could not be opened; every
+        # request for it would otherwise log it again.
+        return int(code), str(exc)
     if code is ErrorCode.UNKNOWN_SERVER_ERROR or code is ErrorCode.KAFKA_STORAGE_ERROR:
         REPEATED.failure(exc, "%s failed: %s", what, exc)
         detail = f"{type(exc).__name__}: {exc}"

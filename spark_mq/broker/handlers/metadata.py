@@ -6,6 +6,7 @@ import spark_mq
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import error_of
 from spark_mq.broker.internal_topics import INTERNAL_TOPICS
+from spark_mq.errors import PartitionOfflineError
 from spark_mq.protocol.api import APIS
 from spark_mq.protocol.api_versions import (
     ApiVersionRange,
@@ -42,22 +43,42 @@ async def handle_api_versions(
     )
 
 
+def _partition_metadata(ctx: RequestContext, name: str, index: int) -> PartitionMetadata:
+    """One partition; an offline one (its log could not be opened) as Kafka shows a partition
+    whose only replica is offline: no leader, KAFKA_STORAGE_ERROR, the replica listed in
+    ``offline_replicas``, and here also the reason."""
+    core = ctx.core
+    try:
+        part = core.replicas.partition(name, index)
+    except PartitionOfflineError as exc:
+        code, message = error_of(exc, f"metadata of {name}-{index}")
+        return PartitionMetadata(
+            error_code=code,
+            partition=index,
+            leader_id=-1,
+            leader_epoch=-1,
+            replicas=[core.node_id],
+            isr=[],
+            offline_replicas=[core.node_id],
+            error_message=message,
+        )
+    return PartitionMetadata(
+        error_code=0,
+        partition=part.index,
+        leader_id=core.node_id,
+        leader_epoch=part.leader_epoch,
+        replicas=part.replicas,
+        isr=part.isr,
+    )
+
+
 def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool) -> TopicMetadata:
     core = ctx.core
     try:
         # Internal topics are created by their coordinator, with its settings, never here.
         core.replicas.require_topic(name, allow_create=allow_create and name not in INTERNAL_TOPICS)
-        partitions = [
-            PartitionMetadata(
-                error_code=0,
-                partition=part.index,
-                leader_id=core.node_id,
-                leader_epoch=part.leader_epoch,
-                replicas=part.replicas,
-                isr=part.isr,
-            )
-            for part in core.replicas.partitions_of(name)
-        ]
+        count = core.replicas.describe(name).partition_count
+        partitions = [_partition_metadata(ctx, name, index) for index in range(count)]
     except Exception as exc:
         code, message = error_of(exc, f"metadata of topic {name!r}")
         return TopicMetadata(code, name, [], error_message=message)

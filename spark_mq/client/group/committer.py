@@ -143,7 +143,7 @@ class OffsetCommitter:
             last_error: SparkMQError
             coordinator = membership.ensure_coordinator_ready(deadline)
             if coordinator is None:
-                last_error = RequestTimedOutError("the group coordinator was not found")
+                last_error = membership.coordinator_not_found()
             else:
                 request = commit_request(membership.group_id, offsets, generation, instance_id)
                 try:
@@ -204,7 +204,7 @@ class OffsetCommitter:
             return
         coordinator = membership.ensure_coordinator_ready(self._clock())
         if coordinator is None:
-            done(RequestTimedOutError("the group coordinator was not found; nothing committed"))
+            done(membership.coordinator_not_found())
             return
 
         def handler(body: OffsetCommitResponse | None, error: SparkMQError | None) -> None:
@@ -253,7 +253,7 @@ class OffsetCommitter:
             last_error: SparkMQError
             coordinator = membership.ensure_coordinator_ready(deadline)
             if coordinator is None:
-                last_error = RequestTimedOutError("the group coordinator was not found")
+                last_error = membership.coordinator_not_found()
             else:
                 try:
                     response: OffsetFetchResponse = membership.offset_channel.call(

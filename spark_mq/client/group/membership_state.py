@@ -98,6 +98,8 @@ class MembershipState(ABC):
         self._error: SparkMQError | None = None
         self._join_retry_at = 0.0
         self._lookup_retry_at = 0.0
+        # Why the last coordinator lookup failed (the broker's answer when it gave one).
+        self._lookup_error: SparkMQError | None = None
         self._heartbeat_thread: HeartbeatThread | None = None
         self._group_channel = CoordinatorChannel(
             cluster, "join/sync", on_failure=self._channel_failed, clock=clock
@@ -238,12 +240,23 @@ class MembershipState(ABC):
         except RequestTimedOutError as exc:
             log.info("group %s: coordinator not found yet: %s", self.group_id, exc)
             self._lookup_retry_at = self._clock() + self.config.retry_backoff_ms / 1000
+            cause = exc.__cause__
+            self._lookup_error = cause if isinstance(cause, SparkMQError) else exc
             return None
+        self._lookup_error = None
         with self._lock:
             self._coordinator = found
             self._timer.received(self._clock())
             self._lock.notify_all()
         return found
+
+    def coordinator_not_found(self) -> SparkMQError:
+        """The error for a coordinator :meth:`ensure_coordinator_ready` did not find: the
+        broker's own answer to the last lookup when there was one (a coordinator that cannot
+        create ``__consumer_offsets`` on a full disk says so), not just "not found"."""
+        if self._lookup_error is not None:
+            return self._lookup_error
+        return RequestTimedOutError(f"the coordinator of group {self.group_id!r} was not found")
 
     # -- the heartbeat thread's side ----------------------------------------
 
