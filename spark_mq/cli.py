@@ -77,7 +77,8 @@ def _common(json_help: str = "print one JSON document instead of a table") -> _A
     where.add_argument(
         "--path",
         metavar="DIR",
-        help=f"log directory of the local broker (started if none runs; default ${ENV_PATH})",
+        help="log directory of the local broker (started if none runs; only commands that "
+        f"write create a new one; default ${ENV_PATH})",
     )
     where.add_argument(
         "--bootstrap-server", metavar="HOST:PORT", help="address of a running broker"
@@ -128,7 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--override",
         action="append",
         metavar="KEY=VALUE",
-        help="broker setting that wins over the file (repeatable), e.g. log.retention.hours=1",
+        help="broker setting that wins over the file (repeatable), e.g. log.retention.hours=1; "
+        "kept in DIR/server.properties for every later start",
+    )
+    start.add_argument(
+        "--delete-config",
+        action="append",
+        metavar="KEY",
+        help="remove a kept setting, so the default applies again (repeatable)",
     )
     start.add_argument(
         "--timeout-ms",
@@ -147,6 +155,28 @@ def build_parser() -> argparse.ArgumentParser:
     stop.set_defaults(handler="broker_stop")
     status = broker_cmds.add_parser("status", parents=[common], help="is a broker running?")
     status.set_defaults(handler="broker_status")
+    kept = broker_cmds.add_parser(
+        "config",
+        parents=[common],
+        help="show or change the settings kept in DIR for every start of its broker",
+        description="Show the broker settings kept in DIR/server.properties (read at every "
+        "start of the directory's broker, on demand or by 'broker start'), after applying "
+        "--add-config and --delete-config. A running broker keeps its settings until it "
+        "restarts.",
+    )
+    kept.add_argument(
+        "--add-config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="set a broker setting (repeatable), e.g. log.retention.ms=60000",
+    )
+    kept.add_argument(
+        "--delete-config",
+        action="append",
+        metavar="KEY",
+        help="remove a setting, so the default applies again (repeatable)",
+    )
+    kept.set_defaults(handler="broker_config")
 
     # topics ------------------------------------------------------------------------------
     topics = commands.add_parser("topics", help="create, list, describe, alter, delete topics")
@@ -365,6 +395,7 @@ def _handlers() -> dict[str, Callable[[argparse.Namespace], int]]:
         "broker_start": cli_broker.broker_start,
         "broker_stop": cli_broker.broker_stop,
         "broker_status": cli_broker.broker_status,
+        "broker_config": cli_broker.broker_config,
         "topics_create": cli_topics.topics_create,
         "topics_list": cli_topics.topics_list,
         "topics_describe": cli_topics.topics_describe,
