@@ -87,13 +87,17 @@ def _common(json_help: str = "print one JSON document instead of a table") -> _A
     return p
 
 
+#: The example in the help of -X: a key the client really takes.
+_PROPERTY_EXAMPLES: Final = {"producer": "linger.ms=5", "consumer": "fetch.max.wait.ms=100"}
+
+
 def _client_props(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument(
         "--property",
         "-X",
         action="append",
         metavar="KEY=VALUE",
-        help=f"{what} setting with Kafka's key (repeatable), e.g. linger.ms=5",
+        help=f"{what} setting with Kafka's key (repeatable), e.g. {_PROPERTY_EXAMPLES[what]}",
     )
 
 
@@ -184,7 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     create = topic_cmds.add_parser("create", parents=[common], help="create a topic")
     create.add_argument("topic")
     create.add_argument(
-        "--partitions", type=positive_int, help="number of partitions (default: the broker's)"
+        "--partitions",
+        type=positive_int,
+        help="number of partitions (default: the broker's num.partitions, 1 unless set)",
     )
     create.add_argument(
         "--replication-factor", type=positive_int, default=1, help="(default %(default)s)"
@@ -275,13 +281,23 @@ def build_parser() -> argparse.ArgumentParser:
             "Print records, then exit at the end of the log (as it was at the start) or after "
             "--max-messages; --follow keeps waiting for new ones until Ctrl-C or SIGTERM. "
             "Without --from-beginning or --offset, reading starts at the end (as Kafka's "
-            "console consumer does), which is mostly useful with --follow."
+            "console consumer does), which is mostly useful with --follow. With --group, "
+            "reading resumes at the group's committed offsets, and what was printed is "
+            "committed."
         ),
     )
     consume.add_argument("topic")
+    consume.add_argument(
+        "--group",
+        metavar="GROUP",
+        help="read as a member of consumer group GROUP (group.id): resume at its committed "
+        "offsets, commit what was printed",
+    )
     start_at = consume.add_mutually_exclusive_group()
     start_at.add_argument(
-        "--from-beginning", action="store_true", help="start at the earliest offset"
+        "--from-beginning",
+        action="store_true",
+        help="start at the earliest offset (with --group: where the group has no offset)",
     )
     start_at.add_argument(
         "--offset", type=non_negative_int, help="start at this offset (needs --partition)"
