@@ -79,7 +79,8 @@ def _common(json_help: str = "print one JSON document instead of a table") -> _A
     where.add_argument(
         "--path",
         metavar="DIR",
-        help=f"log directory of the local broker (started if none runs; default ${ENV_PATH})",
+        help="log directory of the local broker (started if none runs; only commands that "
+        f"write create a new one; default ${ENV_PATH})",
     )
     where.add_argument(
         "--bootstrap-server", metavar="HOST:PORT", help="address of a running broker"
@@ -88,13 +89,17 @@ def _common(json_help: str = "print one JSON document instead of a table") -> _A
     return p
 
 
+#: The example in the help of -X: a key the client really takes.
+_PROPERTY_EXAMPLES: Final = {"producer": "linger.ms=5", "consumer": "fetch.max.wait.ms=100"}
+
+
 def _client_props(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument(
         "--property",
         "-X",
         action="append",
         metavar="KEY=VALUE",
-        help=f"{what} setting with Kafka's key (repeatable), e.g. linger.ms=5",
+        help=f"{what} setting with Kafka's key (repeatable), e.g. {_PROPERTY_EXAMPLES[what]}",
     )
 
 
@@ -130,7 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--override",
         action="append",
         metavar="KEY=VALUE",
-        help="broker setting that wins over the file (repeatable), e.g. log.retention.hours=1",
+        help="broker setting that wins over the file (repeatable), e.g. log.retention.hours=1; "
+        "kept in DIR/server.properties for every later start",
+    )
+    start.add_argument(
+        "--delete-config",
+        action="append",
+        metavar="KEY",
+        help="remove a kept setting, so the default applies again (repeatable)",
     )
     start.add_argument(
         "--timeout-ms",
@@ -149,6 +161,28 @@ def build_parser() -> argparse.ArgumentParser:
     stop.set_defaults(handler="broker_stop")
     status = broker_cmds.add_parser("status", parents=[common], help="is a broker running?")
     status.set_defaults(handler="broker_status")
+    kept = broker_cmds.add_parser(
+        "config",
+        parents=[common],
+        help="show or change the settings kept in DIR for every start of its broker",
+        description="Show the broker settings kept in DIR/server.properties (read at every "
+        "start of the directory's broker, on demand or by 'broker start'), after applying "
+        "--add-config and --delete-config. A running broker keeps its settings until it "
+        "restarts.",
+    )
+    kept.add_argument(
+        "--add-config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="set a broker setting (repeatable), e.g. log.retention.ms=60000",
+    )
+    kept.add_argument(
+        "--delete-config",
+        action="append",
+        metavar="KEY",
+        help="remove a setting, so the default applies again (repeatable)",
+    )
+    kept.set_defaults(handler="broker_config")
 
     # topics ------------------------------------------------------------------------------
     topics = commands.add_parser("topics", help="create, list, describe, alter, delete topics")
@@ -156,7 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     create = topic_cmds.add_parser("create", parents=[common], help="create a topic")
     create.add_argument("topic")
     create.add_argument(
-        "--partitions", type=positive_int, help="number of partitions (default: the broker's)"
+        "--partitions",
+        type=positive_int,
+        help="number of partitions (default: the broker's num.partitions, 1 unless set)",
     )
     create.add_argument(
         "--replication-factor", type=positive_int, default=1, help="(default %(default)s)"
@@ -248,13 +284,23 @@ def build_parser() -> argparse.ArgumentParser:
             "Print records, then exit at the end of the log (as it was at the start) or after "
             "--max-messages; --follow keeps waiting for new ones until Ctrl-C or SIGTERM. "
             "Without --from-beginning or --offset, reading starts at the end (as Kafka's "
-            "console consumer does), which is mostly useful with --follow."
+            "console consumer does), which is mostly useful with --follow. With --group, "
+            "reading resumes at the group's committed offsets, and what was printed is "
+            "committed."
         ),
     )
     consume.add_argument("topic")
+    consume.add_argument(
+        "--group",
+        metavar="GROUP",
+        help="read as a member of consumer group GROUP (group.id): resume at its committed "
+        "offsets, commit what was printed",
+    )
     start_at = consume.add_mutually_exclusive_group()
     start_at.add_argument(
-        "--from-beginning", action="store_true", help="start at the earliest offset"
+        "--from-beginning",
+        action="store_true",
+        help="start at the earliest offset (with --group: where the group has no offset)",
     )
     start_at.add_argument(
         "--offset", type=non_negative_int, help="start at this offset (needs --partition)"
@@ -368,6 +414,7 @@ def _handlers() -> dict[str, Callable[[argparse.Namespace], int]]:
         "broker_start": cli_broker.broker_start,
         "broker_stop": cli_broker.broker_stop,
         "broker_status": cli_broker.broker_status,
+        "broker_config": cli_broker.broker_config,
         "topics_create": cli_topics.topics_create,
         "topics_list": cli_topics.topics_list,
         "topics_describe": cli_topics.topics_describe,

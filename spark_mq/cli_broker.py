@@ -1,11 +1,13 @@
-"""``spark-mq broker start|stop|status``: the broker that owns a log directory.
+"""``spark-mq broker start|stop|status|config``: the broker that owns a log directory.
 
 ``start`` runs :mod:`spark_mq.broker.main` in this process (logs on stderr, Ctrl-C or
 SIGTERM for a clean shutdown) or, with ``--detach``, starts the directory's local broker in
 the background through :func:`~spark_mq.broker.local.ensure_broker` and returns once it
-serves. ``stop`` sends SIGTERM and waits for the directory's lock to be released;
-``status`` reports the broker of a directory, or checks that a broker answers at
-``--bootstrap-server``.
+serves. Either way the settings it is given (``--config`` file, ``--override``) are first
+kept in ``DIR/server.properties`` (:mod:`spark_mq.broker.persisted_config`), so every later
+start, on demand by a client too, uses them; ``config`` shows and edits them. ``stop``
+sends SIGTERM and waits for the directory's lock to be released; ``status`` reports the
+broker of a directory, or checks that a broker answers at ``--bootstrap-server``.
 """
 
 from __future__ import annotations
@@ -18,8 +20,15 @@ from typing import Any
 from spark_mq import Admin
 from spark_mq.broker import broker_status as local_status
 from spark_mq.broker import ensure_broker, stop_broker
+from spark_mq.broker.log_dir import require_log_dir
 from spark_mq.broker.main import EXIT_CONFIG
 from spark_mq.broker.main import main as broker_main
+from spark_mq.broker.persisted_config import (
+    DIRECTORY_KEYS,
+    persisted_path,
+    read_persisted,
+    update_persisted,
+)
 from spark_mq.broker.properties_file import read_properties_file
 from spark_mq.cli_common import ENV_PATH, EXIT_ERROR, EXIT_USAGE, CliUsageError, parse_key_values
 from spark_mq.cli_format import json_text, render_pairs
@@ -27,6 +36,7 @@ from spark_mq.errors import LogDirectoryLockedError
 
 #: The background broker of ``start --detach`` serves until stopped, unless the user sets
 #: ``broker.idle.exit.ms`` (the embedded default, 60 s, suits brokers that clients start).
+#: Applied to that one start only, never kept in the directory.
 DETACHED_DEFAULTS = {"broker.idle.exit.ms": "-1"}
 
 
@@ -50,6 +60,13 @@ def _broker_props(args: argparse.Namespace) -> dict[str, str]:
         props.update(read_properties_file(args.config))
     props.update({k: v.strip() for k, v in parse_key_values(args.override, "--override").items()})
     return props
+
+
+def _keep_settings(path: str, args: argparse.Namespace) -> dict[str, str]:
+    """Merge the settings of this ``start`` into the directory's kept ones; returns the
+    kept settings."""
+    given = {k: v for k, v in _broker_props(args).items() if k not in DIRECTORY_KEYS}
+    return update_persisted(path, given, args.delete_config or ())
 
 
 def _ms_to_text(ms: int | None) -> str:
@@ -82,16 +99,26 @@ def _print_status(args: argparse.Namespace, document: dict[str, Any]) -> None:
 
 def broker_start(args: argparse.Namespace) -> int:
     path = _directory(args, "start", optional=bool(args.config))
+    if path is None and args.config:
+        path = _directory_of(args.config)
+    if path is not None:
+        require_log_dir(path, create=True)  # start creates the directory; a file is refused
     if args.detach:
         if path is None:
             raise CliUsageError("broker start --detach needs --path DIR")
         running = local_status(path)
-        props = {**DETACHED_DEFAULTS, **_broker_props(args)}
-        ensure_broker(path, timeout_ms=args.timeout_ms, config=props)
+        kept = _keep_settings(path, args)
+        # The detached defaults give way to a kept setting: the user chose it for this
+        # directory, and the defaults only suit a broker nobody configured.
+        once = {k: v for k, v in DETACHED_DEFAULTS.items() if k not in kept}
+        ensure_broker(path, timeout_ms=args.timeout_ms, config=once)
         document = _status_document(path, local_status(path))
         document["started_now"] = running is None
         if running is not None and not args.json:
-            print(f"A broker already serves {path}; it keeps its own settings.")
+            print(
+                f"A broker already serves {path}; it keeps its own settings until it restarts "
+                f"(the kept ones, in {persisted_path(path)}, apply from then on)."
+            )
         _print_status(args, document)
         return 0
 
@@ -104,6 +131,7 @@ def broker_start(args: argparse.Namespace) -> int:
                 path=path,
                 owner=str(running.pid),
             )
+        _keep_settings(path, args)
     argv: list[str] = []
     if path is not None:
         argv += ["--log-dir", path]
@@ -115,6 +143,44 @@ def broker_start(args: argparse.Namespace) -> int:
     if code == EXIT_CONFIG:
         return EXIT_USAGE
     return EXIT_ERROR if code else 0
+
+
+def _directory_of(config_file: str) -> str | None:
+    """``log.dirs`` (or ``log.dir``) of a properties file: where ``start --config`` runs."""
+    props = read_properties_file(config_file)
+    value = props.get("log.dirs", props.get("log.dir"))
+    return value.strip() if value and "," not in value else None
+
+
+def broker_config(args: argparse.Namespace) -> int:
+    """Show, and with --add-config / --delete-config change, the kept settings of DIR."""
+    path = _directory(args, "config")
+    assert path is not None
+    add = {k: v.strip() for k, v in parse_key_values(args.add_config, "--add-config").items()}
+    directory_keys = sorted(set(add) & DIRECTORY_KEYS)
+    if directory_keys:
+        raise CliUsageError(f"{directory_keys[0]} is where the settings are kept: use --path")
+    # Setting something prepares the directory for its broker, as 'broker start' does;
+    # only showing reads it, and a path that holds no log is then a mistake to report.
+    require_log_dir(path, create=bool(add))
+    if add or args.delete_config:
+        kept = update_persisted(path, add, args.delete_config or ())
+    else:
+        kept = read_persisted(path)
+    running = local_status(path)
+    if args.json:
+        print(json_text({"path": path, "file": str(persisted_path(path)), "settings": kept}))
+        return 0
+    if kept:
+        print("\n".join(f"{k}={v}" for k, v in sorted(kept.items())))
+    else:
+        print(f"No settings kept for {path}: its broker starts with the defaults.")
+    if running is not None and (add or args.delete_config):
+        print(
+            f"The running broker (pid {running.pid}) keeps its settings until it restarts: "
+            f"spark-mq broker stop --path {path}"
+        )
+    return 0
 
 
 def broker_stop(args: argparse.Namespace) -> int:

@@ -2,24 +2,34 @@
 
 ``produce`` sends each input line (without its line ending) as one record through a
 :class:`~spark_mq.Producer`; ``consume`` assigns the topic's partitions (or one) to a
-:class:`~spark_mq.Consumer` and prints what it polls with a
-:class:`~spark_mq.cli_format.RecordWriter`. Both read and write bytes, never text, so binary
-payloads and any encoding pass through unchanged.
+:class:`~spark_mq.Consumer`, or with ``--group`` subscribes it through the group, and prints
+what it polls with a :class:`~spark_mq.cli_format.RecordWriter`. In a group it resumes at
+the committed offsets and commits only what it printed. Both read and write bytes, never
+text, so binary payloads and any encoding pass through unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence, Set
 from contextlib import ExitStack
-from typing import IO, Any, Final
+from typing import IO, Any, Final, cast
 
-from spark_mq import Consumer, Producer, TopicPartition
+from spark_mq import (
+    Consumer,
+    ConsumerRebalanceListener,
+    ConsumerRecord,
+    Producer,
+    TopicPartition,
+)
 from spark_mq.cli_common import CliUsageError, client_config, parse_key_values, topic_partitions
 from spark_mq.cli_format import RecordFormat, RecordWriter, json_text, render_table
-from spark_mq.errors import UnknownTopicOrPartitionError
+from spark_mq.client.group.offsets import OffsetsArg
+from spark_mq.config import parse_bool
+from spark_mq.errors import SparkMQError, UnknownTopicOrPartitionError
 
 #: Resolve this many send() futures at a time, so memory stays bounded for any input size.
 PRODUCE_WINDOW: Final = 10_000
@@ -151,6 +161,7 @@ def consume(args: argparse.Namespace) -> int:
     config = client_config(args)
     if args.isolation_level is not None:
         config["isolation.level"] = args.isolation_level
+    group = _group_settings(args, config)
     writer = RecordWriter(
         _stdout_bytes(),
         fmt,
@@ -162,19 +173,24 @@ def consume(args: argparse.Namespace) -> int:
     )
     count = 0
     with Consumer(**config) as consumer:
-        tps = _assign(consumer, args)
+        printed = _PrintedOffsets(consumer, commit=group is not None and group.commit)
+        tps = topic_partitions(consumer, args.topic)
+        if group is None:
+            _assign(consumer, args, tps)
+        else:
+            consumer.subscribe([args.topic], listener=printed)
         try:
             # Without --follow, stop at the end as it is now: the last stable offset
             # (read_committed) or the high watermark of each partition.
             end = {} if args.follow else consumer.end_offsets(tps)
-            remaining = {tp for tp in tps if args.follow or consumer.position(tp) < end[tp]}
             last_record_s = time.monotonic()
-            while remaining:
+            while args.follow or not _at_end(consumer, end, in_group=group is not None):
                 limit = POLL_MAX_RECORDS
                 if args.max_messages is not None:
                     limit = min(limit, args.max_messages - count)
                 polled = consumer.poll(timeout_ms=POLL_TIMEOUT_MS, max_records=limit)
                 got = 0
+                printed.writing = True
                 for tp in sorted(polled):
                     for record in polled[tp]:
                         # Counted before it is written: once its line is out, a signal (a
@@ -185,22 +201,149 @@ def consume(args: argparse.Namespace) -> int:
                         writer.write(record)
                 if got:
                     writer.flush()
+                    # Only once flushed are they shown (and committable).
+                    printed.add(polled)
                     last_record_s = time.monotonic()
+                printed.writing = False
+                if got:
+                    printed.commit_if_due()
                 if args.max_messages is not None and count >= args.max_messages:
                     break
-                if not args.follow:
-                    remaining = {tp for tp in remaining if consumer.position(tp) < end[tp]}
                 idle_ms = (time.monotonic() - last_record_s) * 1000
                 if args.timeout_ms is not None and not got and idle_ms >= args.timeout_ms:
                     break
+        except BaseException:
+            printed.commit_quietly()
+            raise
+        else:
+            printed.commit()
         finally:
             print(f"Consumed {count} record{'s' if count != 1 else ''}.", file=sys.stderr)
     return 0
 
 
-def _assign(consumer: Any, args: argparse.Namespace) -> list[TopicPartition]:
+@dataclasses.dataclass(frozen=True)
+class _GroupSettings:
+    group_id: str
+    #: Commit what was printed (False when the user set enable.auto.commit=false).
+    commit: bool
+
+
+def _group_settings(args: argparse.Namespace, config: dict[str, Any]) -> _GroupSettings | None:
+    """Fold ``--group`` and ``--from-beginning`` into the consumer's settings, as Kafka's
+    console consumer does: with a group, reading resumes at the committed offsets, and
+    ``--from-beginning`` is ``auto.offset.reset=earliest`` (for partitions the group has no
+    offset of). The consumer never auto-commits: :class:`_PrintedOffsets` commits what was
+    printed, so a record is never marked consumed without having been shown."""
+    given = config.get("group.id")
+    if args.group is not None and given not in (None, args.group):
+        raise CliUsageError(f"--group {args.group} and -X group.id={given} disagree; give one")
+    group_id = args.group if args.group is not None else given
+    if not group_id:
+        return None
+    if args.partition is not None:
+        raise CliUsageError(
+            "--partition (and --offset) read one partition without a group; with --group the "
+            "group shares the topic's partitions out among its members"
+        )
+    reset = config.get("auto.offset.reset")
+    if args.from_beginning:
+        if reset not in (None, "earliest"):
+            raise CliUsageError(
+                f"--from-beginning is auto.offset.reset=earliest; it cannot be combined with "
+                f"-X auto.offset.reset={reset}"
+            )
+        config["auto.offset.reset"] = "earliest"
+    commit = parse_bool("enable.auto.commit", config.get("enable.auto.commit", True))
+    config["group.id"] = group_id
+    config["enable.auto.commit"] = "false"
+    return _GroupSettings(group_id, commit)
+
+
+class _PrintedOffsets(ConsumerRebalanceListener):
+    """Commits to the group what the command has shown: every ``auto.commit.interval.ms``
+    while records arrive, when partitions are revoked, and on exit.
+
+    Between writes, a partition's position is committed: every record before it was printed
+    or skipped on purpose (the start chosen by ``auto.offset.reset``, transaction markers),
+    so a group that started at the end keeps that place as Kafka's console consumer does.
+    While records are being written (a broken pipe or a signal can stop the command between
+    two of them) only the offset after the last printed record is committed. Inside a
+    rebalance, too, only printed offsets are committed: looking positions up there could
+    start requests in the middle of the rebalance."""
+
+    def __init__(self, consumer: Consumer, *, commit: bool) -> None:
+        self._consumer = consumer
+        self._enabled = commit
+        #: Offset after the last printed record, per partition, not yet committed.
+        self._pending: dict[TopicPartition, int] = {}
+        self._interval_s = consumer.config.auto_commit_interval_ms / 1000
+        self._last_commit_s = time.monotonic()
+        #: True while polled records are being written: positions run ahead of the output.
+        self.writing = False
+
+    def add(self, polled: Mapping[TopicPartition, Sequence[ConsumerRecord]]) -> None:
+        if self._enabled:
+            for tp, records in polled.items():
+                if records:
+                    self._pending[tp] = records[-1].offset + 1
+
+    def commit(self) -> None:
+        """Commit the positions (or, while writing, what was printed)."""
+        if not self._enabled:
+            return
+        offsets: dict[TopicPartition, int] = dict(self._pending)
+        if not self.writing:
+            for tp in self._consumer.assignment():
+                offsets[tp] = self._consumer.position(tp)
+        self._commit(offsets)
+
+    def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        if offsets:
+            self._consumer.commit(cast("OffsetsArg", offsets))
+            for tp in offsets:
+                self._pending.pop(tp, None)
+        self._last_commit_s = time.monotonic()
+
+    def commit_if_due(self) -> None:
+        if time.monotonic() - self._last_commit_s >= self._interval_s:
+            self.commit()
+
+    def commit_quietly(self) -> None:
+        """On the way out after an error or a signal: commit, warning (not raising) if that
+        fails, so that the error that stopped the command is the one reported."""
+        try:
+            self.commit()
+        except SparkMQError as exc:
+            print(
+                f"spark-mq: warning: what was printed was not committed ({exc}); the group "
+                "will read those records again",
+                file=sys.stderr,
+            )
+
+    def on_partitions_revoked(self, partitions: Set[TopicPartition]) -> None:
+        # Committed before another member gets them, so it starts after what we printed.
+        if self._enabled:
+            self._commit({tp: o for tp, o in self._pending.items() if tp in partitions})
+
+    def on_partitions_lost(self, partitions: Set[TopicPartition]) -> None:
+        # This member left the group's generation (it was too slow or cut off): the group
+        # refuses its commits, and another member may be reading these partitions already,
+        # which reads what was printed of them since the last commit again.
+        for tp in partitions:
+            self._pending.pop(tp, None)
+
+
+def _at_end(consumer: Consumer, end: dict[TopicPartition, int], *, in_group: bool) -> bool:
+    """Whether every partition read has reached the end it had when the command started. In
+    a group: once this member has joined (before that it has no partitions to check)."""
+    if in_group and consumer.group_metadata().generation_id < 0:
+        return False
+    return all(consumer.position(tp) >= end[tp] for tp in consumer.assignment())
+
+
+def _assign(consumer: Any, args: argparse.Namespace, tps: list[TopicPartition]) -> None:
     """Assign the topic's partitions (or ``--partition``) and seek to the start position."""
-    tps = topic_partitions(consumer, args.topic)
     if args.partition is not None:
         if args.partition >= len(tps):
             raise UnknownTopicOrPartitionError(
@@ -217,4 +360,3 @@ def _assign(consumer: Any, args: argparse.Namespace) -> list[TopicPartition]:
         consumer.seek_to_beginning(tps)
     else:
         consumer.seek_to_end(tps)
-    return tps

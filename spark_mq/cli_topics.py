@@ -32,7 +32,8 @@ def topics_create(args: argparse.Namespace) -> int:
         try:
             admin.create_topic(
                 args.topic,
-                partitions=args.partitions or 1,
+                # -1 asks for the broker's num.partitions, as kafka-topics does.
+                partitions=args.partitions if args.partitions is not None else -1,
                 replication_factor=args.replication_factor,
                 config=configs or None,
             )

@@ -19,6 +19,7 @@ operation again may succeed::
     │   ├── RecordTooLargeError          a batch over max.message.bytes
     │   ├── InvalidRecordError           a well-formed batch that breaks a rule (offsets, epochs)
     │   ├── LogDirectoryLockedError      another process owns the log directory
+    │   ├── LogDirectoryNotFoundError    a reading client's path holds no log (or is a file)
     │   ├── UnknownTopicOrPartitionError a topic or partition that does not exist
     │   ├── TopicExistsError             create of a topic that already exists
     │   ├── InvalidPartitionsError       a partition count that is not allowed (e.g. a decrease)
@@ -257,6 +258,17 @@ class LogDirectoryLockedError(StorageError):
         super().__init__(message)
         self.path = path
         self.owner = owner
+
+
+class LogDirectoryNotFoundError(StorageError):
+    """A path given as a log directory that holds no log: it does not exist, is a file, or is
+    a directory no broker ever used. Clients that only read (consumers, listing and
+    describing) refuse it instead of starting a broker that would create an empty log, so a
+    mistyped path is reported rather than read as empty. ``path`` is the absolute path."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class UnknownTopicOrPartitionError(StorageError):

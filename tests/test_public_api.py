@@ -84,6 +84,7 @@ EXPECTED = {
     "LogConfig",
     "LogDirectoryFullError",
     "LogDirectoryLockedError",
+    "LogDirectoryNotFoundError",
     "LogManager",
     "OffsetOutOfRangeError",
     "PartitionLog",

@@ -27,6 +27,11 @@ How :func:`ensure_broker` copes with the world:
 - **many processes at once**: starters serialise on ``DIR/.start.lock`` (flock), re-checking
   for a live broker after taking it, so normally one process spawns one broker; and if two
   brokers are started anyway, only the lock winner serves and the others exit with status 0.
+- **a broker that cannot start** (a port taken, a damaged file): reported in one line, the
+  cause it wrote last to its stderr since this start and where its log is. Settings kept in
+  the directory (``server.properties``) are checked before a broker is spawned.
+- **a path that holds no log**: refused with ``create=False`` (reading clients), see
+  :mod:`spark_mq.broker.log_dir`.
 
 Every check ends with a handshake (ApiVersions over the recorded socket, epoch compared), so
 a returned address was serving a moment ago. ``broker.json`` is only ever a hint.
@@ -50,19 +55,30 @@ from typing import Final
 
 import spark_mq
 from spark_mq.broker.config import LOCAL_DEFAULTS, ServerConfig
-from spark_mq.broker.dir_files import PRIVATE_DIR_MODE, Endpoint, pid_alive
-from spark_mq.errors import BrokerNotAvailableError, RequestTimedOutError, SparkMQError
+from spark_mq.broker.dir_files import Endpoint, pid_alive
+from spark_mq.broker.log_dir import START_LOCK_FILE, require_log_dir
+from spark_mq.broker.log_setup import FAILURE_PREFIX, LOG_FILE
+from spark_mq.broker.persisted_config import load_persisted
+from spark_mq.errors import (
+    BrokerNotAvailableError,
+    ConfigError,
+    RequestTimedOutError,
+    SparkMQError,
+)
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import APIS, ApiKey, encode_request
 from spark_mq.protocol.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from spark_mq.protocol.framing import SIZE, decode_response
 from spark_mq.storage.dir_lock import LOCK_FILE_NAME, read_owner
 
-START_LOCK_FILE: Final = ".start.lock"
 OUT_FILE: Final = "broker.out"
 #: broker.out (stdio of the detached process: only what escapes logging) is truncated at
 #: the next start once it is this large.
 MAX_OUT_BYTES: Final = 1024 * 1024
+#: How much of broker.out a failed start's cause is looked for in.
+MAX_CAUSE_BYTES: Final = 64 * 1024
+#: The broker's exit status for a configuration error (``spark_mq.broker.main``).
+EXIT_CONFIG: Final = 2
 HANDSHAKE_TIMEOUT_S: Final = 5.0
 _POLL_S: Final = 0.02
 
@@ -140,7 +156,7 @@ def _lock_held(root: Path) -> bool:
     """Whether some process holds the directory's lock (tested without taking it for long)."""
     try:
         fd = os.open(root / LOCK_FILE_NAME, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -208,16 +224,39 @@ def _spawn(root: Path, config: Mapping[str, str] | None) -> subprocess.Popen[byt
     return proc
 
 
-def _tail(path: Path, max_bytes: int = 2000) -> str:
+def _size(path: Path) -> int:
     try:
-        with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - max_bytes))
-            return f.read().decode("utf-8", "replace").strip()
+        return path.stat().st_size
     except OSError:
-        return ""
+        return 0
 
 
-def _wait_ready(root: Path, proc: subprocess.Popen[bytes], deadline: float) -> BrokerAddress | None:
+def _failure_cause(root: Path, out_start: int) -> str:
+    """Why the broker just started failed, in one line: the last line it wrote to its stderr
+    from ``out_start`` on (a failing broker writes ``FAILURE_PREFIX`` + cause last; a crash
+    ends with the exception's line)."""
+    try:
+        with open(root / OUT_FILE, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            # Smaller than before the start: it was truncated when the broker was spawned.
+            start = out_start if size >= out_start else 0
+            begin = max(start, size - MAX_CAUSE_BYTES)
+            f.seek(begin)
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return "it gave no reason"
+    if begin > start:
+        lines = lines[1:]  # the first one was cut
+    lines = [line.strip() for line in lines if line.strip()]
+    for line in reversed(lines):
+        if line.startswith(FAILURE_PREFIX):
+            return line[len(FAILURE_PREFIX) :]
+    return lines[-1] if lines else "it gave no reason"
+
+
+def _wait_ready(
+    root: Path, proc: subprocess.Popen[bytes], deadline: float, out_start: int
+) -> BrokerAddress | None:
     """The address once a broker serves ``root``; None if ``proc`` exited quietly (it lost
     a race, or went idle); raises if it failed or the deadline passes."""
     while True:
@@ -228,10 +267,17 @@ def _wait_ready(root: Path, proc: subprocess.Popen[bytes], deadline: float) -> B
         if code == 0:
             return None
         if code is not None:
-            raise BrokerNotAvailableError(
-                f"the broker for {root} exited with status {code} before serving:\n"
-                f"{_tail(root / OUT_FILE) or _tail(root / 'broker.log')}"
+            if code < 0:
+                cause = f"it was killed by {signal.Signals(-code).name}"
+            else:
+                cause = _failure_cause(root, out_start)
+            message = (
+                f"the broker for {root} could not start: {cause} (exit status {code}; full "
+                f"log: {root / LOG_FILE}, output: {root / OUT_FILE})"
             )
+            if code == EXIT_CONFIG:
+                raise ConfigError(message)
+            raise BrokerNotAvailableError(message)
         if time.monotonic() > deadline:
             raise BrokerNotAvailableError(
                 f"the broker for {root} (pid {proc.pid}) did not start serving in time; it may "
@@ -245,16 +291,22 @@ def ensure_broker(
     *,
     timeout_ms: int = 30000,
     config: Mapping[str, str] | None = None,
+    create: bool = True,
 ) -> BrokerAddress:
     """The address of the broker that owns directory ``path``, starting one if none runs.
 
     ``config`` holds broker properties for a broker this call starts (Kafka's key names,
     e.g. ``{"broker.idle.exit.ms": "300000"}``, or
-    ``{"listeners": "UNIX://,PLAINTEXT://127.0.0.1:0"}`` for a TCP listener too); a broker
-    already running keeps its own. Returns the Unix socket address (a TCP one, if asked
+    ``{"listeners": "UNIX://,PLAINTEXT://127.0.0.1:0"}`` for a TCP listener too), over the
+    settings kept in the directory (``DIR/server.properties``); a broker already running
+    keeps its own. ``create=False`` (what reading clients pass) refuses a path that holds no
+    log yet instead of creating it. Returns the Unix socket address (a TCP one, if asked
     for, is in :func:`broker_status`). Raises
     :class:`~spark_mq.errors.BrokerNotAvailableError` (retriable) if no broker serves within
-    ``timeout_ms``, and :class:`~spark_mq.errors.ConfigError` for a bad ``config``.
+    ``timeout_ms`` or the broker started failed (the message gives its cause and where its
+    log is), :class:`~spark_mq.errors.ConfigError` for a bad ``config`` or kept setting, and
+    :class:`~spark_mq.errors.LogDirectoryNotFoundError` for a path that is a file, or holds
+    no log when ``create`` is False.
 
         >>> import tempfile
         >>> d = tempfile.mkdtemp()
@@ -266,9 +318,10 @@ def ensure_broker(
     """
     root = Path(path).resolve()
     ServerConfig.from_properties({**LOCAL_DEFAULTS, **(config or {}), "log.dirs": str(root)})
-    # The owner's only, as everything the broker creates in it (a directory that exists
-    # keeps its mode: see dir_files.exposure_warning).
-    root.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    # A directory created here is the owner's only (log_dir.require_log_dir), as
+    # everything the broker creates in it; one that exists keeps its mode (see
+    # dir_files.exposure_warning).
+    require_log_dir(root, create=create)
     deadline = time.monotonic() + timeout_ms / 1000
     while True:
         found = _probe(root, _handshake_timeout_s(deadline))
@@ -280,8 +333,13 @@ def ensure_broker(
             found = _probe(root, _handshake_timeout_s(deadline))
             if found is not None:
                 return found[0]
+            kept = load_persisted(root)
+            ServerConfig.from_properties(
+                {**LOCAL_DEFAULTS, **kept, **(config or {}), "log.dirs": str(root)}
+            )
+            out_start = _size(root / OUT_FILE)
             proc = _spawn(root, config)
-            address = _wait_ready(root, proc, deadline)
+            address = _wait_ready(root, proc, deadline, out_start)
             if address is not None:
                 return address
         if time.monotonic() > deadline:

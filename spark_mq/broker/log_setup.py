@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Final
 
 LOG_FILE: Final = "broker.log"
+#: Starts the one line a broker that cannot start or go on writes last to stderr, after
+#: logging it: the cause, which the client that started it reports (see broker/main.py).
+FAILURE_PREFIX: Final = "spark_mq broker: "
 MAX_LOG_BYTES: Final = 10 * 1024 * 1024
 LOG_BACKUPS: Final = 3
 

@@ -4,11 +4,13 @@
     python -m spark_mq.broker --config conf/broker.properties --override log.retention.ms=60000
     python -m spark_mq.broker --log-dir DIR --local               # what ensure_broker starts
 
-Startup, in order: read the configuration (file, then ``--override`` flags, then
-``--log-dir``); raise the soft open file limit (``RLIMIT_NOFILE``) to the hard one; open the
-directory with the storage's LogManager, which takes its exclusive lock and recovers the
-log; increment the broker epoch (``broker.meta.json``); bind the listeners; write
-``broker.json`` so clients can find the broker; start the background jobs.
+Startup, in order: read the configuration (the settings kept in the directory,
+``DIR/server.properties``, then the file, then ``--override`` flags, then ``--log-dir``;
+see :mod:`spark_mq.broker.persisted_config`); raise the soft open file limit
+(``RLIMIT_NOFILE``) to the hard one; open the directory with the storage's LogManager, which
+takes its exclusive lock and recovers the log; increment the broker epoch
+(``broker.meta.json``); bind the listeners; write ``broker.json`` so clients can find the
+broker; start the background jobs.
 Shutdown (SIGTERM, SIGINT, or ``broker.idle.exit.ms`` of idleness) runs it backwards:
 remove ``broker.json``, stop accepting, let requests in flight finish, stop the jobs, close
 the LogManager (flush, checkpoints, clean-shutdown marker, lock released). A broker whose log
@@ -25,7 +27,9 @@ Every broker runs with umask 077: what it creates in the log directory is its ow
 (docs/broker.md, "Files in DIR").
 
 Exit status: 0 after a clean stop or a lost race, 1 if the broker could not start or lost its
-log directory, 2 for a configuration error.
+log directory, 2 for a configuration error. A broker that cannot start writes the cause as
+the last line of its stderr, ``spark_mq broker: <cause>`` (with ``--local`` also to its
+log), which :func:`~spark_mq.broker.local.ensure_broker` reports.
 """
 
 from __future__ import annotations
@@ -54,11 +58,18 @@ from spark_mq.broker.dir_files import (
     socket_path_for,
 )
 from spark_mq.broker.handlers.errors import report_repeated
-from spark_mq.broker.log_setup import setup_logging
+from spark_mq.broker.log_dir import require_log_dir
+from spark_mq.broker.log_setup import FAILURE_PREFIX, setup_logging
+from spark_mq.broker.persisted_config import load_persisted
 from spark_mq.broker.properties_file import parse_override, read_properties_file
 from spark_mq.broker.scheduler import Scheduler
 from spark_mq.broker.server import BrokerServer
-from spark_mq.errors import ConfigError, LogDirectoryLockedError, SparkMQError
+from spark_mq.errors import (
+    ConfigError,
+    LogDirectoryLockedError,
+    LogDirectoryNotFoundError,
+    SparkMQError,
+)
 from spark_mq.storage.dir_lock import read_owner
 from spark_mq.storage.log_manager import LogManager
 
@@ -98,18 +109,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def load_config(args: argparse.Namespace) -> ServerConfig:
-    props: dict[str, object] = {}
-    if args.local:
-        props.update(LOCAL_DEFAULTS)
+    """The configuration of this start: the ``--local`` defaults, then the settings kept in
+    the directory (``DIR/server.properties``), then ``--config``, ``--override`` and
+    ``--log-dir``."""
+    given: dict[str, object] = {}
     if args.config:
-        props.update(read_properties_file(args.config))
+        given.update(read_properties_file(args.config))
     for item in args.override:
         key, value = parse_override(item)
-        props[key] = value
+        given[key] = value
     if args.log_dir:
-        props.pop("log.dir", None)
-        props["log.dirs"] = args.log_dir
+        given.pop("log.dir", None)
+        given["log.dirs"] = args.log_dir
+    props: dict[str, object] = dict(LOCAL_DEFAULTS) if args.local else {}
+    log_dir = given.get("log.dirs", given.get("log.dir"))
+    if isinstance(log_dir, str) and log_dir and "," not in log_dir:
+        props.update(load_persisted(log_dir))
+    props.update(given)
     return ServerConfig.from_properties(props)
+
+
+def _report_failure(message: str, *, local: bool) -> None:
+    """Log why the broker cannot go on; a ``--local`` broker also writes it as the last line
+    of its stderr (``DIR/broker.out``), where the client that started it reads the cause."""
+    logger.error("%s", message)
+    if local:
+        print(f"{FAILURE_PREFIX}{' '.join(message.split())}", file=sys.stderr, flush=True)
 
 
 def _served_by_another(root: Path) -> bool:
@@ -226,7 +251,7 @@ def run(config: ServerConfig, *, local: bool) -> int:
         try:
             logs = open_directory(root, config, local=local, flush_executor=flush_executor)
         except SparkMQError as exc:
-            logger.error("cannot open log directory %s: %s", root, exc)
+            _report_failure(f"cannot open log directory {root}: {exc}", local=local)
             return EXIT_FAILED
         if logs is None:
             return EXIT_OK
@@ -239,7 +264,11 @@ def run(config: ServerConfig, *, local: bool) -> int:
             reason = asyncio.run(serve(config, logs, meta))
             logger.info("broker stopped: %s", reason)
         except OSError as exc:
-            logger.error("broker failed: %s", exc)
+            listeners = ",".join(config.broker.listeners)
+            _report_failure(f"cannot serve {root}: {exc} (listeners={listeners})", local=local)
+            return EXIT_FAILED
+        except SparkMQError as exc:  # a damaged broker file of the directory, say
+            _report_failure(f"the broker of {root} failed: {exc}", local=local)
             return EXIT_FAILED
         finally:
             lost = logs.directory_lost()
@@ -262,10 +291,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(args)
         root = Path(config.broker.log_dir)
-        if args.local:
-            root.mkdir(parents=True, exist_ok=True)
-    except (ConfigError, OSError) as exc:
-        print(f"spark_mq broker: {exc}", file=sys.stderr)
+    except ConfigError as exc:
+        print(f"{FAILURE_PREFIX}{' '.join(str(exc).split())}", file=sys.stderr, flush=True)
         return EXIT_CONFIG
+    try:
+        require_log_dir(root, create=True)
+    except LogDirectoryNotFoundError as exc:
+        print(f"{FAILURE_PREFIX}{exc}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
     setup_logging(log_dir=root if args.local else None, level=args.log_level)
     return run(config, local=args.local)

@@ -146,7 +146,10 @@ class Admin:
         config: Mapping[str, object] | None = None,
     ) -> None:
         """Create a topic; ``config`` holds topic-level keys (``retention.ms``,
-        ``cleanup.policy``, ...). Raises TopicExistsError if it exists."""
+        ``cleanup.policy``, ...). Raises TopicExistsError if it exists. With ``path=DIR``,
+        this is the one call that creates DIR's log when it holds none yet; every other
+        call raises LogDirectoryNotFoundError for such a path."""
+        self._cluster.create_log = True
         configs = {k: str(v) for k, v in (config or {}).items()}
         request = msg.CreateTopicsRequest(
             [msg.CreatableTopic(name, partitions, replication_factor, configs)],

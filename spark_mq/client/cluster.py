@@ -4,6 +4,10 @@ Two ways in. With ``path=DIR`` the cluster is the local broker that owns DIR:
 :func:`spark_mq.broker.local.ensure_broker` finds it or starts it, and every node id maps to
 its address. When a connection to it fails (the broker idled out, was killed, or restarted),
 the next connection calls ``ensure_broker`` again, which starts a new broker if none runs.
+Only a cluster with ``create_log`` set (a producer's; an admin's once it creates a topic)
+creates DIR when it holds no log yet; the others raise
+:class:`~spark_mq.errors.LogDirectoryNotFoundError`, so a mistyped path is not read as an
+empty log (docs/broker.md, "Reading and creating entry points").
 With ``bootstrap.servers`` the client asks any reachable server for Metadata and then routes
 each partition to its leader by node id, with the addresses the brokers advertise.
 
@@ -76,10 +80,13 @@ class Cluster:
         *,
         ensure_broker: EnsureBroker | None = None,
         clock: Callable[[], float] = time.monotonic,
+        create_log: bool = False,
     ) -> None:
         config.check_endpoint()
         self.config = config
         self._path = config.path or None
+        #: Whether ``path`` is created (and its broker started) when it holds no log yet.
+        self.create_log = create_log
         self._bootstrap = config.bootstrap_addresses()
         self._ensure_broker = ensure_broker
         self._clock = clock
@@ -110,7 +117,9 @@ class Cluster:
                 if self._ensure_broker is None:
                     self._ensure_broker = _default_ensure_broker()
                 self._local_address = self._ensure_broker(
-                    self._path, timeout_ms=self._timeout_ms(timeout_ms)
+                    self._path,
+                    timeout_ms=self._timeout_ms(timeout_ms),
+                    create=self.create_log,
                 )
             return self._local_address
 

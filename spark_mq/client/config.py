@@ -150,7 +150,8 @@ class ClientConfig(Config):
     path: str = setting(
         "path",
         "",
-        "Log directory whose local broker to use (started if none runs). "
+        "Log directory whose local broker to use (started if none runs). A producer and "
+        "Admin.create_topic create it; other clients require one that holds a log. "
         "Exclusive with bootstrap.servers.",
         parse=parse_path,
     )

@@ -136,7 +136,9 @@ class Producer:
         self.config.check_endpoint()
         cfg = self.config
         self._closed = False
-        self._cluster = Cluster(cfg)
+        # A producer creates the log of ``path`` if there is none yet: writing is how a log
+        # starts (readers refuse a path that holds none).
+        self._cluster = Cluster(cfg, create_log=True)
         self._partitioner = Partitioner(cfg.partitioner, batch_size=cfg.batch_size)
         self._interceptors = ProducerInterceptors(cfg.interceptors)
         self._intercept_send = bool(cfg.interceptors) and any(

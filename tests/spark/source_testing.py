@@ -3,20 +3,21 @@ streaming query read (``foreachBatch`` into a list of per-batch row lists)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from spark_mq import Admin, Producer
+from spark_mq import Admin, Producer, TopicExistsError
 
 
 def produce(mq_dir: Path, topic: str, partitions: int, count: int, *, first: int = 0) -> None:
     """``count`` records ``v<i>`` keyed ``k<i>``, spread over ``partitions`` partitions by an
     explicit partition column (i % partitions), creating the topic if needed."""
-    with Admin(path=mq_dir) as admin:
-        if topic not in admin.list_topics():
-            admin.create_topic(topic, partitions=partitions)
+    with Admin(path=mq_dir) as admin, contextlib.suppress(TopicExistsError):
+        # create_topic first: listing a directory that holds no log yet is refused.
+        admin.create_topic(topic, partitions=partitions)
     ids = range(first, first + count)
     table = pa.table(
         {

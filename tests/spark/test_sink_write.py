@@ -16,6 +16,7 @@ from sink_helpers import create_topic, produce, read_topic, start_upper_copy, va
 from spark_mq import (
     Admin,
     InvalidTxnStateError,
+    LogDirectoryNotFoundError,
     OwnerInstanceConflictError,
     Producer,
     ProducerFencedError,
@@ -84,8 +85,11 @@ def test_a_bad_column_fails_before_any_task(spark: Any, mq_dir: Path) -> None:
             "topic", "t"
         ).save()
     assert "value (string or binary)" in str(info.value)
-    with Admin(path=str(mq_dir)) as admin:  # no task ran: nothing began, nothing was created
-        assert admin.list_transactions() == [] and "t" not in admin.list_topics()
+    # No task ran: nothing began, and not even the log was created (the directory holds no
+    # log, which readers refuse).
+    assert list(mq_dir.iterdir()) == []
+    with pytest.raises(LogDirectoryNotFoundError), Admin(path=str(mq_dir)) as admin:
+        admin.list_transactions()
 
 
 def test_a_straggler_task_keeps_the_jobs_prepared_transactions(spark: Any, mq_dir: Path) -> None:

@@ -15,6 +15,7 @@ from source_testing import produce, values
 
 import spark_mq
 from spark_mq import Consumer, TopicPartition
+from spark_mq.broker.local import ensure_broker, stop_broker
 from spark_mq.datasource.schema import spark_schema
 
 
@@ -129,7 +130,9 @@ def test_format_resolves_without_register_in_a_fresh_session(tmp_path: Path) -> 
         stop_broker({str(tmp_path / "mq")!r})
         """
     )
-    (tmp_path / "mq").mkdir()
+    # A log without the topic (a read of a directory that holds no log is refused).
+    ensure_broker(tmp_path / "mq")
+    stop_broker(tmp_path / "mq")
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, check=True
     )
