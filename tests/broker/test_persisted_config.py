@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spark_mq.broker import persisted_config
-from spark_mq.broker.config import LOCAL_DEFAULTS, parse_properties
+from spark_mq.broker.config import LOCAL_DEFAULTS
 from spark_mq.broker.main import load_config, parse_args
 from spark_mq.broker.persisted_config import (
     PROPERTIES_FILE,
@@ -24,6 +24,7 @@ from spark_mq.broker.persisted_config import (
     update_persisted,
     write_persisted,
 )
+from spark_mq.broker.properties_file import parse_properties
 from spark_mq.errors import ConfigError
 
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
