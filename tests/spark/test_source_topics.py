@@ -82,6 +82,8 @@ def test_spark_batch_read_of_a_missing_topic_fails(spark: Any, mq_dir: Path) -> 
 def test_spark_stream_reads_a_topic_created_after_it_started(
     spark: Any, mq_dir: Path, tmp_path: Path
 ) -> None:
+    # The log exists (reading clients refuse a path that holds none), the topic not yet.
+    produce(mq_dir, "other", 1, 1)
     options = {"path": str(mq_dir), "subscribe": "soon", "startingOffsets": "earliest"}
     empty = Collector()
     run_available_now(spark, options, tmp_path / "ckpt", empty)
