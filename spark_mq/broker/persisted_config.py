@@ -145,7 +145,8 @@ def update_persisted(
 
 
 #: Characters Python's ``str.splitlines`` (which the reader uses) ends a line at, besides
-#: ``\n`` and ``\r``: written as ``\uXXXX`` so that a value never spans lines.
+#: ``\n`` and ``\r``: written as a four-hex-digit ``\u`` escape (``\u0085`` for NEL) so that a
+#: value never spans lines.
 _LINE_BREAKS: Final = frozenset("\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 _NAMED_ESCAPES: Final = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
