@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -101,3 +102,42 @@ def test_repeated_refusals_are_logged_once_with_a_count(
     assert failures[0]["msg"].startswith("produce to t-0 failed: disk full")
     assert failures[1]["msg"].startswith("produce to t-1 failed: disk full")
     assert re.search(r"\[repeated 99 more times in the last \d+ s\]$", failures[1]["msg"])
+
+
+def test_a_new_topic_on_a_full_disk_fails_at_once_with_the_cause(
+    small_disk: Path, fill_disk: Callable[[Path, int], Path], start_broker: Any
+) -> None:
+    """Issue 27, point 7: producing to a topic the broker would create on demand, with its
+    disk full, waited out the 60 s metadata timeout and then suggested enabling
+    auto.create.topics.enable (already on), while the broker logged its failed attempts to
+    build the topic's directory 62 times. The producer now fails at once with the broker's
+    reason, and the broker logs the repeated failure once with a count."""
+    directory = small_disk / "mq"
+    directory.mkdir()
+    broker = start_broker(directory)
+    broker.wait_serving()
+    filler = fill_disk(small_disk, 0)
+    try:
+        with Producer(path=str(directory), max_block_ms=60_000, linger_ms=0) as producer:
+            started = time.monotonic()
+            for _ in range(5):
+                with pytest.raises(KafkaStorageError) as failed:
+                    producer.send("fresh", b"v").get(timeout=60)
+            elapsed = time.monotonic() - started
+        message = str(failed.value)
+        assert "auto.create.topics.enable" not in message, message
+        assert "fresh" in message and "disk" in message.lower(), message
+        # Five sends, each answered by the broker's first refusal, not by a timeout.
+        assert elapsed < 10, f"five sends took {elapsed:.1f} s"
+    finally:
+        filler.unlink()
+    # Room again: the topic is created on the next send.
+    with Producer(path=str(directory), linger_ms=0) as producer:
+        producer.send("fresh", b"after").get(timeout=30)
+    broker.stop(30)
+
+    lines = [json.loads(line) for line in broker.log().splitlines() if line.startswith("{")]
+    leftovers = [line for line in lines if "leftover" in line["msg"] or "rebuild" in line["msg"]]
+    assert len(leftovers) <= 1, leftovers
+    creation_failures = [line for line in lines if "fresh" in line["msg"]]
+    assert len(creation_failures) <= 3, creation_failures
