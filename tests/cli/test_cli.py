@@ -8,7 +8,7 @@ import json
 import pytest
 
 from spark_mq import __version__
-from spark_mq.cli_common import EXIT_ERROR, EXIT_USAGE
+from spark_mq.cli.common import EXIT_ERROR, EXIT_USAGE
 
 
 def json_lines(text: str) -> list[dict]:

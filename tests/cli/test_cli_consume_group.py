@@ -15,7 +15,7 @@ from conftest import cli_command, subprocess_env
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
 from spark_mq.broker import ensure_broker, stop_broker
-from spark_mq.cli_common import EXIT_TERMINATED, EXIT_USAGE
+from spark_mq.cli.common import EXIT_TERMINATED, EXIT_USAGE
 
 
 @pytest.fixture(scope="module")

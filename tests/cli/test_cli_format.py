@@ -7,7 +7,7 @@ import io
 import json
 from typing import NamedTuple
 
-from spark_mq.cli_format import (
+from spark_mq.cli.format import (
     ProgressBar,
     RecordWriter,
     bytes_to_json,

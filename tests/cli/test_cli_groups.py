@@ -17,8 +17,8 @@ import pytest
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
 from spark_mq.broker import ensure_broker, stop_broker
-from spark_mq.cli_common import EXIT_ERROR, EXIT_USAGE, CliUsageError
-from spark_mq.cli_groups import parse_datetime_ms
+from spark_mq.cli.common import EXIT_ERROR, EXIT_USAGE, CliUsageError
+from spark_mq.cli.groups import parse_datetime_ms
 
 REPO = Path(__file__).resolve().parents[2]
 

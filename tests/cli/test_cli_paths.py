@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from spark_mq.broker import broker_status, stop_broker
-from spark_mq.cli_common import EXIT_ERROR, EXIT_USAGE
+from spark_mq.cli.common import EXIT_ERROR, EXIT_USAGE
 from spark_mq.client.config import ConsumerConfig, ProducerConfig
 
 READING = [

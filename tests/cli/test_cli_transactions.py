@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from spark_mq import Admin, Producer, TopicPartition
-from spark_mq.cli_common import EXIT_ERROR, EXIT_USAGE
+from spark_mq.cli.common import EXIT_ERROR, EXIT_USAGE
 
 
 def open_transaction(path: str, topic: str, txn_id: str, *, prepare: bool) -> Producer:

@@ -3,7 +3,7 @@
 ``produce`` sends each input line (without its line ending) as one record through a
 :class:`~spark_mq.Producer`; ``consume`` assigns the topic's partitions (or one) to a
 :class:`~spark_mq.Consumer`, or with ``--group`` subscribes it through the group, and prints
-what it polls with a :class:`~spark_mq.cli_format.RecordWriter`. In a group it resumes at
+what it polls with a :class:`~spark_mq.cli.format.RecordWriter`. In a group it resumes at
 the committed offsets and commits only what it printed. Both read and write bytes, never
 text, so binary payloads and any encoding pass through unchanged.
 """
@@ -25,8 +25,18 @@ from spark_mq import (
     Producer,
     TopicPartition,
 )
-from spark_mq.cli_common import CliUsageError, client_config, parse_key_values, topic_partitions
-from spark_mq.cli_format import RecordFormat, RecordWriter, json_text, render_table
+from spark_mq.cli.common import (
+    CliUsageError,
+    Handler,
+    broker_options,
+    client_config,
+    client_properties,
+    non_negative_int,
+    parse_key_values,
+    positive_int,
+    topic_partitions,
+)
+from spark_mq.cli.format import RECORD_FORMATS, RecordFormat, RecordWriter, json_text, render_table
 from spark_mq.client.group.offsets import OffsetsArg
 from spark_mq.config import parse_bool
 from spark_mq.errors import SparkMQError, UnknownTopicOrPartitionError
@@ -360,3 +370,105 @@ def _assign(consumer: Any, args: argparse.Namespace, tps: list[TopicPartition]) 
         consumer.seek_to_beginning(tps)
     else:
         consumer.seek_to_end(tps)
+
+
+# ---------------------------------------------------------------------------------------------
+# The parser
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``produce`` and ``consume`` on the ``spark-mq`` command parser."""
+    produce = commands.add_parser(
+        "produce",
+        parents=[common],
+        help="send lines of stdin (or --file) as records",
+        description="Send every input line as one record (the line without its newline).",
+    )
+    produce.add_argument("topic")
+    produce.add_argument("--file", "-f", metavar="FILE", help="read lines from FILE, not stdin")
+    produce.add_argument(
+        "--key-separator",
+        metavar="SEP",
+        help="split each line at the first SEP into key and value (a line without it fails)",
+    )
+    produce.add_argument(
+        "--header",
+        action="append",
+        metavar="KEY=VALUE",
+        help="header added to every record (repeatable)",
+    )
+    produce.add_argument(
+        "--partition", type=non_negative_int, help="send every record to this partition"
+    )
+    produce.add_argument(
+        "--acks", choices=("all", "-1", "0", "1"), help="acknowledgement (default: all)"
+    )
+    produce.add_argument(
+        "--compression",
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        help="batch codec (default: none)",
+    )
+    client_properties(produce, "producer")
+    produce.set_defaults(handler="produce")
+
+    consume = commands.add_parser(
+        "consume",
+        parents=[broker_options("JSON lines, one record each (same as --format json)")],
+        help="print records of a topic",
+        description=(
+            "Print records, then exit at the end of the log (as it was at the start) or after "
+            "--max-messages; --follow keeps waiting for new ones until Ctrl-C or SIGTERM. "
+            "Without --from-beginning or --offset, reading starts at the end (as Kafka's "
+            "console consumer does), which is mostly useful with --follow. With --group, "
+            "reading resumes at the group's committed offsets, and what was printed is "
+            "committed."
+        ),
+    )
+    consume.add_argument("topic")
+    consume.add_argument(
+        "--group",
+        metavar="GROUP",
+        help="read as a member of consumer group GROUP (group.id): resume at its committed "
+        "offsets, commit what was printed",
+    )
+    start_at = consume.add_mutually_exclusive_group()
+    start_at.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the earliest offset (with --group: where the group has no offset)",
+    )
+    start_at.add_argument(
+        "--offset", type=non_negative_int, help="start at this offset (needs --partition)"
+    )
+    consume.add_argument(
+        "--partition", type=non_negative_int, help="read only this partition (default: all)"
+    )
+    consume.add_argument("--max-messages", type=positive_int, help="exit after this many records")
+    consume.add_argument(
+        "--follow", action="store_true", help="keep waiting for new records (Ctrl-C to stop)"
+    )
+    consume.add_argument(
+        "--timeout-ms",
+        type=positive_int,
+        help="exit when no record arrived for this long (default: never with --follow)",
+    )
+    consume.add_argument(
+        "--format", choices=RECORD_FORMATS, help="text (default), json (lines) or csv"
+    )
+    consume.add_argument("--print-key", action="store_true", help="text: key before the value")
+    consume.add_argument("--print-offset", action="store_true", help="text: partition:offset first")
+    consume.add_argument("--print-timestamp", action="store_true", help="text: timestamp (ms)")
+    consume.add_argument("--print-headers", action="store_true", help="text: k=v,k=v headers")
+    consume.add_argument(
+        "--separator", default="\t", help="text: between the printed fields (default: tab)"
+    )
+    consume.add_argument(
+        "--isolation-level",
+        choices=("read_committed", "read_uncommitted"),
+        help="read_committed (default) hides open and aborted transactions",
+    )
+    client_properties(consume, "consumer")
+    consume.set_defaults(handler="consume")
+
+
+HANDLERS: Final[dict[str, Handler]] = {"produce": produce, "consume": consume}

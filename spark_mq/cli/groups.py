@@ -17,8 +17,8 @@ import sys
 from typing import Any, Final
 
 from spark_mq import Admin, TopicPartition
-from spark_mq.cli_common import CliUsageError, any_int, endpoint, non_negative_int
-from spark_mq.cli_format import json_text, render_table
+from spark_mq.cli.common import CliUsageError, Handler, any_int, endpoint, non_negative_int
+from spark_mq.cli.format import json_text, render_table
 from spark_mq.errors import GroupIdNotFoundError, NonEmptyGroupError, UsageError
 
 #: States in which a group's offsets may be reset (no member would overwrite them).
@@ -348,7 +348,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     delete.set_defaults(handler="groups_delete")
 
 
-HANDLERS: Final = {
+HANDLERS: Final[dict[str, Handler]] = {
     "groups_list": groups_list,
     "groups_describe": groups_describe,
     "groups_reset_offsets": groups_reset_offsets,

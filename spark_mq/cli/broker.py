@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-from typing import Any
+from typing import Any, Final
 
 from spark_mq import Admin
 from spark_mq.broker import broker_status as local_status
@@ -30,8 +30,16 @@ from spark_mq.broker.persisted_config import (
     update_persisted,
 )
 from spark_mq.broker.properties_file import read_properties_file
-from spark_mq.cli_common import ENV_PATH, EXIT_ERROR, EXIT_USAGE, CliUsageError, parse_key_values
-from spark_mq.cli_format import json_text, render_pairs
+from spark_mq.cli.common import (
+    ENV_PATH,
+    EXIT_ERROR,
+    EXIT_USAGE,
+    CliUsageError,
+    Handler,
+    parse_key_values,
+    positive_int,
+)
+from spark_mq.cli.format import json_text, render_pairs
 from spark_mq.errors import LogDirectoryLockedError
 
 #: The background broker of ``start --detach`` serves until stopped, unless the user sets
@@ -218,3 +226,84 @@ def _remote_status(args: argparse.Namespace) -> int:
     }
     _print_status(args, document)
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The parser
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``broker`` and its actions on the ``spark-mq`` command parser."""
+    broker = commands.add_parser("broker", help="start, stop or inspect a broker")
+    broker_cmds = broker.add_subparsers(dest="action", metavar="ACTION", required=True)
+    start = broker_cmds.add_parser(
+        "start",
+        parents=[common],
+        help="run a broker on a log directory (foreground unless --detach)",
+    )
+    start.add_argument(
+        "--detach", action="store_true", help="start it in the background and return"
+    )
+    start.add_argument(
+        "--config", metavar="FILE", help="broker properties file (e.g. conf/broker.properties)"
+    )
+    start.add_argument(
+        "--override",
+        action="append",
+        metavar="KEY=VALUE",
+        help="broker setting that wins over the file (repeatable), e.g. log.retention.hours=1; "
+        "kept in DIR/server.properties for every later start",
+    )
+    start.add_argument(
+        "--delete-config",
+        action="append",
+        metavar="KEY",
+        help="remove a kept setting, so the default applies again (repeatable)",
+    )
+    start.add_argument(
+        "--timeout-ms",
+        type=positive_int,
+        default=30_000,
+        help="--detach: how long to wait for the broker to answer (default %(default)s)",
+    )
+    start.set_defaults(handler="broker_start")
+    stop = broker_cmds.add_parser("stop", parents=[common], help="stop the broker of --path")
+    stop.add_argument(
+        "--timeout-ms",
+        type=positive_int,
+        default=30_000,
+        help="how long to wait for a clean shutdown (default %(default)s)",
+    )
+    stop.set_defaults(handler="broker_stop")
+    status = broker_cmds.add_parser("status", parents=[common], help="is a broker running?")
+    status.set_defaults(handler="broker_status")
+    kept = broker_cmds.add_parser(
+        "config",
+        parents=[common],
+        help="show or change the settings kept in DIR for every start of its broker",
+        description="Show the broker settings kept in DIR/server.properties (read at every "
+        "start of the directory's broker, on demand or by 'broker start'), after applying "
+        "--add-config and --delete-config. A running broker keeps its settings until it "
+        "restarts.",
+    )
+    kept.add_argument(
+        "--add-config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="set a broker setting (repeatable), e.g. log.retention.ms=60000",
+    )
+    kept.add_argument(
+        "--delete-config",
+        action="append",
+        metavar="KEY",
+        help="remove a setting, so the default applies again (repeatable)",
+    )
+    kept.set_defaults(handler="broker_config")
+
+
+HANDLERS: Final[dict[str, Handler]] = {
+    "broker_start": broker_start,
+    "broker_stop": broker_stop,
+    "broker_status": broker_status,
+    "broker_config": broker_config,
+}

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from spark_mq.cli_common import EXIT_ERROR, EXIT_OK, CliUsageError, non_negative_int
-from spark_mq.cli_format import json_text, render_table
+from spark_mq.cli.common import EXIT_ERROR, EXIT_OK, CliUsageError, Handler, non_negative_int
+from spark_mq.cli.format import json_text, render_table
 from spark_mq.storage.log_verify import BadBatch, PartitionReport, SegmentReport, verify_log_dir
 
 
-def add_parser(commands: Any) -> None:
-    """Register ``log`` and its actions on the ``spark-mq`` command parser (without the
-    broker options every other command takes: this one reads files, it asks no broker)."""
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``log`` and its actions on the ``spark-mq`` command parser. It leaves out
+    ``common``, the broker options every other command takes: this one reads files, it asks
+    no broker."""
     log = commands.add_parser("log", help="inspect a log directory's files (no broker needed)")
     actions = log.add_subparsers(dest="action", metavar="ACTION", required=True)
     verify = actions.add_parser(
@@ -195,4 +196,4 @@ def _partition_json(report: PartitionReport) -> dict[str, Any]:
 
 
 #: The handlers ``spark_mq.cli`` dispatches to, by the names set above.
-HANDLERS = {"log_verify": log_verify}
+HANDLERS: Final[dict[str, Handler]] = {"log_verify": log_verify}

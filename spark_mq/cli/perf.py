@@ -36,8 +36,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_mq import Consumer, Producer
-from spark_mq.cli_common import client_config, topic_partitions
-from spark_mq.cli_format import ProgressBar, json_text, render_pairs, summary_rows
+from spark_mq.cli.common import (
+    ArgumentParser,
+    Handler,
+    any_int,
+    client_config,
+    client_properties,
+    positive_int,
+    topic_partitions,
+)
+from spark_mq.cli.format import ProgressBar, json_text, render_pairs, summary_rows
 
 #: Latency samples kept by ``perf produce`` (Kafka's tool keeps about as many).
 LATENCY_SAMPLES: Final = 500_000
@@ -342,3 +350,80 @@ def _value_bytes(table: Any) -> int:
     column = table.column("value")
     total = pc.sum(pc.binary_length(column)).as_py()
     return int(total or 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The parser
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``perf`` and its actions on the ``spark-mq`` command parser."""
+    perf = commands.add_parser("perf", help="measure produce or consume throughput")
+    perf_cmds = perf.add_subparsers(dest="action", metavar="ACTION", required=True)
+    perf_common = ArgumentParser(add_help=False)
+    perf_common.add_argument("topic")
+    perf_common.add_argument(
+        "--num-records", type=positive_int, required=True, help="records to send or read"
+    )
+    perf_common.add_argument(
+        "--batch",
+        action="store_true",
+        help="use the columnar API (send_batch / poll_batch) instead of send / poll",
+    )
+    perf_common.add_argument(
+        "--progress",
+        action="store_true",
+        help="draw the progress bar on stderr even when it is not a terminal",
+    )
+    pp = perf_cmds.add_parser(
+        "produce",
+        parents=[common, perf_common],
+        help="send records as fast as allowed (like kafka-producer-perf-test)",
+    )
+    pp.add_argument(
+        "--record-size", type=positive_int, default=100, help="value bytes (default 100)"
+    )
+    pp.add_argument(
+        "--throughput",
+        type=any_int,
+        default=-1,
+        help="records/s to aim for; -1 for as fast as possible (default)",
+    )
+    pp.add_argument(
+        "--batch-records",
+        type=positive_int,
+        default=10_000,
+        help="--batch: records per send_batch call (default %(default)s)",
+    )
+    pp.add_argument("--acks", choices=("all", "-1", "0", "1"), help="(default: all)")
+    pp.add_argument(
+        "--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), help="batch codec"
+    )
+    client_properties(pp, "producer")
+    pp.set_defaults(handler="perf_produce")
+    pc = perf_cmds.add_parser(
+        "consume",
+        parents=[common, perf_common],
+        help="read records from the beginning (like kafka-consumer-perf-test)",
+    )
+    pc.add_argument(
+        "--timeout-ms",
+        type=positive_int,
+        default=10_000,
+        help="give up when no record arrives for this long (default %(default)s)",
+    )
+    pc.add_argument(
+        "--max-records",
+        type=positive_int,
+        default=10_000,
+        help="max_records of each poll() (default %(default)s; poll_batch is bounded by "
+        "the fetch sizes)",
+    )
+    pc.add_argument(
+        "--isolation-level", choices=("read_committed", "read_uncommitted"), help="see consume"
+    )
+    client_properties(pc, "consumer")
+    pc.set_defaults(handler="perf_consume")
+
+
+HANDLERS: Final[dict[str, Handler]] = {"perf_produce": perf_produce, "perf_consume": perf_consume}

@@ -10,11 +10,11 @@ plus the topic's configuration overrides.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Final
 
 from spark_mq import Admin, TopicExistsError, TopicPartition, UnknownTopicOrPartitionError
-from spark_mq.cli_common import CliUsageError, endpoint, parse_key_values
-from spark_mq.cli_format import json_text, render_table
+from spark_mq.cli.common import CliUsageError, Handler, endpoint, parse_key_values, positive_int
+from spark_mq.cli.format import json_text, render_table
 
 
 def _admin(args: argparse.Namespace) -> Admin:
@@ -188,3 +188,70 @@ def topics_delete(args: argparse.Namespace) -> int:
     else:
         print(f"Topic {args.topic} does not exist.")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The parser
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``topics`` and its actions on the ``spark-mq`` command parser."""
+    topics = commands.add_parser("topics", help="create, list, describe, alter, delete topics")
+    topic_cmds = topics.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = topic_cmds.add_parser("create", parents=[common], help="create a topic")
+    create.add_argument("topic")
+    create.add_argument(
+        "--partitions",
+        type=positive_int,
+        help="number of partitions (default: the broker's num.partitions, 1 unless set)",
+    )
+    create.add_argument(
+        "--replication-factor", type=positive_int, default=1, help="(default %(default)s)"
+    )
+    create.add_argument(
+        "--config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="topic setting (repeatable), e.g. retention.ms=86400000",
+    )
+    create.add_argument(
+        "--if-not-exists", action="store_true", help="succeed if the topic already exists"
+    )
+    create.set_defaults(handler="topics_create")
+    lst = topic_cmds.add_parser("list", parents=[common], help="list topics")
+    lst.set_defaults(handler="topics_list")
+    describe = topic_cmds.add_parser(
+        "describe", parents=[common], help="partitions, offsets and settings of a topic"
+    )
+    describe.add_argument("topic")
+    describe.set_defaults(handler="topics_describe")
+    alter = topic_cmds.add_parser(
+        "alter", parents=[common], help="add partitions or change settings"
+    )
+    alter.add_argument("topic")
+    alter.add_argument(
+        "--partitions", type=positive_int, help="new total number of partitions (only grows)"
+    )
+    alter.add_argument(
+        "--config", action="append", metavar="KEY=VALUE", help="set a topic setting (repeatable)"
+    )
+    alter.add_argument(
+        "--delete-config",
+        action="append",
+        metavar="KEY",
+        help="remove a topic setting so the broker default applies again (repeatable)",
+    )
+    alter.set_defaults(handler="topics_alter")
+    delete = topic_cmds.add_parser("delete", parents=[common], help="delete a topic")
+    delete.add_argument("topic")
+    delete.add_argument("--if-exists", action="store_true", help="succeed if there is none")
+    delete.set_defaults(handler="topics_delete")
+
+
+HANDLERS: Final[dict[str, Handler]] = {
+    "topics_create": topics_create,
+    "topics_list": topics_list,
+    "topics_describe": topics_describe,
+    "topics_alter": topics_alter,
+    "topics_delete": topics_delete,
+}

@@ -14,8 +14,8 @@ import argparse
 from typing import Any, Final
 
 from spark_mq import Admin
-from spark_mq.cli_common import endpoint, non_negative_int
-from spark_mq.cli_format import json_text, render_table
+from spark_mq.cli.common import Handler, endpoint, non_negative_int
+from spark_mq.cli.format import json_text, render_table
 from spark_mq.client.transactions import TransactionDescription
 from spark_mq.protocol.transactions import TXN_STATES
 
@@ -185,7 +185,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     abort.set_defaults(handler="transactions_abort")
 
 
-HANDLERS: Final = {
+HANDLERS: Final[dict[str, Handler]] = {
     "transactions_list": transactions_list,
     "transactions_describe": transactions_describe,
     "transactions_abort": transactions_abort,

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
-from typing import Any, Final
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, Final, NoReturn
 
 from spark_mq import TopicPartition
 from spark_mq.errors import UnknownTopicOrPartitionError
@@ -28,8 +29,58 @@ EXIT_BROKEN_PIPE: Final = 141
 EXIT_TERMINATED: Final = 143
 
 
+#: What runs one command: it takes the parsed command line and returns the exit status.
+Handler = Callable[[argparse.Namespace], int]
+
+
 class CliUsageError(Exception):
     """A command line that cannot be run as written (exit status 2)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsers every command group builds on
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with our exit status and message prefix for usage errors."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise CliUsageError(message)
+
+
+def broker_options(
+    json_help: str = "print one JSON document instead of a table",
+) -> ArgumentParser:
+    """Options every command accepts (after the command name)."""
+    p = ArgumentParser(add_help=False)
+    where = p.add_argument_group("broker")
+    where.add_argument(
+        "--path",
+        metavar="DIR",
+        help="log directory of the local broker (started if none runs; only commands that "
+        f"write create a new one; default ${ENV_PATH})",
+    )
+    where.add_argument(
+        "--bootstrap-server", metavar="HOST:PORT", help="address of a running broker"
+    )
+    p.add_argument("--json", action="store_true", help=json_help)
+    return p
+
+
+#: The example in the help of -X: a key the client really takes.
+_PROPERTY_EXAMPLES: Final = {"producer": "linger.ms=5", "consumer": "fetch.max.wait.ms=100"}
+
+
+def client_properties(p: argparse.ArgumentParser, what: str) -> None:
+    """Add ``--property/-X KEY=VALUE`` for the settings of a ``what`` client."""
+    p.add_argument(
+        "--property",
+        "-X",
+        action="append",
+        metavar="KEY=VALUE",
+        help=f"{what} setting with Kafka's key (repeatable), e.g. {_PROPERTY_EXAMPLES[what]}",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
