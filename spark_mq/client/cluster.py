@@ -34,6 +34,7 @@ import msgspec
 
 from spark_mq.client.config import ClientConfig
 from spark_mq.client.connection import BrokerConnection
+from spark_mq.client.retry import Clock, Retry, Sleep, remaining_ms
 from spark_mq.errors import (
     BrokerNotAvailableError,
     NetworkError,
@@ -79,7 +80,8 @@ class Cluster:
         config: ClientConfig,
         *,
         ensure_broker: EnsureBroker | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = time.sleep,
         create_log: bool = False,
     ) -> None:
         config.check_endpoint()
@@ -89,7 +91,9 @@ class Cluster:
         self.create_log = create_log
         self._bootstrap = config.bootstrap_addresses()
         self._ensure_broker = ensure_broker
-        self._clock = clock
+        #: The clock and sleep of every deadline and backoff of this client's calls.
+        self.clock = clock
+        self.sleep = sleep
         self._lock = threading.RLock()
         self._local_address: BrokerAddress | None = None
         self._nodes: dict[int, BrokerAddress] = {}
@@ -144,6 +148,7 @@ class Cluster:
             request_timeout_ms=self.config.request_timeout_ms,
             send_buffer_bytes=self.config.send_buffer_bytes,
             receive_buffer_bytes=self.config.receive_buffer_bytes,
+            clock=self.clock,
         )
 
     def connect(self, conn: BrokerConnection, *, timeout_ms: int | None = None) -> None:
@@ -181,7 +186,7 @@ class Cluster:
         once on a fresh connection (the broker may have restarted) before it raises
         NetworkError."""
         self._check_open()
-        deadline = self._clock() + self._timeout_ms(timeout_ms) / 1000
+        deadline = self.clock() + self._timeout_ms(timeout_ms) / 1000
         with self._lock:
             for attempt in range(2):
                 conn = self._control.get(node_id)
@@ -192,14 +197,14 @@ class Cluster:
                     return conn.request(request, timeout_s=self._remaining_ms(deadline) / 1000)
                 except NetworkError:
                     self.connection_failed(conn)
-                    if attempt or self._clock() >= deadline:
+                    if attempt or self.clock() >= deadline:
                         raise
         raise AssertionError("unreachable")
 
     # -- metadata -------------------------------------------------------------------------
 
     def _remaining_ms(self, deadline: float) -> int:
-        return max(int((deadline - self._clock()) * 1000), 1)
+        return remaining_ms(deadline, self.clock)
 
     def refresh(
         self,
@@ -239,11 +244,11 @@ class Cluster:
                         counts.pop(name, None)
             # Replaced, not mutated: partition_count reads it without the lock.
             self.partition_counts = counts
-            self._refreshed_at = self._clock()
+            self._refreshed_at = self.clock()
         return response
 
     def metadata_is_stale(self) -> bool:
-        return (self._clock() - self._refreshed_at) * 1000 >= self.config.metadata_max_age_ms
+        return (self.clock() - self._refreshed_at) * 1000 >= self.config.metadata_max_age_ms
 
     def known_topics(self) -> list[str]:
         with self._lock:
@@ -276,8 +281,14 @@ class Cluster:
         its disk is full, say) is raised at once, though retriable: the broker has already
         cleaned up the failed creation, and asking again until the timeout would only hide
         its reason behind "not in the broker's metadata"."""
-        deadline = self._clock() + timeout_ms / 1000
         backoff_s = max(self.config.retry_backoff_ms, 1) / 1000
+        retry = Retry.within_ms(
+            timeout_ms,
+            backoff_s=backoff_s,
+            max_backoff_s=self.config.retry_backoff_max_ms / 1000 or backoff_s,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
         while True:
             response = self.refresh([topic], allow_auto_create=allow_auto_create)
             count = self.partition_count(topic)
@@ -291,16 +302,13 @@ class Cluster:
                     stop = t.error_code == ErrorCode.KAFKA_STORAGE_ERROR or not error.retriable
             if error is not None and stop:
                 raise error
-            remaining = deadline - self._clock()
-            if remaining <= 0:
+            if not retry.backoff():
                 raise UnknownTopicOrPartitionError(
                     f"topic {topic!r} is not in the broker's metadata after {timeout_ms} ms "
                     f"({error or 'no partitions'}); create it with Admin.create_topic or "
                     "enable auto.create.topics.enable on the broker",
                     topic=topic,
                 )
-            time.sleep(min(backoff_s, remaining))
-            backoff_s = min(backoff_s * 2, self.config.retry_backoff_max_ms / 1000 or backoff_s)
 
     # -- lifecycle ------------------------------------------------------------------------
 

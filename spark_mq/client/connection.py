@@ -35,7 +35,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -172,8 +172,11 @@ class BrokerConnection:
         request_timeout_ms: int = 30_000,
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.address = address
+        #: Monotonic seconds: when requests were sent, and the request timeout's deadline.
+        self._clock = clock
         self.node_id = node_id
         self.client_id = client_id
         self._max_frame_bytes = max_frame_bytes
@@ -243,7 +246,7 @@ class BrokerConnection:
         """Seconds since the oldest unanswered request was sent (0 when none is)."""
         if not self._in_flight:
             return 0.0
-        return (time.monotonic() if now is None else now) - self._in_flight[0].sent_at
+        return (self._clock() if now is None else now) - self._in_flight[0].sent_at
 
     def send(
         self,
@@ -268,7 +271,7 @@ class BrokerConnection:
         )
         self._write([head, body, *records])
         if expect_response:
-            self._in_flight.append(_InFlight(correlation_id, spec, context, time.monotonic()))
+            self._in_flight.append(_InFlight(correlation_id, spec, context, self._clock()))
         return correlation_id
 
     def _write(self, buffers: list[Any]) -> None:
@@ -295,7 +298,7 @@ class BrokerConnection:
                 if views and full:
                     # The send buffer is full: wait until the broker reads, at most the
                     # request timeout in all.
-                    now = time.monotonic()
+                    now = self._clock()
                     if deadline is None:
                         deadline = now + self._request_timeout_s
                     if now >= deadline:
@@ -332,9 +335,9 @@ class BrokerConnection:
         response = self._parse_one()
         if response is not None:
             return response
-        deadline = time.monotonic() + (self._request_timeout_s if timeout_s is None else timeout_s)
+        deadline = self._clock() + (self._request_timeout_s if timeout_s is None else timeout_s)
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self._clock()
             if remaining <= 0 or not self._wait_readable(remaining):
                 return None
             self._read_some()

@@ -17,7 +17,6 @@ import gc
 import itertools
 import logging
 import re
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from os import PathLike
 
@@ -350,18 +349,18 @@ class Consumer:
         if max_records is not None and max_records < 1:
             raise UsageError(f"max_records must be at least 1, got {max_records}")
         coordinator = self._coordinator
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        deadline = self._cluster.clock() + max(timeout_ms, 0) / 1000
         while True:
             if coordinator is not None:
                 # Rebalances, listener callbacks and auto-commits run here, in the caller's
                 # thread. A member with partitions keeps reading them while it rejoins.
                 coordinator.poll(deadline, wait_for_join=not self._subs.partitions())
             if not self._subs.partitions():
-                remaining = deadline - time.monotonic()
+                remaining = deadline - self._cluster.clock()
                 if remaining <= 0:
                     return []
                 # In the group with nothing assigned (more members than partitions).
-                time.sleep(min(remaining, _GROUP_WAIT_SLICE_S))
+                self._cluster.sleep(min(remaining, _GROUP_WAIT_SLICE_S))
                 continue
             self._update_positions(raise_unknown=False, deadline=deadline)
             if self._fetcher.has_in_flight:
@@ -374,7 +373,7 @@ class Consumer:
             self._fetcher.send_fetches()
             if tables:
                 return tables
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self._cluster.clock()
             if self._fetcher.has_in_flight:
                 wait_s = remaining if coordinator is None else min(remaining, _GROUP_WAIT_SLICE_S)
                 if self._fetcher.poll_network(max(wait_s, 0.0)):
@@ -382,8 +381,8 @@ class Consumer:
                     continue
             elif remaining > 0:
                 # Nothing can be fetched now (no leader, no position, a backoff): wait a bit.
-                time.sleep(min(remaining, self.config.retry_backoff_ms / 1000))
-            if time.monotonic() >= deadline:
+                self._cluster.sleep(min(remaining, self.config.retry_backoff_ms / 1000))
+            if self._cluster.clock() >= deadline:
                 return self._fetcher.collect(max_records)
 
     # -- positions ------------------------------------------------------------------------
@@ -393,7 +392,7 @@ class Consumer:
         else ``auto.offset.reset``. With ``deadline`` (``poll()``), waits no longer than that:
         what is not answered by then is taken up by the next poll."""
         missing = self._subs.missing_positions()
-        if not missing or (not raise_unknown and time.monotonic() < self._reset_retry_at):
+        if not missing or (not raise_unknown and self._cluster.clock() < self._reset_retry_at):
             return
         if deadline is None:
             if not self._positions_from_committed(missing, raise_unknown=raise_unknown):
@@ -415,7 +414,7 @@ class Consumer:
         spec = EARLIEST_TIMESTAMP if strategy == "earliest" else LATEST_TIMESTAMP
         timeout_ms = None
         if deadline is not None:
-            timeout_ms = max(int((deadline - time.monotonic()) * 1000), 1)
+            timeout_ms = max(int((deadline - self._cluster.clock()) * 1000), 1)
         try:
             answers = self._list_offsets(dict.fromkeys(missing, spec), timeout_ms=timeout_ms)
         except SparkMQError as exc:
@@ -424,7 +423,7 @@ class Consumer:
             ):
                 raise
             log.warning("cannot reset positions of %s yet: %s", missing, exc)
-            self._reset_retry_at = time.monotonic() + self.config.retry_backoff_max_ms / 1000
+            self._reset_retry_at = self._cluster.clock() + self.config.retry_backoff_max_ms / 1000
             return
         for tp, (offset, _) in answers.items():
             if self._subs.is_assigned(tp) and self._subs.position(tp) is None:
@@ -454,7 +453,7 @@ class Consumer:
             if raise_unknown or not exc.retriable:
                 raise
             log.warning("cannot read committed offsets of %s yet: %s", awaiting, exc)
-            self._reset_retry_at = time.monotonic() + self.config.retry_backoff_max_ms / 1000
+            self._reset_retry_at = self._cluster.clock() + self.config.retry_backoff_max_ms / 1000
             return False
         for tp in awaiting:
             if not self._subs.is_assigned(tp):
@@ -490,7 +489,7 @@ class Consumer:
             if not lookup.error.retriable:
                 raise lookup.error
             log.warning("cannot read committed offsets of %s yet: %s", awaiting, lookup.error)
-            self._reset_retry_at = time.monotonic() + self.config.retry_backoff_max_ms / 1000
+            self._reset_retry_at = self._cluster.clock() + self.config.retry_backoff_max_ms / 1000
             return False
         for tp in lookup.partitions:
             if not self._subs.is_assigned(tp) or not self._subs.state(tp).awaiting_committed:

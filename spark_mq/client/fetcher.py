@@ -39,7 +39,6 @@ import collections
 import logging
 import select
 import struct
-import time
 from typing import Final
 
 import pyarrow as pa
@@ -235,7 +234,7 @@ class Fetcher:
     def send_fetches(self) -> None:
         """Send a Fetch to every leader with no fetch in flight, for its partitions that
         have a position and room in the buffer."""
-        now = time.monotonic()
+        now = self._cluster.clock()
         fetching = {tp for requested in self._in_flight.values() for tp in requested}
         candidates = self._subs.fetchable()
         if candidates:
@@ -306,7 +305,7 @@ class Fetcher:
         log.warning("connection to broker %s lost: %s; fetching again", conn.address, exc)
         self._in_flight.pop(node, None)
         self._cluster.connection_failed(conn)
-        self._reconnect_at[node] = time.monotonic() + self._config.retry_backoff_ms / 1000
+        self._reconnect_at[node] = self._cluster.clock() + self._config.retry_backoff_ms / 1000
 
     def _refresh_metadata(self, topics: set[str], now: float) -> None:
         if now < self._metadata_at:
@@ -330,11 +329,11 @@ class Fetcher:
     def poll_network(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for fetch responses; handle those that arrive. Returns
         whether any response was handled."""
-        deadline = time.monotonic() + timeout_s
+        deadline = self._cluster.clock() + timeout_s
         handled = False
         while self._in_flight and not handled:
             conns = {self._conns[node]: node for node in self._in_flight}
-            remaining = max(deadline - time.monotonic(), 0.0)
+            remaining = max(deadline - self._cluster.clock(), 0.0)
             try:
                 readable, _, _ = select.select(list(conns), [], [], remaining)
             except (OSError, ValueError):
@@ -349,7 +348,7 @@ class Fetcher:
                 for response in responses:
                     self._handle(node, response)
                     handled = True
-            if not readable and time.monotonic() >= deadline:
+            if not readable and self._cluster.clock() >= deadline:
                 break
         return handled
 
@@ -415,9 +414,9 @@ class Fetcher:
                 self._subs.reset(tp)
             return
         if error.retriable:
-            self._retry_at[tp] = time.monotonic() + self._config.retry_backoff_ms / 1000
+            self._retry_at[tp] = self._cluster.clock() + self._config.retry_backoff_ms / 1000
             self._metadata_at = 0.0
-            self._refresh_metadata({tp.topic}, time.monotonic())
+            self._refresh_metadata({tp.topic}, self._cluster.clock())
             return
         self._errors.append((error, tp, offset))
 

@@ -10,11 +10,11 @@ broker does not know raises UnknownTopicOrPartitionError at once.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 
 from spark_mq.client.cluster import ANY_NODE, Cluster
 from spark_mq.client.records import TopicPartition
+from spark_mq.client.retry import Retry
 from spark_mq.errors import RequestTimedOutError, SparkMQError, UnknownTopicOrPartitionError
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
 from spark_mq.protocol.offsets import (
@@ -62,8 +62,13 @@ def list_offsets(
     timeout_ms: int,
 ) -> dict[TopicPartition, OffsetAnswer]:
     """The (offset, timestamp) answer for every partition of ``specs``."""
-    deadline = time.monotonic() + timeout_ms / 1000
-    backoff_s = cluster.config.retry_backoff_ms / 1000
+    retry = Retry.within_ms(
+        timeout_ms,
+        backoff_s=cluster.config.retry_backoff_ms / 1000,
+        max_backoff_s=max(cluster.config.retry_backoff_max_ms / 1000, 0.001),
+        clock=cluster.clock,
+        sleep=cluster.sleep,
+    )
     pending = dict(specs)
     answers: dict[TopicPartition, OffsetAnswer] = {}
     last_error: SparkMQError | None = None
@@ -80,7 +85,7 @@ def list_offsets(
             )
             # No single request may outlast the caller's timeout (poll() passes what is left
             # of its own).
-            request_ms = max(int((deadline - time.monotonic()) * 1000), 1)
+            request_ms = retry.remaining_ms()
             try:
                 response: ListOffsetsResponse = cluster.request(
                     request,
@@ -108,13 +113,10 @@ def list_offsets(
                         raise error
                     last_error = error
         if pending:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not retry.backoff():
                 raise RequestTimedOutError(
                     f"ListOffsets for {', '.join(map(str, pending))} did not succeed within "
                     f"{timeout_ms} ms (last error: {last_error})"
                 )
-            time.sleep(min(backoff_s, remaining))
-            backoff_s = min(backoff_s * 2, max(cluster.config.retry_backoff_max_ms / 1000, 0.001))
             cluster.refresh(sorted({tp.topic for tp in pending}))
     return answers

@@ -543,7 +543,7 @@ class Producer:
     def _flush_transaction(self, txn: TransactionManager, call: str, deadline: float) -> None:
         """Send and acknowledge everything of the transaction, then check that nothing
         failed (a failure makes the transaction abortable: this raises)."""
-        self.flush(max(deadline - time.monotonic(), 0.0))
+        self.flush(max(deadline - self._cluster.clock(), 0.0))
         if txn.machine.has_error:
             txn.machine.require(call)
 
@@ -570,7 +570,7 @@ class Producer:
         if state is not TxnState.ABORTING_TRANSACTION:
             txn.machine.transition(TxnState.ABORTING_TRANSACTION)
         self._sender.wakeup()
-        self.flush(max(deadline - time.monotonic(), 0.0))
+        self.flush(max(deadline - self._cluster.clock(), 0.0))
         if txn.partitions or txn.has_offsets:
             txn.end_txn(False, deadline)
         txn.reset_transaction()
@@ -618,9 +618,9 @@ class Producer:
         acknowledged or failed (raises RequestTimedOutError after ``timeout`` seconds)."""
         pending = self._accumulator.begin_flush()
         try:
-            deadline = None if timeout is None else time.monotonic() + timeout
+            deadline = None if timeout is None else self._cluster.clock() + timeout
             for batch in pending:
-                remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                remaining = None if deadline is None else max(deadline - self._cluster.clock(), 0.0)
                 if not batch.result.done():
                     batch.result.wait(remaining)
         finally:

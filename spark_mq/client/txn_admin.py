@@ -64,7 +64,7 @@ class TransactionAdmin:
         self._nodes_known = False
 
     def _deadline(self) -> float:
-        return time.monotonic() + self._timeout_ms / 1000
+        return self._cluster.clock() + self._timeout_ms / 1000
 
     def _learn_nodes(self) -> None:
         if not self._nodes_known and not self._cluster.config.path:

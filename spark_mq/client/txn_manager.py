@@ -22,7 +22,6 @@ thread only when nothing of the transaction is left to send.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +34,7 @@ from spark_mq.client.group.coordinator_lookup import find_coordinator
 from spark_mq.client.group.member_state import ConsumerGroupMetadata
 from spark_mq.client.group.offsets import OffsetAndMetadata
 from spark_mq.client.records import TopicPartition
+from spark_mq.client.retry import Retry
 from spark_mq.client.transactions import (
     PreparedTransaction,
     TransactionStateMachine,
@@ -86,7 +86,13 @@ CONCURRENT_BACKOFF_S = 0.002
 def find_txn_coordinator(cluster: Cluster, key: str, *, deadline: float) -> int:
     """The node id of the transaction coordinator of ``key`` (a transactional id or an
     owner), retried until ``deadline`` (monotonic seconds) while it is not available."""
-    backoff_s = max(cluster.config.retry_backoff_ms, 1) / 1000
+    retry = Retry(
+        deadline,
+        backoff_s=max(cluster.config.retry_backoff_ms, 1) / 1000,
+        max_backoff_s=1.0,
+        clock=cluster.clock,
+        sleep=cluster.sleep,
+    )
     while True:
         error: SparkMQError
         try:
@@ -103,14 +109,11 @@ def find_txn_coordinator(cluster: Cluster, key: str, *, deadline: float) -> int:
             error = error_from_code(response.error_code, response.error_message)
             if not error.retriable:
                 raise error
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if not retry.backoff():
             raise RequestTimedOutError(
                 f"no transaction coordinator found for {key!r} (last error: {error}); is the "
                 "broker up, and can it create __transaction_state?"
             ) from error
-        time.sleep(min(backoff_s, remaining))
-        backoff_s = min(backoff_s * 2, 1.0)
 
 
 def coordinator_request(
@@ -127,8 +130,13 @@ def coordinator_request(
     it answers with something other than a retry code (see :data:`RETRY_CODES`) or
     ``deadline`` passes. Returns the response; ``error_of(response)`` picks the code to
     judge it by. ``on_node`` hears of every coordinator found (None: forgotten)."""
-    backoff_s = CONCURRENT_BACKOFF_S
-    max_backoff_s = max(cluster.config.retry_backoff_max_ms, 1) / 1000
+    retry = Retry(
+        deadline,
+        backoff_s=CONCURRENT_BACKOFF_S,
+        max_backoff_s=max(cluster.config.retry_backoff_max_ms, 1) / 1000,
+        clock=cluster.clock,
+        sleep=cluster.sleep,
+    )
     while True:
         error: SparkMQError
         try:
@@ -153,16 +161,13 @@ def coordinator_request(
                 node = None
                 if on_node is not None:
                     on_node(None)
-                backoff_s = max(backoff_s, cluster.config.retry_backoff_ms / 1000)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+                retry.at_least(cluster.config.retry_backoff_ms / 1000)
+        log.debug("%s for %r: %s; retrying", type(request).__name__, key, error)
+        if not retry.backoff():
             raise RequestTimedOutError(
                 f"{type(request).__name__} for {key!r} did not succeed in time (last error: "
                 f"{error}); call it again, or abort"
             ) from error
-        log.debug("%s for %r: %s; retrying", type(request).__name__, key, error)
-        time.sleep(min(backoff_s, remaining))
-        backoff_s = min(backoff_s * 2, max_backoff_s)
 
 
 class TransactionManager:
@@ -188,7 +193,7 @@ class TransactionManager:
     def deadline(self, timeout: float | None) -> float:
         """Monotonic deadline of a call: ``timeout`` seconds, else ``max.block.ms``."""
         seconds = self._config.max_block_ms / 1000 if timeout is None else timeout
-        return time.monotonic() + max(seconds, 0.0)
+        return self._cluster.clock() + max(seconds, 0.0)
 
     def _ids(self) -> tuple[int, int]:
         return self.machine.producer_id, self.machine.producer_epoch
@@ -281,7 +286,7 @@ class TransactionManager:
         if self.drops_unsent():
             self.fail_unsent(acc.abort_all(), fail)
             return
-        if not have_producer_id or time.monotonic() < self.add_retry_at:
+        if not have_producer_id or self._cluster.clock() < self.add_retry_at:
             return
         registered = self.partitions
         new = sorted({tp for tp in acc.partitions_with_data() if tp not in registered})
@@ -290,7 +295,7 @@ class TransactionManager:
         errors = self.add_partitions(new)
         if errors:
             log.debug("AddPartitionsToTxn: %s; retrying", next(iter(errors.values())))
-            self.add_retry_at = time.monotonic() + self._add_backoff_s
+            self.add_retry_at = self._cluster.clock() + self._add_backoff_s
             self._add_backoff_s = min(
                 self._add_backoff_s * 2, max(self._config.retry_backoff_ms, 1) / 1000
             )
@@ -316,7 +321,7 @@ class TransactionManager:
         try:
             # One attempt: the deadline is now, so a retry code comes back as a timeout.
             response: AddPartitionsToTxnResponse = self._request(
-                request, lambda r: _first_code(r.results), time.monotonic()
+                request, lambda r: _first_code(r.results), self._cluster.clock()
             )
         except SparkMQError as exc:
             if not exc.retriable:
@@ -379,10 +384,22 @@ class TransactionManager:
     def _group_request(
         self, group_id: str, request: TxnOffsetCommitRequest, deadline: float
     ) -> TxnOffsetCommitResponse:
-        backoff_s = CONCURRENT_BACKOFF_S
+        cluster = self._cluster
+        retry = Retry(
+            deadline,
+            backoff_s=CONCURRENT_BACKOFF_S,
+            max_backoff_s=1.0,
+            clock=cluster.clock,
+            sleep=cluster.sleep,
+        )
         while True:
-            remaining_ms = max(int((deadline - time.monotonic()) * 1000), 1)
-            coordinator = find_coordinator(self._cluster, group_id, timeout_ms=remaining_ms)
+            coordinator = find_coordinator(
+                cluster,
+                group_id,
+                timeout_ms=retry.remaining_ms(),
+                clock=cluster.clock,
+                sleep=cluster.sleep,
+            )
             error: SparkMQError
             try:
                 response: TxnOffsetCommitResponse = self._cluster.request(
@@ -397,13 +414,11 @@ class TransactionManager:
                 if code not in RETRY_CODES:
                     return response
                 error = error_from_code(code)
-            if time.monotonic() >= deadline:
+            if not retry.backoff():
                 raise RequestTimedOutError(
                     f"TxnOffsetCommit for group {group_id!r} did not succeed in time (last "
                     f"error: {error})"
                 ) from error
-            time.sleep(backoff_s)
-            backoff_s = min(backoff_s * 2, 1.0)
 
     def end_txn(self, commit: bool, deadline: float) -> None:
         """EndTxn: returns once the coordinator's decision is durable."""

@@ -32,6 +32,7 @@ from spark_mq.client.group.offsets import (
     fetched_offsets,
 )
 from spark_mq.client.records import TopicPartition
+from spark_mq.client.retry import Retry
 from spark_mq.errors import NonEmptyGroupError, RequestTimedOutError, SparkMQError
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
 from spark_mq.protocol.group_offsets import OffsetCommitResponse, OffsetFetchResponse
@@ -129,14 +130,17 @@ class GroupAdmin:
         if not self._nodes_known:
             self._cluster.refresh([])  # learn every broker's address before routing by id
             self._nodes_known = True
-        deadline = self._clock() + self._timeout_ms / 1000
-        backoff_s = max(self._cluster.config.retry_backoff_ms, 1) / 1000
+        retry = Retry.within_ms(
+            self._timeout_ms,
+            backoff_s=max(self._cluster.config.retry_backoff_ms, 1) / 1000,
+            clock=self._clock,
+            sleep=self._sleep,
+        )
         while True:
-            remaining_ms = max(int((deadline - self._clock()) * 1000), 1)
             coordinator = find_coordinator(
                 self._cluster,
                 group_id,
-                timeout_ms=remaining_ms,
+                timeout_ms=retry.remaining_ms(),
                 clock=self._clock,
                 sleep=self._sleep,
             )
@@ -156,12 +160,11 @@ class GroupAdmin:
                 ):
                     return response, coordinator.node_id
                 error = error_from_code(code)
-            if self._clock() >= deadline:
+            if not retry.backoff():
                 raise RequestTimedOutError(
                     f"group {group_id!r}: {type(request).__name__} did not succeed within "
                     f"{self._timeout_ms} ms (last error: {error})"
                 ) from error
-            self._sleep(backoff_s)
 
     # -- listing and describing -----------------------------------------------------------
 

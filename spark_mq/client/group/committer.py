@@ -36,6 +36,7 @@ from spark_mq.client.group.offsets import (
     fetched_offsets,
 )
 from spark_mq.client.records import TopicPartition
+from spark_mq.client.retry import Retry
 from spark_mq.errors import (
     FencedInstanceIdError,
     RequestTimedOutError,
@@ -127,6 +128,15 @@ class OffsetCommitter:
             )
         return error_from_code(code, message, topic=tp.topic, partition=tp.partition)
 
+    def _retry(self, timeout_ms: int) -> Retry:
+        """The deadline of a blocking call, retried every ``retry.backoff.ms``."""
+        return Retry.within_ms(
+            timeout_ms,
+            backoff_s=self._config.retry_backoff_ms / 1000,
+            clock=self._clock,
+            sleep=self._sleep,
+        )
+
     # -- commits --------------------------------------------------------------------------
 
     def commit_sync(
@@ -136,12 +146,11 @@ class OffsetCommitter:
         if not offsets:
             return
         membership = self._membership
-        deadline = self._clock() + timeout_ms / 1000
-        backoff_s = self._config.retry_backoff_ms / 1000
+        retry = self._retry(timeout_ms)
         while True:
             generation, instance_id = self._generation()
             last_error: SparkMQError
-            coordinator = membership.ensure_coordinator_ready(deadline)
+            coordinator = membership.ensure_coordinator_ready(retry.deadline)
             if coordinator is None:
                 last_error = membership.coordinator_not_found()
             else:
@@ -167,14 +176,12 @@ class OffsetCommitter:
                     if outcome not in (CommitOutcome.RETRY, CommitOutcome.COORDINATOR_GONE):
                         raise self._failure(generation, code, message, tp)
                     last_error = error_from_code(code, message, topic=tp.topic)
-            remaining = deadline - self._clock()
-            if remaining <= 0:
+            if not retry.backoff():
                 raise RequestTimedOutError(
                     f"offset commit to group {membership.group_id!r} did not complete within "
                     f"{timeout_ms} ms (last error: {last_error}); nothing may have been "
                     "committed"
                 ) from last_error
-            self._sleep(min(backoff_s, remaining))
 
     def commit_async(
         self,
@@ -247,11 +254,10 @@ class OffsetCommitter:
         is committed. Retries retriable errors until ``timeout_ms``."""
         membership = self._membership
         wanted = None if partitions is None else list(partitions)
-        deadline = self._clock() + timeout_ms / 1000
-        backoff_s = self._config.retry_backoff_ms / 1000
+        retry = self._retry(timeout_ms)
         while True:
             last_error: SparkMQError
-            coordinator = membership.ensure_coordinator_ready(deadline)
+            coordinator = membership.ensure_coordinator_ready(retry.deadline)
             if coordinator is None:
                 last_error = membership.coordinator_not_found()
             else:
@@ -273,13 +279,11 @@ class OffsetCommitter:
                             return {tp: offsets.get(tp) for tp in wanted}
                         return offsets
                     last_error = retry_error
-            remaining = deadline - self._clock()
-            if remaining <= 0:
+            if not retry.backoff():
                 raise RequestTimedOutError(
                     f"committed offsets of group {membership.group_id!r} not read within "
                     f"{timeout_ms} ms (last error: {last_error})"
                 ) from last_error
-            self._sleep(min(backoff_s, remaining))
 
     def fetch_committed_async(
         self, partitions: list[TopicPartition], deadline: float

@@ -11,12 +11,11 @@ call). Threads: stateless; safe from any thread (the cluster's control connectio
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import NamedTuple
 
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.connection import BrokerConnection
+from spark_mq.client.retry import Clock, Retry, Sleep
 from spark_mq.errors import RequestTimedOutError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
@@ -41,13 +40,19 @@ def find_coordinator(
     group_id: str,
     *,
     timeout_ms: int,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock | None = None,
+    sleep: Sleep | None = None,
 ) -> CoordinatorInfo:
-    """The coordinator of ``group_id``; retriable errors are retried for ``timeout_ms``."""
-    deadline = clock() + timeout_ms / 1000
+    """The coordinator of ``group_id``; retriable errors are retried for ``timeout_ms``
+    (on ``clock`` and ``sleep``, the cluster's unless given)."""
     backoff_s = max(cluster.config.retry_backoff_ms, 1) / 1000
-    max_backoff_s = max(cluster.config.retry_backoff_max_ms / 1000, backoff_s)
+    retry = Retry.within_ms(
+        timeout_ms,
+        backoff_s=backoff_s,
+        max_backoff_s=max(cluster.config.retry_backoff_max_ms / 1000, backoff_s),
+        clock=clock or cluster.clock,
+        sleep=sleep or cluster.sleep,
+    )
     while True:
         error: SparkMQError
         try:
@@ -64,15 +69,12 @@ def find_coordinator(
             error = error_from_code(response.error_code, response.error_message)
             if not error.retriable:
                 raise error
-        remaining = deadline - clock()
-        if remaining <= 0:
+        if not retry.backoff():
             raise RequestTimedOutError(
                 f"no coordinator found for group {group_id!r} within {timeout_ms} ms "
                 f"(last error: {error}); is the broker up, and can it create "
                 "__consumer_offsets?"
             ) from error
-        sleep(min(backoff_s, remaining))
-        backoff_s = min(backoff_s * 2, max_backoff_s)
 
 
 def connect_to_coordinator(
