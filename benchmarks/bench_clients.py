@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import multiprocessing as mp
 import os
 import shutil
@@ -59,16 +58,10 @@ from typing import Any
 import bench_clients_peers as peers
 import numpy as np
 
-# Machine facts and the doc writer are shared with the storage benchmark next to this file,
-# whose import also makes spark_mq importable from the repository when it is not installed.
-from bench_storage import (
-    command_line,
-    common_facts,
-    loadavg,
-    new_page_cache_write,
-    section_header,
-)
-from bench_storage import write_section as shared_write_section
+# The report scaffolding is shared by every benchmark next to this file; importing it also
+# makes spark_mq importable from the repository when it is not installed.
+from bench_report import Run, Section, base_parser, common_facts
+from bench_storage import new_page_cache_write
 
 MIB = 1024 * 1024
 RECORD_BYTES = 100
@@ -80,8 +73,12 @@ GOAL_POLL_BATCH_RPS = 5_000_000
 GOAL_P99_MS = 10.0
 GOAL_REDIS_FACTOR = 2.0
 
-SECTION_BEGIN = "<!-- BEGIN clients (written by benchmarks/bench_clients.py) -->"
-SECTION_END = "<!-- END clients -->"
+SECTION = Section(
+    name="clients",
+    title="Clients: Producer and Consumer",
+    begin="<!-- BEGIN clients (written by benchmarks/bench_clients.py) -->",
+    end="<!-- END clients -->",
+)
 
 _SPAWN = mp.get_context("spawn")
 
@@ -811,31 +808,10 @@ def method_lines(settings: Settings) -> list[str]:
     ]
 
 
-def render_markdown(
-    *,
-    command: str,
-    started: datetime.datetime,
-    elapsed: float,
-    facts: list[tuple[str, str]],
-    load: tuple[str, str],
-    settings: Settings,
-    results: Results,
-    goals: list[str],
-) -> str:
+def render_markdown(run: Run, *, settings: Settings, results: Results, goals: list[str]) -> str:
     ceiling = _ceiling_mbps(results)
-    out = [
-        SECTION_BEGIN,
-        *section_header(
-            "Clients: Producer and Consumer",
-            command=command,
-            started=started,
-            elapsed=elapsed,
-            facts=facts,
-            load=load,
-        ),
-        *method_lines(settings),
-        *(f"- Note: {n}" for n in results.notes),
-        "",
+    method = [*method_lines(settings), *(f"- Note: {n}" for n in results.notes)]
+    body = [
         "### Goals",
         "",
         "```",
@@ -849,26 +825,12 @@ def render_markdown(
         "### End-to-end latency",
         "",
         markdown_table(LAT_HEADERS, [lat_cells(x) for x in results.latencies], 3),
-        "",
-        SECTION_END,
     ]
-    return "\n".join(out) + "\n"
-
-
-def write_section(path: Path, section: str) -> None:
-    shared_write_section(path, section, begin_marker=SECTION_BEGIN, end_marker=SECTION_END)
+    return SECTION.render(run, method=method, body=body)
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="~10 s smoke run (small runs)")
-    p.add_argument("--out", type=Path, help="write the results section into this Markdown file")
-    p.add_argument(
-        "--dir",
-        type=Path,
-        default=Path(tempfile.gettempdir()),
-        help="parent of the temporary bench directory (default: %(default)s)",
-    )
+    p = base_parser(__doc__, quick_help="~10 s smoke run (small runs)")
     p.add_argument("--runs", type=int, help="timed runs per case (default 5, quick 1)")
     p.add_argument("--run-seconds", type=float, help="length of a timed run (default 1.0)")
     p.add_argument("--rate", type=int, default=10_000, help="latency run records/s (default 10000)")
@@ -900,13 +862,11 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
 
 def main(argv: list[str] | None = None) -> int:
     args, settings = parse_args(argv)
-    started = datetime.datetime.now(datetime.UTC).astimezone()
-    t_start = time.perf_counter()
-    load_start = loadavg()
+    # The facts are known at the end (the Redis version): printed there.
+    run = Run.start(show=False)
     args.dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench_clients_", dir=args.dir))
-    command = command_line()
-    print(f"command: {command}")
+    print(f"command: {run.command}")
     for line in method_lines(settings):
         print(line)
     print(flush=True)
@@ -929,13 +889,12 @@ def main(argv: list[str] | None = None) -> int:
                 run_spark_mq(settings, work, results)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    facts = machine_facts(work, redis_version)
-    elapsed = time.perf_counter() - t_start
-    load_end = loadavg()
+    run.facts = machine_facts(work, redis_version)
+    run.finish()
     goals = goal_lines(results)
     ceiling = _ceiling_mbps(results)
     print()
-    for k, v in facts:
+    for k, v in run.facts:
         print(f"{k}: {v}")
     print()
     print(text_table(ROW_HEADERS, [row_cells(r, ceiling) for r in results.rows], 4))
@@ -946,20 +905,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: {note}")
     for line in goals:
         print(line)
-    print(f"\nload average at start {load_start}, at end {load_end}; total {elapsed:.0f} s")
+    print(f"\nload average at start {run.load_start}, at end {run.load_end}")
+    print(f"total {run.elapsed:.0f} s")
     if args.out is not None:
-        section = render_markdown(
-            command=command,
-            started=started,
-            elapsed=elapsed,
-            facts=facts,
-            load=(load_start, load_end),
-            settings=settings,
-            results=results,
-            goals=goals,
-        )
-        write_section(args.out, section)
-        print(f"wrote the clients section of {args.out}")
+        section = render_markdown(run, settings=settings, results=results, goals=goals)
+        SECTION.write(args.out, section)
     return 0
 
 

@@ -33,34 +33,29 @@ The result is printed and, with ``--out``, written into its own section of the f
 from __future__ import annotations
 
 import argparse
-import datetime
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-try:  # an installed (or PYTHONPATH) spark_mq wins; else the repository this script is in
-    import spark_mq.storage  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(REPO))
+import numpy as np
+import pyarrow as pa
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
+# The report scaffolding is shared by every benchmark next to this file; importing it also
+# makes spark_mq importable from the repository when it is not installed.
+from bench_report import Run, Section, base_parser, common_facts
 
-# Machine facts, the command line and the docs section writer are shared with the storage
-# benchmark next to this file (run from the repository root, as the docs say).
-from bench_storage import command_line, common_facts, section_header  # noqa: E402
-from bench_storage import write_section as shared_write_section  # noqa: E402
+from spark_mq.storage.log import PartitionLog
+from spark_mq.storage.log_cleaner import CleanerStats, LogCleaner
+from spark_mq.storage.log_config import LogConfig
+from spark_mq.storage.record_batch import ControlType, encode_batch
 
-from spark_mq.storage.log import PartitionLog  # noqa: E402
-from spark_mq.storage.log_cleaner import CleanerStats, LogCleaner  # noqa: E402
-from spark_mq.storage.log_config import LogConfig  # noqa: E402
-from spark_mq.storage.record_batch import ControlType, encode_batch  # noqa: E402
-
-SECTION_BEGIN = "<!-- BEGIN compaction -->"
-SECTION_END = "<!-- END compaction -->"
+SECTION = Section(
+    name="compaction",
+    title="Log compaction",
+    begin="<!-- BEGIN compaction -->",
+    end="<!-- END compaction -->",
+)
 MIB = 1024 * 1024
 
 
@@ -195,8 +190,7 @@ def one_run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="30 MB, 50,000 keys")
+    parser = base_parser(__doc__, quick_help="30 MB, 50,000 keys")
     parser.add_argument("--mb", type=int, default=300)
     parser.add_argument("--keys", type=int, default=500_000)
     parser.add_argument("--value-bytes", type=int, default=100)
@@ -207,12 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--producers", type=int, default=8, help="transactional producers")
     parser.add_argument("--abort-fraction", type=float, default=0.1)
     parser.add_argument("--runs", type=int, default=3, help="runs per pass (the median is shown)")
-    parser.add_argument("--out", type=Path, help="write the result section into this file")
     args = parser.parse_args(argv)
     if args.quick:
         args.mb, args.keys, args.segment_mb, args.runs = 30, 50_000, 8, 1
-    started = time.perf_counter()
-    work = Path(tempfile.mkdtemp(prefix="bench_compaction_"))
+    run = Run.start(common_facts(("pyarrow", "numpy", "crc32c")))
+    args.dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench_compaction_", dir=args.dir))
     fulls: list[CleanerStats] = []
     incrementals: list[CleanerStats] = []
     transactionals: list[CleanerStats] = []
@@ -224,23 +218,24 @@ def main(argv: list[str] | None = None) -> int:
             transactionals.append(transactional)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    run.finish()
     section = render(
+        run,
         args,
         fulls=fulls,
         incrementals=incrementals,
         transactionals=transactionals,
         size=size,
         records=records,
-        took_s=time.perf_counter() - started,
     )
     print(section)
     if args.out is not None:
-        write_section(args.out, section)
-        print(f"wrote the compaction section of {args.out}")
+        SECTION.write(args.out, section)
     return 0
 
 
 def render(
+    run: Run,
     args: argparse.Namespace,
     *,
     fulls: list[CleanerStats],
@@ -248,18 +243,9 @@ def render(
     transactionals: list[CleanerStats],
     size: int,
     records: int,
-    took_s: float,
 ) -> str:
     txn = sorted(transactionals, key=lambda r: r.mb_per_second)[len(transactionals) // 2]
-    lines = [
-        SECTION_BEGIN,
-        *section_header(
-            "Log compaction",
-            command=command_line(),
-            started=datetime.datetime.now(datetime.UTC),
-            elapsed=took_s,
-            facts=common_facts(("pyarrow", "numpy", "crc32c")),
-        ),
+    method = [
         f"- Log: {size / 1e6:,.1f} MB, {records:,} records of a `key-%08d` key drawn uniformly "
         f"from {args.keys:,} keys and a {args.value_bytes}-byte value, batches of "
         f"{args.batch_records:,} records, codec {args.codec}, segment.bytes "
@@ -280,20 +266,16 @@ def render(
         "(CleanerStats.bytes_read) per second of the whole pass, map building included; "
         "MB = 10^6 bytes. Each run builds the same log afresh (one seed); the row is the "
         "median run by MB/s, `spread` = (fastest - slowest) / median: the noise of this VM.",
-        "",
+    ]
+    body = [
         "| pass | MB read | records read | keys in map | records removed | MB written "
         "| segments | map s | total s | MB/s | runs | spread |",
         "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
         describe("full", fulls),
         describe("incremental", incrementals),
         describe("transactional", transactionals),
-        SECTION_END,
     ]
-    return "\n".join(lines) + "\n"
-
-
-def write_section(path: Path, section: str) -> None:
-    shared_write_section(path, section, begin_marker=SECTION_BEGIN, end_marker=SECTION_END)
+    return SECTION.render(run, method=method, body=body)
 
 
 if __name__ == "__main__":

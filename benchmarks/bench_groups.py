@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import random
 import shutil
 import statistics
@@ -52,16 +51,19 @@ from typing import Any
 
 import numpy as np
 
-# Machine facts are shared with the storage benchmark next to this file, whose import also
+# The report scaffolding is shared by every benchmark next to this file; importing it also
 # makes spark_mq importable from the repository when it is not installed.
-from bench_storage import command_line, common_facts, loadavg, section_header
-from bench_storage import write_section as shared_write_section
+from bench_report import Run, Section, base_parser, common_facts
 
 from spark_mq import Admin, Consumer, ConsumerRebalanceListener, TopicPartition
 from spark_mq.broker import ensure_broker, stop_broker
 
-SECTION_BEGIN = "<!-- BEGIN groups (written by benchmarks/bench_groups.py) -->"
-SECTION_END = "<!-- END groups -->"
+SECTION = Section(
+    name="groups",
+    title="Consumer groups: rebalances and offset commits",
+    begin="<!-- BEGIN groups (written by benchmarks/bench_groups.py) -->",
+    end="<!-- END groups -->",
+)
 STRATEGIES = ("range", "cooperative-sticky")
 #: No initial rebalance delay (see the docstring); small preallocated indexes, because the
 #: benchmark creates several topics of 64 partitions (and __consumer_offsets has 50) whose
@@ -320,31 +322,10 @@ def commit_table(rows: list[CommitRow]) -> str:
     return "\n".join(lines)
 
 
-def machine_facts() -> list[tuple[str, str]]:
-    return common_facts(("pyarrow", "msgspec"))
-
-
 def render_markdown(
-    *,
-    command: str,
-    started: datetime.datetime,
-    elapsed: float,
-    load: tuple[str, str],
-    settings: Settings,
-    rebalances: list[RebalanceRow],
-    commits: list[CommitRow],
+    run: Run, *, settings: Settings, rebalances: list[RebalanceRow], commits: list[CommitRow]
 ) -> str:
-    out = [
-        SECTION_BEGIN,
-        *section_header(
-            "Consumer groups: rebalances and offset commits",
-            command=command,
-            started=started,
-            elapsed=elapsed,
-            facts=machine_facts(),
-            load=load,
-            note=" (**--quick smoke run**)" if settings.quick else "",
-        ),
+    method = [
         "- One embedded local broker (`path=`, Unix socket) with "
         "`group.initial.rebalance.delay.ms=0` (the default 3000 would add 3 s to the first "
         "rebalance of an empty group by design) and `log.index.size.max.bytes=65536` (disk "
@@ -369,7 +350,8 @@ def render_markdown(
         "`__consumer_offsets`); `commit_async()` pipelines up to 64, and the run ends with one "
         f"sync `commit()` that completes after all of them. Median of {settings.runs} runs "
         "after one warm-up; spread = (max - min) / median.",
-        "",
+    ]
+    body = [
         "### Join and leave to stable (ms)",
         "",
         rebalance_table(rebalances),
@@ -377,22 +359,13 @@ def render_markdown(
         "### Offset commits",
         "",
         commit_table(commits),
-        "",
-        SECTION_END,
     ]
-    return "\n".join(out) + "\n"
+    note = " (**--quick smoke run**)" if settings.quick else ""
+    return SECTION.render(run, method=method, body=body, note=note)
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="~40 s smoke run")
-    p.add_argument("--out", type=Path, help="write the results section into this Markdown file")
-    p.add_argument(
-        "--dir",
-        type=Path,
-        default=Path(tempfile.gettempdir()),
-        help="parent of the temporary broker directory (default: %(default)s)",
-    )
+    p = base_parser(__doc__, quick_help="~40 s smoke run", dir_help="broker")
     p.add_argument("--members", type=int, default=8, help="members after a join (default 8)")
     p.add_argument("--partitions", type=int, default=64, help="partitions (default 64)")
     p.add_argument("--reps", type=int, help="repetitions with heartbeat 3000 ms (default 15)")
@@ -415,17 +388,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
 
 def main(argv: list[str] | None = None) -> int:
     args, settings = parse_args(argv)
-    started = datetime.datetime.now(datetime.UTC).astimezone()
-    t_start = time.perf_counter()
-    load_start = loadavg()
+    run = Run.start(common_facts(("pyarrow", "msgspec")))
     args.dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench_groups_", dir=args.dir))
     path = str(work / "mq")
-    command = command_line()
-    print(f"command: {command}")
-    for k, v in machine_facts():
-        print(f"{k}: {v}")
-    print(f"load average at start: {load_start}", flush=True)
     ensure_broker(path, config=BROKER_CONFIG)
     try:
         rebalances = []
@@ -439,25 +405,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_broker(path)
         shutil.rmtree(work, ignore_errors=True)
-    elapsed = time.perf_counter() - t_start
-    load_end = loadavg()
+    run.finish()
     print()
     print(rebalance_table(rebalances))
     print()
     print(commit_table(commits))
-    print(f"\nload average at end: {load_end}; total {elapsed:.0f} s")
+    print(run.end_line())
     if args.out is not None:
-        section = render_markdown(
-            command=command,
-            started=started,
-            elapsed=elapsed,
-            load=(load_start, load_end),
-            settings=settings,
-            rebalances=rebalances,
-            commits=commits,
-        )
-        shared_write_section(args.out, section, begin_marker=SECTION_BEGIN, end_marker=SECTION_END)
-        print(f"wrote the groups section of {args.out}")
+        section = render_markdown(run, settings=settings, rebalances=rebalances, commits=commits)
+        SECTION.write(args.out, section)
     return 0
 
 

@@ -17,7 +17,6 @@ Goal: spark_mq reaches at least 0.8 of the ceiling's rows/s; each case prints PA
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import shutil
 import sys
@@ -32,15 +31,20 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_storage import command_line, common_facts, loadavg, section_header
-from bench_storage import write_section as shared_write_section
+# The report scaffolding is shared by every benchmark next to this file; importing it also
+# makes spark_mq importable from the repository when it is not installed.
+from bench_report import Run, Section, base_parser, common_facts
 
 from spark_mq import Admin, Producer
 from spark_mq.broker.local import stop_broker
 from spark_mq.datasource.schema import ARROW_SCHEMA, source_ddl
 
-SECTION_BEGIN = "<!-- BEGIN spark-source (written by benchmarks/bench_source.py) -->"
-SECTION_END = "<!-- END spark-source -->"
+SECTION = Section(
+    name="spark-source",
+    title="Spark source (spark_mq format)",
+    begin="<!-- BEGIN spark-source (written by benchmarks/bench_source.py) -->",
+    end="<!-- END spark-source -->",
+)
 TOPIC = "bench"
 PARTITIONS = 4
 VALUE_BYTES = 100
@@ -339,26 +343,8 @@ def verdict_lines(cases: list[Case]) -> list[str]:
     ]
 
 
-def render_markdown(
-    *,
-    command: str,
-    started: datetime.datetime,
-    elapsed: float,
-    load: tuple[str, str],
-    records: int,
-    reps: int,
-    cases: list[Case],
-) -> str:
-    lines = [
-        SECTION_BEGIN,
-        *section_header(
-            "Spark source (spark_mq format)",
-            command=command,
-            started=started,
-            elapsed=elapsed,
-            facts=common_facts(("pyspark", "pyarrow", "numpy")),
-            load=load,
-        ),
+def render_markdown(run: Run, *, records: int, reps: int, cases: list[Case]) -> str:
+    method = [
         f"- {records:,} records of {VALUE_BYTES}-byte values, keyless, in {PARTITIONS} "
         "partitions of one topic, written with `Producer.send_batch` to the local broker of "
         "a fresh log directory (`path=DIR`, Unix socket).",
@@ -375,15 +361,9 @@ def render_markdown(
         "Spark's Python data source path with no storage and no broker.",
         "- Peer: Spark's Parquet reader on the same records (written by Spark from a "
         "spark_mq read); `count` reads Parquet metadata only.",
-        "",
-        "Results:",
-        "",
-        table(cases),
-        "",
-        *verdict_lines(cases),
-        SECTION_END,
     ]
-    return "\n".join(lines) + "\n"
+    body = ["Results:", "", table(cases), "", *verdict_lines(cases)]
+    return SECTION.render(run, method=method, body=body)
 
 
 def make_session() -> Any:
@@ -405,11 +385,9 @@ def make_session() -> Any:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p = base_parser(__doc__, quick_help=None, dir_help="work")
     p.add_argument("--records", type=int, default=4_000_000, help="records (default 4M)")
     p.add_argument("--reps", type=int, default=3, help="runs per case, best kept (default 3)")
-    p.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="work dir")
-    p.add_argument("--out", type=Path, help="write the results section into this Markdown file")
     args = p.parse_args(argv)
     if args.records < PARTITIONS or args.records % PARTITIONS:
         p.error(f"--records must be a positive multiple of {PARTITIONS}")
@@ -418,11 +396,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    started = datetime.datetime.now(datetime.UTC).astimezone()
-    t_start = time.perf_counter()
-    load_start = loadavg()
-    command = command_line()
-    print(f"command: {command}\nload average at start: {load_start}", flush=True)
+    run = Run.start(common_facts(("pyspark", "pyarrow", "numpy")))
     args.dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench_source_", dir=args.dir))
     spark = make_session()
@@ -431,23 +405,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
-    elapsed = time.perf_counter() - t_start
-    load_end = loadavg()
+    run.finish()
     print(table(cases))
     print("\n".join(verdict_lines(cases)))
-    print(f"load average at end: {load_end}; total {elapsed:.0f} s")
+    print(run.end_line())
     if args.out is not None:
-        section = render_markdown(
-            command=command,
-            started=started,
-            elapsed=elapsed,
-            load=(load_start, load_end),
-            records=args.records,
-            reps=args.reps,
-            cases=cases,
-        )
-        shared_write_section(args.out, section, begin_marker=SECTION_BEGIN, end_marker=SECTION_END)
-        print(f"wrote the spark-source section of {args.out}")
+        section = render_markdown(run, records=args.records, reps=args.reps, cases=cases)
+        SECTION.write(args.out, section)
     return 0
 
 

@@ -42,14 +42,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import gc
 import hashlib
-import importlib.metadata
 import os
-import platform
 import random
-import shlex
 import shutil
 import statistics
 import string
@@ -59,20 +55,18 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-try:  # an installed (or PYTHONPATH) spark_mq wins; else the repository this script is in
-    import spark_mq.storage
-except ImportError:
-    sys.path.insert(0, str(REPO))
-    import spark_mq.storage
+import numpy as np
+import pyarrow as pa
 
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
+# Imported before spark_mq: it makes spark_mq importable from this repository when it is
+# not installed.
+from bench_report import REPO, Run, Section, base_parser, bench_directory_fact, common_facts
 
-from spark_mq.storage.batch_decoder import decode_records, iter_batches  # noqa: E402
-from spark_mq.storage.log import PartitionLog  # noqa: E402
-from spark_mq.storage.log_config import LogConfig  # noqa: E402
-from spark_mq.storage.record_batch import encode_batch  # noqa: E402
+import spark_mq.storage
+from spark_mq.storage.batch_decoder import decode_records, iter_batches
+from spark_mq.storage.log import PartitionLog
+from spark_mq.storage.log_config import LogConfig
+from spark_mq.storage.record_batch import encode_batch
 
 STORAGE_DIR = Path(spark_mq.storage.__file__).resolve().parent
 
@@ -92,8 +86,12 @@ GOAL_APPEND_FRACTION = 0.70
 GOAL_ENCODE_APPEND_RPS = 3_000_000
 GOAL_READ_RPS = 10_000_000
 
-SECTION_BEGIN = "<!-- BEGIN storage-engine (written by benchmarks/bench_storage.py) -->"
-SECTION_END = "<!-- END storage-engine -->"
+SECTION = Section(
+    name="storage-engine",
+    title="Storage engine",
+    begin="<!-- BEGIN storage-engine (written by benchmarks/bench_storage.py) -->",
+    end="<!-- END storage-engine -->",
+)
 
 TOPIC = "bench"
 
@@ -201,51 +199,6 @@ def settle_writes() -> None:
     os.sync()
 
 
-def filesystem_of(path: Path) -> str:
-    """``/dev/vda ext4 on /`` for the mount holding ``path``."""
-    real = os.path.realpath(path)
-    best = ("?", "?", "?")
-    try:
-        with open("/proc/mounts") as f:
-            for line in f:
-                dev, mnt, fstype = line.split()[:3]
-                inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
-                if inside and len(mnt) >= len(best[1]):
-                    best = (dev, mnt, fstype)
-    except OSError:
-        pass
-    return f"{best[2]} ({best[0]} mounted on {best[1]})"
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def mem_total() -> str:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
-    except OSError:
-        pass
-    return "unknown"
-
-
-def version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def sources_digest() -> str:
     """Digest of the storage engine's sources, to tie the figures to the code they measured."""
     h = hashlib.sha256()
@@ -256,50 +209,9 @@ def sources_digest() -> str:
     return h.hexdigest()[:12] + where
 
 
-def common_facts(packages: tuple[str, ...]) -> list[tuple[str, str]]:
-    """The machine facts every benchmark reports: CPUs, memory, kernel, Python, packages."""
-    return [
-        ("nproc", str(len(os.sched_getaffinity(0)))),
-        ("CPU", cpu_model()),
-        ("RAM", mem_total()),
-        ("kernel", platform.release()),
-        ("Python", platform.python_version()),
-        ("packages", ", ".join(f"{d} {version(d)}" for d in packages)),
-    ]
-
-
-def section_header(
-    title: str,
-    *,
-    command: str,
-    started: datetime.datetime,
-    elapsed: float,
-    facts: list[tuple[str, str]],
-    load: tuple[str, str] | None = None,
-    note: str = "",
-) -> list[str]:
-    """The opening lines every benchmark's section of docs/benchmarks.md shares: title,
-    command, date, machine facts, load; they end where the section's method list begins."""
-    lines = [
-        f"## {title}",
-        "",
-        f"Command (from the repository root): `{command}`{note}",
-        "",
-        f"Date: {started.strftime('%Y-%m-%d %H:%M %Z')}; the run took {elapsed:.0f} s.",
-        "",
-        "Machine:",
-        "",
-        *(f"- {k}: {v}" for k, v in facts),
-    ]
-    if load is not None:
-        lines.append(f"- load average (1/5/15 min) at start: {load[0]}; at end: {load[1]}")
-    return [*lines, "", "Method:", ""]
-
-
 def machine_facts(
     work_dir: Path, settings: Settings, cold_permitted: bool
 ) -> list[tuple[str, str]]:
-    same_fs = os.stat(work_dir).st_dev == os.stat(REPO).st_dev
     cache = (
         "dropped (sync; echo 3 > /proc/sys/vm/drop_caches) before every cold read and every "
         "recovery run; before write runs only os.sync()"
@@ -313,11 +225,7 @@ def machine_facts(
     )
     return [
         *common_facts(("pyarrow", "numpy", "lz4", "zstandard", "crc32c")),
-        (
-            "bench directory",
-            f"{work_dir} (deleted at the end) on {filesystem_of(work_dir)}; "
-            f"{'same' if same_fs else 'NOT the same'} file system as the repository",
-        ),
+        bench_directory_fact(work_dir),
         ("page cache", cache),
         ("storage sources sha256", sources_digest()),
     ]
@@ -869,32 +777,11 @@ def method_lines(settings: Settings, recovery: Recovery | None) -> list[str]:
 
 
 def render_markdown(
-    *,
-    command: str,
-    started: datetime.datetime,
-    elapsed: float,
-    facts: list[tuple[str, str]],
-    load: tuple[str, str],
-    settings: Settings,
-    rows: list[Row],
-    recovery: Recovery | None,
-    goals: list[str],
+    run: Run, *, settings: Settings, rows: list[Row], recovery: Recovery | None, goals: list[str]
 ) -> str:
     append_rows = [r for r in rows if "append" in r.op]
     read_rows = [r for r in rows if "append" not in r.op]
-    out = [
-        SECTION_BEGIN,
-        *section_header(
-            "Storage engine",
-            command=command,
-            started=started,
-            elapsed=elapsed,
-            facts=facts,
-            load=load,
-            note=" (**--quick smoke run: small data, scaled recovery**)" if settings.quick else "",
-        ),
-        *(f"- {line}" for line in method_lines(settings, recovery)),
-        "",
+    body = [
         "### Goals",
         "",
         "```",
@@ -908,67 +795,17 @@ def render_markdown(
         "### Read",
         "",
         markdown_table(read_rows),
-        "",
-        SECTION_END,
     ]
-    return "\n".join(out) + "\n"
-
-
-def write_section(
-    path: Path, section: str, *, begin_marker: str = SECTION_BEGIN, end_marker: str = SECTION_END
-) -> None:
-    """Replace one benchmark's section of ``path`` (between its markers), keeping the rest.
-
-    Every benchmark in this folder writes its own section of docs/benchmarks.md through this.
-    """
-    text = path.read_text() if path.exists() else ""
-    begin, end = text.find(begin_marker), text.find(end_marker)
-    if begin >= 0 and end > begin:
-        after = text[end + len(end_marker) :]
-        text = text[:begin] + section.rstrip("\n") + after
-    elif text:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        text = (
-            "# Benchmarks\n\n"
-            "Each component's benchmark writes its own section between its own markers; the "
-            "rest of this file is kept as is.\n\n" + section
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-
-
-def loadavg() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
-def command_line() -> str:
-    exe = Path(sys.executable)
-    try:
-        exe_s = str(exe.relative_to(Path.cwd()))
-    except ValueError:
-        exe_s = str(exe)
-    script = Path(sys.argv[0])
-    try:
-        script_s = str(script.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        script_s = str(script)
-    return shlex.join([exe_s, script_s, *sys.argv[1:]])
+    return SECTION.render(
+        run,
+        method=[f"- {line}" for line in method_lines(settings, recovery)],
+        body=body,
+        note=" (**--quick smoke run: small data, scaled recovery**)" if settings.quick else "",
+    )
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="~30 s smoke run (small data)")
-    p.add_argument("--out", type=Path, help="write the results section into this Markdown file")
-    p.add_argument(
-        "--dir",
-        type=Path,
-        default=Path(tempfile.gettempdir()),
-        help="parent of the temporary bench directory (default: %(default)s)",
-    )
+    p = base_parser(__doc__, quick_help="~30 s smoke run (small data)")
     p.add_argument("--runs", type=int, help="timed runs per case (default 3, --quick 2)")
     p.add_argument("--case-mib", type=int, help="MiB of values per case (default 256, quick 8)")
     p.add_argument("--max-batches", type=int, help="batch cap per case (default 5000, quick 1000)")
@@ -1004,17 +841,11 @@ def cases() -> Iterator[tuple[int, int, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args, settings = parse_args(argv)
-    started = datetime.datetime.now(datetime.UTC).astimezone()
-    t_start = time.perf_counter()
-    load_start = loadavg()
     cold_permitted = drop_page_cache()
     settings = dataclasses.replace(settings, drop_caches=cold_permitted and not args.no_drop_caches)
     args.dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench_storage_", dir=args.dir))
-    facts = machine_facts(work, settings, cold_permitted)
-    for k, v in facts:
-        print(f"{k}: {v}")
-    print(f"load average at start: {load_start}")
+    run = Run.start(machine_facts(work, settings, cold_permitted))
     for line in method_lines(settings, None):
         print(line)
     print(flush=True)
@@ -1042,8 +873,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    elapsed = time.perf_counter() - t_start
-    load_end = loadavg()
+    run.finish()
     goals = goal_lines(rows, recovery, settings)
     print()
     print(text_table([r for r in rows if "append" in r.op]))
@@ -1056,21 +886,12 @@ def main(argv: list[str] | None = None) -> int:
         print()
     for line in goals:
         print(line)
-    print(f"\nload average at end: {load_end}; total {elapsed:.0f} s")
+    print(run.end_line())
     if args.out is not None:
-        section = render_markdown(
-            command=command_line(),
-            started=started,
-            elapsed=elapsed,
-            facts=facts,
-            load=(load_start, load_end),
-            settings=settings,
-            rows=rows,
-            recovery=recovery,
-            goals=goals,
+        SECTION.write(
+            args.out,
+            render_markdown(run, settings=settings, rows=rows, recovery=recovery, goals=goals),
         )
-        write_section(args.out, section)
-        print(f"wrote the storage-engine section of {args.out}")
     return 0
 
 

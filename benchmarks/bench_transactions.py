@@ -37,10 +37,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import functools
 import gc
-import os
 import random
 import shutil
 import statistics
@@ -52,25 +50,15 @@ from pathlib import Path
 
 import numpy as np
 
-# Machine facts and the value pool are shared with the storage benchmark next to this file,
-# whose import also makes spark_mq importable from the repository when it is not installed.
-from bench_storage import (
-    batch_arrays,
-    command_line,
-    common_facts,
-    filesystem_of,
-    loadavg,
-    section_header,
-    sources_digest,
-    text_pool,
-)
-from bench_storage import write_section as shared_write_section
+# The report scaffolding is shared by every benchmark next to this file; importing it also
+# makes spark_mq importable from the repository when it is not installed. The value pool and
+# the storage sources' digest come from the storage benchmark.
+from bench_report import Run, Section, base_parser, bench_directory_fact, common_facts
+from bench_storage import batch_arrays, sources_digest, text_pool
 
 from spark_mq.storage.log import FetchIsolation, PartitionLog
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.record_batch import ControlType, encode_batch
-
-REPO = Path(__file__).resolve().parent.parent
 
 MIB = 1024 * 1024
 START_MS = 1_700_000_000_000
@@ -78,8 +66,12 @@ START_MS = 1_700_000_000_000
 GOAL_RATIO = 0.8
 GOAL_ABORT_FRACTION = 0.10
 
-SECTION_BEGIN = "<!-- BEGIN transactions -->"
-SECTION_END = "<!-- END transactions -->"
+SECTION = Section(
+    name="transactions",
+    title="Transactions: read_committed vs read_uncommitted",
+    begin="<!-- BEGIN transactions -->",
+    end="<!-- END transactions -->",
+)
 
 TOPIC = "bench"
 
@@ -438,14 +430,9 @@ def goal_lines(rows: list[Row]) -> list[str]:
 
 
 def machine_facts(work: Path) -> list[tuple[str, str]]:
-    same_fs = os.stat(work).st_dev == os.stat(REPO).st_dev
     return [
         *common_facts(("pyarrow", "numpy", "lz4", "crc32c")),
-        (
-            "bench directory",
-            f"{work} (deleted at the end) on {filesystem_of(work)}; "
-            f"{'same' if same_fs else 'NOT the same'} file system as the repository",
-        ),
+        bench_directory_fact(work),
         ("page cache", "warm: each log is read right after it was written; never dropped"),
         ("storage sources sha256", sources_digest()),
     ]
@@ -479,17 +466,7 @@ def method_lines(settings: Settings) -> list[str]:
     ]
 
 
-def render_markdown(
-    *,
-    command: str,
-    started: datetime.datetime,
-    elapsed: float,
-    facts: list[tuple[str, str]],
-    load: tuple[str, str],
-    settings: Settings,
-    rows: list[Row],
-    goals: list[str],
-) -> str:
+def render_markdown(run: Run, *, settings: Settings, rows: list[Row], goals: list[str]) -> str:
     built_lines = [
         f"- {case.label}: {b.batches:,} batches, {b.transactions:,} transactions "
         f"({b.aborted_transactions:,} aborted, holding "
@@ -497,19 +474,7 @@ def render_markdown(
         f"{b.log_bytes / 1e6:,.1f} MB"
         for case, b in BUILT.items()
     ]
-    out = [
-        SECTION_BEGIN,
-        *section_header(
-            "Transactions: read_committed vs read_uncommitted",
-            command=command,
-            started=started,
-            elapsed=elapsed,
-            facts=facts,
-            load=load,
-            note=" (**--quick smoke run: small logs**)" if settings.quick else "",
-        ),
-        *(f"- {line}" for line in method_lines(settings)),
-        "",
+    body = [
         "Logs:",
         "",
         *built_lines,
@@ -523,26 +488,17 @@ def render_markdown(
         "### Reads",
         "",
         markdown_table(rows),
-        "",
-        SECTION_END,
     ]
-    return "\n".join(out) + "\n"
-
-
-def write_section(path: Path, section: str) -> None:
-    shared_write_section(path, section, begin_marker=SECTION_BEGIN, end_marker=SECTION_END)
+    return SECTION.render(
+        run,
+        method=[f"- {line}" for line in method_lines(settings)],
+        body=body,
+        note=" (**--quick smoke run: small logs**)" if settings.quick else "",
+    )
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="~10 s smoke run (small logs)")
-    p.add_argument("--out", type=Path, help="write the results section into this Markdown file")
-    p.add_argument(
-        "--dir",
-        type=Path,
-        default=Path(tempfile.gettempdir()),
-        help="parent of the temporary bench directory (default: %(default)s)",
-    )
+    p = base_parser(__doc__, quick_help="~10 s smoke run (small logs)")
     p.add_argument(
         "--records", type=int, help="records per case (default 2,000,000; quick 200,000)"
     )
@@ -566,17 +522,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
 
 def main(argv: list[str] | None = None) -> int:
     args, settings = parse_args(argv)
-    started = datetime.datetime.now(datetime.UTC).astimezone()
-    t_start = time.perf_counter()
-    load_start = loadavg()
     args.dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench_transactions_", dir=args.dir))
-    command = command_line()
-    print(f"command: {command}")
-    facts = machine_facts(work)
-    for k, v in facts:
-        print(f"{k}: {v}")
-    print(f"load average at start: {load_start}")
+    run = Run.start(machine_facts(work))
     for line in method_lines(settings):
         print(line)
     print(flush=True)
@@ -589,28 +537,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    elapsed = time.perf_counter() - t_start
-    load_end = loadavg()
+    run.finish()
     goals = goal_lines(rows)
     print()
     print(text_table(rows))
     print()
     for line in goals:
         print(line)
-    print(f"\nload average at end: {load_end}; total {elapsed:.0f} s")
+    print(run.end_line())
     if args.out is not None:
-        section = render_markdown(
-            command=command,
-            started=started,
-            elapsed=elapsed,
-            facts=facts,
-            load=(load_start, load_end),
-            settings=settings,
-            rows=rows,
-            goals=goals,
-        )
-        write_section(args.out, section)
-        print(f"wrote the transactions section of {args.out}")
+        SECTION.write(args.out, render_markdown(run, settings=settings, rows=rows, goals=goals))
     return 0
 
 

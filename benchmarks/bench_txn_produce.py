@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import shutil
 import statistics
 import sys
@@ -44,16 +43,19 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-# Machine facts are shared with the storage benchmark next to this file, whose import also
+# The report scaffolding is shared by every benchmark next to this file; importing it also
 # makes spark_mq importable from the repository when it is not installed.
-from bench_storage import command_line, common_facts, loadavg, section_header
-from bench_storage import write_section as shared_write_section
+from bench_report import Run, Section, base_parser, common_facts
 
 from spark_mq import Admin, Producer
 from spark_mq.broker import ensure_broker, stop_broker
 
-SECTION_BEGIN = "<!-- BEGIN txn-produce (written by benchmarks/bench_txn_produce.py) -->"
-SECTION_END = "<!-- END txn-produce -->"
+SECTION = Section(
+    name="txn-produce",
+    title="Transactional produce: throughput and commit latency",
+    begin="<!-- BEGIN txn-produce (written by benchmarks/bench_txn_produce.py) -->",
+    end="<!-- END txn-produce -->",
+)
 BROKER_CONFIG = {"broker.idle.exit.ms": "-1"}
 TOPIC = "bench"
 PER_TXN = (100, 1_000, 10_000)
@@ -190,26 +192,8 @@ def goal_line(cases: list[Case]) -> str:
     )
 
 
-def render_markdown(
-    *,
-    command: str,
-    started: datetime.datetime,
-    elapsed: float,
-    load: tuple[str, str],
-    settings: Settings,
-    cases: list[Case],
-) -> str:
-    out = [
-        SECTION_BEGIN,
-        *section_header(
-            "Transactional produce: throughput and commit latency",
-            command=command,
-            started=started,
-            elapsed=elapsed,
-            facts=common_facts(("pyarrow", "msgspec")),
-            load=load,
-            note=" (**--quick smoke run**)" if settings.quick else "",
-        ),
+def render_markdown(run: Run, *, settings: Settings, cases: list[Case]) -> str:
+    method = [
         f"- One embedded local broker (`path=`, Unix socket), topic of {settings.partitions} "
         f"partitions; one producer per case sends {settings.records:,} records of "
         f"{settings.value_bytes}-byte values, no key, default settings (`linger.ms=5`, "
@@ -222,26 +206,14 @@ def render_markdown(
         f"- records/s: median of {settings.runs} runs after a warm-up, cases interleaved. "
         "Commit latency: every `commit_transaction()` of every timed run, including the "
         "flush of the transaction's last batches.",
-        "",
-        results_table(cases),
-        "",
-        f"**{goal_line(cases)}**",
-        "",
-        SECTION_END,
     ]
-    return "\n".join(out) + "\n"
+    body = [results_table(cases), "", f"**{goal_line(cases)}**"]
+    note = " (**--quick smoke run**)" if settings.quick else ""
+    return SECTION.render(run, method=method, body=body, note=note)
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="~15 s smoke run")
-    p.add_argument("--out", type=Path, help="write the results section into this Markdown file")
-    p.add_argument(
-        "--dir",
-        type=Path,
-        default=Path(tempfile.gettempdir()),
-        help="parent of the temporary broker directory (default: %(default)s)",
-    )
+    p = base_parser(__doc__, quick_help="~15 s smoke run", dir_help="broker")
     p.add_argument("--records", type=int, help="records per case and run (default 200,000)")
     p.add_argument("--value-bytes", type=int, default=100, help="value size (default 100)")
     p.add_argument("--partitions", type=int, default=4, help="topic partitions (default 4)")
@@ -259,17 +231,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Settings]:
 
 def main(argv: list[str] | None = None) -> int:
     args, settings = parse_args(argv)
-    started = datetime.datetime.now(datetime.UTC).astimezone()
-    t_start = time.perf_counter()
-    load_start = loadavg()
+    run = Run.start(common_facts(("pyarrow", "msgspec")))
     args.dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench_txn_produce_", dir=args.dir))
     path = str(work / "mq")
-    command = command_line()
-    print(f"command: {command}")
-    for k, v in common_facts(("pyarrow", "msgspec")):
-        print(f"{k}: {v}")
-    print(f"load average at start: {load_start}", flush=True)
     ensure_broker(path, config=BROKER_CONFIG)
     try:
         with Admin(path=path) as admin:
@@ -278,24 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_broker(path)
         shutil.rmtree(work, ignore_errors=True)
-    elapsed = time.perf_counter() - t_start
-    load_end = loadavg()
+    run.finish()
     print()
     print(results_table(cases))
     print()
     print(goal_line(cases))
-    print(f"\nload average at end: {load_end}; total {elapsed:.0f} s")
+    print(run.end_line())
     if args.out is not None:
-        section = render_markdown(
-            command=command,
-            started=started,
-            elapsed=elapsed,
-            load=(load_start, load_end),
-            settings=settings,
-            cases=cases,
-        )
-        shared_write_section(args.out, section, begin_marker=SECTION_BEGIN, end_marker=SECTION_END)
-        print(f"wrote the txn-produce section of {args.out}")
+        SECTION.write(args.out, render_markdown(run, settings=settings, cases=cases))
     return 0
 
 

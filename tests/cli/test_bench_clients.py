@@ -7,6 +7,7 @@ live with the command line's.
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import subprocess
@@ -23,6 +24,7 @@ sys.path.insert(0, str(BENCH))
 
 import bench_clients  # noqa: E402
 import bench_clients_peers as peers  # noqa: E402
+from bench_report import Run  # noqa: E402
 
 
 def test_loopback_ceiling_moves_every_byte():
@@ -126,24 +128,27 @@ def test_markdown_section_replaces_only_its_own_markers(tmp_path):
     doc = tmp_path / "benchmarks.md"
     doc.write_text(
         "# Benchmarks\n\n<!-- BEGIN other -->\nkeep me\n<!-- END other -->\n\n"
-        f"{bench_clients.SECTION_BEGIN}\nold\n{bench_clients.SECTION_END}\n"
+        f"{bench_clients.SECTION.begin}\nold\n{bench_clients.SECTION.end}\n"
     )
     _, settings = bench_clients.parse_args(["--quick"])
     results = _results()
-    section = bench_clients.render_markdown(
+    run = Run(
         command=".venv/bin/python benchmarks/bench_clients.py --out docs/benchmarks.md",
-        started=__import__("datetime").datetime.now(__import__("datetime").UTC),
-        elapsed=12.0,
+        started=datetime.datetime.now(datetime.UTC),
+        t_start=0.0,
+        load_start="0.1",
         facts=[("nproc", "2")],
-        load=("0.1", "0.2"),
-        settings=settings,
-        results=results,
-        goals=bench_clients.goal_lines(results),
+        elapsed=12.0,
+        load_end="0.2",
     )
-    bench_clients.write_section(doc, section)
+    section = bench_clients.render_markdown(
+        run, settings=settings, results=results, goals=bench_clients.goal_lines(results)
+    )
+    bench_clients.SECTION.write(doc, section)
     text = doc.read_text()
     assert "keep me" in text and "\nold\n" not in text
-    assert text.count(bench_clients.SECTION_BEGIN) == 1
+    assert text.count(bench_clients.SECTION.begin) == 1
+    assert "- load average (1/5/15 min) at start: 0.1; at end: 0.2" in text
     assert "| spark_mq | path= (unix) | 1 | send() | 600,000 |" in text
     assert "### End-to-end latency" in text
 

@@ -16,7 +16,7 @@ BENCH = REPO / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 import bench_txn_produce as bench  # noqa: E402
-from bench_storage import write_section  # noqa: E402
+from bench_report import Run  # noqa: E402
 
 
 def cases(txn_rate: float) -> list[bench.Case]:
@@ -41,20 +41,21 @@ def test_table_has_every_case_and_the_ratio() -> None:
 
 def test_section_replaces_only_its_own_markers(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
-    doc.write_text(f"keep me\n{bench.SECTION_BEGIN}\nold\n{bench.SECTION_END}\ntail\n")
+    doc.write_text(f"keep me\n{bench.SECTION.begin}\nold\n{bench.SECTION.end}\ntail\n")
     settings = bench.Settings(quick=True, records=10, value_bytes=100, partitions=4, runs=1)
-    section = bench.render_markdown(
+    run = Run(
         command="cmd",
         started=datetime.datetime.now(datetime.UTC),
+        t_start=0.0,
+        load_start="0.1",
         elapsed=1.0,
-        load=("0.1", "0.2"),
-        settings=settings,
-        cases=cases(90_000.0),
+        load_end="0.2",
     )
-    write_section(doc, section, begin_marker=bench.SECTION_BEGIN, end_marker=bench.SECTION_END)
+    section = bench.render_markdown(run, settings=settings, cases=cases(90_000.0))
+    bench.SECTION.write(doc, section)
     text = doc.read_text()
     assert "keep me" in text and "tail" in text and "\nold\n" not in text
-    assert text.count(bench.SECTION_BEGIN) == 1
+    assert text.count(bench.SECTION.begin) == 1
     assert "PASS: transactional send()" in text
 
 
