@@ -5,22 +5,21 @@ loading, a topic being created, a leader being elected) retries retriable errors
 caller's timeout, sleeping a backoff between attempts that grows from ``retry.backoff.ms`` to
 ``retry.backoff.max.ms`` (Kafka's ``ExponentialBackoff``, without the jitter: one client
 talks to one broker here, so there is no herd to spread). :class:`Retry` holds that state,
-the deadline and the backoff, so each call site keeps only what is its own: what one attempt
-is, which errors end it at once, and what the timeout error says.
+the deadline, the backoff and the loop (:meth:`Retry.until`), so each call site keeps only
+what is its own: what one attempt is, which answers mean "again", which errors end the call at
+once, and what the timeout error says.
 
 The clock and the sleep are injected (``time.monotonic`` and ``time.sleep`` unless a test
 passes its own), so tests drive time instead of waiting for it::
 
+    def attempt() -> Response | Again:
+        response = sent(lambda: cluster.request(request))  # a retriable failure: Again
+        if isinstance(response, Again) or response.error_code == ErrorCode.NONE:
+            return response
+        raise error_from_code(response.error_code)  # or Again(...) when it may pass
+
     retry = Retry.within_ms(timeout_ms, backoff_s=0.1, max_backoff_s=1.0)
-    while True:
-        try:
-            return attempt()
-        except SparkMQError as exc:
-            if not exc.retriable:
-                raise
-            error = exc
-        if not retry.backoff():
-            raise RequestTimedOutError(f"... (last error: {error})") from error
+    return retry.until(attempt, lambda error: RequestTimedOutError(f"... ({error})"))
 
 Threads: one :class:`Retry` belongs to one call in one thread.
 
@@ -35,9 +34,16 @@ Threads: one :class:`Retry` belongs to one call in one thread.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Final, NamedTuple, TypeVar
+
+from spark_mq.errors import SparkMQError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Seconds on a monotonic clock (``time.monotonic`` in production).
 Clock = Callable[[], float]
@@ -46,6 +52,24 @@ Sleep = Callable[[float], None]
 
 #: How much the backoff grows after each attempt (Kafka's retry backoff multiplier).
 BACKOFF_MULTIPLIER: Final = 2.0
+
+
+class Again(NamedTuple):
+    """What an attempt returns when the call should be tried again: the error it met, which
+    the timeout error names as the last one."""
+
+    error: SparkMQError
+
+
+def sent(send: Callable[[], T]) -> T | Again:
+    """``send()``'s answer, or :class:`Again` with the retriable error it raised (a lost
+    connection, a request timeout); any other error goes up to the caller."""
+    try:
+        return send()
+    except SparkMQError as exc:
+        if not exc.retriable:
+            raise
+        return Again(exc)
 
 
 def remaining_ms(deadline: float, clock: Clock) -> int:
@@ -124,3 +148,23 @@ class Retry:
         self.sleep(min(self.backoff_s, remaining))
         self.backoff_s = min(self.backoff_s * BACKOFF_MULTIPLIER, self._max_backoff_s)
         return True
+
+    def until(
+        self,
+        attempt: Callable[[], T | Again],
+        timeout_error: Callable[[SparkMQError], SparkMQError],
+        *,
+        what: str = "",
+    ) -> T:
+        """Run ``attempt`` until it returns something other than :class:`Again`, sleeping the
+        backoff in between; once the deadline has passed, raise ``timeout_error(last error)``
+        (chained to it). An error ``attempt`` raises ends the call at once. ``what`` names
+        the call in the debug log of each retry."""
+        while True:
+            outcome = attempt()
+            if not isinstance(outcome, Again):
+                return outcome
+            if not self.backoff():
+                raise timeout_error(outcome.error) from outcome.error
+            if what:
+                log.debug("%s: %s; retried", what, outcome.error)

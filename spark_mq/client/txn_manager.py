@@ -30,11 +30,11 @@ import msgspec
 from spark_mq.client.accumulator import ProducerBatch, RecordAccumulator
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import ProducerConfig
-from spark_mq.client.group.coordinator_lookup import find_coordinator
+from spark_mq.client.group.coordinator_lookup import call_coordinator, lookup_coordinator
 from spark_mq.client.group.member_state import ConsumerGroupMetadata
 from spark_mq.client.group.offsets import OffsetAndMetadata
 from spark_mq.client.records import TopicPartition
-from spark_mq.client.retry import Retry
+from spark_mq.client.retry import Again, Retry, sent
 from spark_mq.client.transactions import (
     PreparedTransaction,
     TransactionStateMachine,
@@ -45,8 +45,6 @@ from spark_mq.errors import RequestTimedOutError, SparkMQError, TransactionAbort
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
 from spark_mq.protocol.groups import (
     COORDINATOR_TRANSACTION,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
 )
 from spark_mq.protocol.producer_id import InitProducerIdRequest, InitProducerIdResponse
 from spark_mq.protocol.transactions import (
@@ -93,27 +91,17 @@ def find_txn_coordinator(cluster: Cluster, key: str, *, deadline: float) -> int:
         clock=cluster.clock,
         sleep=cluster.sleep,
     )
-    while True:
-        error: SparkMQError
-        try:
-            response: FindCoordinatorResponse = cluster.request(
-                FindCoordinatorRequest(key, key_type=COORDINATOR_TRANSACTION)
-            )
-        except SparkMQError as exc:
-            if not exc.retriable:
-                raise
-            error = exc
-        else:
-            if response.error_code == ErrorCode.NONE:
-                return int(response.node_id)
-            error = error_from_code(response.error_code, response.error_message)
-            if not error.retriable:
-                raise error
-        if not retry.backoff():
-            raise RequestTimedOutError(
-                f"no transaction coordinator found for {key!r} (last error: {error}); is the "
-                "broker up, and can it create __transaction_state?"
-            ) from error
+    coordinator = lookup_coordinator(
+        cluster,
+        key,
+        key_type=COORDINATOR_TRANSACTION,
+        retry=retry,
+        timeout_error=lambda error: RequestTimedOutError(
+            f"no transaction coordinator found for {key!r} (last error: {error}); is the "
+            "broker up, and can it create __transaction_state?"
+        ),
+    )
+    return int(coordinator.node_id)
 
 
 def coordinator_request(
@@ -137,37 +125,42 @@ def coordinator_request(
         clock=cluster.clock,
         sleep=cluster.sleep,
     )
-    while True:
-        error: SparkMQError
-        try:
-            if node is None:
-                node = find_txn_coordinator(cluster, key, deadline=deadline)
-                if on_node is not None:
-                    on_node(node)
-            response = cluster.request(request, node_id=node)
-        except SparkMQError as exc:
-            if not exc.retriable:
-                raise
-            error = exc
-            node = None
-            if on_node is not None:
-                on_node(None)
-        else:
-            code = error_of(response)
-            if code not in RETRY_CODES:
-                return response
-            error = error_from_code(code)
-            if code != ErrorCode.CONCURRENT_TRANSACTIONS:
-                node = None
-                if on_node is not None:
-                    on_node(None)
-                retry.at_least(cluster.config.retry_backoff_ms / 1000)
-        log.debug("%s for %r: %s; retrying", type(request).__name__, key, error)
-        if not retry.backoff():
-            raise RequestTimedOutError(
-                f"{type(request).__name__} for {key!r} did not succeed in time (last error: "
-                f"{error}); call it again, or abort"
-            ) from error
+
+    def learn(found: int | None) -> None:
+        nonlocal node
+        node = found
+        if on_node is not None:
+            on_node(found)
+
+    def send() -> Any:
+        found = node
+        if found is None:
+            found = find_txn_coordinator(cluster, key, deadline=deadline)
+            learn(found)
+        return cluster.request(request, node_id=found)
+
+    def attempt() -> Any:
+        response = sent(send)
+        if isinstance(response, Again):
+            learn(None)
+            return response
+        code = error_of(response)
+        if code not in RETRY_CODES:
+            return response
+        if code != ErrorCode.CONCURRENT_TRANSACTIONS:
+            learn(None)
+            retry.at_least(cluster.config.retry_backoff_ms / 1000)
+        return Again(error_from_code(code))
+
+    name = type(request).__name__
+    return retry.until(
+        attempt,
+        lambda error: RequestTimedOutError(
+            f"{name} for {key!r} did not succeed in time (last error: {error}); call it "
+            "again, or abort"
+        ),
+        what=f"{name} for {key!r}",
+    )
 
 
 class TransactionManager:
@@ -392,33 +385,20 @@ class TransactionManager:
             clock=cluster.clock,
             sleep=cluster.sleep,
         )
-        while True:
-            coordinator = find_coordinator(
-                cluster,
-                group_id,
-                timeout_ms=retry.remaining_ms(),
-                clock=cluster.clock,
-                sleep=cluster.sleep,
-            )
-            error: SparkMQError
-            try:
-                response: TxnOffsetCommitResponse = self._cluster.request(
-                    request, node_id=coordinator.node_id
-                )
-            except SparkMQError as exc:
-                if not exc.retriable:
-                    raise
-                error = exc
-            else:
-                code = _first_code(response.topics)
-                if code not in RETRY_CODES:
-                    return response
-                error = error_from_code(code)
-            if not retry.backoff():
-                raise RequestTimedOutError(
-                    f"TxnOffsetCommit for group {group_id!r} did not succeed in time (last "
-                    f"error: {error})"
-                ) from error
+        response: TxnOffsetCommitResponse
+        response, _ = call_coordinator(
+            cluster,
+            group_id,
+            request,
+            retry=retry,
+            error_of=lambda r: _first_code(r.topics),
+            retry_codes=RETRY_CODES,
+            timeout_error=lambda error: RequestTimedOutError(
+                f"TxnOffsetCommit for group {group_id!r} did not succeed in time (last "
+                f"error: {error})"
+            ),
+        )
+        return response
 
     def end_txn(self, commit: bool, deadline: float) -> None:
         """EndTxn: returns once the coordinator's decision is durable."""

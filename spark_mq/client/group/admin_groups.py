@@ -21,7 +21,7 @@ import msgspec
 
 from spark_mq.client.assignors import InvalidGroupMetadataError, decode_assignment
 from spark_mq.client.cluster import Cluster
-from spark_mq.client.group.coordinator_lookup import find_coordinator
+from spark_mq.client.group.coordinator_lookup import call_coordinator
 from spark_mq.client.group.member_state import Generation
 from spark_mq.client.group.membership import CONSUMER_PROTOCOL_TYPE
 from spark_mq.client.group.offsets import (
@@ -136,35 +136,22 @@ class GroupAdmin:
             clock=self._clock,
             sleep=self._sleep,
         )
-        while True:
-            coordinator = find_coordinator(
-                self._cluster,
-                group_id,
-                timeout_ms=retry.remaining_ms(),
-                clock=self._clock,
-                sleep=self._sleep,
-            )
-            error: SparkMQError
-            try:
-                response = self._cluster.request(request, node_id=coordinator.node_id)
-            except SparkMQError as exc:
-                if not exc.retriable:
-                    raise
-                error = exc
-            else:
-                code = error_of(response)
-                if code not in (
-                    ErrorCode.NOT_COORDINATOR,
-                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                ):
-                    return response, coordinator.node_id
-                error = error_from_code(code)
-            if not retry.backoff():
-                raise RequestTimedOutError(
-                    f"group {group_id!r}: {type(request).__name__} did not succeed within "
-                    f"{self._timeout_ms} ms (last error: {error})"
-                ) from error
+        return call_coordinator(
+            self._cluster,
+            group_id,
+            request,
+            retry=retry,
+            error_of=error_of,
+            retry_codes=(
+                ErrorCode.NOT_COORDINATOR,
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            ),
+            timeout_error=lambda error: RequestTimedOutError(
+                f"group {group_id!r}: {type(request).__name__} did not succeed within "
+                f"{self._timeout_ms} ms (last error: {error})"
+            ),
+        )
 
     # -- listing and describing -----------------------------------------------------------
 

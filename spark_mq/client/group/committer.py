@@ -22,7 +22,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
 
 from spark_mq.client.errors import CommitFailedError
 from spark_mq.client.group.member_state import Generation
@@ -36,7 +38,7 @@ from spark_mq.client.group.offsets import (
     fetched_offsets,
 )
 from spark_mq.client.records import TopicPartition
-from spark_mq.client.retry import Retry
+from spark_mq.client.retry import Again, Retry, sent
 from spark_mq.errors import (
     FencedInstanceIdError,
     RequestTimedOutError,
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
     from spark_mq.client.group.membership import GroupMembership
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 CommitCallback = Callable[[dict[TopicPartition, OffsetAndMetadata], SparkMQError | None], None]
 
@@ -128,14 +132,37 @@ class OffsetCommitter:
             )
         return error_from_code(code, message, topic=tp.topic, partition=tp.partition)
 
-    def _retry(self, timeout_ms: int) -> Retry:
-        """The deadline of a blocking call, retried every ``retry.backoff.ms``."""
-        return Retry.within_ms(
+    def _call(
+        self,
+        timeout_ms: int,
+        request: Callable[[], msgspec.Struct],
+        judge: Callable[[Any], T | Again],
+        timeout_error: Callable[[SparkMQError], SparkMQError],
+    ) -> T:
+        """Send ``request()`` (built anew for each attempt) to the group coordinator and
+        wait for the answer, until ``judge(response)`` takes it (anything but Again);
+        retried every ``retry.backoff.ms`` for ``timeout_ms``."""
+        membership = self._membership
+        retry = Retry.within_ms(
             timeout_ms,
             backoff_s=self._config.retry_backoff_ms / 1000,
             clock=self._clock,
             sleep=self._sleep,
         )
+
+        def attempt() -> T | Again:
+            built = request()
+            coordinator = membership.ensure_coordinator_ready(retry.deadline)
+            if coordinator is None:
+                return Again(membership.coordinator_not_found())
+            response = sent(
+                lambda: membership.offset_channel.call(
+                    built, coordinator=coordinator, timeout_ms=self._config.request_timeout_ms
+                )
+            )
+            return response if isinstance(response, Again) else judge(response)
+
+        return retry.until(attempt, timeout_error)
 
     # -- commits --------------------------------------------------------------------------
 
@@ -146,42 +173,34 @@ class OffsetCommitter:
         if not offsets:
             return
         membership = self._membership
-        retry = self._retry(timeout_ms)
-        while True:
+        generation = _OUTSIDE_GROUP
+
+        def request() -> msgspec.Struct:
+            nonlocal generation
             generation, instance_id = self._generation()
-            last_error: SparkMQError
-            coordinator = membership.ensure_coordinator_ready(retry.deadline)
-            if coordinator is None:
-                last_error = membership.coordinator_not_found()
-            else:
-                request = commit_request(membership.group_id, offsets, generation, instance_id)
-                try:
-                    response: OffsetCommitResponse = membership.offset_channel.call(
-                        request,
-                        coordinator=coordinator,
-                        timeout_ms=self._config.request_timeout_ms,
-                    )
-                except SparkMQError as exc:
-                    if not exc.retriable:
-                        raise
-                    last_error = exc
-                else:
-                    errors = commit_errors(response)
-                    if not errors:
-                        return
-                    tp, (code, message) = next(iter(errors.items()))
-                    outcome = commit_outcome(code)
-                    if outcome is CommitOutcome.COORDINATOR_GONE:
-                        membership.mark_coordinator_unknown(message or ErrorCode(code).name)
-                    if outcome not in (CommitOutcome.RETRY, CommitOutcome.COORDINATOR_GONE):
-                        raise self._failure(generation, code, message, tp)
-                    last_error = error_from_code(code, message, topic=tp.topic)
-            if not retry.backoff():
-                raise RequestTimedOutError(
-                    f"offset commit to group {membership.group_id!r} did not complete within "
-                    f"{timeout_ms} ms (last error: {last_error}); nothing may have been "
-                    "committed"
-                ) from last_error
+            return commit_request(membership.group_id, offsets, generation, instance_id)
+
+        def judge(response: OffsetCommitResponse) -> Again | None:
+            errors = commit_errors(response)
+            if not errors:
+                return None
+            tp, (code, message) = next(iter(errors.items()))
+            outcome = commit_outcome(code)
+            if outcome is CommitOutcome.COORDINATOR_GONE:
+                membership.mark_coordinator_unknown(message or ErrorCode(code).name)
+            if outcome not in (CommitOutcome.RETRY, CommitOutcome.COORDINATOR_GONE):
+                raise self._failure(generation, code, message, tp)
+            return Again(error_from_code(code, message, topic=tp.topic))
+
+        self._call(
+            timeout_ms,
+            request,
+            judge,
+            lambda error: RequestTimedOutError(
+                f"offset commit to group {membership.group_id!r} did not complete within "
+                f"{timeout_ms} ms (last error: {error}); nothing may have been committed"
+            ),
+        )
 
     def commit_async(
         self,
@@ -254,36 +273,27 @@ class OffsetCommitter:
         is committed. Retries retriable errors until ``timeout_ms``."""
         membership = self._membership
         wanted = None if partitions is None else list(partitions)
-        retry = self._retry(timeout_ms)
-        while True:
-            last_error: SparkMQError
-            coordinator = membership.ensure_coordinator_ready(retry.deadline)
-            if coordinator is None:
-                last_error = membership.coordinator_not_found()
-            else:
-                try:
-                    response: OffsetFetchResponse = membership.offset_channel.call(
-                        fetch_request(membership.group_id, wanted),
-                        coordinator=coordinator,
-                        timeout_ms=self._config.request_timeout_ms,
-                    )
-                except SparkMQError as exc:
-                    if not exc.retriable:
-                        raise
-                    last_error = exc
-                else:
-                    retry_error = self._fetch_error(response)
-                    if retry_error is None:
-                        offsets, _ = fetched_offsets(response)
-                        if wanted is not None:
-                            return {tp: offsets.get(tp) for tp in wanted}
-                        return offsets
-                    last_error = retry_error
-            if not retry.backoff():
-                raise RequestTimedOutError(
-                    f"committed offsets of group {membership.group_id!r} not read within "
-                    f"{timeout_ms} ms (last error: {last_error})"
-                ) from last_error
+
+        def judge(
+            response: OffsetFetchResponse,
+        ) -> dict[TopicPartition, OffsetAndMetadata | None] | Again:
+            retry_error = self._fetch_error(response)
+            if retry_error is not None:
+                return Again(retry_error)
+            offsets, _ = fetched_offsets(response)
+            if wanted is not None:
+                return {tp: offsets.get(tp) for tp in wanted}
+            return offsets
+
+        return self._call(
+            timeout_ms,
+            lambda: fetch_request(membership.group_id, wanted),
+            judge,
+            lambda error: RequestTimedOutError(
+                f"committed offsets of group {membership.group_id!r} not read within "
+                f"{timeout_ms} ms (last error: {error})"
+            ),
+        )
 
     def fetch_committed_async(
         self, partitions: list[TopicPartition], deadline: float

@@ -11,15 +11,22 @@ call). Threads: stateless; safe from any thread (the cluster's control connectio
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable, Collection
+from typing import Any, NamedTuple
+
+import msgspec
 
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.connection import BrokerConnection
-from spark_mq.client.retry import Clock, Retry, Sleep
+from spark_mq.client.retry import Again, Clock, Retry, Sleep, sent
 from spark_mq.errors import RequestTimedOutError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
-from spark_mq.protocol.groups import FindCoordinatorRequest, FindCoordinatorResponse
+from spark_mq.protocol.groups import (
+    COORDINATOR_GROUP,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
 
 
 class CoordinatorInfo(NamedTuple):
@@ -53,28 +60,80 @@ def find_coordinator(
         clock=clock or cluster.clock,
         sleep=sleep or cluster.sleep,
     )
-    while True:
-        error: SparkMQError
-        try:
-            # Each attempt gets the whole request timeout, even past the deadline: a caller
-            # with no time left (poll(timeout_ms=0)) still makes one attempt.
-            response: FindCoordinatorResponse = cluster.request(FindCoordinatorRequest(group_id))
-        except SparkMQError as exc:
-            if not exc.retriable:
-                raise
-            error = exc
-        else:
-            if response.error_code == ErrorCode.NONE:
-                return CoordinatorInfo(response.node_id, _address(response))
-            error = error_from_code(response.error_code, response.error_message)
-            if not error.retriable:
-                raise error
-        if not retry.backoff():
-            raise RequestTimedOutError(
-                f"no coordinator found for group {group_id!r} within {timeout_ms} ms "
-                f"(last error: {error}); is the broker up, and can it create "
-                "__consumer_offsets?"
-            ) from error
+
+    return lookup_coordinator(
+        cluster,
+        group_id,
+        key_type=COORDINATOR_GROUP,
+        retry=retry,
+        timeout_error=lambda error: RequestTimedOutError(
+            f"no coordinator found for group {group_id!r} within {timeout_ms} ms (last "
+            f"error: {error}); is the broker up, and can it create __consumer_offsets?"
+        ),
+    )
+
+
+def lookup_coordinator(
+    cluster: Cluster,
+    key: str,
+    *,
+    key_type: int,
+    retry: Retry,
+    timeout_error: Callable[[SparkMQError], SparkMQError],
+) -> CoordinatorInfo:
+    """FindCoordinator for ``key`` (a group id, or with ``key_type`` COORDINATOR_TRANSACTION
+    a transactional id) until a broker names it, retrying retriable errors on ``retry``."""
+
+    def attempt() -> CoordinatorInfo | Again:
+        # Each attempt gets the whole request timeout, even past the deadline: a caller with
+        # no time left (poll(timeout_ms=0)) still makes one attempt.
+        response: FindCoordinatorResponse | Again = sent(
+            lambda: cluster.request(FindCoordinatorRequest(key, key_type=key_type))
+        )
+        if isinstance(response, Again):
+            return response
+        if response.error_code == ErrorCode.NONE:
+            return CoordinatorInfo(response.node_id, _address(response))
+        error = error_from_code(response.error_code, response.error_message)
+        if not error.retriable:
+            raise error
+        return Again(error)
+
+    return retry.until(attempt, timeout_error)
+
+
+def call_coordinator(
+    cluster: Cluster,
+    group_id: str,
+    request: msgspec.Struct,
+    *,
+    retry: Retry,
+    error_of: Callable[[Any], int],
+    retry_codes: Collection[int],
+    timeout_error: Callable[[SparkMQError], SparkMQError],
+) -> tuple[Any, int]:
+    """Send ``request`` to the coordinator of ``group_id`` (looked up before every attempt)
+    until its answer's code (``error_of(response)``) is not one of ``retry_codes``; returns
+    (response, coordinator node id). Retried on ``retry``; ``timeout_error(last error)`` is
+    raised when its deadline passes."""
+
+    def attempt() -> tuple[Any, int] | Again:
+        coordinator = find_coordinator(
+            cluster,
+            group_id,
+            timeout_ms=retry.remaining_ms(),
+            clock=retry.clock,
+            sleep=retry.sleep,
+        )
+        response = sent(lambda: cluster.request(request, node_id=coordinator.node_id))
+        if isinstance(response, Again):
+            return response
+        code = error_of(response)
+        if code in retry_codes:
+            return Again(error_from_code(code))
+        return response, coordinator.node_id
+
+    return retry.until(attempt, timeout_error)
 
 
 def connect_to_coordinator(
