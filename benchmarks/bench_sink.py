@@ -188,10 +188,10 @@ def byte_receiver(socket_path: str, directory: str, window: int) -> None:
 def round_order(cases: list[Any], run: int) -> list[Any]:
     """The writers of round ``run``, in the order of a Williams design (a balanced Latin
     square): over ``len(cases)`` rounds every writer runs once in every place and right after
-    every other writer once, so that no writer always follows the same one (in four
-    experiments of 6 to 8 rounds, the median spark_mq run right after the discarding writer
-    was 1-7% slower than one right after another spark_mq run). An odd count needs twice as
-    many rounds, the second half reversed."""
+    every other writer once, so that no writer always follows the same one (a spark_mq run
+    right after the discarding writer ran slower than one right after another spark_mq run:
+    see docs/benchmarks.md). An odd count needs twice as many rounds, the second half
+    reversed."""
     n = len(cases)
     if n == 0:
         return []
@@ -825,7 +825,7 @@ def main(argv: list[str] | None = None) -> int:
         # Untimed rounds first: Python worker start-up, imports, the broker's first connections
         # and the JIT would otherwise be charged to whichever writer runs first, and to the
         # first timed rounds (with one warm-up round, every writer's first two timed rounds
-        # ran 10-45% slower than its best later run).
+        # ran slower than its best later run: see docs/benchmarks.md).
         for _ in range(args.warmup):
             for _, write in cases:
                 write(-1)

@@ -193,8 +193,9 @@ def settle(settings: Settings) -> None:
 
 def settle_writes() -> None:
     """Before a write run: no dirty pages left over and no garbage. The page cache is not
-    dropped: on this VM freshly freed memory costs a host page fault on first touch, which made
-    write throughput after a drop vary 2-5x from run to run (for the ceiling as for the log)."""
+    dropped: on a VM freshly freed memory costs a host page fault on first touch, which made
+    write throughput after a drop vary several-fold from run to run (for the ceiling as for
+    the log; see docs/benchmarks.md)."""
     gc.collect()
     os.sync()
 

@@ -78,8 +78,9 @@ def records_from_table(tp: TopicPartition, table: pa.Table) -> list[ConsumerReco
     per column, then ``zip`` into tuples built by ``tuple.__new__`` (no Python per field).
 
     The garbage collector is paused meanwhile: building many tuples at once otherwise sets
-    off collection after collection, each scanning every tracked object (measured 2-4x
-    slower), and these tuples of bytes and ints cannot form reference cycles.
+    off collection after collection, each scanning every tracked object (several times
+    slower: see ``docs/benchmarks.md``), and these tuples of bytes and ints cannot form
+    reference cycles.
     """
     paused = gc.isenabled()
     if paused:

@@ -51,8 +51,8 @@ _POLL_SLICE_MS = 1000
 #: into one chunk per stored batch; a chunk this big goes to Spark as it is, with no copy (its
 #: columns point into the fetch buffer), while smaller chunks (a producer that sent tiny
 #: batches) are joined until they reach it, because Spark's cost per Arrow batch would
-#: dominate them. Copying every chunk into large batches instead cost about 20% of the read
-#: (measured with benchmarks/bench_source.py).
+#: dominate them. Copying every chunk into large batches instead cost a noticeable part of
+#: the read (benchmarks/bench_source.py; the figure is in docs/benchmarks.md).
 MIN_BATCH_ROWS = 4096
 #: Fetch sizes of reader tasks unless kafka.* options say otherwise: a task reads one
 #: partition as fast as it can, so large responses cost fewer round trips.

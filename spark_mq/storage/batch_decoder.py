@@ -291,8 +291,8 @@ def validate_batch_body(
 
 def _to_records(body: pa.RecordBatch, header: BatchHeader) -> pa.RecordBatch:
     n = body.num_rows
-    # numpy, not pyarrow.compute: a compute call costs ~15 us of dispatch, which dominates
-    # small batches (measured in benchmarks/bench_storage.py).
+    # numpy, not pyarrow.compute: a compute call's fixed dispatch cost dominates small
+    # batches (measured in benchmarks/bench_storage.py; the figure is in docs/benchmarks.md).
     offsets = from_numpy(np.add(to_numpy(body.column(0)), header.base_offset, dtype=np.int64))
     stamps = body.column(1)
     log_append_time = bool(header.attributes & ATTR_TIMESTAMP_TYPE)

@@ -37,8 +37,8 @@ Int64Array = npt.NDArray[np.int64]
 def _hash_keys(keys: pa.Array) -> Int64Array:
     """A 64-bit hash per key (null keys get some value; callers mask them).
 
-    Python's own bytes hash, run by ``map`` in C over the column's values: about 0.1 us per
-    key, several times faster than calling a hash library per key. It is randomised per
+    Python's own bytes hash, run by ``map`` in C over the column's values: no Python call
+    per key, unlike a hash library (see ``docs/benchmarks.md`` for the cost). It is randomised per
     process, which does not matter: a map lives for one cleaning pass. Equal hashes are
     always confirmed by comparing the keys, so collisions cost time, never correctness.
     """

@@ -4,9 +4,9 @@ A partition log is written once, at its end. Left to itself the kernel keeps eve
 page cached until memory runs short, so a broker that appends a few hundred MB/s asks the
 kernel for that many *new* pages every second. On a virtual machine whose free memory goes
 back to its host (virtio-balloon free page reporting, common in cloud VMs), each new page
-costs a fault on the host: on the 2-core benchmark machine writing into new pages ran at
-300-480 MB/s and took 2.7 CPU s per GB, while rewriting cached pages ran at 4.5-7 GB/s
-(``benchmarks/bench_storage.py``, ``new_page_cache_write``).
+costs a fault on the host, and writing into new pages runs an order of magnitude slower than
+rewriting cached ones (``benchmarks/bench_storage.py``, ``new_page_cache_write``; the figures
+are in ``docs/benchmarks.md``, "Figures behind design choices").
 
 With drop-behind (:class:`~spark_mq.storage.file_records.FileRecords`, topic config
 ``segment.drop.behind.bytes``) the active segment starts the writeback of every completed

@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import bench_sink as bench  # noqa: E402
+from bench_report import Run  # noqa: E402
 
 
 def _cases(sink_seconds: float) -> list[bench.Case]:
@@ -180,22 +181,25 @@ def test_data_batches_counts_record_batches_but_not_markers(tmp_path: Path) -> N
 
 def test_section_replaces_only_its_own_markers(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
-    doc.write_text(f"keep me\n{bench.SECTION_BEGIN}\nold\n{bench.SECTION_END}\ntail\n")
-    section = bench.render_markdown(
+    doc.write_text(f"keep me\n{bench.SECTION.begin}\nold\n{bench.SECTION.end}\ntail\n")
+    run = Run(
         command="cmd",
         started=datetime.datetime.now(datetime.UTC),
+        t_start=0.0,
+        load_start="0.1",
+        facts=[("Spark master", "local[4]")],
         elapsed=1.0,
-        load=("0.1", "0.2"),
-        master="local[4]",
+        load_end="0.2",
+    )
+    section = bench.render_markdown(
+        run,
         rows=1_000_000,
         cases=_cases(20.0),
         storage=CHEAP_STORAGE,
         small=_small(),
         small_rows=4_000,
     )
-    bench.shared_write_section(
-        doc, section, begin_marker=bench.SECTION_BEGIN, end_marker=bench.SECTION_END
-    )
+    bench.SECTION.write(doc, section)
     text = doc.read_text()
     assert text.startswith("keep me\n") and text.endswith("tail\n")
     assert "old" not in text and "## Spark sink" in text and "MISS" in text

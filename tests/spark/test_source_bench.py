@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import bench_source  # noqa: E402
+from bench_report import Run  # noqa: E402
 
 from spark_mq.datasource.schema import ARROW_SCHEMA  # noqa: E402
 
@@ -60,15 +61,15 @@ def test_smoke_run_reads_every_record(spark: Any, tmp_path: Path) -> None:
     for case in cases:
         if case.query != "count":
             assert case.total_bytes == records * bench_source.VALUE_BYTES
-    section = bench_source.render_markdown(
+    run = Run(
         command="bench",
         started=datetime.datetime.now(datetime.UTC),
+        t_start=0.0,
+        load_start="0",
         elapsed=1.0,
-        load=("0", "0"),
-        records=records,
-        reps=1,
-        cases=cases,
+        load_end="0",
     )
-    assert section.startswith(bench_source.SECTION_BEGIN)
-    assert section.rstrip().endswith(bench_source.SECTION_END)
+    section = bench_source.render_markdown(run, records=records, reps=1, cases=cases)
+    assert section.startswith(bench_source.SECTION.begin)
+    assert section.rstrip().endswith(bench_source.SECTION.end)
     assert section.count("**PASS**") + section.count("**MISS**") == 3

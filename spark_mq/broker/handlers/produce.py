@@ -51,8 +51,8 @@ if TYPE_CHECKING:
 #: connections.
 INLINE_APPEND_MAX_BYTES: Final = 256 * 1024
 #: Uncompressed records are appended on the event loop up to this many bytes per request:
-#: validating them is cheap and the hop to a thread and back cost more than it saved (a fifth
-#: of the throughput of a producer of 1 MB requests, measured with bench_clients).
+#: validating them is cheap and the hop to a thread and back cost more than it saved (for a
+#: producer of 1 MB requests, measured with bench_clients: see docs/benchmarks.md).
 INLINE_UNCOMPRESSED_MAX_BYTES: Final = 4 * 1024 * 1024
 _ATTRIBUTES = struct.Struct(">h")
 _ATTRIBUTES_AT: Final = 21
