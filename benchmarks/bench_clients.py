@@ -60,7 +60,16 @@ import numpy as np
 
 # The report scaffolding is shared by every benchmark next to this file; importing it also
 # makes spark_mq importable from the repository when it is not installed.
-from bench_report import Run, Section, base_parser, common_facts
+from bench_report import (
+    Run,
+    Section,
+    base_parser,
+    common_facts,
+    fmt_int,
+    goals_block,
+    markdown_table,
+    text_table,
+)
 from bench_storage import new_page_cache_write
 
 MIB = 1024 * 1024
@@ -557,10 +566,6 @@ def run_redis(settings: Settings, work: Path, results: Results) -> str:
 # Reporting
 
 
-def fmt_int(x: float) -> str:
-    return f"{x:,.0f}"
-
-
 def _print_row(r: Row) -> None:
     print(
         f"    {r.records:,} records, median {r.seconds:.3f} s: {fmt_int(r.rps)} records/s, "
@@ -741,30 +746,6 @@ def lat_cells(x: Latency) -> tuple[str, ...]:
     )
 
 
-def text_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], numeric_from: int) -> str:
-    cells = [headers, *rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(headers))]
-    out = []
-    for n, c in enumerate(cells):
-        parts = [
-            c[i].rjust(widths[i]) if i >= numeric_from else c[i].ljust(widths[i])
-            for i in range(len(c))
-        ]
-        out.append("  ".join(parts))
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
-
-
-def markdown_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], numeric_from: int) -> str:
-    out = [
-        "| " + " | ".join(headers) + " |",
-        "|" + "|".join("---:" if i >= numeric_from else "---" for i in range(len(headers))) + "|",
-    ]
-    out.extend("| " + " | ".join(r) + " |" for r in rows)
-    return "\n".join(out)
-
-
 def machine_facts(work: Path, redis_version: str) -> list[tuple[str, str]]:
     return [
         *common_facts(("pyarrow", "numpy", "msgspec", "redis", "hiredis")),
@@ -812,11 +793,7 @@ def render_markdown(run: Run, *, settings: Settings, results: Results, goals: li
     ceiling = _ceiling_mbps(results)
     method = [*method_lines(settings), *(f"- Note: {n}" for n in results.notes)]
     body = [
-        "### Goals",
-        "",
-        "```",
-        *goals,
-        "```",
+        *goals_block(goals),
         "",
         "### Throughput",
         "",

@@ -150,6 +150,46 @@ def bench_directory_fact(work: Path) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Tables
+
+
+def fmt_int(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def text_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], numeric_from: int) -> str:
+    """A plain-text table for the console: columns from ``numeric_from`` on are numbers,
+    aligned right."""
+    cells = [headers, *rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(headers))]
+    out = []
+    for n, c in enumerate(cells):
+        parts = [
+            c[i].rjust(widths[i]) if i >= numeric_from else c[i].ljust(widths[i])
+            for i in range(len(c))
+        ]
+        out.append("  ".join(parts))
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def markdown_table(headers: tuple[str, ...], rows: list[tuple[str, ...]], numeric_from: int) -> str:
+    """The same table in Markdown, number columns aligned right."""
+    out = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join("---:" if i >= numeric_from else "---" for i in range(len(headers))) + "|",
+    ]
+    out.extend("| " + " | ".join(r) + " |" for r in rows)
+    return "\n".join(out)
+
+
+def goals_block(goals: list[str], heading: str = "Goals") -> list[str]:
+    """The PASS/MISS lines of a run under their heading, as printed."""
+    return [f"### {heading}", "", "```", *goals, "```"]
+
+
+# ---------------------------------------------------------------------------------------------
 # One run and its section of docs/benchmarks.md
 
 

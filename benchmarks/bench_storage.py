@@ -60,7 +60,18 @@ import pyarrow as pa
 
 # Imported before spark_mq: it makes spark_mq importable from this repository when it is
 # not installed.
-from bench_report import REPO, Run, Section, base_parser, bench_directory_fact, common_facts
+from bench_report import (
+    REPO,
+    Run,
+    Section,
+    base_parser,
+    bench_directory_fact,
+    common_facts,
+    fmt_int,
+    goals_block,
+    markdown_table,
+    text_table,
+)
 
 import spark_mq.storage
 from spark_mq.storage.batch_decoder import decode_records, iter_batches
@@ -615,10 +626,6 @@ def run_recovery(settings: Settings, work: Path, pool: np.ndarray) -> Recovery:
 # Goals and output
 
 
-def fmt_int(x: float) -> str:
-    return f"{x:,.0f}"
-
-
 def value_label(size: int) -> str:
     return "1 KiB" if size == KIB else f"{size} B"
 
@@ -717,27 +724,6 @@ def row_cells(r: Row) -> tuple[str, ...]:
     )
 
 
-def text_table(rows: list[Row]) -> str:
-    cells = [HEADERS, *(row_cells(r) for r in rows)]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(HEADERS))]
-    out = []
-    for n, c in enumerate(cells):
-        parts = [c[0].ljust(widths[0])] + [c[i].rjust(widths[i]) for i in range(1, len(c))]
-        out.append("  ".join(parts))
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
-
-
-def markdown_table(rows: list[Row]) -> str:
-    out = [
-        "| " + " | ".join(HEADERS) + " |",
-        "|" + "|".join(["---"] + ["---:"] * (len(HEADERS) - 1)) + "|",
-    ]
-    out.extend("| " + " | ".join(row_cells(r)) + " |" for r in rows)
-    return "\n".join(out)
-
-
 def method_lines(settings: Settings, recovery: Recovery | None) -> list[str]:
     lines = [
         f"Each case: {settings.case_bytes // MIB} MiB of values or at most "
@@ -783,19 +769,15 @@ def render_markdown(
     append_rows = [r for r in rows if "append" in r.op]
     read_rows = [r for r in rows if "append" not in r.op]
     body = [
-        "### Goals",
-        "",
-        "```",
-        *goals,
-        "```",
+        *goals_block(goals),
         "",
         "### Append",
         "",
-        markdown_table(append_rows),
+        markdown_table(HEADERS, [row_cells(r) for r in append_rows], 1),
         "",
         "### Read",
         "",
-        markdown_table(read_rows),
+        markdown_table(HEADERS, [row_cells(r) for r in read_rows], 1),
     ]
     return SECTION.render(
         run,
@@ -877,9 +859,9 @@ def main(argv: list[str] | None = None) -> int:
     run.finish()
     goals = goal_lines(rows, recovery, settings)
     print()
-    print(text_table([r for r in rows if "append" in r.op]))
+    print(text_table(HEADERS, [row_cells(r) for r in rows if "append" in r.op], 1))
     print()
-    print(text_table([r for r in rows if "append" not in r.op]))
+    print(text_table(HEADERS, [row_cells(r) for r in rows if "append" not in r.op], 1))
     print()
     if recovery is not None:
         for line in method_lines(settings, recovery)[-1:]:

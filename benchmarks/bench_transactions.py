@@ -53,7 +53,17 @@ import numpy as np
 # The report scaffolding is shared by every benchmark next to this file; importing it also
 # makes spark_mq importable from the repository when it is not installed. The value pool and
 # the storage sources' digest come from the storage benchmark.
-from bench_report import Run, Section, base_parser, bench_directory_fact, common_facts
+from bench_report import (
+    Run,
+    Section,
+    base_parser,
+    bench_directory_fact,
+    common_facts,
+    fmt_int,
+    goals_block,
+    markdown_table,
+    text_table,
+)
 from bench_storage import batch_arrays, sources_digest, text_pool
 
 from spark_mq.storage.log import FetchIsolation, PartitionLog
@@ -347,10 +357,6 @@ BUILT: dict[Case, BuiltLog] = {}
 # Reporting
 
 
-def fmt_int(x: float) -> str:
-    return f"{x:,.0f}"
-
-
 HEADERS = (
     "case",
     "isolation",
@@ -376,28 +382,6 @@ def row_cells(r: Row) -> tuple[str, ...]:
         str(len(r.samples)),
         f"{r.spread:.0%}",
     )
-
-
-def text_table(rows: list[Row]) -> str:
-    cells = [HEADERS, *(row_cells(r) for r in rows)]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(HEADERS))]
-    out = []
-    for n, c in enumerate(cells):
-        parts = [c[i].ljust(widths[i]) for i in range(2)]
-        parts += [c[i].rjust(widths[i]) for i in range(2, len(c))]
-        out.append("  ".join(parts))
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
-
-
-def markdown_table(rows: list[Row]) -> str:
-    out = [
-        "| " + " | ".join(HEADERS) + " |",
-        "|" + "|".join(["---", "---"] + ["---:"] * (len(HEADERS) - 2)) + "|",
-    ]
-    out.extend("| " + " | ".join(row_cells(r)) + " |" for r in rows)
-    return "\n".join(out)
 
 
 def pair(rows: list[Row], case: Case) -> tuple[Row, Row]:
@@ -479,15 +463,11 @@ def render_markdown(run: Run, *, settings: Settings, rows: list[Row], goals: lis
         "",
         *built_lines,
         "",
-        "### Goal",
-        "",
-        "```",
-        *goals,
-        "```",
+        *goals_block(goals, "Goal"),
         "",
         "### Reads",
         "",
-        markdown_table(rows),
+        markdown_table(HEADERS, [row_cells(r) for r in rows], 2),
     ]
     return SECTION.render(
         run,
@@ -540,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     run.finish()
     goals = goal_lines(rows)
     print()
-    print(text_table(rows))
+    print(text_table(HEADERS, [row_cells(r) for r in rows], 2))
     print()
     for line in goals:
         print(line)
