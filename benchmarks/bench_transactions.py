@@ -48,22 +48,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 # The report scaffolding is shared by every benchmark next to this file; importing it also
 # makes spark_mq importable from the repository when it is not installed. The value pool and
 # the storage sources' digest come from the storage benchmark.
-from bench_report import (
-    Run,
-    Section,
-    base_parser,
-    bench_directory_fact,
-    common_facts,
-    fmt_int,
-    goals_block,
-    markdown_table,
-    text_table,
-)
+import bench_report as report
+import numpy as np
+from bench_report import Run, Section, base_parser, bench_directory_fact, common_facts
 from bench_storage import batch_arrays, sources_digest, text_pool
 
 from spark_mq.storage.log import FetchIsolation, PartitionLog
@@ -374,9 +364,9 @@ def row_cells(r: Row) -> tuple[str, ...]:
     return (
         r.case.label,
         r.isolation,
-        fmt_int(r.returned),
-        fmt_int(r.rps),
-        fmt_int(r.log_rps),
+        report.fmt_int(r.returned),
+        report.fmt_int(r.rps),
+        report.fmt_int(r.log_rps),
         f"{r.mbps:,.1f}",
         f"{r.fetches:,}" + (f" ({r.empty_fetches} empty)" if r.empty_fetches else ""),
         str(len(r.samples)),
@@ -398,8 +388,8 @@ def goal_lines(rows: list[Row]) -> list[str]:
         ratio = committed.rps / uncommitted.rps
         per_log = committed.log_rps / uncommitted.log_rps
         detail = (
-            f"read_committed {fmt_int(committed.rps)} records/s vs read_uncommitted "
-            f"{fmt_int(uncommitted.rps)}: ratio {ratio:.2f} (per record of the log read: "
+            f"read_committed {report.fmt_int(committed.rps)} records/s vs read_uncommitted "
+            f"{report.fmt_int(uncommitted.rps)}: ratio {ratio:.2f} (per record of the log read: "
             f"{per_log:.2f})"
         )
         if case.is_goal:
@@ -463,11 +453,11 @@ def render_markdown(run: Run, *, settings: Settings, rows: list[Row], goals: lis
         "",
         *built_lines,
         "",
-        *goals_block(goals, "Goal"),
+        *report.goals_block(goals, "Goal"),
         "",
         "### Reads",
         "",
-        markdown_table(HEADERS, [row_cells(r) for r in rows], 2),
+        report.markdown_table(HEADERS, [row_cells(r) for r in rows], 2),
     ]
     return SECTION.render(
         run,
@@ -520,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     run.finish()
     goals = goal_lines(rows)
     print()
-    print(text_table(HEADERS, [row_cells(r) for r in rows], 2))
+    print(report.text_table(HEADERS, [row_cells(r) for r in rows], 2))
     print()
     for line in goals:
         print(line)

@@ -34,6 +34,7 @@ Threads: one :class:`Retry` belongs to one call in one thread.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -78,31 +79,27 @@ def remaining_ms(deadline: float, clock: Clock) -> int:
     return max(int((deadline - clock()) * 1000), 1)
 
 
+@dataclasses.dataclass(slots=True)
 class Retry:
     """The deadline and backoff of one retried call (see the module docstring).
 
     ``backoff_s`` is the first wait; each :meth:`backoff` doubles it up to ``max_backoff_s``
-    (equal values: a constant backoff). No wait outlasts the deadline.
+    (None: a constant backoff). No wait outlasts the deadline.
     """
 
-    __slots__ = ("_max_backoff_s", "backoff_s", "clock", "deadline", "sleep")
+    #: When the call gives up, in ``clock`` seconds.
+    deadline: float
+    _: dataclasses.KW_ONLY
+    #: The wait before the next attempt.
+    backoff_s: float
+    max_backoff_s: float | None = None
+    clock: Clock = time.monotonic
+    sleep: Sleep = time.sleep
 
-    def __init__(
-        self,
-        deadline: float,
-        *,
-        backoff_s: float,
-        max_backoff_s: float | None = None,
-        clock: Clock = time.monotonic,
-        sleep: Sleep = time.sleep,
-    ) -> None:
-        #: When the call gives up, in ``clock`` seconds.
-        self.deadline = deadline
-        #: The wait before the next attempt.
-        self.backoff_s = max(backoff_s, 0.0)
-        self._max_backoff_s = self.backoff_s if max_backoff_s is None else max_backoff_s
-        self.clock = clock
-        self.sleep = sleep
+    def __post_init__(self) -> None:
+        self.backoff_s = max(self.backoff_s, 0.0)
+        if self.max_backoff_s is None:
+            self.max_backoff_s = self.backoff_s
 
     @classmethod
     def within_ms(
@@ -146,7 +143,8 @@ class Retry:
         if remaining <= 0:
             return False
         self.sleep(min(self.backoff_s, remaining))
-        self.backoff_s = min(self.backoff_s * BACKOFF_MULTIPLIER, self._max_backoff_s)
+        ceiling = self.backoff_s if self.max_backoff_s is None else self.max_backoff_s
+        self.backoff_s = min(self.backoff_s * BACKOFF_MULTIPLIER, ceiling)
         return True
 
     def until(
