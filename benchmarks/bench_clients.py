@@ -68,9 +68,9 @@ from bench_report import (
     fmt_int,
     goals_block,
     markdown_table,
+    new_page_cache_write,
     text_table,
 )
-from bench_storage import new_page_cache_write
 
 MIB = 1024 * 1024
 RECORD_BYTES = 100

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+_MIB = 1024 * 1024
 try:  # an installed (or PYTHONPATH) spark_mq wins; else the repository this script is in
     import spark_mq  # noqa: F401
 except ImportError:
@@ -147,6 +149,60 @@ def bench_directory_fact(work: Path) -> tuple[str, str]:
         f"{work} (deleted at the end) on {filesystem_of(work)}; "
         f"{'same' if same_fs else 'NOT the same'} file system as the repository",
     )
+
+
+def sources_digest() -> str:
+    """Digest of the storage engine's sources, to tie the figures to the code they measured."""
+    import spark_mq.storage
+
+    storage_dir = Path(spark_mq.storage.__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(storage_dir.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    where = "" if storage_dir == REPO / "spark_mq" / "storage" else f" (of {storage_dir})"
+    return h.hexdigest()[:12] + where
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds every process of the machine has used so far (all cores, idle and I/O
+    wait excluded), from /proc/stat; the difference over a run is what the run kept busy."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def new_page_cache_write(
+    directory: Path, total_bytes: int = 400 * _MIB
+) -> tuple[float, float, float]:
+    """Write ``total_bytes`` to a new file in ``directory`` in 1 MiB writes (no fsync), write
+    the same range of it again, and delete it; returns (MB/s of new pages, CPU seconds of this
+    process per GB of new pages, MB/s rewriting pages already cached).
+
+    Appending new data to a log makes the kernel find a new page-cache page for every 4 KiB.
+    On a virtual machine whose free memory goes back to the host (virtio-balloon free page
+    reporting), that costs far more than the copy itself, and every log writer pays it: it
+    bounds any produce figure measured here. The benchmarks report it next to their goals.
+    """
+    block = os.urandom(_MIB)
+    path = directory / f"page-cache-probe-{os.getpid()}.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        written = 0
+        while written < total_bytes:
+            written += os.write(fd, block)
+        elapsed = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
+        t1 = time.perf_counter()
+        for position in range(0, written, _MIB):
+            os.pwrite(fd, block, position)
+        rewrite = time.perf_counter() - t1
+    finally:
+        os.close(fd)
+        path.unlink()
+    return written / elapsed / 1e6, cpu / (written / 1e9), written / rewrite / 1e6
 
 
 # ---------------------------------------------------------------------------------------------

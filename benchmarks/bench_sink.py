@@ -46,8 +46,14 @@ from typing import Any
 
 # The report scaffolding is shared by every benchmark next to this file; importing it also
 # makes spark_mq importable from the repository when it is not installed.
-from bench_report import Run, Section, base_parser, common_facts
-from bench_storage import busy_cpu_seconds, new_page_cache_write
+from bench_report import (
+    Run,
+    Section,
+    base_parser,
+    busy_cpu_seconds,
+    common_facts,
+    new_page_cache_write,
+)
 
 SECTION = Section(
     name="spark-sink",

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import hashlib
 import os
 import random
 import shutil
@@ -61,7 +60,6 @@ import pyarrow as pa
 # Imported before spark_mq: it makes spark_mq importable from this repository when it is
 # not installed.
 from bench_report import (
-    REPO,
     Run,
     Section,
     base_parser,
@@ -70,16 +68,14 @@ from bench_report import (
     fmt_int,
     goals_block,
     markdown_table,
+    sources_digest,
     text_table,
 )
 
-import spark_mq.storage
 from spark_mq.storage.batch_decoder import decode_records, iter_batches
 from spark_mq.storage.log import PartitionLog
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.record_batch import encode_batch
-
-STORAGE_DIR = Path(spark_mq.storage.__file__).resolve().parent
 
 KIB = 1024
 MIB = 1024 * 1024
@@ -211,16 +207,6 @@ def settle_writes() -> None:
     os.sync()
 
 
-def sources_digest() -> str:
-    """Digest of the storage engine's sources, to tie the figures to the code they measured."""
-    h = hashlib.sha256()
-    for path in sorted(STORAGE_DIR.glob("*.py")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    where = "" if STORAGE_DIR == REPO / "spark_mq" / "storage" else f" (of {STORAGE_DIR})"
-    return h.hexdigest()[:12] + where
-
-
 def machine_facts(
     work_dir: Path, settings: Settings, cold_permitted: bool
 ) -> list[tuple[str, str]]:
@@ -304,47 +290,6 @@ class RunDir:
         if self.current is not None:
             shutil.rmtree(self.current, ignore_errors=True)
             self.current = None
-
-
-def busy_cpu_seconds() -> float:
-    """CPU seconds every process of the machine has used so far (all cores, idle and I/O
-    wait excluded), from /proc/stat; the difference over a run is what the run kept busy."""
-    with open("/proc/stat") as f:
-        fields = [int(v) for v in f.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def new_page_cache_write(
-    directory: Path, total_bytes: int = 400 * MIB
-) -> tuple[float, float, float]:
-    """Write ``total_bytes`` to a new file in ``directory`` in 1 MiB writes (no fsync), write
-    the same range of it again, and delete it; returns (MB/s of new pages, CPU seconds of this
-    process per GB of new pages, MB/s rewriting pages already cached).
-
-    Appending new data to a log makes the kernel find a new page-cache page for every 4 KiB.
-    On a virtual machine whose free memory goes back to the host (virtio-balloon free page
-    reporting), that costs far more than the copy itself, and every log writer pays it: it
-    bounds any produce figure measured here. The benchmarks report it next to their goals.
-    """
-    block = os.urandom(MIB)
-    path = directory / f"page-cache-probe-{os.getpid()}.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        written = 0
-        while written < total_bytes:
-            written += os.write(fd, block)
-        elapsed = time.perf_counter() - t0
-        cpu = time.process_time() - cpu0
-        t1 = time.perf_counter()
-        for position in range(0, written, MIB):
-            os.pwrite(fd, block, position)
-        rewrite = time.perf_counter() - t1
-    finally:
-        os.close(fd)
-        path.unlink()
-    return written / elapsed / 1e6, cpu / (written / 1e9), written / rewrite / 1e6
 
 
 def write_ceiling(directory: Path, batches: list[bytes]) -> float:

@@ -53,8 +53,15 @@ from pathlib import Path
 # the storage sources' digest come from the storage benchmark.
 import bench_report as report
 import numpy as np
-from bench_report import Run, Section, base_parser, bench_directory_fact, common_facts
-from bench_storage import batch_arrays, sources_digest, text_pool
+from bench_report import (
+    Run,
+    Section,
+    base_parser,
+    bench_directory_fact,
+    common_facts,
+    sources_digest,
+)
+from bench_storage import batch_arrays, text_pool
 
 from spark_mq.storage.log import FetchIsolation, PartitionLog
 from spark_mq.storage.log_config import LogConfig
