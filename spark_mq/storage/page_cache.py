@@ -5,7 +5,7 @@ page cached until memory runs short, so a broker that appends a few hundred MB/s
 kernel for that many *new* pages every second. On a virtual machine whose free memory goes
 back to its host (virtio-balloon free page reporting, common in cloud VMs), each new page
 costs a fault on the host, and writing into new pages runs an order of magnitude slower than
-rewriting cached ones (``benchmarks/bench_storage.py``, ``new_page_cache_write``; the figures
+rewriting cached ones (``benchmarks/bench_report.py``, ``new_page_cache_write``; the figures
 are in ``docs/benchmarks.md``, "Figures behind design choices").
 
 With drop-behind (:class:`~spark_mq.storage.file_records.FileRecords`, topic config
