@@ -91,8 +91,7 @@ from spark_mq.storage.record_batch import (
     encode_batch,
     encode_control_batch,
 )
-
-__version__ = "0.1.0"
+from spark_mq.version import __version__
 
 
 def register(spark: object) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import spark_mq
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import error_of
 from spark_mq.broker.internal_topics import INTERNAL_TOPICS
@@ -20,6 +19,7 @@ from spark_mq.protocol.metadata import (
     PartitionMetadata,
     TopicMetadata,
 )
+from spark_mq.version import __version__
 
 
 async def handle_api_versions(
@@ -38,7 +38,7 @@ async def handle_api_versions(
             broker_id=core.node_id,
             broker_epoch=core.epoch,
             cluster_id=core.cluster_id,
-            software_version=spark_mq.__version__,
+            software_version=__version__,
         )
     )
 
