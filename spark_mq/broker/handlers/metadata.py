@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from spark_mq.broker.context import RequestContext, Response
-from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.broker.internal_topics import INTERNAL_TOPICS
 from spark_mq.errors import PartitionOfflineError
 from spark_mq.protocol.api import APIS
@@ -79,7 +79,7 @@ def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool) -> Topic
         core.replicas.require_topic(name, allow_create=allow_create and name not in INTERNAL_TOPICS)
         count = core.replicas.describe(name).partition_count
         partitions = [_partition_metadata(ctx, name, index) for index in range(count)]
-    except Exception as exc:
+    except TYPED_ERRORS as exc:
         code, message = error_of(exc, f"metadata of topic {name!r}")
         return TopicMetadata(code, name, [], error_message=message)
     return TopicMetadata(0, name, partitions, is_internal=name in INTERNAL_TOPICS)
