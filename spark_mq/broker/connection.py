@@ -10,7 +10,8 @@ only. What the broker does with bad input:
 - a body that does not decode, or records sections whose sizes do not add up: a response
   with ``frame_error`` INVALID_REQUEST (the frame boundary is intact, so the connection
   stays usable);
-- an exception escaping a handler (a bug): logged, ``frame_error`` UNKNOWN_SERVER_ERROR.
+- an exception escaping a handler: answered by :func:`~spark_mq.broker.handlers.errors.answer`
+  with the API's error response (a bug: logged with its traceback, UNKNOWN_SERVER_ERROR).
 
 Reading. :class:`Connection` is an :class:`asyncio.BufferedProtocol` with no receive buffer
 of its own: the loop ``recv_into``\\ s the server's one scratch buffer
