@@ -15,84 +15,183 @@ The storage engine is usable on its own::
 The broker, clients and Spark integration build on this layer (see ``docs/``).
 """
 
-from spark_mq.client import (
-    CONSUMER_SCHEMA,
-    Admin,
-    AdminConfig,
-    BatchMetadata,
-    BufferExhaustedError,
-    CommitFailedError,
-    CompletionResult,
-    Consumer,
-    ConsumerConfig,
-    ConsumerGroupMetadata,
-    ConsumerRebalanceListener,
-    ConsumerRecord,
-    DeliveryTimeoutError,
-    FutureBatchMetadata,
-    FutureRecordMetadata,
-    GroupDescription,
-    GroupListing,
-    MemberDescription,
-    NoOffsetForPartitionError,
-    OffsetAndMetadata,
-    OffsetAndTimestamp,
-    PartitionDescription,
-    PartitionLag,
-    PreparedTransaction,
-    Producer,
-    ProducerConfig,
-    ProducerRecord,
-    RecordMetadata,
-    TopicDescription,
-    TopicPartition,
-    TransactionDescription,
-    TransactionListing,
-)
-from spark_mq.errors import (
-    ConfigError,
-    CorruptCheckpointError,
-    CorruptIndexError,
-    CorruptRecordError,
-    InvalidPartitionsError,
-    InvalidProducerEpochError,
-    InvalidRecordError,
-    InvalidTopicError,
-    InvalidTxnStateError,
-    LogClosedError,
-    LogDirectoryFullError,
-    LogDirectoryLockedError,
-    LogDirectoryNotFoundError,
-    OffsetOutOfRangeError,
-    OutOfOrderSequenceError,
-    OwnerInstanceConflictError,
-    ProducerFencedError,
-    ProducerStateError,
-    ProtocolError,
-    RecordTooLargeError,
-    SparkMQError,
-    StorageError,
-    TopicExistsError,
-    TransactionAbortableError,
-    TransactionalIdNotFoundError,
-    TransactionCoordinatorFencedError,
-    UnknownTopicOrPartitionError,
-    UsageError,
-)
-from spark_mq.storage.batch_decoder import decode_records
-from spark_mq.storage.log import FetchDataInfo, FetchIsolation, LogAppendInfo, PartitionLog
-from spark_mq.storage.log_cleaner import CleanerStats, LogCleaner
-from spark_mq.storage.log_config import LogConfig
-from spark_mq.storage.log_manager import LogManager
-from spark_mq.storage.record_batch import (
-    RECORD_SCHEMA,
-    ControlType,
-    TimestampType,
-    encode_batch,
-    encode_control_batch,
-)
+import importlib
+from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from spark_mq.version import __version__
+
+if TYPE_CHECKING:
+    from spark_mq.client import (
+        CONSUMER_SCHEMA,
+        Admin,
+        AdminConfig,
+        BatchMetadata,
+        BufferExhaustedError,
+        CommitFailedError,
+        CompletionResult,
+        Consumer,
+        ConsumerConfig,
+        ConsumerGroupMetadata,
+        ConsumerRebalanceListener,
+        ConsumerRecord,
+        DeliveryTimeoutError,
+        FutureBatchMetadata,
+        FutureRecordMetadata,
+        GroupDescription,
+        GroupListing,
+        MemberDescription,
+        NoOffsetForPartitionError,
+        OffsetAndMetadata,
+        OffsetAndTimestamp,
+        PartitionDescription,
+        PartitionLag,
+        PreparedTransaction,
+        Producer,
+        ProducerConfig,
+        ProducerRecord,
+        RecordMetadata,
+        TopicDescription,
+        TopicPartition,
+        TransactionDescription,
+        TransactionListing,
+    )
+    from spark_mq.errors import (
+        ConfigError,
+        CorruptCheckpointError,
+        CorruptIndexError,
+        CorruptRecordError,
+        InvalidPartitionsError,
+        InvalidProducerEpochError,
+        InvalidRecordError,
+        InvalidTopicError,
+        InvalidTxnStateError,
+        LogClosedError,
+        LogDirectoryFullError,
+        LogDirectoryLockedError,
+        LogDirectoryNotFoundError,
+        OffsetOutOfRangeError,
+        OutOfOrderSequenceError,
+        OwnerInstanceConflictError,
+        ProducerFencedError,
+        ProducerStateError,
+        ProtocolError,
+        RecordTooLargeError,
+        SparkMQError,
+        StorageError,
+        TopicExistsError,
+        TransactionAbortableError,
+        TransactionalIdNotFoundError,
+        TransactionCoordinatorFencedError,
+        UnknownTopicOrPartitionError,
+        UsageError,
+    )
+    from spark_mq.storage.batch_decoder import decode_records
+    from spark_mq.storage.log import FetchDataInfo, FetchIsolation, LogAppendInfo, PartitionLog
+    from spark_mq.storage.log_cleaner import CleanerStats, LogCleaner
+    from spark_mq.storage.log_config import LogConfig
+    from spark_mq.storage.log_manager import LogManager
+    from spark_mq.storage.record_batch import (
+        RECORD_SCHEMA,
+        ControlType,
+        TimestampType,
+        encode_batch,
+        encode_control_batch,
+    )
+
+#: The module each public name comes from, imported when the name is first used (PEP 562).
+#: ``import spark_mq`` imports nothing else, so the broker, which runs this file first like
+#: every module of the package, does not load the clients just by being imported, nor does a
+#: client load the log cleaner. ``tests/test_public_api.py`` checks this table against the
+#: imports above (read by type checkers) and ``__all__``.
+_HOMES: dict[str, str] = {
+    "Admin": "spark_mq.client",
+    "AdminConfig": "spark_mq.client",
+    "BatchMetadata": "spark_mq.client",
+    "BufferExhaustedError": "spark_mq.client",
+    "CONSUMER_SCHEMA": "spark_mq.client",
+    "CleanerStats": "spark_mq.storage.log_cleaner",
+    "CommitFailedError": "spark_mq.client",
+    "CompletionResult": "spark_mq.client",
+    "ConfigError": "spark_mq.errors",
+    "Consumer": "spark_mq.client",
+    "ConsumerConfig": "spark_mq.client",
+    "ConsumerGroupMetadata": "spark_mq.client",
+    "ConsumerRebalanceListener": "spark_mq.client",
+    "ConsumerRecord": "spark_mq.client",
+    "ControlType": "spark_mq.storage.record_batch",
+    "CorruptCheckpointError": "spark_mq.errors",
+    "CorruptIndexError": "spark_mq.errors",
+    "CorruptRecordError": "spark_mq.errors",
+    "DeliveryTimeoutError": "spark_mq.client",
+    "FetchDataInfo": "spark_mq.storage.log",
+    "FetchIsolation": "spark_mq.storage.log",
+    "FutureBatchMetadata": "spark_mq.client",
+    "FutureRecordMetadata": "spark_mq.client",
+    "GroupDescription": "spark_mq.client",
+    "GroupListing": "spark_mq.client",
+    "InvalidPartitionsError": "spark_mq.errors",
+    "InvalidProducerEpochError": "spark_mq.errors",
+    "InvalidRecordError": "spark_mq.errors",
+    "InvalidTopicError": "spark_mq.errors",
+    "InvalidTxnStateError": "spark_mq.errors",
+    "LogAppendInfo": "spark_mq.storage.log",
+    "LogCleaner": "spark_mq.storage.log_cleaner",
+    "LogClosedError": "spark_mq.errors",
+    "LogConfig": "spark_mq.storage.log_config",
+    "LogDirectoryFullError": "spark_mq.errors",
+    "LogDirectoryLockedError": "spark_mq.errors",
+    "LogDirectoryNotFoundError": "spark_mq.errors",
+    "LogManager": "spark_mq.storage.log_manager",
+    "MemberDescription": "spark_mq.client",
+    "NoOffsetForPartitionError": "spark_mq.client",
+    "OffsetAndMetadata": "spark_mq.client",
+    "OffsetAndTimestamp": "spark_mq.client",
+    "OffsetOutOfRangeError": "spark_mq.errors",
+    "OutOfOrderSequenceError": "spark_mq.errors",
+    "OwnerInstanceConflictError": "spark_mq.errors",
+    "PartitionDescription": "spark_mq.client",
+    "PartitionLag": "spark_mq.client",
+    "PartitionLog": "spark_mq.storage.log",
+    "PreparedTransaction": "spark_mq.client",
+    "Producer": "spark_mq.client",
+    "ProducerConfig": "spark_mq.client",
+    "ProducerFencedError": "spark_mq.errors",
+    "ProducerRecord": "spark_mq.client",
+    "ProducerStateError": "spark_mq.errors",
+    "ProtocolError": "spark_mq.errors",
+    "RECORD_SCHEMA": "spark_mq.storage.record_batch",
+    "RecordMetadata": "spark_mq.client",
+    "RecordTooLargeError": "spark_mq.errors",
+    "SparkMQError": "spark_mq.errors",
+    "StorageError": "spark_mq.errors",
+    "TimestampType": "spark_mq.storage.record_batch",
+    "TopicDescription": "spark_mq.client",
+    "TopicExistsError": "spark_mq.errors",
+    "TopicPartition": "spark_mq.client",
+    "TransactionAbortableError": "spark_mq.errors",
+    "TransactionCoordinatorFencedError": "spark_mq.errors",
+    "TransactionDescription": "spark_mq.client",
+    "TransactionListing": "spark_mq.client",
+    "TransactionalIdNotFoundError": "spark_mq.errors",
+    "UnknownTopicOrPartitionError": "spark_mq.errors",
+    "UsageError": "spark_mq.errors",
+    "decode_records": "spark_mq.storage.batch_decoder",
+    "encode_batch": "spark_mq.storage.record_batch",
+    "encode_control_batch": "spark_mq.storage.record_batch",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'spark_mq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later uses find it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
 
 
 def register(spark: object) -> None:

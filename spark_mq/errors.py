@@ -2,57 +2,98 @@
 
 Every error raised on purpose by spark_mq derives from :class:`SparkMQError`. Errors carry
 their context as attributes (topic, partition, offset, path, ...) and their message says what
-went wrong and what to do about it. ``retriable`` tells a caller whether trying the same
-operation again may succeed::
+went wrong and what to do about it.
+
+The tree is grouped by what a caller does about an error, as Kafka's (``RetriableException``)
+and aiokafka's (``retriable``) are: retry it (:class:`RetriableError`; ``retriable`` is True on
+exactly these), close the producer (:class:`ProducerFatalError`), or fix the call or the
+configuration (:class:`UsageError`, :class:`ConfigError`). Everything else is refused and
+reported: retrying the same operation gives the same answer. ``[storage]`` and ``[protocol]``
+mark the second family of a class, the layer that raises it, :class:`StorageError` (the local
+log directory) or :class:`ProtocolError` (the wire and a broker's answers); both stay
+catchable, and an error a broker reports arrives as the same class as the local log raises,
+so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's numbering;
+-1 when the concept has no code), ``*`` marks a code a client raises as another class::
 
     SparkMQError
-    ├── ConfigError                      a bad option: names the key, the value and what is accepted
-    │   └── SinkSchemaError              a DataFrame column the Spark sink does not accept
-    ├── UsageError                       the API was called in a way it does not support
-    │   └── InvalidTopicError            a topic name Kafka would refuse
-    ├── StorageError                     the local log directory
-    │   ├── CorruptRecordError           a record batch failed a size, magic, CRC or body check
-    │   ├── CorruptIndexError            an index file failed its sanity check (it gets rebuilt)
-    │   ├── CorruptCheckpointError       a checkpoint or topic metadata file failed validation
-    │   ├── OffsetOutOfRangeError        an offset below the log start or above the log end
-    │   ├── DataLossError                records a reader needed are gone (deleted, topic recreated)
-    │   ├── RecordTooLargeError          a batch over max.message.bytes
-    │   ├── InvalidRecordError           a well-formed batch that breaks a rule (offsets, epochs)
-    │   ├── LogDirectoryLockedError      another process owns the log directory
-    │   ├── LogDirectoryNotFoundError    a reading client's path holds no log (or is a file)
-    │   ├── UnknownTopicOrPartitionError a topic or partition that does not exist
-    │   ├── TopicExistsError             create of a topic that already exists
-    │   ├── InvalidPartitionsError       a partition count that is not allowed (e.g. a decrease)
-    │   ├── LogDirectoryFullError        the disk is full: nothing past the failed write is kept
-    │   ├── PartitionOfflineError        a partition the broker could not open at startup (56)
-    │   ├── LogClosedError               use of a log after close()
-    │   └── ProducerStateError           an idempotent or transactional write breaks a rule
-    │       ├── OutOfOrderSequenceError        a sequence gap or reordering
-    │       ├── InvalidProducerEpochError      a producer epoch older than the known one
-    │       ├── TransactionCoordinatorFencedError  a marker from an older coordinator epoch
-    │       └── InvalidTxnStateError           a non-transactional write inside a transaction
-    └── ProtocolError                    the wire protocol and errors reported by a broker
-        ├── UnknownServerError                 the broker failed unclassified (-1)
-        ├── CorruptFrameError                  bytes that are not a valid frame (42)
-        ├── InvalidRequestError                a request field that breaks a rule (42)
-        ├── UnsupportedVersionError            an API key or version not implemented (35)
-        ├── NetworkError  (retriable)          the connection failed mid-request (13)
-        │   └── BrokerNotAvailableError        no broker reachable or startable (8)
-        ├── RequestTimedOutError (retriable)   (7)
-        ├── LeaderNotAvailableError, NotLeaderOrFollowerError,
-        │   FencedLeaderEpochError, UnknownLeaderEpochError (retriable; 5, 6, 74, 75)
-        ├── InvalidRequiredAcksError, InvalidReplicationFactorError (21, 38)
-        ├── NotEnoughReplicasError, NotEnoughReplicasAfterAppendError (retriable; 19, 20)
-        ├── KafkaStorageError (retriable)      the broker's disk failed (56)
-        ├── DuplicateSequenceError, UnknownProducerIdError, ProducerFencedError,
-        │   InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
-        │   ConcurrentTransactionsError        producers and transactions (46, 59, 90, 49, 50, 51)
-        ├── OwnerInstanceConflictError         a two-phase owner bound to another instance (1000)
-        ├── ClusterAuthorizationError          an inter-broker API sent by a client (31)
-        └── Coordinator and group errors       (12, 14, 15, 16, 22-27, 68, 69, 79, 81, 82, 88)
+    ├── RetriableError                           try again after a backoff
+    │   ├── UnknownTopicOrPartitionError         [storage] (3) metadata may be stale
+    │   ├── LogDirectoryFullError                [storage] (56*) disk full; nothing torn kept
+    │   ├── NetworkError                         [protocol] (13) the connection failed
+    │   │   └── BrokerNotAvailableError          (8) no broker reachable or startable
+    │   ├── RequestTimedOutError                 [protocol] (7)
+    │   │   ├── DeliveryTimeoutError             not acknowledged within delivery.timeout.ms
+    │   │   └── BufferExhaustedError             send() waited max.block.ms for buffer.memory
+    │   ├── LeaderNotAvailableError              [protocol] (5)
+    │   ├── NotLeaderOrFollowerError             [protocol] (6)
+    │   ├── FencedLeaderEpochError               [protocol] (74)
+    │   ├── UnknownLeaderEpochError              [protocol] (75)
+    │   ├── NotEnoughReplicasError               [protocol] (19)
+    │   ├── NotEnoughReplicasAfterAppendError    [protocol] (20)
+    │   ├── KafkaStorageError                    [protocol] (56) the broker's disk failed
+    │   ├── ConcurrentTransactionsError          [protocol] (51) the last one is completing
+    │   ├── CoordinatorLoadInProgressError       [protocol] (14)
+    │   ├── CoordinatorNotAvailableError         [protocol] (15)
+    │   ├── NotCoordinatorError                  [protocol] (16)
+    │   └── UnstableOffsetCommitError            [protocol] (88) a transaction is pending
+    ├── ProducerFatalError                       close the producer: a newer one took over
+    │   ├── ProducerFencedError                  [protocol] (90)
+    │   ├── InvalidProducerEpochError            [storage] ProducerStateError (47)
+    │   └── TransactionCoordinatorFencedError    [storage] ProducerStateError (52)
+    ├── UsageError                               fix the call
+    │   └── InvalidTopicError                    (17) a topic name Kafka would refuse
+    ├── ConfigError                              (40) fix the option it names
+    │   └── SinkSchemaError                      a DataFrame column the Spark sink refuses
+    ├── StorageError                             refused by the local log directory
+    │   ├── CorruptRecordError                   (2) a batch failed a size, magic or CRC check
+    │   ├── CorruptIndexError                    an index failed its check (it gets rebuilt)
+    │   ├── CorruptCheckpointError               a checkpoint or metadata file is invalid
+    │   ├── OffsetOutOfRangeError                (1) outside [log start, log end]
+    │   │   └── NoOffsetForPartitionError        no position and auto.offset.reset=none
+    │   ├── DataLossError                        records a reader needed are gone
+    │   ├── RecordTooLargeError                  (10) a batch over max.message.bytes
+    │   ├── InvalidRecordError                   (87) a batch that breaks a rule of the log
+    │   ├── LogDirectoryLockedError              another process owns the log directory
+    │   ├── LogDirectoryNotFoundError            a reading client's path holds no log
+    │   ├── TopicExistsError                     (36)
+    │   ├── InvalidPartitionsError               (37) e.g. a decrease
+    │   ├── PartitionOfflineError                (56*) could not be opened at startup
+    │   ├── LogClosedError                       use of a log after close()
+    │   └── ProducerStateError                   an idempotent or transactional write rule
+    │       ├── OutOfOrderSequenceError          (45) a sequence gap or reordering
+    │       └── InvalidTxnStateError             (48) a write that does not fit the state
+    └── ProtocolError                            refused by the wire protocol or a broker
+        ├── UnknownServerError                   (-1) the broker failed; see its log
+        ├── CorruptFrameError                    (42*) bytes that are not a valid frame
+        ├── InvalidRequestError                  (42) a request field that breaks a rule
+        ├── UnsupportedVersionError              (35)
+        ├── InvalidRequiredAcksError             (21)
+        ├── InvalidReplicationFactorError        (38)
+        ├── ClusterAuthorizationError            (31) an inter-broker API sent by a client
+        ├── DuplicateSequenceError               (46)
+        ├── UnknownProducerIdError               (59)
+        ├── InvalidProducerIdMappingError        (49)
+        ├── InvalidTransactionTimeoutError       (50)
+        ├── TransactionalIdNotFoundError         (105)
+        ├── TransactionAbortableError            (120) abort the transaction, start another
+        ├── OwnerInstanceConflictError           (1000) a two-phase owner of another instance
+        ├── OffsetMetadataTooLargeError          (12)
+        ├── IllegalGenerationError               (22)
+        ├── InconsistentGroupProtocolError       (23)
+        ├── InvalidGroupIdError                  (24)
+        ├── UnknownMemberIdError                 (25)
+        ├── InvalidSessionTimeoutError           (26)
+        ├── RebalanceInProgressError             (27)
+        ├── NonEmptyGroupError                   (68)
+        ├── GroupIdNotFoundError                 (69)
+        ├── MemberIdRequiredError                (79)
+        ├── GroupMaxSizeReachedError             (81)
+        ├── FencedInstanceIdError                (82)
+        └── CommitFailedError                    the group refused a commit: poll() rejoins
 
-Every class has ``error_code``, Kafka's numeric code for the same concept (-1 when there is
-none); storage errors that a broker reports keep their class on the client side.
+``tests/test_errors.py`` checks that this tree lists every class, under its first base, with
+its layer and code. ``spark_mq.protocol.error_codes`` builds the table of codes from the
+classes; storage errors that a broker reports keep their class on the client side.
 
 Lower-layer errors (``OSError``, codec errors) are mapped to the most specific of these with
 ``raise ... from exc`` so the original cause stays attached.
@@ -70,6 +111,10 @@ class SparkMQError(Exception):
     #: Kafka's error code for the concept, carried in broker responses; -1 is
     #: UNKNOWN_SERVER_ERROR, used for errors that have no wire equivalent.
     error_code: ClassVar[int] = -1
+    #: True on a class whose ``error_code`` belongs to another class: a broker sends the
+    #: code for it, and a client raises the other class (``protocol.error_codes`` builds its
+    #: table from the classes that set ``error_code`` themselves and do not share it).
+    shares_code: ClassVar[bool] = False
 
     def __reduce__(self) -> tuple[object, ...]:
         # Errors travel between processes (Spark executors to the driver, brokers to the
@@ -85,6 +130,25 @@ def _rebuild_error(
     Exception.__init__(exc, *args)
     exc.__dict__.update(state)
     return exc
+
+
+# ---------------------------------------------------------------------------------------------
+# The families by what a caller does
+
+
+class RetriableError(SparkMQError):
+    """Trying the same operation again may succeed: after a backoff, and after refreshing
+    metadata when the error is about who leads or coordinates what. Clients retry these
+    within their timeouts (``retries``, ``delivery.timeout.ms``, ``default.api.timeout.ms``)
+    and raise them only when the time is up."""
+
+    retriable: ClassVar[bool] = True
+
+
+class ProducerFatalError(SparkMQError):
+    """The producer can do nothing more: a newer instance with the same transactional id,
+    or a newer coordinator, took over. Close it; its open transaction is aborted. Retrying
+    or aborting cannot help, unlike a :class:`TransactionAbortableError`."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,12 +335,10 @@ class LogDirectoryNotFoundError(StorageError):
         self.path = path
 
 
-class UnknownTopicOrPartitionError(StorageError):
+class UnknownTopicOrPartitionError(RetriableError, StorageError):
     """A topic or partition that does not exist in this log directory."""
 
     error_code: ClassVar[int] = 3
-
-    retriable = True  # Kafka treats it as retriable: metadata may simply be stale.
 
     def __init__(self, message: str, *, topic: str, partition: int | None = None) -> None:
         super().__init__(message)
@@ -306,7 +368,7 @@ class InvalidPartitionsError(StorageError):
         self.requested = requested
 
 
-class LogDirectoryFullError(StorageError):
+class LogDirectoryFullError(RetriableError, StorageError):
     """A write failed because the disk is full (ENOSPC or EDQUOT).
 
     The log is rolled back to the last complete batch before this error is raised, so no torn
@@ -314,8 +376,7 @@ class LogDirectoryFullError(StorageError):
     """
 
     error_code: ClassVar[int] = 56
-
-    retriable = True
+    shares_code = True
 
     def __init__(self, message: str, *, path: str) -> None:
         super().__init__(message)
@@ -331,6 +392,7 @@ class PartitionOfflineError(StorageError):
     """
 
     error_code: ClassVar[int] = 56
+    shares_code = True
 
     def __init__(self, message: str, *, topic: str, partition: int, reason: str) -> None:
         super().__init__(message)
@@ -362,14 +424,14 @@ class OutOfOrderSequenceError(ProducerStateError):
     error_code: ClassVar[int] = 45
 
 
-class InvalidProducerEpochError(ProducerStateError):
+class InvalidProducerEpochError(ProducerFatalError, ProducerStateError):
     """A batch or marker from an epoch older than the partition knows: a newer incarnation of
     the producer exists (Kafka's INVALID_PRODUCER_EPOCH / producer fenced)."""
 
     error_code: ClassVar[int] = 47
 
 
-class TransactionCoordinatorFencedError(ProducerStateError):
+class TransactionCoordinatorFencedError(ProducerFatalError, ProducerStateError):
     """A transaction marker written with an older coordinator epoch than one already seen."""
 
     error_code: ClassVar[int] = 52
@@ -395,8 +457,6 @@ class ProtocolError(SparkMQError):
     maps every code to its class.
     """
 
-    error_code: ClassVar[int] = -1
-
 
 class UnknownServerError(ProtocolError):
     """The broker failed in a way it could not classify (code -1); its log has the details."""
@@ -407,6 +467,7 @@ class CorruptFrameError(ProtocolError):
     undecodable body, or records whose sizes do not add up. The connection is closed."""
 
     error_code = 42  # INVALID_REQUEST
+    shares_code = True
 
 
 class InvalidRequestError(ProtocolError):
@@ -421,10 +482,9 @@ class UnsupportedVersionError(ProtocolError):
     error_code = 35
 
 
-class NetworkError(ProtocolError):
+class NetworkError(RetriableError, ProtocolError):
     """The connection to a broker failed or closed mid-request; the broker may be restarting."""
 
-    retriable = True
     error_code = 13
 
 
@@ -434,24 +494,21 @@ class BrokerNotAvailableError(NetworkError):
     error_code = 8
 
 
-class RequestTimedOutError(ProtocolError):
+class RequestTimedOutError(RetriableError, ProtocolError):
     """A request did not complete within its timeout."""
 
-    retriable = True
     error_code = 7
 
 
-class LeaderNotAvailableError(ProtocolError):
+class LeaderNotAvailableError(RetriableError, ProtocolError):
     """The partition has no leader right now (an election is in progress)."""
 
-    retriable = True
     error_code = 5
 
 
-class NotLeaderOrFollowerError(ProtocolError):
+class NotLeaderOrFollowerError(RetriableError, ProtocolError):
     """The broker asked is not the partition's leader: refresh metadata and retry."""
 
-    retriable = True
     error_code = 6
 
 
@@ -467,25 +524,22 @@ class InvalidReplicationFactorError(ProtocolError):
     error_code = 38
 
 
-class NotEnoughReplicasError(ProtocolError):
+class NotEnoughReplicasError(RetriableError, ProtocolError):
     """Fewer in-sync replicas than ``min.insync.replicas``: the write was refused."""
 
-    retriable = True
     error_code = 19
 
 
-class NotEnoughReplicasAfterAppendError(ProtocolError):
+class NotEnoughReplicasAfterAppendError(RetriableError, ProtocolError):
     """The write was appended by the leader but the in-sync set shrank before it was
     replicated: it may or may not be kept."""
 
-    retriable = True
     error_code = 20
 
 
-class KafkaStorageError(ProtocolError):
+class KafkaStorageError(RetriableError, ProtocolError):
     """The broker could not read or write its log directory (I/O error)."""
 
-    retriable = True
     error_code = 56
 
 
@@ -501,7 +555,7 @@ class UnknownProducerIdError(ProtocolError):
     error_code = 59
 
 
-class ProducerFencedError(ProtocolError):
+class ProducerFencedError(ProducerFatalError, ProtocolError):
     """A newer producer with the same transactional id exists: this one must close."""
 
     error_code = 90
@@ -519,10 +573,9 @@ class InvalidTransactionTimeoutError(ProtocolError):
     error_code = 50
 
 
-class ConcurrentTransactionsError(ProtocolError):
+class ConcurrentTransactionsError(RetriableError, ProtocolError):
     """The previous transaction of this transactional id is still completing: retry."""
 
-    retriable = True
     error_code = 51
 
 
@@ -559,24 +612,21 @@ class TransactionAbortableError(ProtocolError):
     error_code = 120
 
 
-class CoordinatorNotAvailableError(ProtocolError):
+class CoordinatorNotAvailableError(RetriableError, ProtocolError):
     """The group or transaction coordinator is not available yet."""
 
-    retriable = True
     error_code = 15
 
 
-class NotCoordinatorError(ProtocolError):
+class NotCoordinatorError(RetriableError, ProtocolError):
     """The broker asked is not the coordinator for the group or transactional id."""
 
-    retriable = True
     error_code = 16
 
 
-class CoordinatorLoadInProgressError(ProtocolError):
+class CoordinatorLoadInProgressError(RetriableError, ProtocolError):
     """The coordinator is still loading its state: retry shortly."""
 
-    retriable = True
     error_code = 14
 
 
@@ -642,11 +692,10 @@ class OffsetMetadataTooLargeError(ProtocolError):
     error_code = 12
 
 
-class UnstableOffsetCommitError(ProtocolError):
+class UnstableOffsetCommitError(RetriableError, ProtocolError):
     """A transactional offset commit for the partition is still pending: retry once the
     transaction completes (Kafka's KIP-447)."""
 
-    retriable = True
     error_code = 88
 
 
@@ -662,15 +711,76 @@ class NonEmptyGroupError(ProtocolError):
     error_code = 68
 
 
-class FencedLeaderEpochError(ProtocolError):
+class FencedLeaderEpochError(RetriableError, ProtocolError):
     """The leader epoch in the request is older than the broker's: refresh metadata."""
 
-    retriable = True
     error_code = 74
 
 
-class UnknownLeaderEpochError(ProtocolError):
+class UnknownLeaderEpochError(RetriableError, ProtocolError):
     """The leader epoch in the request is newer than the broker's: retry."""
 
-    retriable = True
     error_code = 75
+
+
+# ---------------------------------------------------------------------------------------------
+# Raised by the clients only (they were spark_mq.client.errors, which re-exports them)
+
+
+class NoOffsetForPartitionError(OffsetOutOfRangeError):
+    """A consumer has no position for a partition and ``auto.offset.reset`` is ``none``:
+    call ``seek``, ``seek_to_beginning`` or ``seek_to_end`` first."""
+
+    def __init__(self, message: str, *, topic: str, partition: int) -> None:
+        super().__init__(
+            message,
+            topic=topic,
+            partition=partition,
+            offset=-1,
+            log_start_offset=-1,
+            log_end_offset=-1,
+        )
+
+
+class DeliveryTimeoutError(RequestTimedOutError):
+    """Records that were not acknowledged within ``delivery.timeout.ms`` of ``send()``;
+    ``topic``/``partition`` name where they were going and ``record_count`` how many."""
+
+    def __init__(self, message: str, *, topic: str, partition: int, record_count: int) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.record_count = record_count
+
+
+class BufferExhaustedError(RequestTimedOutError):
+    """``send()`` waited ``max.block.ms`` for room in ``buffer.memory``: the producer makes
+    records faster than the broker takes them. Slow down, or raise either setting."""
+
+    def __init__(self, message: str, *, buffer_memory: int, max_block_ms: int) -> None:
+        super().__init__(message)
+        self.buffer_memory = buffer_memory
+        self.max_block_ms = max_block_ms
+
+
+class CommitFailedError(ProtocolError):
+    """The group coordinator refused an offset commit because the committing member is no
+    longer part of the generation that owns the partitions: it was removed (a session or
+    poll timeout), or the group rebalanced and the partitions may now belong to another
+    member. Nothing was committed. The records since the last successful commit will be
+    delivered again, to this member or another; call ``poll()`` to rejoin.
+
+    ``group_id``, ``generation_id`` and ``member_id`` are what the commit was sent with
+    (``generation_id`` -1 when the member had already lost its generation); ``reason`` is
+    the broker's error name (``ILLEGAL_GENERATION``, ``UNKNOWN_MEMBER_ID``,
+    ``REBALANCE_IN_PROGRESS``, ``FENCED_INSTANCE_ID``) or ``NOT_IN_GROUP``.
+    """
+
+    def __init__(
+        self, message: str, *, group_id: str, generation_id: int, member_id: str, reason: str
+    ) -> None:
+        super().__init__(message)
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.reason = reason

@@ -1,6 +1,10 @@
 """The public API is pinned: adding or removing a name must be a deliberate change here."""
 
+import ast
 import doctest
+import subprocess
+import sys
+from pathlib import Path
 
 import spark_mq
 import spark_mq.client.admin
@@ -143,3 +147,34 @@ def test_docstring_examples_run() -> None:
     ):
         result = doctest.testmod(module)
         assert result.failed == 0, module.__name__
+
+
+def test_lazy_names_come_from_the_imports_type_checkers_read() -> None:
+    """``spark_mq._HOMES`` (where ``__getattr__`` finds each name) agrees with the imports
+    under ``TYPE_CHECKING`` and with ``__all__``."""
+    tree = ast.parse(Path(spark_mq.__file__).read_text(encoding="utf-8"))
+    guarded = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    )
+    imported = {
+        alias.name: node.module
+        for node in guarded.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported == spark_mq._HOMES
+    assert set(spark_mq._HOMES) | {"__version__", "register"} == set(spark_mq.__all__)
+
+
+def test_importing_the_broker_loads_no_client_module() -> None:
+    """The broker runs the package's ``__init__`` first; it must not pull in the clients."""
+    code = (
+        "import sys, spark_mq.broker.main, spark_mq.broker.core\n"
+        "print(sorted(m for m in sys.modules if m.startswith('spark_mq.client')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120
+    ).stdout
+    assert out.strip() == "[]"

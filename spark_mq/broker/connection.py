@@ -10,7 +10,8 @@ only. What the broker does with bad input:
 - a body that does not decode, or records sections whose sizes do not add up: a response
   with ``frame_error`` INVALID_REQUEST (the frame boundary is intact, so the connection
   stays usable);
-- an exception escaping a handler (a bug): logged, ``frame_error`` UNKNOWN_SERVER_ERROR.
+- an exception escaping a handler: answered by :func:`~spark_mq.broker.handlers.errors.answer`
+  with the API's error response (a bug: logged with its traceback, UNKNOWN_SERVER_ERROR).
 
 Reading. :class:`Connection` is an :class:`asyncio.BufferedProtocol` with no receive buffer
 of its own: the loop ``recv_into``\\ s the server's one scratch buffer
@@ -63,6 +64,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, cast
 from spark_mq.broker.connection_quotas import peer_host
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers import HANDLERS
+from spark_mq.broker.handlers.errors import UnanswerableError, answer
 from spark_mq.broker.request_memory import MemoryWaiter
 from spark_mq.errors import CorruptFrameError, StorageError, UnsupportedVersionError
 from spark_mq.protocol.address import BrokerAddress
@@ -499,17 +501,12 @@ class Connection(asyncio.BufferedProtocol):
             )
         ctx = RequestContext(self.core, header, self.listener, self.peer)
         try:
-            response = await handler(ctx, request, frame.records)
+            # Every error a handler raises is answered there, once (handlers.errors).
+            response = await answer(spec, handler, ctx, request, frame.records)
         except CorruptFrameError as exc:
             return self._frame_error(cid, ErrorCode.INVALID_REQUEST, str(exc))
-        except Exception as exc:
-            logger.exception("%s from %s failed", spec.key.name, self.peer)
-            return self._frame_error(
-                cid,
-                ErrorCode.UNKNOWN_SERVER_ERROR,
-                f"{spec.key.name} failed on the broker ({type(exc).__name__}: {exc}); see the "
-                "broker's log",
-            )
+        except UnanswerableError as exc:
+            return self._frame_error(cid, ErrorCode(exc.code), exc.message)
         if response is None:
             return True
         return await self._send(cid, response)

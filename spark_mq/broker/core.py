@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from spark_mq.broker.config import ServerConfig
 from spark_mq.broker.dir_files import BrokerMeta
-from spark_mq.broker.group.service import GroupService
+from spark_mq.broker.group.service import GroupService, wall_clock_ms
 from spark_mq.broker.handlers import HANDLERS
 from spark_mq.broker.producer_ids import ProducerIdManager
 from spark_mq.broker.replica_manager import ReplicaManager
@@ -51,6 +51,7 @@ class BrokerCore:
         meta: BrokerMeta,
         *,
         monotonic_ms: Callable[[], int] = _monotonic_ms,
+        clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.config = config
         self.logs = logs
@@ -75,9 +76,19 @@ class BrokerCore:
         #: The APIs this broker serves, advertised by ApiVersions.
         self.served_apis: frozenset[int] = frozenset(HANDLERS)
         #: The group coordinator (started by the server, driven from the event loop).
-        self.groups = GroupService(self)
+        #: Each service gets what it uses: its config, the partitions, the executor and
+        #: the wall clock (``clock``: start times and expiry survive restarts).
+        self.groups = GroupService(config.groups, self.replicas, self.run_blocking, clock=clock)
         #: The transaction coordinator (started by the server, after the groups).
-        self.transactions = TransactionService(self)
+        self.transactions = TransactionService(
+            config.transactions,
+            self.replicas,
+            self.run_blocking,
+            self.groups,
+            coordinator_epoch=meta.epoch,
+            new_producer_id=self.producer_ids.next_id,
+            clock=clock,
+        )
 
     def touch(self) -> None:
         """Record activity (a request or a connection): idle exit counts from here."""

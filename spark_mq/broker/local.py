@@ -53,7 +53,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
-import spark_mq
 from spark_mq.broker.config import LOCAL_DEFAULTS, ServerConfig
 from spark_mq.broker.dir_files import Endpoint, pid_alive
 from spark_mq.broker.log_dir import START_LOCK_FILE, require_log_dir
@@ -193,7 +192,8 @@ def _start_lock(root: Path, deadline: float) -> Iterator[bool]:
 
 
 def _package_root() -> str:
-    return str(Path(spark_mq.__file__).resolve().parent.parent)
+    # spark_mq/broker/local.py: the directory that holds the spark_mq package.
+    return str(Path(__file__).resolve().parents[2])
 
 
 def _spawn(root: Path, config: Mapping[str, str] | None) -> subprocess.Popen[bytes]:

@@ -192,7 +192,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
     broker = config.broker
     core = BrokerCore(config, logs, meta)
     server = BrokerServer(core, broker.parsed_listeners(), default_unix_path=socket_path_for(root))
-    scheduler = Scheduler(core)
+    scheduler = Scheduler(config.broker, logs, core.executor)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, server.request_stop, signal.Signals(signum).name)

@@ -4,7 +4,10 @@ and again only after it failed.
 The group and transaction coordinators load their topic in the background from start-up and
 create it on the first request that needs it. Every request waits for the same run of the
 step; when it fails, the error is logged where it happens, each waiting request answers
-COORDINATOR_NOT_AVAILABLE (retriable), and the next request starts the step again.
+COORDINATOR_NOT_AVAILABLE (retriable), and the next request starts the step again. Only the
+world's failures (a typed spark_mq error, an OSError) become that retriable error: a bug is
+raised as it is, so the request that met it is answered UNKNOWN_SERVER_ERROR, which a client
+does not retry forever (the next request still runs the step again).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-from spark_mq.errors import CoordinatorNotAvailableError
+from spark_mq.errors import CoordinatorNotAvailableError, SparkMQError
 
 T = TypeVar("T")
 
@@ -53,7 +56,7 @@ class RetriedStep(Generic[T]):
             return await asyncio.shield(self.start())
         except (asyncio.CancelledError, CoordinatorNotAvailableError):
             raise
-        except Exception as exc:
+        except (SparkMQError, OSError) as exc:
             raise CoordinatorNotAvailableError(
                 f"the {self._owner} failed {self._what} ({type(exc).__name__}: {exc}); it is "
                 "retried with the next request, see the broker's log"

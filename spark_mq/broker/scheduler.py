@@ -17,8 +17,9 @@ import concurrent.futures
 import logging
 from collections.abc import Callable
 
-from spark_mq.broker.core import BrokerCore
+from spark_mq.broker.config import BrokerConfig
 from spark_mq.errors import LogClosedError
+from spark_mq.storage.log_manager import LogManager
 
 logger = logging.getLogger("spark_mq.broker.scheduler")
 
@@ -30,35 +31,40 @@ INITIAL_DELAY_MS = 30_000
 class Scheduler:
     """Runs the broker's periodic storage jobs until :meth:`stop`."""
 
-    def __init__(self, core: BrokerCore) -> None:
-        self.core = core
+    def __init__(
+        self, config: BrokerConfig, logs: LogManager, executor: concurrent.futures.Executor
+    ) -> None:
+        self.config = config
+        self.logs = logs
+        #: The broker's storage threads, shared with the requests; the cleaner has its own.
+        self.executor = executor
         self._tasks: list[asyncio.Task[None]] = []
         self._cleaner = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mq-cleaner")
         self._running: set[asyncio.Future[object]] = set()
         self.runs: dict[str, int] = {}
 
     def start(self) -> None:
-        broker = self.core.config.broker
-        logs = self.core.logs
+        broker = self.config
+        logs = self.logs
         jobs: list[tuple[str, int, Callable[[], object], concurrent.futures.Executor]] = [
             (
                 "retention",
                 broker.log_retention_check_interval_ms,
                 logs.apply_retention,
-                self.core.executor,
+                self.executor,
             ),
             (
                 "checkpoint",
                 broker.log_flush_offset_checkpoint_interval_ms,
                 logs.checkpoint,
-                self.core.executor,
+                self.executor,
             ),
-            ("flush", broker.log_flush_scheduler_interval_ms, self._flush_due, self.core.executor),
+            ("flush", broker.log_flush_scheduler_interval_ms, self._flush_due, self.executor),
             (
                 "producer-expiry",
                 broker.producer_id_expiration_check_interval_ms,
                 self._expire_producers,
-                self.core.executor,
+                self.executor,
             ),
         ]
         if broker.log_cleaner_enable:
@@ -69,11 +75,11 @@ class Scheduler:
             )
 
     def _flush_due(self) -> None:
-        for log in self.core.logs.logs():
+        for log in self.logs.logs():
             log.flush_if_due()
 
     def _expire_producers(self) -> int:
-        return sum(log.remove_expired_producers() for log in self.core.logs.logs())
+        return sum(log.remove_expired_producers() for log in self.logs.logs())
 
     async def _every(
         self,

@@ -142,3 +142,53 @@ class AlterConfigsResult(msgspec.Struct, array_like=True):
 class AlterConfigsResponse(msgspec.Struct, array_like=True):
     results: list[AlterConfigsResult]
     throttle_time_ms: int = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The answers to requests that failed as a whole: every topic or resource with the code.
+
+
+def create_topics_error(
+    request: CreateTopicsRequest, code: int, message: str
+) -> CreateTopicsResponse:
+    return CreateTopicsResponse(
+        [CreatableTopicResult(t.name, code, message) for t in request.topics]
+    )
+
+
+def delete_topics_error(
+    request: DeleteTopicsRequest, code: int, message: str
+) -> DeleteTopicsResponse:
+    return DeleteTopicsResponse(
+        [DeletableTopicResult(name, code, message) for name in request.topic_names]
+    )
+
+
+def create_partitions_error(
+    request: CreatePartitionsRequest, code: int, message: str
+) -> CreatePartitionsResponse:
+    return CreatePartitionsResponse(
+        [CreatePartitionsTopicResult(t.name, code, message) for t in request.topics]
+    )
+
+
+def describe_configs_error(
+    request: DescribeConfigsRequest, code: int, message: str
+) -> DescribeConfigsResponse:
+    return DescribeConfigsResponse(
+        [
+            DescribeConfigsResult(code, r.resource_type, r.resource_name, [], message)
+            for r in request.resources
+        ]
+    )
+
+
+def alter_configs_error(
+    request: AlterConfigsRequest, code: int, message: str
+) -> AlterConfigsResponse:
+    return AlterConfigsResponse(
+        [
+            AlterConfigsResult(code, r.resource_type, r.resource_name, message)
+            for r in request.resources
+        ]
+    )

@@ -13,6 +13,7 @@ and the functions that turn messages into frames and back.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
@@ -111,6 +112,11 @@ class ApiSpec(Generic[Req, Resp]):
     key: ApiKey
     request_type: type[Req]
     response_type: type[Resp]
+    #: The answer to a request of this API that failed as a whole, with an error code and
+    #: message for every part of it that has one (the broker's dispatcher sends it when a
+    #: handler raises); None when the response cannot carry the error (a Metadata request
+    #: for all topics), which the broker then sends as a frame error.
+    error_response: Callable[[Req, int, str], Resp | None]
     min_version: int = 0
     max_version: int = 0
 
@@ -134,90 +140,178 @@ class ApiSpec(Generic[Req, Resp]):
 APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
     spec.key: spec
     for spec in (
-        ApiSpec(ApiKey.PRODUCE, produce.ProduceRequest, produce.ProduceResponse),
-        ApiSpec(ApiKey.FETCH, fetch.FetchRequest, fetch.FetchResponse),
-        ApiSpec(ApiKey.LIST_OFFSETS, offsets.ListOffsetsRequest, offsets.ListOffsetsResponse),
-        ApiSpec(ApiKey.METADATA, metadata.MetadataRequest, metadata.MetadataResponse),
+        ApiSpec(
+            ApiKey.PRODUCE, produce.ProduceRequest, produce.ProduceResponse, produce.produce_error
+        ),
+        ApiSpec(ApiKey.FETCH, fetch.FetchRequest, fetch.FetchResponse, fetch.fetch_error),
+        ApiSpec(
+            ApiKey.LIST_OFFSETS,
+            offsets.ListOffsetsRequest,
+            offsets.ListOffsetsResponse,
+            offsets.list_offsets_error,
+        ),
+        ApiSpec(
+            ApiKey.METADATA,
+            metadata.MetadataRequest,
+            metadata.MetadataResponse,
+            metadata.metadata_error,
+        ),
         ApiSpec(
             ApiKey.API_VERSIONS,
             api_versions.ApiVersionsRequest,
             api_versions.ApiVersionsResponse,
+            api_versions.api_versions_error,
         ),
-        ApiSpec(ApiKey.CREATE_TOPICS, admin.CreateTopicsRequest, admin.CreateTopicsResponse),
-        ApiSpec(ApiKey.DELETE_TOPICS, admin.DeleteTopicsRequest, admin.DeleteTopicsResponse),
-        ApiSpec(ApiKey.DELETE_RECORDS, offsets.DeleteRecordsRequest, offsets.DeleteRecordsResponse),
+        ApiSpec(
+            ApiKey.CREATE_TOPICS,
+            admin.CreateTopicsRequest,
+            admin.CreateTopicsResponse,
+            admin.create_topics_error,
+        ),
+        ApiSpec(
+            ApiKey.DELETE_TOPICS,
+            admin.DeleteTopicsRequest,
+            admin.DeleteTopicsResponse,
+            admin.delete_topics_error,
+        ),
+        ApiSpec(
+            ApiKey.DELETE_RECORDS,
+            offsets.DeleteRecordsRequest,
+            offsets.DeleteRecordsResponse,
+            offsets.delete_records_error,
+        ),
         ApiSpec(
             ApiKey.INIT_PRODUCER_ID,
             producer_id.InitProducerIdRequest,
             producer_id.InitProducerIdResponse,
+            producer_id.init_producer_id_error,
         ),
         ApiSpec(
             ApiKey.DESCRIBE_CONFIGS,
             admin.DescribeConfigsRequest,
             admin.DescribeConfigsResponse,
+            admin.describe_configs_error,
         ),
-        ApiSpec(ApiKey.ALTER_CONFIGS, admin.AlterConfigsRequest, admin.AlterConfigsResponse),
+        ApiSpec(
+            ApiKey.ALTER_CONFIGS,
+            admin.AlterConfigsRequest,
+            admin.AlterConfigsResponse,
+            admin.alter_configs_error,
+        ),
         ApiSpec(
             ApiKey.CREATE_PARTITIONS,
             admin.CreatePartitionsRequest,
             admin.CreatePartitionsResponse,
+            admin.create_partitions_error,
         ),
         ApiSpec(
             ApiKey.OFFSET_COMMIT,
             group_offsets.OffsetCommitRequest,
             group_offsets.OffsetCommitResponse,
+            group_offsets.offset_commit_error,
         ),
         ApiSpec(
-            ApiKey.OFFSET_FETCH, group_offsets.OffsetFetchRequest, group_offsets.OffsetFetchResponse
+            ApiKey.OFFSET_FETCH,
+            group_offsets.OffsetFetchRequest,
+            group_offsets.OffsetFetchResponse,
+            group_offsets.offset_fetch_error,
         ),
         ApiSpec(
-            ApiKey.FIND_COORDINATOR, groups.FindCoordinatorRequest, groups.FindCoordinatorResponse
+            ApiKey.FIND_COORDINATOR,
+            groups.FindCoordinatorRequest,
+            groups.FindCoordinatorResponse,
+            groups.find_coordinator_error,
         ),
-        ApiSpec(ApiKey.JOIN_GROUP, groups.JoinGroupRequest, groups.JoinGroupResponse),
-        ApiSpec(ApiKey.HEARTBEAT, groups.HeartbeatRequest, groups.HeartbeatResponse),
-        ApiSpec(ApiKey.LEAVE_GROUP, groups.LeaveGroupRequest, groups.LeaveGroupResponse),
-        ApiSpec(ApiKey.SYNC_GROUP, groups.SyncGroupRequest, groups.SyncGroupResponse),
         ApiSpec(
-            ApiKey.DESCRIBE_GROUPS, groups.DescribeGroupsRequest, groups.DescribeGroupsResponse
+            ApiKey.JOIN_GROUP,
+            groups.JoinGroupRequest,
+            groups.JoinGroupResponse,
+            groups.join_group_error,
         ),
-        ApiSpec(ApiKey.LIST_GROUPS, groups.ListGroupsRequest, groups.ListGroupsResponse),
-        ApiSpec(ApiKey.DELETE_GROUPS, groups.DeleteGroupsRequest, groups.DeleteGroupsResponse),
+        ApiSpec(
+            ApiKey.HEARTBEAT,
+            groups.HeartbeatRequest,
+            groups.HeartbeatResponse,
+            groups.heartbeat_error,
+        ),
+        ApiSpec(
+            ApiKey.LEAVE_GROUP,
+            groups.LeaveGroupRequest,
+            groups.LeaveGroupResponse,
+            groups.leave_group_error,
+        ),
+        ApiSpec(
+            ApiKey.SYNC_GROUP,
+            groups.SyncGroupRequest,
+            groups.SyncGroupResponse,
+            groups.sync_group_error,
+        ),
+        ApiSpec(
+            ApiKey.DESCRIBE_GROUPS,
+            groups.DescribeGroupsRequest,
+            groups.DescribeGroupsResponse,
+            groups.describe_groups_error,
+        ),
+        ApiSpec(
+            ApiKey.LIST_GROUPS,
+            groups.ListGroupsRequest,
+            groups.ListGroupsResponse,
+            groups.list_groups_error,
+        ),
+        ApiSpec(
+            ApiKey.DELETE_GROUPS,
+            groups.DeleteGroupsRequest,
+            groups.DeleteGroupsResponse,
+            groups.delete_groups_error,
+        ),
         ApiSpec(
             ApiKey.ADD_PARTITIONS_TO_TXN,
             transactions.AddPartitionsToTxnRequest,
             transactions.AddPartitionsToTxnResponse,
+            transactions.add_partitions_to_txn_error,
         ),
         ApiSpec(
             ApiKey.ADD_OFFSETS_TO_TXN,
             transactions.AddOffsetsToTxnRequest,
             transactions.AddOffsetsToTxnResponse,
+            transactions.add_offsets_to_txn_error,
         ),
-        ApiSpec(ApiKey.END_TXN, transactions.EndTxnRequest, transactions.EndTxnResponse),
+        ApiSpec(
+            ApiKey.END_TXN,
+            transactions.EndTxnRequest,
+            transactions.EndTxnResponse,
+            transactions.end_txn_error,
+        ),
         ApiSpec(
             ApiKey.WRITE_TXN_MARKERS,
             transactions.WriteTxnMarkersRequest,
             transactions.WriteTxnMarkersResponse,
+            transactions.write_txn_markers_error,
         ),
         ApiSpec(
             ApiKey.TXN_OFFSET_COMMIT,
             transactions.TxnOffsetCommitRequest,
             transactions.TxnOffsetCommitResponse,
+            transactions.txn_offset_commit_error,
         ),
         ApiSpec(
             ApiKey.DESCRIBE_TRANSACTIONS,
             transactions.DescribeTransactionsRequest,
             transactions.DescribeTransactionsResponse,
+            transactions.describe_transactions_error,
         ),
         ApiSpec(
             ApiKey.LIST_TRANSACTIONS,
             transactions.ListTransactionsRequest,
             transactions.ListTransactionsResponse,
+            transactions.list_transactions_error,
         ),
         # v1 adds owner_prefix.
         ApiSpec(
             ApiKey.PREPARE_TXN,
             transactions.PrepareTxnRequest,
             transactions.PrepareTxnResponse,
+            transactions.prepare_txn_error,
             max_version=1,
         ),
         # v1 adds instance.
@@ -225,17 +319,20 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             ApiKey.COMPLETE_PREPARED_TXNS,
             transactions.CompletePreparedTxnsRequest,
             transactions.CompletePreparedTxnsResponse,
+            transactions.complete_prepared_txns_error,
             max_version=1,
         ),
         ApiSpec(
             ApiKey.DESCRIBE_TXN_OWNER,
             transactions.OwnerSequenceRequest,
             transactions.OwnerSequenceResponse,
+            transactions.owner_sequence_error,
         ),
         ApiSpec(
             ApiKey.OWNER_HEARTBEAT,
             transactions.OwnerHeartbeatRequest,
             transactions.OwnerHeartbeatResponse,
+            transactions.owner_heartbeat_error,
         ),
     )
 }

@@ -34,3 +34,8 @@ class ApiVersionsResponse(msgspec.Struct, array_like=True):
     cluster_id: str = ""
     software_version: str = ""
     throttle_time_ms: int = 0
+
+
+def api_versions_error(_: ApiVersionsRequest, code: int, _message: str) -> ApiVersionsResponse:
+    """ApiVersions failed: ``code`` and no APIs (the response has no message)."""
+    return ApiVersionsResponse(code, [])

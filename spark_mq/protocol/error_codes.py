@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import inspect
 
-from spark_mq import errors as e
+import spark_mq.errors as e
 
 
 class ErrorCode(enum.IntEnum):
@@ -89,64 +89,30 @@ class ErrorCode(enum.IntEnum):
         return self is not ErrorCode.NONE and _CLASS_BY_CODE[self].retriable
 
 
-#: The class a client raises for each code. Where two classes share a code (42 is both a
-#: corrupt frame and an invalid request), the one listed here is what the client raises.
-_CLASS_BY_CODE: dict[ErrorCode, type[e.SparkMQError]] = {
-    ErrorCode.UNKNOWN_SERVER_ERROR: e.UnknownServerError,
-    ErrorCode.OFFSET_OUT_OF_RANGE: e.OffsetOutOfRangeError,
-    ErrorCode.CORRUPT_MESSAGE: e.CorruptRecordError,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: e.UnknownTopicOrPartitionError,
-    ErrorCode.LEADER_NOT_AVAILABLE: e.LeaderNotAvailableError,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: e.NotLeaderOrFollowerError,
-    ErrorCode.REQUEST_TIMED_OUT: e.RequestTimedOutError,
-    ErrorCode.BROKER_NOT_AVAILABLE: e.BrokerNotAvailableError,
-    ErrorCode.MESSAGE_TOO_LARGE: e.RecordTooLargeError,
-    ErrorCode.OFFSET_METADATA_TOO_LARGE: e.OffsetMetadataTooLargeError,
-    ErrorCode.NETWORK_EXCEPTION: e.NetworkError,
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: e.CoordinatorLoadInProgressError,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE: e.CoordinatorNotAvailableError,
-    ErrorCode.NOT_COORDINATOR: e.NotCoordinatorError,
-    ErrorCode.INVALID_TOPIC_EXCEPTION: e.InvalidTopicError,
-    ErrorCode.NOT_ENOUGH_REPLICAS: e.NotEnoughReplicasError,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: e.NotEnoughReplicasAfterAppendError,
-    ErrorCode.INVALID_REQUIRED_ACKS: e.InvalidRequiredAcksError,
-    ErrorCode.ILLEGAL_GENERATION: e.IllegalGenerationError,
-    ErrorCode.INCONSISTENT_GROUP_PROTOCOL: e.InconsistentGroupProtocolError,
-    ErrorCode.INVALID_GROUP_ID: e.InvalidGroupIdError,
-    ErrorCode.UNKNOWN_MEMBER_ID: e.UnknownMemberIdError,
-    ErrorCode.INVALID_SESSION_TIMEOUT: e.InvalidSessionTimeoutError,
-    ErrorCode.REBALANCE_IN_PROGRESS: e.RebalanceInProgressError,
-    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: e.ClusterAuthorizationError,
-    ErrorCode.UNSUPPORTED_VERSION: e.UnsupportedVersionError,
-    ErrorCode.TOPIC_ALREADY_EXISTS: e.TopicExistsError,
-    ErrorCode.INVALID_PARTITIONS: e.InvalidPartitionsError,
-    ErrorCode.INVALID_REPLICATION_FACTOR: e.InvalidReplicationFactorError,
-    ErrorCode.INVALID_CONFIG: e.ConfigError,
-    ErrorCode.INVALID_REQUEST: e.InvalidRequestError,
-    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER: e.OutOfOrderSequenceError,
-    ErrorCode.DUPLICATE_SEQUENCE_NUMBER: e.DuplicateSequenceError,
-    ErrorCode.INVALID_PRODUCER_EPOCH: e.InvalidProducerEpochError,
-    ErrorCode.INVALID_TXN_STATE: e.InvalidTxnStateError,
-    ErrorCode.INVALID_PRODUCER_ID_MAPPING: e.InvalidProducerIdMappingError,
-    ErrorCode.INVALID_TRANSACTION_TIMEOUT: e.InvalidTransactionTimeoutError,
-    ErrorCode.CONCURRENT_TRANSACTIONS: e.ConcurrentTransactionsError,
-    ErrorCode.TRANSACTION_COORDINATOR_FENCED: e.TransactionCoordinatorFencedError,
-    ErrorCode.KAFKA_STORAGE_ERROR: e.KafkaStorageError,
-    ErrorCode.UNKNOWN_PRODUCER_ID: e.UnknownProducerIdError,
-    ErrorCode.NON_EMPTY_GROUP: e.NonEmptyGroupError,
-    ErrorCode.GROUP_ID_NOT_FOUND: e.GroupIdNotFoundError,
-    ErrorCode.FENCED_LEADER_EPOCH: e.FencedLeaderEpochError,
-    ErrorCode.UNKNOWN_LEADER_EPOCH: e.UnknownLeaderEpochError,
-    ErrorCode.MEMBER_ID_REQUIRED: e.MemberIdRequiredError,
-    ErrorCode.GROUP_MAX_SIZE_REACHED: e.GroupMaxSizeReachedError,
-    ErrorCode.FENCED_INSTANCE_ID: e.FencedInstanceIdError,
-    ErrorCode.INVALID_RECORD: e.InvalidRecordError,
-    ErrorCode.UNSTABLE_OFFSET_COMMIT: e.UnstableOffsetCommitError,
-    ErrorCode.PRODUCER_FENCED: e.ProducerFencedError,
-    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: e.TransactionalIdNotFoundError,
-    ErrorCode.TRANSACTION_ABORTABLE: e.TransactionAbortableError,
-    ErrorCode.OWNER_INSTANCE_CONFLICT: e.OwnerInstanceConflictError,
-}
+def _class_by_code() -> dict[ErrorCode, type[e.SparkMQError]]:
+    """The class a client raises for each code, from the classes of :mod:`spark_mq.errors`:
+    those that set ``error_code`` themselves. A subclass that inherits its parent's code is
+    sent as that code and raised as the parent; a class that shares another's code says so
+    with ``shares_code`` (42 is both a corrupt frame and an invalid request: a client raises
+    InvalidRequestError)."""
+    table: dict[ErrorCode, type[e.SparkMQError]] = {}
+    for cls in vars(e).values():
+        if not (isinstance(cls, type) and issubclass(cls, e.SparkMQError)):
+            continue
+        if "error_code" not in vars(cls) or cls.shares_code:
+            continue
+        code = ErrorCode(cls.error_code)  # every class's code has a name: ValueError if not
+        if code in table:
+            raise TypeError(
+                f"{cls.__name__} and {table[code].__name__} both own error code {code.name}: "
+                "mark one of them shares_code"
+            )
+        table[code] = cls
+    table[ErrorCode.UNKNOWN_SERVER_ERROR] = e.UnknownServerError
+    return table
+
+
+_CLASS_BY_CODE: dict[ErrorCode, type[e.SparkMQError]] = _class_by_code()
 
 
 def exception_class(code: int) -> type[e.SparkMQError]:

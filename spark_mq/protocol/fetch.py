@@ -74,3 +74,21 @@ class FetchResponse(msgspec.Struct, array_like=True):
     error_code: int
     topics: list[FetchTopicResponse]
     throttle_time_ms: int = 0
+
+
+def fetch_error(request: FetchRequest, code: int, message: str) -> FetchResponse:
+    """The answer to a request that failed as a whole: every partition with ``code`` and no
+    records (the request-level ``error_code`` stays 0: clients read the partitions')."""
+    return FetchResponse(
+        0,
+        [
+            FetchTopicResponse(
+                t.name,
+                [
+                    FetchPartitionResponse(p.partition, code, -1, -1, -1, 0, error_message=message)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )

@@ -86,3 +86,23 @@ class OffsetFetchResponse(msgspec.Struct, array_like=True):
     error_code: int
     topics: list[OffsetFetchTopicResponse]
     throttle_time_ms: int = 0
+
+
+def offset_commit_error(
+    request: OffsetCommitRequest, code: int, message: str
+) -> OffsetCommitResponse:
+    """Every partition of an OffsetCommit that failed as a whole, with ``code``."""
+    return OffsetCommitResponse(
+        [
+            OffsetCommitTopicResponse(
+                t.name,
+                [OffsetCommitPartitionResponse(p.partition, code, message) for p in t.partitions],
+            )
+            for t in request.topics
+        ]
+    )
+
+
+def offset_fetch_error(_: OffsetFetchRequest, code: int, _message: str) -> OffsetFetchResponse:
+    """An OffsetFetch that failed as a whole: the group-level ``code``, no partitions."""
+    return OffsetFetchResponse(code, [])

@@ -204,3 +204,50 @@ class DeletableGroupResult(msgspec.Struct, array_like=True):
 class DeleteGroupsResponse(msgspec.Struct, array_like=True):
     results: list[DeletableGroupResult]
     throttle_time_ms: int = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The answers to requests that failed as a whole, with the code (and message where the
+# response has one).
+
+
+def find_coordinator_error(
+    _: FindCoordinatorRequest, code: int, message: str
+) -> FindCoordinatorResponse:
+    return FindCoordinatorResponse(code, error_message=message)
+
+
+def join_group_error(request: JoinGroupRequest, code: int, message: str) -> JoinGroupResponse:
+    return JoinGroupResponse(code, member_id=request.member_id, error_message=message)
+
+
+def sync_group_error(_: SyncGroupRequest, code: int, message: str) -> SyncGroupResponse:
+    return SyncGroupResponse(code, error_message=message)
+
+
+def heartbeat_error(_: HeartbeatRequest, code: int, message: str) -> HeartbeatResponse:
+    return HeartbeatResponse(code, message)
+
+
+def leave_group_error(_: LeaveGroupRequest, code: int, message: str) -> LeaveGroupResponse:
+    return LeaveGroupResponse(code, error_message=message)
+
+
+def describe_groups_error(
+    request: DescribeGroupsRequest, code: int, message: str
+) -> DescribeGroupsResponse:
+    return DescribeGroupsResponse(
+        [DescribedGroup(code, g, "", "", "", [], error_message=message) for g in request.groups]
+    )
+
+
+def list_groups_error(_: ListGroupsRequest, code: int, _message: str) -> ListGroupsResponse:
+    return ListGroupsResponse(code, [])
+
+
+def delete_groups_error(
+    request: DeleteGroupsRequest, code: int, message: str
+) -> DeleteGroupsResponse:
+    return DeleteGroupsResponse(
+        [DeletableGroupResult(g, code, message) for g in request.groups_names]
+    )

@@ -48,3 +48,12 @@ class MetadataResponse(msgspec.Struct, array_like=True):
     controller_id: int
     topics: list[TopicMetadata]
     throttle_time_ms: int = 0
+
+
+def metadata_error(request: MetadataRequest, code: int, message: str) -> MetadataResponse | None:
+    """Every requested topic with ``code``; None for a request of all topics, whose answer
+    has no place for an error (an empty list would read as "no topics")."""
+    if request.topics is None:
+        return None
+    topics = [TopicMetadata(code, name, [], error_message=message) for name in request.topics]
+    return MetadataResponse([], "", -1, topics)

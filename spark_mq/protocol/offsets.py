@@ -87,3 +87,37 @@ class DeleteRecordsTopicResponse(msgspec.Struct, array_like=True):
 class DeleteRecordsResponse(msgspec.Struct, array_like=True):
     topics: list[DeleteRecordsTopicResponse]
     throttle_time_ms: int = 0
+
+
+def list_offsets_error(request: ListOffsetsRequest, code: int, message: str) -> ListOffsetsResponse:
+    """Every partition of a ListOffsets request that failed as a whole, with ``code``."""
+    return ListOffsetsResponse(
+        [
+            ListOffsetsTopicResponse(
+                t.name,
+                [
+                    ListOffsetsPartitionResponse(p.partition, code, error_message=message)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ]
+    )
+
+
+def delete_records_error(
+    request: DeleteRecordsRequest, code: int, message: str
+) -> DeleteRecordsResponse:
+    """Every partition of a DeleteRecords request that failed as a whole, with ``code``."""
+    return DeleteRecordsResponse(
+        [
+            DeleteRecordsTopicResponse(
+                t.name,
+                [
+                    DeleteRecordsPartitionResponse(p.partition, code, error_message=message)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ]
+    )

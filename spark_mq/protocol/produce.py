@@ -83,3 +83,20 @@ def answers_by_entry(
                 answer if answer is not None and answer.partition == entry.partition else None
             )
     return answers
+
+
+def produce_error(request: ProduceRequest, code: int, message: str) -> ProduceResponse:
+    """The answer to a request that failed as a whole: every entry, in request order, with
+    ``code`` (the response mirrors the request, see :func:`answers_by_entry`)."""
+    return ProduceResponse(
+        [
+            ProduceTopicResponse(
+                t.name,
+                [
+                    ProducePartitionResponse(p.partition, code, error_message=message)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ]
+    )

@@ -25,3 +25,10 @@ class InitProducerIdResponse(msgspec.Struct, array_like=True):
     producer_epoch: int = -1
     error_message: str | None = None
     throttle_time_ms: int = 0
+
+
+def init_producer_id_error(
+    _: InitProducerIdRequest, code: int, message: str
+) -> InitProducerIdResponse:
+    """InitProducerId failed with ``code``."""
+    return InitProducerIdResponse(code, error_message=message)

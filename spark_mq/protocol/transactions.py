@@ -350,3 +350,92 @@ class OwnerHeartbeatResponse(msgspec.Struct, array_like=True):
     error_code: int
     error_message: str | None = None
     throttle_time_ms: int = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The answers to requests that failed as a whole: every partition, transaction or the
+# response itself with the code.
+
+
+def _failed_topics(topics: list[TxnTopic], code: int, message: str) -> list[TxnTopicResult]:
+    return [
+        TxnTopicResult(t.name, [TxnPartitionResult(p, code, message) for p in t.partitions])
+        for t in topics
+    ]
+
+
+def add_partitions_to_txn_error(
+    request: AddPartitionsToTxnRequest, code: int, message: str
+) -> AddPartitionsToTxnResponse:
+    return AddPartitionsToTxnResponse(_failed_topics(request.topics, code, message))
+
+
+def add_offsets_to_txn_error(
+    _: AddOffsetsToTxnRequest, code: int, message: str
+) -> AddOffsetsToTxnResponse:
+    return AddOffsetsToTxnResponse(code, message)
+
+
+def end_txn_error(_: EndTxnRequest, code: int, message: str) -> EndTxnResponse:
+    return EndTxnResponse(code, message)
+
+
+def write_txn_markers_error(
+    request: WriteTxnMarkersRequest, code: int, message: str
+) -> WriteTxnMarkersResponse:
+    return WriteTxnMarkersResponse(
+        [
+            WritableTxnMarkerResult(m.producer_id, _failed_topics(m.topics, code, message))
+            for m in request.markers
+        ]
+    )
+
+
+def txn_offset_commit_error(
+    request: TxnOffsetCommitRequest, code: int, message: str
+) -> TxnOffsetCommitResponse:
+    return TxnOffsetCommitResponse(
+        [
+            TxnTopicResult(
+                t.name, [TxnPartitionResult(p.partition, code, message) for p in t.partitions]
+            )
+            for t in request.topics
+        ]
+    )
+
+
+def describe_transactions_error(
+    request: DescribeTransactionsRequest, code: int, message: str
+) -> DescribeTransactionsResponse:
+    return DescribeTransactionsResponse(
+        [
+            TransactionState(tid, "", -1, -1, -1, -1, [], error_code=code, error_message=message)
+            for tid in request.transactional_ids
+        ]
+    )
+
+
+def list_transactions_error(
+    _: ListTransactionsRequest, code: int, message: str
+) -> ListTransactionsResponse:
+    return ListTransactionsResponse(code, error_message=message)
+
+
+def prepare_txn_error(_: PrepareTxnRequest, code: int, message: str) -> PrepareTxnResponse:
+    return PrepareTxnResponse(code, error_message=message)
+
+
+def complete_prepared_txns_error(
+    _: CompletePreparedTxnsRequest, code: int, message: str
+) -> CompletePreparedTxnsResponse:
+    return CompletePreparedTxnsResponse(code, error_message=message)
+
+
+def owner_sequence_error(_: OwnerSequenceRequest, code: int, message: str) -> OwnerSequenceResponse:
+    return OwnerSequenceResponse(code, error_message=message)
+
+
+def owner_heartbeat_error(
+    _: OwnerHeartbeatRequest, code: int, message: str
+) -> OwnerHeartbeatResponse:
+    return OwnerHeartbeatResponse(code, error_message=message)

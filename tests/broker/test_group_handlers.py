@@ -15,8 +15,8 @@ from spark_mq.broker.context import RequestContext
 from spark_mq.broker.core import BrokerCore
 from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.broker.group.offsets_topic import OFFSETS_TOPIC
-from spark_mq.broker.group.service import GroupService
 from spark_mq.broker.handlers import HANDLERS
+from spark_mq.broker.handlers.errors import answer
 from spark_mq.protocol import group_offsets as go
 from spark_mq.protocol import groups as gp
 from spark_mq.protocol.address import BrokerAddress
@@ -55,8 +55,7 @@ class Broker:
                 "offsets.topic.num.partitions": "4",
             }
         )
-        self.core = BrokerCore(config, self.logs, BrokerMeta.take_over(self.root))
-        self.core.groups = GroupService(self.core, clock=self.clock)
+        self.core = BrokerCore(config, self.logs, BrokerMeta.take_over(self.root), clock=self.clock)
         return self.core
 
     def close(self) -> None:
@@ -79,7 +78,8 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 async def call(core: BrokerCore, request: Any, listener: BrokerAddress = TCP) -> Any:
     spec = spec_for_request(request)
     ctx = RequestContext(core, RequestHeader(spec.key, 0, 1, "cli"), listener, "127.0.0.1:5000")
-    response = await HANDLERS[spec.key](ctx, request, memoryview(b""))
+    # Through the dispatcher, which answers what a handler raises, as the connection does.
+    response = await answer(spec, HANDLERS[spec.key], ctx, request, memoryview(b""))
     assert response is not None
     return response.body
 

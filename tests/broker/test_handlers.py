@@ -21,6 +21,7 @@ from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.core import BrokerCore
 from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.broker.handlers import HANDLERS
+from spark_mq.broker.handlers.errors import answer
 from spark_mq.broker.handlers.inter_broker import guard
 from spark_mq.broker.handlers.produce import INLINE_APPEND_MAX_BYTES
 from spark_mq.protocol import fetch, offsets, produce, transactions
@@ -56,7 +57,8 @@ async def call(
         "test",
         inter_broker=broker,
     )
-    return await HANDLERS[spec.key](ctx, request, memoryview(records))
+    # Through the dispatcher, which answers what a handler raises, as the connection does.
+    return await answer(spec, HANDLERS[spec.key], ctx, request, memoryview(records))
 
 
 async def produce_to(core: BrokerCore, topic: str, records: bytes, acks: int = 1) -> Any:

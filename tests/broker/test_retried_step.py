@@ -68,3 +68,25 @@ def test_a_cancelled_waiter_does_not_cancel_the_step() -> None:
         assert await loading.wait() == "done"
 
     asyncio.run(main())
+
+
+def test_a_bug_is_raised_as_it_is_not_as_a_retriable_error() -> None:
+    """Only the world's failures become COORDINATOR_NOT_AVAILABLE: a bug in the step would
+    otherwise be retried by clients until their timeout, every time."""
+    outcomes: list[object] = [TypeError("a bug in the loader"), 3]
+
+    async def step() -> int:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        assert isinstance(outcome, int)
+        return outcome
+
+    async def main() -> None:
+        loading = RetriedStep(step, what="loading t", owner="test coordinator")
+        with pytest.raises(TypeError, match="a bug in the loader"):
+            await loading.wait()
+        assert not loading.succeeded
+        assert await loading.wait() == 3  # the next request still runs the step again
+
+    asyncio.run(main())

@@ -34,6 +34,10 @@ SHARED_CODES: dict[int, tuple[type[e.SparkMQError], set[type[e.SparkMQError]]]] 
     ),
 }
 
+#: Client-side refinements of a code's class: raised by the clients only (never sent), they
+#: inherit their parent's code and are not second owners of it.
+CLIENT_REFINEMENTS = {e.NoOffsetForPartitionError, e.DeliveryTimeoutError, e.BufferExhaustedError}
+
 #: Kafka's ``retriable`` for the codes a client meets most (its exception classes extend
 #: RetriableException or not).
 KAFKA_RETRIABLE = [3, 5, 6, 7, 13, 14, 15, 16, 19, 20, 56, 74, 75]
@@ -75,12 +79,19 @@ def test_class_carries_its_code(code: ErrorCode) -> None:
 def test_shared_codes_are_exactly_the_documented_ones() -> None:
     by_code: dict[int, set[type[e.SparkMQError]]] = {}
     for cls in all_error_classes():
-        if cls.error_code != ErrorCode.UNKNOWN_SERVER_ERROR:
+        if cls.error_code != ErrorCode.UNKNOWN_SERVER_ERROR and cls not in CLIENT_REFINEMENTS:
             by_code.setdefault(cls.error_code, set()).add(cls)
     shared = {code: classes for code, classes in by_code.items() if len(classes) > 1}
     assert shared == {code: classes for code, (_, classes) in SHARED_CODES.items()}
     for code, (client_class, _) in SHARED_CODES.items():
         assert _CLASS_BY_CODE[ErrorCode(code)] is client_class
+
+
+def test_shares_code_marks_the_classes_a_client_does_not_raise() -> None:
+    for cls in all_error_classes():
+        owns = "error_code" in vars(cls) and cls.error_code != ErrorCode.UNKNOWN_SERVER_ERROR
+        if owns:
+            assert cls.shares_code is (_CLASS_BY_CODE[ErrorCode(cls.error_code)] is not cls), cls
 
 
 def test_every_class_code_is_a_known_code() -> None:

@@ -48,6 +48,7 @@ from spark_mq.errors import (
     GroupIdNotFoundError,
     NonEmptyGroupError,
     SparkMQError,
+    StorageError,
 )
 from spark_mq.protocol.error_codes import code_for
 from spark_mq.protocol.groups import (
@@ -260,7 +261,7 @@ class GroupCoordinator:
         records.append((group_key(group_id), None))
         try:
             self.store.append(group_id, records, now_ms)
-        except Exception as exc:
+        except (OSError, StorageError) as exc:  # the disk's; a bug is raised as it is
             logger.error("group %s: writing its deletion failed: %s", group_id, exc, exc_info=exc)
             raise CoordinatorNotAvailableError(
                 f"group {group_id!r} could not be deleted ({type(exc).__name__}: {exc}); retry"

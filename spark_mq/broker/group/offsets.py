@@ -63,6 +63,7 @@ from spark_mq.errors import (
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
     SparkMQError,
+    StorageError,
     UnknownMemberIdError,
     UnstableOffsetCommitError,
 )
@@ -134,7 +135,7 @@ class OffsetManager:
         if records:
             try:
                 self.store.append(group_id, records, now_ms)
-            except Exception as exc:
+            except (OSError, StorageError) as exc:  # the disk's; a bug is raised as it is
                 logger.error("group %s: writing offsets failed: %s", group_id, exc, exc_info=exc)
                 failed = CoordinatorNotAvailableError(
                     f"group {group_id!r}: the offsets could not be written to "
@@ -311,7 +312,7 @@ class OffsetManager:
                     producer_epoch=producer_epoch,
                     now_ms=now_ms,
                 )
-            except Exception as exc:
+            except (OSError, SparkMQError) as exc:  # a bug is raised as it is
                 # Storage's refusals (a fenced epoch, ...) go back as they are.
                 if isinstance(exc, SparkMQError) and exc.error_code != -1:
                     return [exc if e is None else e for e in errors]

@@ -53,6 +53,7 @@ from spark_mq.errors import (
     InvalidGroupIdError,
     RebalanceInProgressError,
     SparkMQError,
+    StorageError,
     UnknownMemberIdError,
 )
 from spark_mq.protocol.error_codes import code_for
@@ -466,7 +467,7 @@ class Rebalancer:
             self.store.append(
                 group.group_id, [(group_key(group.group_id), group.to_record_value())], now_ms
             )
-        except Exception as exc:
+        except (OSError, StorageError) as exc:  # the disk's; a bug is raised as it is
             logger.error(
                 "group %s: writing its metadata to __consumer_offsets failed: %s",
                 group.group_id,

@@ -27,20 +27,22 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
+from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.group.coordinator import GroupCoordinator
 from spark_mq.broker.group.offsets_topic import LoadedGroups, OffsetsTopic
+from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.retried_step import RetriedStep
 from spark_mq.errors import CoordinatorNotAvailableError, LogClosedError
-
-if TYPE_CHECKING:
-    from spark_mq.broker.core import BrokerCore
 
 logger = logging.getLogger("spark_mq.broker.group")
 
 T = TypeVar("T")
+
+#: Runs a blocking call on the broker's executor: ``await run_blocking(fn, *args)``.
+RunBlocking = Callable[..., Awaitable[Any]]
 
 
 def wall_clock_ms() -> int:
@@ -50,17 +52,24 @@ def wall_clock_ms() -> int:
 class GroupService:
     """The broker's group coordinator, bound to the running event loop."""
 
-    def __init__(self, core: BrokerCore, *, clock: Callable[[], int] = wall_clock_ms) -> None:
-        self._core = core
-        self.config = core.config.groups
-        self.topic = OffsetsTopic(core.replicas, self.config)
+    def __init__(
+        self,
+        config: GroupConfig,
+        replicas: ReplicaManager,
+        run_blocking: RunBlocking,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.config = config
+        self._run_blocking = run_blocking
+        self.topic = OffsetsTopic(replicas, config)
         self.coordinator = GroupCoordinator(self.config, self.topic)
         self._clock = clock
         self._loading = RetriedStep(
             self._load, what="loading __consumer_offsets", owner="group coordinator"
         )
         self._creating = RetriedStep(
-            lambda: self._core.run_blocking(self.topic.ensure),
+            lambda: self._run_blocking(self.topic.ensure),
             what="creating __consumer_offsets",
             owner="group coordinator",
         )
@@ -106,7 +115,7 @@ class GroupService:
     async def _load(self) -> None:
         started = time.monotonic()
         try:
-            loaded: LoadedGroups = await self._core.run_blocking(self.topic.load)
+            loaded: LoadedGroups = await self._run_blocking(self.topic.load)
         except Exception:
             logger.exception("loading __consumer_offsets failed; the next group request retries")
             raise
@@ -119,6 +128,17 @@ class GroupService:
 
     def now_ms(self) -> int:
         return self._clock()
+
+    def partition_for(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition of ``group_id``."""
+        return self.topic.partition_for(group_id)
+
+    def complete_transaction(self, producer_id: int, *, committed: bool, partition: int) -> None:
+        """Publish (``committed``) or drop the pending transactional offsets of
+        ``producer_id`` in ``partition``: its marker was written there."""
+        self.coordinator.offsets.complete_transaction(
+            producer_id, committed=committed, partition=partition
+        )
 
     def call(self, fn: Callable[[GroupCoordinator, int], T]) -> T:
         """``fn(coordinator, now_ms)``, then re-arm the timer for the earliest deadline."""

@@ -1,8 +1,9 @@
 """Request handlers, one module per API family, and the table that dispatches to them.
 
-Every handler maps the exceptions of each topic or partition to its ``error_code`` and
-``error_message`` (:func:`~spark_mq.broker.handlers.errors.error_of`); an exception that
-escapes a handler is a broker bug, answered with a ``frame_error`` by the connection.
+An exception that escapes a handler is answered once, by the dispatcher
+(:func:`~spark_mq.broker.handlers.errors.answer`), with the API's error response; handlers
+catch only where the parts of a request fail apart, mapping a part's exception to its
+``error_code`` and ``error_message`` (:func:`~spark_mq.broker.handlers.errors.error_of`).
 ApiVersions advertises exactly the APIs of this table (an API the protocol registry knows
 but the broker does not serve yet is answered with UNSUPPORTED_VERSION). The handlers of the
 inter-broker APIs (``protocol.api.INTER_BROKER_APIS``) refuse clients with

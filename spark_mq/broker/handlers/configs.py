@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
-from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.broker.internal_topics import check_internal_config, is_internal
 from spark_mq.errors import InvalidRequestError
 from spark_mq.protocol.admin import (
@@ -113,7 +113,7 @@ async def handle_describe_configs(
     for resource in request.resources:
         try:
             results.append(_describe_one(ctx.core, resource, request.include_documentation))
-        except Exception as exc:
+        except TYPED_ERRORS as exc:
             code, message = error_of(exc, f"describe configs of {resource.resource_name!r}")
             results.append(
                 DescribeConfigsResult(
@@ -157,6 +157,9 @@ def _alter(core: BrokerCore, request: AlterConfigsRequest) -> AlterConfigsRespon
             _alter_one(core, resource, request.validate_only)
             results.append(AlterConfigsResult(0, resource.resource_type, resource.resource_name))
         except Exception as exc:
+            # A boundary: the resources done before this one stay done and are
+            # answered so; a bug here is this resource's UNKNOWN_SERVER_ERROR, logged with
+            # its traceback by error_of.
             code, message = error_of(exc, f"alter configs of {resource.resource_name!r}")
             results.append(
                 AlterConfigsResult(code, resource.resource_type, resource.resource_name, message)

@@ -28,7 +28,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
-from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.broker.partition import Partition
 from spark_mq.errors import CorruptRecordError, InvalidRequestError
 from spark_mq.protocol.fetch import (
@@ -82,7 +82,7 @@ def _read_pass(core: BrokerCore, request: FetchRequest, isolation: FetchIsolatio
                 info = part.log.read(
                     fp.fetch_offset, limit, isolation=isolation, min_one_message=first_data
                 )
-            except Exception as exc:
+            except TYPED_ERRORS as exc:
                 if isinstance(exc, CorruptRecordError):
                     # Damage in a log file is for the operator too, not only for the client.
                     logger.warning("fetch from %s at offset %d: %s", where, fp.fetch_offset, exc)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.group.offsets import OffsetCommit
-from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.errors import SparkMQError
 from spark_mq.protocol.group_offsets import (
     OffsetCommitPartitionResponse,
@@ -54,7 +54,7 @@ async def handle_offset_commit(
         for p in topic.partitions:
             try:
                 core.logs.get_log(topic.name, p.partition)
-            except Exception as exc:
+            except TYPED_ERRORS as exc:
                 results[(topic.name, p.partition)] = error_of(
                     exc, f"commit offset of {topic.name}-{p.partition}"
                 )
@@ -83,7 +83,8 @@ async def handle_offset_commit(
                 now_ms=now,
             )
         )
-    except Exception as exc:
+    except TYPED_ERRORS as exc:
+        # The partitions that do not exist keep their own error.
         failure = error_of(exc, what)
         for c in commits:
             results[(c.topic, c.partition)] = failure
@@ -102,14 +103,10 @@ async def handle_offset_fetch(
         if request.topics is None
         else [(t.name, p) for t in request.topics for p in t.partition_indexes]
     )
-    try:
-        coordinator = await groups.ready()
-        fetched = coordinator.fetch_offsets(
-            request.group_id, wanted, require_stable=request.require_stable
-        )
-    except Exception as exc:
-        code, _message = error_of(exc, f"fetch offsets of group {request.group_id!r}")
-        return Response(OffsetFetchResponse(code, []))
+    coordinator = await groups.ready()
+    fetched = coordinator.fetch_offsets(
+        request.group_id, wanted, require_stable=request.require_stable
+    )
     topics: dict[str, list[OffsetFetchPartitionResponse]] = {}
     for f in fetched:
         if f.error is not None:

@@ -3,8 +3,10 @@ LeaveGroup (13), SyncGroup (14), DescribeGroups (15), ListGroups (16), DeleteGro
 
 Thin: each handler waits for the coordinator to be ready (``__consumer_offsets`` loaded and
 created), calls it through ``GroupService.call`` (which supplies the time and re-arms its
-timer) and wraps the answer. JoinGroup and SyncGroup may wait: the coordinator completes a
-future when the rebalance round (or the leader's assignment) is there. If the connection
+timer) and wraps the answer. What they raise is answered by the dispatcher
+(:func:`~spark_mq.broker.handlers.errors.answer`) with the API's error response. JoinGroup
+and SyncGroup may wait: the coordinator completes a future when the rebalance round (or the
+leader's assignment) is there. If the connection
 closes meanwhile the future is cancelled and the later answer is dropped, as Kafka drops it.
 """
 
@@ -16,18 +18,14 @@ from typing import TypeVar
 
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.group.rebalance import validate_group_id
-from spark_mq.broker.handlers.errors import error_of
 from spark_mq.broker.txn.coordinator import validate_transactional_id
 from spark_mq.errors import InvalidRequestError
 from spark_mq.protocol.groups import (
     COORDINATOR_GROUP,
     COORDINATOR_TRANSACTION,
-    DeletableGroupResult,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
-    DescribedGroup,
     DescribeGroupsRequest,
-    DescribeGroupsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     HeartbeatRequest,
@@ -35,9 +33,7 @@ from spark_mq.protocol.groups import (
     JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupRequest,
-    LeaveGroupResponse,
     ListGroupsRequest,
-    ListGroupsResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -65,28 +61,24 @@ def _completer(future: asyncio.Future[R]) -> Callable[[R], None]:
 async def handle_find_coordinator(
     ctx: RequestContext, request: FindCoordinatorRequest, _: memoryview
 ) -> Response:
-    try:
-        if request.key_type == COORDINATOR_TRANSACTION:
-            validate_transactional_id(request.key)
-            txns = ctx.core.transactions
-            await txns.ready()
-            # On one node this broker leads every partition of __transaction_state, so it
-            # coordinates every transactional id.
-            txns.topic.partition_for(request.key)
-        elif request.key_type == COORDINATOR_GROUP:
-            validate_group_id(request.key)
-            groups = ctx.core.groups
-            await groups.ready()
-            # On one node this broker leads every partition, so it coordinates every group.
-            groups.topic.partition_for(request.key)
-        else:
-            raise InvalidRequestError(
-                f"FindCoordinator key_type {request.key_type} is not known: use 0 (a consumer "
-                "group) or 1 (a transactional id)"
-            )
-    except Exception as exc:
-        code, message = error_of(exc, f"find the coordinator of {request.key!r}")
-        return Response(FindCoordinatorResponse(code, error_message=message))
+    if request.key_type == COORDINATOR_TRANSACTION:
+        validate_transactional_id(request.key)
+        txns = ctx.core.transactions
+        await txns.ready()
+        # On one node this broker leads every partition of __transaction_state, so it
+        # coordinates every transactional id.
+        txns.partition_for(request.key)
+    elif request.key_type == COORDINATOR_GROUP:
+        validate_group_id(request.key)
+        groups = ctx.core.groups
+        await groups.ready()
+        # On one node this broker leads every partition, so it coordinates every group.
+        groups.partition_for(request.key)
+    else:
+        raise InvalidRequestError(
+            f"FindCoordinator key_type {request.key_type} is not known: use 0 (a consumer "
+            "group) or 1 (a transactional id)"
+        )
     listener = ctx.listener
     host = str(listener) if listener.unix_path is not None else listener.host
     return Response(FindCoordinatorResponse(0, ctx.core.node_id, host, listener.port))
@@ -96,11 +88,7 @@ async def handle_join_group(
     ctx: RequestContext, request: JoinGroupRequest, _: memoryview
 ) -> Response:
     groups = ctx.core.groups
-    try:
-        await groups.ready()
-    except Exception as exc:
-        code, message = error_of(exc, f"join group {request.group_id!r}")
-        return Response(JoinGroupResponse(code, member_id=request.member_id, error_message=message))
+    await groups.ready()
     future: asyncio.Future[JoinGroupResponse] = asyncio.get_running_loop().create_future()
     groups.call(
         lambda c, now: c.join(
@@ -118,11 +106,7 @@ async def handle_sync_group(
     ctx: RequestContext, request: SyncGroupRequest, _: memoryview
 ) -> Response:
     groups = ctx.core.groups
-    try:
-        await groups.ready()
-    except Exception as exc:
-        code, message = error_of(exc, f"sync group {request.group_id!r}")
-        return Response(SyncGroupResponse(code, error_message=message))
+    await groups.ready()
     future: asyncio.Future[SyncGroupResponse] = asyncio.get_running_loop().create_future()
     groups.call(lambda c, now: c.sync(request, now_ms=now, respond=_completer(future)))
     return Response(await future)
@@ -132,12 +116,8 @@ async def handle_heartbeat(
     ctx: RequestContext, request: HeartbeatRequest, _: memoryview
 ) -> Response:
     groups = ctx.core.groups
-    try:
-        await groups.ready()
-        groups.call(lambda c, now: c.heartbeat(request, now_ms=now))
-    except Exception as exc:
-        code, message = error_of(exc, f"heartbeat of group {request.group_id!r}")
-        return Response(HeartbeatResponse(code, message))
+    await groups.ready()
+    groups.call(lambda c, now: c.heartbeat(request, now_ms=now))
     return Response(HeartbeatResponse(0))
 
 
@@ -145,36 +125,21 @@ async def handle_leave_group(
     ctx: RequestContext, request: LeaveGroupRequest, _: memoryview
 ) -> Response:
     groups = ctx.core.groups
-    try:
-        await groups.ready()
-        return Response(groups.call(lambda c, now: c.leave(request, now_ms=now)))
-    except Exception as exc:
-        code, message = error_of(exc, f"leave group {request.group_id!r}")
-        return Response(LeaveGroupResponse(code, error_message=message))
+    await groups.ready()
+    return Response(groups.call(lambda c, now: c.leave(request, now_ms=now)))
 
 
 async def handle_describe_groups(
     ctx: RequestContext, request: DescribeGroupsRequest, _: memoryview
 ) -> Response:
-    try:
-        coordinator = await ctx.core.groups.ready()
-    except Exception as exc:
-        code, message = error_of(exc, "describe groups")
-        failed = [
-            DescribedGroup(code, g, "", "", "", [], error_message=message) for g in request.groups
-        ]
-        return Response(DescribeGroupsResponse(failed))
+    coordinator = await ctx.core.groups.ready()
     return Response(coordinator.describe_groups(request.groups))
 
 
 async def handle_list_groups(
     ctx: RequestContext, request: ListGroupsRequest, _: memoryview
 ) -> Response:
-    try:
-        coordinator = await ctx.core.groups.ready()
-    except Exception as exc:
-        code, _message = error_of(exc, "list groups")
-        return Response(ListGroupsResponse(code, []))
+    coordinator = await ctx.core.groups.ready()
     return Response(coordinator.list_groups(request.states_filter))
 
 
@@ -182,11 +147,6 @@ async def handle_delete_groups(
     ctx: RequestContext, request: DeleteGroupsRequest, _: memoryview
 ) -> Response:
     groups = ctx.core.groups
-    try:
-        await groups.ready()
-    except Exception as exc:
-        code, message = error_of(exc, "delete groups")
-        failed = [DeletableGroupResult(g, code, message) for g in request.groups_names]
-        return Response(DeleteGroupsResponse(failed))
+    await groups.ready()
     results = groups.call(lambda c, now: c.delete_groups(request.groups_names, now_ms=now))
     return Response(DeleteGroupsResponse(results))

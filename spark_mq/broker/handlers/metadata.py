@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import spark_mq
 from spark_mq.broker.context import RequestContext, Response
-from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.broker.internal_topics import INTERNAL_TOPICS
 from spark_mq.errors import PartitionOfflineError
 from spark_mq.protocol.api import APIS
@@ -20,6 +19,7 @@ from spark_mq.protocol.metadata import (
     PartitionMetadata,
     TopicMetadata,
 )
+from spark_mq.version import __version__
 
 
 async def handle_api_versions(
@@ -38,7 +38,7 @@ async def handle_api_versions(
             broker_id=core.node_id,
             broker_epoch=core.epoch,
             cluster_id=core.cluster_id,
-            software_version=spark_mq.__version__,
+            software_version=__version__,
         )
     )
 
@@ -79,7 +79,7 @@ def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool) -> Topic
         core.replicas.require_topic(name, allow_create=allow_create and name not in INTERNAL_TOPICS)
         count = core.replicas.describe(name).partition_count
         partitions = [_partition_metadata(ctx, name, index) for index in range(count)]
-    except Exception as exc:
+    except TYPED_ERRORS as exc:
         code, message = error_of(exc, f"metadata of topic {name!r}")
         return TopicMetadata(code, name, [], error_message=message)
     return TopicMetadata(0, name, partitions, is_internal=name in INTERNAL_TOPICS)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
-from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.broker.internal_topics import check_not_internal
 from spark_mq.errors import InvalidRequestError, OffsetOutOfRangeError
 from spark_mq.protocol.fetch import READ_COMMITTED, READ_UNCOMMITTED
@@ -72,7 +72,7 @@ def _list_offsets(core: BrokerCore, request: ListOffsetsRequest) -> ListOffsetsR
                         f"isolation_level {request.isolation_level} is not 0 or 1"
                     )
                 partitions.append(_list_one(core, topic.name, lp, request.isolation_level))
-            except Exception as exc:
+            except TYPED_ERRORS as exc:
                 code, message = error_of(exc, f"list offsets of {topic.name}-{lp.partition}")
                 partitions.append(
                     ListOffsetsPartitionResponse(lp.partition, code, error_message=message)
@@ -118,6 +118,9 @@ def _delete_records(core: BrokerCore, request: DeleteRecordsRequest) -> DeleteRe
                 low = log.delete_records_before(offset)
                 partitions.append(DeleteRecordsPartitionResponse(dp.partition, 0, low))
             except Exception as exc:
+                # A boundary: the partitions done before this one stay done and are
+                # answered so; a bug here is this partition's UNKNOWN_SERVER_ERROR, logged with
+                # its traceback by error_of.
                 code, message = error_of(exc, f"delete records of {where}")
                 partitions.append(
                     DeleteRecordsPartitionResponse(dp.partition, code, error_message=message)

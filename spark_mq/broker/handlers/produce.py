@@ -24,7 +24,7 @@ import struct
 from typing import TYPE_CHECKING, Final
 
 from spark_mq.broker.context import RequestContext, Response
-from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.broker.internal_topics import check_not_internal
 from spark_mq.broker.partition import Partition
 from spark_mq.broker.txn.produce_check import verify_transactional_jobs
@@ -120,6 +120,9 @@ def _append_all(core: BrokerCore, jobs: list[_Job]) -> None:
             validate_records(job.data, part.log.config.max_message_bytes, where, verify_crc=False)
             info = part.append(job.data)
         except Exception as exc:
+            # A boundary: the partitions done before this one stay done and are
+            # answered so; a bug here is this partition's UNKNOWN_SERVER_ERROR, logged with
+            # its traceback by error_of.
             job.error = error_of(exc, f"produce to {where}")
             continue
         job.appended = part
@@ -165,7 +168,7 @@ async def handle_produce(
     else:
         _refuse_internal(jobs)
         if request.transactional_id is not None:
-            await verify_transactional_jobs(core, request.transactional_id, jobs)
+            await verify_transactional_jobs(core.transactions, request.transactional_id, jobs)
         await _resolve_topics(core, jobs)
         if _on_executor(jobs, len(records)):
             await core.run_blocking(_append_all, core, jobs)
@@ -199,7 +202,7 @@ def _refuse_internal(jobs: list[_Job]) -> None:
     for job in jobs:
         try:
             check_not_internal(job.topic, "produce to")
-        except Exception as exc:
+        except TYPED_ERRORS as exc:
             job.error = error_of(exc, f"produce to {job.topic}-{job.partition}")
 
 
@@ -211,7 +214,7 @@ async def _resolve_topics(core: BrokerCore, jobs: list[_Job]) -> None:
     for topic in missing:
         try:
             await core.run_blocking(core.replicas.auto_create, topic)
-        except Exception as exc:
+        except TYPED_ERRORS as exc:
             error = error_of(exc, f"produce to topic {topic!r}")
             for job in jobs:
                 if job.topic == topic:

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
-from spark_mq.broker.handlers.errors import error_of
 from spark_mq.broker.producer_ids import MAX_PRODUCER_EPOCH
 from spark_mq.errors import InvalidRequestError, UnknownProducerIdError
 from spark_mq.protocol.producer_id import InitProducerIdRequest, InitProducerIdResponse
@@ -61,11 +60,7 @@ async def _init_transactional(
 async def handle_init_producer_id(
     ctx: RequestContext, request: InitProducerIdRequest, _: memoryview
 ) -> Response:
-    try:
-        if request.transactional_id is not None:
-            return Response(await _init_transactional(ctx, request))
-        # A new block of ids is reserved with an fsync: off the event loop.
-        return Response(await ctx.core.run_blocking(_init, ctx.core, request))
-    except Exception as exc:
-        code, message = error_of(exc, "init producer id")
-        return Response(InitProducerIdResponse(code, error_message=message))
+    if request.transactional_id is not None:
+        return Response(await _init_transactional(ctx, request))
+    # A new block of ids is reserved with an fsync: off the event loop.
+    return Response(await ctx.core.run_blocking(_init, ctx.core, request))

@@ -110,6 +110,9 @@ def _create_topics(core: BrokerCore, request: CreateTopicsRequest) -> CreateTopi
                 raise _duplicate_error(topic.name)
             results.append(_create_one(core, topic, request.validate_only))
         except Exception as exc:
+            # A boundary: the topics done before this one stay done and are
+            # answered so; a bug here is this topic's UNKNOWN_SERVER_ERROR, logged with
+            # its traceback by error_of.
             code, message = error_of(exc, f"create topic {topic.name!r}")
             results.append(CreatableTopicResult(topic.name, code, message))
     return CreateTopicsResponse(results)
@@ -141,6 +144,9 @@ async def handle_delete_topics(
             core.replicas.notify(gone)
             results.append(DeletableTopicResult(name, 0))
         except Exception as exc:
+            # A boundary: the topics done before this one stay done and are
+            # answered so; a bug here is this topic's UNKNOWN_SERVER_ERROR, logged with
+            # its traceback by error_of.
             code, message = error_of(exc, f"delete topic {name!r}")
             results.append(DeletableTopicResult(name, code, message))
     return Response(DeleteTopicsResponse(results))
@@ -171,6 +177,9 @@ def _create_partitions(
                 core.logs.add_partitions(topic.name, topic.count)
             results.append(CreatePartitionsTopicResult(topic.name, 0))
         except Exception as exc:
+            # A boundary: the topics done before this one stay done and are
+            # answered so; a bug here is this topic's UNKNOWN_SERVER_ERROR, logged with
+            # its traceback by error_of.
             code, message = error_of(exc, f"create partitions of {topic.name!r}")
             results.append(CreatePartitionsTopicResult(topic.name, code, message))
     return CreatePartitionsResponse(results)

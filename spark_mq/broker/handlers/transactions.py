@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.group.offsets import OffsetCommit
 from spark_mq.broker.group.rebalance import validate_group_id
-from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.broker.internal_topics import OFFSETS_TOPIC, check_not_internal
 from spark_mq.broker.txn import two_phase
 from spark_mq.broker.txn.state import TopicPartition, TxnMetadata
@@ -93,7 +93,7 @@ def _existing(ctx: RequestContext, pairs: Iterable[TopicPartition], what: str) -
             ctx.core.logs.get_log(topic, partition)
             if what == "add":
                 check_not_internal(topic, "add to a transaction the")
-        except Exception as exc:
+        except TYPED_ERRORS as exc:
             errors[(topic, partition)] = error_of(exc, f"{what} {topic}-{partition}")
     return errors
 
@@ -119,7 +119,8 @@ async def handle_add_partitions_to_txn(
                 valid,
                 txns.now_ms(),
             )
-        except Exception as exc:
+        except TYPED_ERRORS as exc:
+            # The partitions that do not exist keep their own error.
             failure = error_of(exc, f"add partitions to {request.transactional_id!r}")
             results.update(dict.fromkeys(valid, failure))
     return Response(AddPartitionsToTxnResponse(_topic_results(order, results)))
@@ -129,39 +130,30 @@ async def handle_add_offsets_to_txn(
     ctx: RequestContext, request: AddOffsetsToTxnRequest, _: memoryview
 ) -> Response:
     txns = ctx.core.transactions
-    try:
-        validate_group_id(request.group_id)
-        await ctx.core.groups.ready()
-        partition = ctx.core.groups.topic.partition_for(request.group_id)
-        coordinator = await txns.ready()
-        coordinator.add_partitions(
-            request.transactional_id,
-            request.producer_id,
-            request.producer_epoch,
-            [(OFFSETS_TOPIC, partition)],
-            txns.now_ms(),
-        )
-    except Exception as exc:
-        code, message = error_of(exc, f"add offsets of group {request.group_id!r}")
-        return Response(AddOffsetsToTxnResponse(code, message))
+    validate_group_id(request.group_id)
+    await ctx.core.groups.ready()
+    partition = ctx.core.groups.partition_for(request.group_id)
+    coordinator = await txns.ready()
+    coordinator.add_partitions(
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        [(OFFSETS_TOPIC, partition)],
+        txns.now_ms(),
+    )
     return Response(AddOffsetsToTxnResponse(0))
 
 
 async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest, _: memoryview) -> Response:
     txns = ctx.core.transactions
-    try:
-        coordinator = await txns.ready()
-        coordinator.end_txn(
-            request.transactional_id,
-            request.producer_id,
-            request.producer_epoch,
-            request.committed,
-            txns.now_ms(),
-        )
-    except Exception as exc:
-        verb = "commit" if request.committed else "abort"
-        code, message = error_of(exc, f"{verb} the transaction of {request.transactional_id!r}")
-        return Response(EndTxnResponse(code, message))
+    coordinator = await txns.ready()
+    coordinator.end_txn(
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        request.committed,
+        txns.now_ms(),
+    )
     return Response(EndTxnResponse(0))
 
 
@@ -189,13 +181,9 @@ async def handle_write_txn_markers(
     request before it gets here."""
     txns = ctx.core.transactions
     out: list[WritableTxnMarkerResult] = []
-    try:
-        # Markers for __consumer_offsets publish pending offsets: the groups must be loaded.
-        await ctx.core.groups.loaded()
-        await txns.loaded()
-    except Exception as exc:
-        code, message = error_of(exc, "write transaction markers")
-        return Response(refuse_write_txn_markers(request, code, message))
+    # Markers for __consumer_offsets publish pending offsets: the groups must be loaded.
+    await ctx.core.groups.loaded()
+    await txns.loaded()
     for m in request.markers:
         order = [(t.name, p) for t in m.topics for p in t.partitions]
         results = _existing(ctx, order, "write a marker to")
@@ -242,7 +230,7 @@ async def handle_txn_offset_commit(
             request.transactional_id,
             request.producer_id,
             request.producer_epoch,
-            (OFFSETS_TOPIC, groups.topic.partition_for(request.group_id)),
+            (OFFSETS_TOPIC, groups.partition_for(request.group_id)),
         )
         errors: list[SparkMQError | None] = groups.call(
             lambda c, now: c.offsets.commit_transactional(
@@ -256,7 +244,8 @@ async def handle_txn_offset_commit(
                 now_ms=now,
             )
         )
-    except Exception as exc:
+    except TYPED_ERRORS as exc:
+        # The partitions that do not exist keep their own error.
         failure = error_of(exc, what)
         for c in commits:
             results[(c.topic, c.partition)] = failure
@@ -274,20 +263,12 @@ async def handle_txn_offset_commit(
 async def handle_describe_transactions(
     ctx: RequestContext, request: DescribeTransactionsRequest, _: memoryview
 ) -> Response:
-    try:
-        coordinator = await ctx.core.transactions.ready()
-    except Exception as exc:
-        code, message = error_of(exc, "describe transactions")
-        states = [
-            TransactionState(tid, "", -1, -1, -1, -1, [], error_code=code, error_message=message)
-            for tid in request.transactional_ids
-        ]
-        return Response(DescribeTransactionsResponse(states))
+    coordinator = await ctx.core.transactions.ready()
     out = []
     for tid in request.transactional_ids:
         try:
             out.append(_state(coordinator.describe(tid)))
-        except Exception as exc:
+        except TYPED_ERRORS as exc:
             code, message = error_of(exc, f"describe {tid!r}")
             out.append(
                 TransactionState(
@@ -301,18 +282,14 @@ async def handle_list_transactions(
     ctx: RequestContext, request: ListTransactionsRequest, _: memoryview
 ) -> Response:
     txns = ctx.core.transactions
-    try:
-        coordinator = await txns.ready()
-        found = coordinator.list(
-            states=request.state_filters,
-            producer_ids=request.producer_id_filters,
-            duration_ms=request.duration_filter_ms,
-            prefix=request.transactional_id_prefix,
-            now_ms=txns.now_ms(),
-        )
-    except Exception as exc:
-        code, message = error_of(exc, "list transactions")
-        return Response(ListTransactionsResponse(code, error_message=message))
+    coordinator = await txns.ready()
+    found = coordinator.list(
+        states=request.state_filters,
+        producer_ids=request.producer_id_filters,
+        duration_ms=request.duration_filter_ms,
+        prefix=request.transactional_id_prefix,
+        now_ms=txns.now_ms(),
+    )
     return Response(ListTransactionsResponse(0, [_state(t) for t in found]))
 
 
@@ -334,7 +311,7 @@ async def handle_prepare_txn(
             txns.now_ms(),
             owner_prefix=request.owner_prefix,
         )
-    except Exception as exc:
+    except TYPED_ERRORS as exc:
         code, message = error_of(exc, f"prepare the transaction of {request.transactional_id!r}")
         return Response(PrepareTxnResponse(code, error_message=message))
     by_topic: dict[str, list[int]] = {}
@@ -361,7 +338,7 @@ async def handle_complete_prepared_txns(
             close_owner=request.close_owner,
             instance=request.instance,
         )
-    except Exception as exc:
+    except TYPED_ERRORS as exc:
         failed_code, failure = error_of(exc, what)
         return Response(CompletePreparedTxnsResponse(failed_code, error_message=failure))
     results = [
@@ -387,7 +364,7 @@ async def handle_describe_txn_owner(
     try:
         coordinator = await ctx.core.transactions.ready()
         sequence = two_phase.last_sequence(coordinator, request.owner)
-    except Exception as exc:
+    except TYPED_ERRORS as exc:
         code, message = error_of(exc, f"describe owner {request.owner!r}")
         return Response(OwnerSequenceResponse(code, error_message=message))
     return Response(OwnerSequenceResponse(0, sequence))
@@ -400,7 +377,7 @@ async def handle_owner_heartbeat(
     try:
         coordinator = await txns.ready()
         coordinator.owner_heartbeat(request.owner_prefix, txns.now_ms())
-    except Exception as exc:
+    except TYPED_ERRORS as exc:
         code, message = error_of(exc, f"heartbeat of owner prefix {request.owner_prefix!r}")
         return Response(OwnerHeartbeatResponse(code, message))
     return Response(OwnerHeartbeatResponse(0))

@@ -54,6 +54,7 @@ from spark_mq.errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     ProducerFencedError,
+    StorageError,
     TransactionalIdNotFoundError,
 )
 from spark_mq.rate_limited_log import RateLimitedLog
@@ -155,7 +156,8 @@ class TransactionCoordinator:
     def _append(self, key: str, records: Sequence[Record], now_ms: int) -> None:
         try:
             self.store.append(key, records, now_ms)
-        except Exception as exc:
+        except (OSError, StorageError) as exc:
+            # The disk's failures are retriable; a bug is raised as it is (not retriable).
             # A full disk fails every transactional request the same way: once per kind.
             _FAILURES.failure(exc, "writing __transaction_state failed: %s", exc)
             raise CoordinatorNotAvailableError(

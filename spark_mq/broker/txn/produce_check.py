@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from spark_mq.broker.handlers.errors import error_of
+from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.errors import InvalidRequestError
 from spark_mq.storage.record_batch import HEADER_SIZE, BatchHeader
 
 if TYPE_CHECKING:
-    from spark_mq.broker.core import BrokerCore
+    from spark_mq.broker.txn.service import TransactionService
 
 
 class ProduceJob(Protocol):
@@ -34,15 +34,15 @@ class ProduceJob(Protocol):
 
 
 async def verify_transactional_jobs(
-    core: BrokerCore, transactional_id: str, jobs: Sequence[ProduceJob]
+    transactions: TransactionService, transactional_id: str, jobs: Sequence[ProduceJob]
 ) -> None:
     """Set the error of every job the transaction coordinator refuses."""
     todo = [job for job in jobs if job.error is None and len(job.data) >= HEADER_SIZE]
     if not todo:
         return
     try:
-        coordinator = await core.transactions.loaded()
-    except Exception as exc:
+        coordinator = await transactions.loaded()
+    except TYPED_ERRORS as exc:
         failure = error_of(exc, "produce")
         for job in todo:
             job.error = failure
@@ -62,5 +62,5 @@ async def verify_transactional_jobs(
                 header.producer_epoch,
                 (job.topic, job.partition),
             )
-        except Exception as exc:
+        except TYPED_ERRORS as exc:
             job.error = error_of(exc, f"produce to {job.topic}-{job.partition}")

@@ -31,16 +31,15 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
+from spark_mq.broker.group.service import GroupService, RunBlocking
+from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.retried_step import RetriedStep
+from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.broker.txn.coordinator import CRASH_ENV, TransactionCoordinator
 from spark_mq.broker.txn.markers import MarkerWriter
 from spark_mq.broker.txn.state_topic import TransactionStateTopic
 from spark_mq.errors import CoordinatorNotAvailableError, LogClosedError
-
-if TYPE_CHECKING:
-    from spark_mq.broker.core import BrokerCore
 
 logger = logging.getLogger("spark_mq.broker.txn")
 
@@ -52,18 +51,30 @@ def wall_clock_ms() -> int:
 class TransactionService:
     """The broker's transaction coordinator, bound to the running event loop."""
 
-    def __init__(self, core: BrokerCore, *, clock: Callable[[], int] = wall_clock_ms) -> None:
-        self._core = core
-        self.config = core.config.transactions
-        self.topic = TransactionStateTopic(core.replicas, self.config)
+    def __init__(
+        self,
+        config: TxnConfig,
+        replicas: ReplicaManager,
+        run_blocking: RunBlocking,
+        groups: GroupService,
+        *,
+        coordinator_epoch: int,
+        new_producer_id: Callable[[], int],
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.config = config
+        self._run_blocking = run_blocking
+        #: Markers written to __consumer_offsets publish the groups' pending offsets.
+        self._groups = groups
+        self.topic = TransactionStateTopic(replicas, config)
         self.markers = MarkerWriter(
-            core.replicas, coordinator_epoch=core.epoch, on_offsets_marker=self._offsets_marker
+            replicas, coordinator_epoch=coordinator_epoch, on_offsets_marker=self._offsets_marker
         )
         self.coordinator = TransactionCoordinator(
-            self.config,
+            config,
             self.topic,
             self.markers,
-            new_producer_id=core.producer_ids.next_id,
+            new_producer_id=new_producer_id,
             crash_at=os.environ.get(CRASH_ENV) or None,
         )
         self._clock = clock
@@ -71,7 +82,7 @@ class TransactionService:
             self._load, what="loading __transaction_state", owner="transaction coordinator"
         )
         self._creating = RetriedStep(
-            lambda: self._core.run_blocking(self.topic.ensure),
+            lambda: self._run_blocking(self.topic.ensure),
             what="creating __transaction_state",
             owner="transaction coordinator",
         )
@@ -79,9 +90,7 @@ class TransactionService:
         self._closed = False
 
     def _offsets_marker(self, partition: int, producer_id: int, committed: bool) -> None:
-        self._core.groups.coordinator.offsets.complete_transaction(
-            producer_id, committed=committed, partition=partition
-        )
+        self._groups.complete_transaction(producer_id, committed=committed, partition=partition)
 
     # -----------------------------------------------------------------------------------------
     # Lifecycle
@@ -140,13 +149,17 @@ class TransactionService:
     def now_ms(self) -> int:
         return self._clock()
 
+    def partition_for(self, transactional_id: str) -> int:
+        """The ``__transaction_state`` partition of ``transactional_id``."""
+        return self.topic.partition_for(transactional_id)
+
     async def _load(self) -> None:
         started = time.monotonic()
         try:
             # Markers written by the recovery publish pending transactional offsets: the
             # groups must be loaded first.
-            await self._core.groups.loaded()
-            loaded = await self._core.run_blocking(self.topic.load)
+            await self._groups.loaded()
+            loaded = await self._run_blocking(self.topic.load)
             self.coordinator.load(loaded, self._clock())
             if self.topic.ready:
                 self.coordinator.recover(self._clock())
