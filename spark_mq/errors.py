@@ -49,7 +49,18 @@ operation again may succeed::
         │   ConcurrentTransactionsError        producers and transactions (46, 59, 90, 49, 50, 51)
         ├── OwnerInstanceConflictError         a two-phase owner bound to another instance (1000)
         ├── ClusterAuthorizationError          an inter-broker API sent by a client (31)
-        └── Coordinator and group errors       (12, 14, 15, 16, 22-27, 68, 69, 79, 81, 82, 88)
+        ├── Coordinator and group errors       (12, 14, 15, 16, 22-27, 68, 69, 79, 81, 82, 88)
+        └── InvalidReplicaAssignmentError      a replica assignment that cannot be made (39)
+
+    SparkMQError
+    └── ClusterError                     ZooKeeper, its client and the controller
+        ├── ZooKeeperNotInstalledError         Java or Debian's zookeeper package is missing
+        ├── ZooKeeperStartError                the server did not start or answer in time
+        ├── ZooKeeperConnectionError (retriable)  no connection, or the session was lost
+        ├── CorruptZnodeError                  a znode whose data fails validation
+        ├── BrokerIdInUseError                 /brokers/ids/<id> belongs to another session
+        ├── ControllerMovedError               a controller write refused by the epoch check (41)
+        └── StateChangeFailedError             a move a controller state machine does not allow
 
 Every class has ``error_code``, Kafka's numeric code for the same concept (-1 when there is
 none); storage errors that a broker reports keep their class on the client side.
@@ -674,3 +685,74 @@ class UnknownLeaderEpochError(ProtocolError):
 
     retriable = True
     error_code = 75
+
+
+class InvalidReplicaAssignmentError(ProtocolError):
+    """A replica assignment that cannot be made: brokers with and without ``broker.rack``
+    mixed, duplicate replicas, or an unknown broker."""
+
+    error_code = 39
+
+
+# ---------------------------------------------------------------------------------------------
+# Cluster: ZooKeeper, its client and the controller
+
+
+class ClusterError(SparkMQError):
+    """Base of every error from the cluster layer (ZooKeeper, its client, the controller)."""
+
+
+class ZooKeeperNotInstalledError(ClusterError):
+    """Java or Debian's ``zookeeper`` package is missing; ``missing`` names which one and the
+    message says how to install it."""
+
+    def __init__(self, message: str, *, missing: str) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+class ZooKeeperStartError(ClusterError):
+    """A ZooKeeper server that exited or did not answer ``ruok`` in time; ``log_path`` holds
+    its output."""
+
+    def __init__(self, message: str, *, log_path: str) -> None:
+        super().__init__(message)
+        self.log_path = log_path
+
+
+class ZooKeeperConnectionError(ClusterError):
+    """No usable ZooKeeper session: not connected, connection suspended, or session expired.
+
+    Retriable: the client reconnects by itself, and a broker re-registers on a new session.
+    """
+
+    retriable = True
+
+
+class CorruptZnodeError(ClusterError):
+    """A znode whose data is not the JSON Kafka writes there; ``path`` names the znode."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class BrokerIdInUseError(ClusterError):
+    """``/brokers/ids/<id>`` is held by another live session: two brokers share a
+    ``broker.id``."""
+
+    def __init__(self, message: str, *, broker_id: str) -> None:
+        super().__init__(message)
+        self.broker_id = broker_id
+
+
+class ControllerMovedError(ClusterError):
+    """A controller write refused because ``/controller_epoch`` moved on: another broker is
+    controller now, so this one must stop acting as controller (Kafka's
+    ControllerMovedException, NOT_CONTROLLER)."""
+
+    error_code = 41
+
+
+class StateChangeFailedError(ClusterError):
+    """A partition or replica state change that the controller's transition table refuses."""
