@@ -148,6 +148,14 @@ def four_letter_word(host: str, port: int, word: str, *, timeout_s: float = 2.0)
     return b"".join(chunks).decode("utf-8", "replace")
 
 
+def _is_listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 def free_loopback_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now. Another process may take it before we bind it, so
     callers retry on 'address in use'."""
@@ -212,6 +220,14 @@ class ZooKeeperServer:
         attempts = 1 if self.config.client_port else _BIND_ATTEMPTS
         for attempt in range(attempts):
             port = self.config.client_port or free_loopback_port(self.config.host)
+            # Another server already on the port would answer our readiness checks in our
+            # server's place, so a port in use is refused up front.
+            if _is_listening(self.config.host, port):
+                raise ZooKeeperStartError(
+                    f"clientPort {self.config.host}:{port} is already in use (another "
+                    "ZooKeeper?); stop it or choose another port (0 picks a free one)",
+                    log_path=str(self.log_path),
+                )
             self._spawn(java, port)
             try:
                 self._wait_until_serving(port)
