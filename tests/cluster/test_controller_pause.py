@@ -104,6 +104,10 @@ def test_a_paused_controller_is_replaced_and_cannot_write_after_sigcont(
         # Once it knows, it keeps refusing rather than writing.
         controller_process.send("write /data stale-again")
         assert controller_process.expect("WRITE") == "WRITE MOVED"
+        # An operation that captured the old epoch before the pause and writes after it, on
+        # the process's new session, is refused by ZooKeeper itself: the epoch check.
+        controller_process.send("stale-write /data stale-epoch")
+        assert controller_process.expect("WRITE") == "WRITE MOVED"
 
         assert zk.kazoo.get("/data")[0] == b"by-2"
         epoch = read_controller_epoch(zk)

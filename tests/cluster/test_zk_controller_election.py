@@ -171,3 +171,25 @@ def test_partition_states_are_created_and_changed_by_compare_and_set(
     with pytest.raises(ControllerMovedError):
         create_partition_states(zk, epoch, {("t", 1): state})
     assert read_partition_state(zk, "t", 1) is None
+
+
+def test_an_election_from_a_stale_epoch_read_is_refused(
+    clients: Callable[[], ZkClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Broker 1 read epoch 1 before broker 2's election and the end of broker 2's session;
+    # its commit must not reuse epoch 2.
+    zk = clients()
+    first = register_controller_and_increment_epoch(zk, 2, 0)
+    stale = read_controller_epoch(zk)
+    zk.kazoo.delete(znodes.CONTROLLER)
+    second = register_controller_and_increment_epoch(zk, 2, 0)
+    zk.kazoo.delete(znodes.CONTROLLER)
+    assert (first.epoch, second.epoch) == (1, 2)
+    from spark_mq.broker.zk import controller_election
+
+    monkeypatch.setattr(controller_election, "_read_or_create_controller_epoch", lambda _zk: stale)
+    with pytest.raises(ControllerMovedError):
+        register_controller_and_increment_epoch(clients(), 1, 0)
+    assert read_controller_id(zk) is None
+    current = read_controller_epoch(zk)
+    assert current is not None and current.value == 2
