@@ -39,6 +39,7 @@ from spark_mq.errors import ConfigError, ZooKeeperNotInstalledError, ZooKeeperSt
 #: Where Debian's zookeeper package puts the server jar and its logging configuration.
 DEBIAN_ZOOKEEPER_JAR: Final = Path("/usr/share/java/zookeeper.jar")
 DEBIAN_ZOOKEEPER_CONF_DIR: Final = Path("/etc/zookeeper/conf")
+SLF4J_SIMPLE_JAR: Final = Path("/usr/share/java/slf4j-simple.jar")
 MAIN_CLASS: Final = "org.apache.zookeeper.server.ZooKeeperServerMain"
 INSTALL_HINT: Final = (
     "install Debian's zookeeper package, which pulls in Java: `sudo apt-get install -y "
@@ -244,6 +245,11 @@ class ZooKeeperServer:
         cfg_path = self.config.data_dir / "zoo.cfg"
         cfg_path.write_text(self.config.zoo_cfg(port), encoding="utf-8")
         classpath = f"{self.config.conf_dir}:{self.config.zookeeper_jar}"
+        # zookeeper.jar logs through SLF4J, which discards everything without a binding;
+        # Debian's libslf4j-java (a dependency of the package) ships the simple one, which
+        # writes INFO and above to stderr, hence to zookeeper.log.
+        if SLF4J_SIMPLE_JAR.is_file():
+            classpath += f":{SLF4J_SIMPLE_JAR}"
         command = [
             java,
             f"-Xmx{self.config.heap_mb}m",

@@ -109,32 +109,45 @@ def test_electors_agree_and_a_closed_controller_is_replaced_with_the_next_epoch(
 def test_a_deposed_controller_cannot_write(clients: Callable[[], ZkClient]) -> None:
     admin = clients()
     admin.kazoo.create("/data", b"initial")
-    resigned = threading.Event()
-    old = ControllerElector(clients(), 1, on_resigned=resigned.set)
-    old.start()
-    _wait_for(lambda: old.is_active)
-    old_epoch = old.active_epoch
-    assert old_epoch is not None
-    old.checked_commit(_set("/data", b"by-1"), "write")
+    # Broker 1 wins without an elector, so that it cannot win again below: it stands for a
+    # controller that is still busy with an operation begun under its epoch.
+    old_zk = clients()
+    old_epoch = register_controller_and_increment_epoch(old_zk, 1, 0)
+    checked_commit(old_zk, old_epoch, _set("/data", b"by-1"), "write")
     assert admin.kazoo.get("/data")[0] == b"by-1"
 
     # Another broker takes over while broker 1 still has its session (an admin deleting
     # /controller is Kafka's way to force a move).
     new = ControllerElector(clients(), 2)
     new.start()
+    _wait_for(lambda: new.controller_id == 1)
     admin.kazoo.delete(znodes.CONTROLLER)
     _wait_for(lambda: new.is_active)
     assert new.active_epoch is not None and new.active_epoch.epoch == old_epoch.epoch + 1
 
     # Whatever broker 1 believes, a write with its epoch is refused as a whole.
     with pytest.raises(ControllerMovedError, match="another broker is controller"):
-        checked_commit(old._zk, old_epoch, _set("/data", b"stale"), "write")
+        checked_commit(old_zk, old_epoch, _set("/data", b"stale"), "write")
     assert admin.kazoo.get("/data")[0] == b"by-1"
-    assert resigned.wait(10) and not old.is_active
-    with pytest.raises(ControllerMovedError, match="not controller"):
-        old.checked_commit(_set("/data", b"stale"), "write")
     new.checked_commit(_set("/data", b"by-2"), "write")
     assert admin.kazoo.get("/data")[0] == b"by-2"
+
+
+def test_an_elector_resigns_when_its_write_is_refused(clients: Callable[[], ZkClient]) -> None:
+    resigned = threading.Event()
+    elector = ControllerElector(clients(), 1, on_resigned=resigned.set)
+    elector.start()
+    _wait_for(lambda: elector.is_active)
+    # Someone bumps the epoch behind the elector's back (as a newer controller's election
+    # does); the elector learns it from its next write.
+    admin = clients()
+    admin.kazoo.set(znodes.CONTROLLER_EPOCH, b"5")
+    with pytest.raises(ControllerMovedError):
+        elector.checked_commit(_set(znodes.CONTROLLER_EPOCH, b"6"), "write")
+    assert resigned.wait(10) and not elector.is_active
+    with pytest.raises(ControllerMovedError, match="not controller"):
+        elector.checked_commit(_set(znodes.CONTROLLER_EPOCH, b"6"), "write")
+    assert admin.kazoo.get(znodes.CONTROLLER_EPOCH)[0] == b"5"
 
 
 def test_partition_states_are_created_and_changed_by_compare_and_set(

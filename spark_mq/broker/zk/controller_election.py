@@ -209,33 +209,38 @@ class ControllerElector:
         self._zk.add_handler(self)
         self._zk.watch_data(znodes.CONTROLLER, self._on_controller_change)
 
-    def _on_controller_change(self, data: bytes | None, _stat: object) -> None:
-        if data is None:
-            self.controller_id = None
-            self._resign_if_active("/controller was deleted")
-            self.elect()
-            return
-        try:
-            self.controller_id = znodes.ControllerRegistration.decode(data).broker_id
-        except CorruptZnodeError as exc:
-            log.error("cannot tell who the controller is: %s", exc)
-            return
-        if self.controller_id != self.broker_id:
-            self._resign_if_active(f"/controller names broker {self.controller_id}")
+    def _on_controller_change(self, _data: bytes | None, _stat: object) -> None:
+        # A notification may be stale: the deletion of our old /controller can arrive after
+        # our new session already won again. So, as Kafka's controller does, act on what
+        # ZooKeeper says now, not on what the notification carried.
+        self.elect()
 
     def elect(self) -> None:
-        """Kafka's elect(): if nobody is controller, try to become it."""
+        """Kafka's maybeResign() then elect(): read who is controller now; resign if that is
+        no longer us; if nobody is, try to become controller."""
         try:
             current = read_controller_id(self._zk)
-            if current is not None:
-                self.controller_id = current
+            self.controller_id = current
+            if current == self.broker_id and self.is_active:
                 return
+            if current is not None:
+                self._resign_if_active(f"/controller names broker {current}")
+                if current == self.broker_id:
+                    # /controller is ours but this broker no longer acts on it (a write of
+                    # its epoch was refused): free it for a clean election, as Kafka's
+                    # triggerControllerMove does.
+                    with translate_errors("freeing /controller"):
+                        self._zk.kazoo.delete(znodes.CONTROLLER)
+                return
+            self._resign_if_active("/controller was deleted")
             epoch = register_controller_and_increment_epoch(
                 self._zk, self.broker_id, self._wall_clock_ms()
             )
         except ControllerMovedError as exc:
             log.info("%s", exc)
             return
+        except NoNodeError:
+            return  # /controller went away meanwhile: its deletion watch elects again.
         except (ZooKeeperConnectionError, CorruptZnodeError) as exc:
             # The next session event or /controller change runs the election again.
             log.warning("controller election on broker %d failed: %s", self.broker_id, exc)
