@@ -117,3 +117,36 @@ def test_a_frozen_zookeeper_suspends_agreement_and_the_session_survives(
     finally:
         zk.close()
         server.stop()
+
+
+def test_a_slow_handler_does_not_hold_up_the_connection(
+    zk_connect: str, expire_session: Callable[[str, tuple[int, bytes]], None]
+) -> None:
+    # Handlers run on the event thread, not on kazoo's connection thread: while one blocks,
+    # kazoo still reconnects and keeps the new session alive past its timeout.
+    zk = ZkClient(ZkClientConfig(zk_connect, session_timeout_ms=2000))
+    zk.start()
+    release = threading.Event()
+    blocked = threading.Event()
+
+    class Slow:
+        def on_session_event(self, event: SessionEvent) -> None:
+            if event is SessionEvent.EXPIRED:
+                blocked.set()
+                release.wait(30)
+
+    zk.add_handler(Slow())
+    try:
+        old = zk.session_id
+        expire_session(zk_connect, zk.kazoo.client_id)
+        assert blocked.wait(15)
+        deadline = time.monotonic() + 15
+        while not (zk.connected and zk.session_id not in (0, old)):
+            assert time.monotonic() < deadline, "kazoo did not reconnect while a handler blocked"
+            time.sleep(0.05)
+        new = zk.session_id
+        time.sleep(3)  # longer than the session timeout: pings must have gone on
+        assert zk.kazoo.exists("/") is not None and zk.session_id == new
+    finally:
+        release.set()
+        zk.close()
