@@ -13,6 +13,14 @@ if ! command -v redis-server >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v
     { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q redis-server >/dev/null 2>&1; }) ||
     echo "   could not install redis-server; the Redis smoke tests will be skipped"
 fi
+# The cluster tests run against a real ZooKeeper: Debian's zookeeper package (it pulls in
+# Java; tests/cluster starts the server from its jars). Without it those tests are skipped.
+if [ ! -f /usr/share/java/zookeeper.jar ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "== installing zookeeper (Debian package, with Java) for the cluster tests"
+  (apt-get install -y -q zookeeper >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q zookeeper >/dev/null 2>&1; }) ||
+    echo "   could not install zookeeper; the cluster tests will be skipped"
+fi
 echo "== ruff"
 "$PY" -m ruff check .
 "$PY" -m ruff format --check .

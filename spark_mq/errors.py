@@ -35,7 +35,8 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
     │   ├── CoordinatorLoadInProgressError       [protocol] (14)
     │   ├── CoordinatorNotAvailableError         [protocol] (15)
     │   ├── NotCoordinatorError                  [protocol] (16)
-    │   └── UnstableOffsetCommitError            [protocol] (88) a transaction is pending
+    │   ├── UnstableOffsetCommitError            [protocol] (88) a transaction is pending
+    │   └── ZooKeeperConnectionError             ClusterError: not connected or session lost
     ├── ProducerFatalError                       close the producer: a newer one took over
     │   ├── ProducerFencedError                  [protocol] (90)
     │   ├── InvalidProducerEpochError            [storage] ProducerStateError (47)
@@ -44,6 +45,13 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
     │   └── InvalidTopicError                    (17) a topic name Kafka would refuse
     ├── ConfigError                              (40) fix the option it names
     │   └── SinkSchemaError                      a DataFrame column the Spark sink refuses
+    ├── ClusterError                             ZooKeeper, its client and the controller
+    │   ├── ZooKeeperNotInstalledError           Java or Debian's zookeeper is missing
+    │   ├── ZooKeeperStartError                  the server did not start or answer in time
+    │   ├── CorruptZnodeError                    a znode whose data fails validation
+    │   ├── BrokerIdInUseError                   /brokers/ids/<id> is another session's
+    │   ├── ControllerMovedError                 (41) a controller write the epoch refused
+    │   └── StateChangeFailedError               a move a state machine does not allow
     ├── StorageError                             refused by the local log directory
     │   ├── CorruptRecordError                   (2) a batch failed a size, magic or CRC check
     │   ├── CorruptIndexError                    an index failed its check (it gets rebuilt)
@@ -69,6 +77,7 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
         ├── UnsupportedVersionError              (35)
         ├── InvalidRequiredAcksError             (21)
         ├── InvalidReplicationFactorError        (38)
+        ├── InvalidReplicaAssignmentError        (39) an assignment that cannot be made
         ├── ClusterAuthorizationError            (31) an inter-broker API sent by a client
         ├── DuplicateSequenceError               (46)
         ├── UnknownProducerIdError               (59)
@@ -784,3 +793,72 @@ class CommitFailedError(ProtocolError):
         self.generation_id = generation_id
         self.member_id = member_id
         self.reason = reason
+
+
+class InvalidReplicaAssignmentError(ProtocolError):
+    """A replica assignment that cannot be made: brokers with and without ``broker.rack``
+    mixed, duplicate replicas, or an unknown broker."""
+
+    error_code = 39
+
+
+# ---------------------------------------------------------------------------------------------
+# Cluster: ZooKeeper, its client and the controller
+
+
+class ClusterError(SparkMQError):
+    """Base of every error from the cluster layer (ZooKeeper, its client, the controller)."""
+
+
+class ZooKeeperNotInstalledError(ClusterError):
+    """Java or Debian's ``zookeeper`` package is missing; ``missing`` names which one and the
+    message says how to install it."""
+
+    def __init__(self, message: str, *, missing: str) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+class ZooKeeperStartError(ClusterError):
+    """A ZooKeeper server that exited or did not answer ``ruok`` in time; ``log_path`` holds
+    its output."""
+
+    def __init__(self, message: str, *, log_path: str) -> None:
+        super().__init__(message)
+        self.log_path = log_path
+
+
+class ZooKeeperConnectionError(RetriableError, ClusterError):
+    """No usable ZooKeeper session: not connected, connection suspended, or session expired.
+
+    Retriable: the client reconnects by itself, and a broker re-registers on a new session.
+    """
+
+
+class CorruptZnodeError(ClusterError):
+    """A znode whose data is not the JSON Kafka writes there; ``path`` names the znode."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class BrokerIdInUseError(ClusterError):
+    """``/brokers/ids/<id>`` is held by another live session: two brokers share a
+    ``broker.id``."""
+
+    def __init__(self, message: str, *, broker_id: str) -> None:
+        super().__init__(message)
+        self.broker_id = broker_id
+
+
+class ControllerMovedError(ClusterError):
+    """A controller write refused because ``/controller_epoch`` moved on: another broker is
+    controller now, so this one must stop acting as controller (Kafka's
+    ControllerMovedException, NOT_CONTROLLER)."""
+
+    error_code = 41
+
+
+class StateChangeFailedError(ClusterError):
+    """A partition or replica state change that the controller's transition table refuses."""

@@ -1,0 +1,58 @@
+"""A real ZooKeeper server for the cluster tests, one per session, from Debian's zookeeper
+package (scripts/test.sh installs it). Without Java or the package the tests that need the
+server are skipped and say how to install it; nothing stands in for it.
+
+Each test gets its own chroot (``127.0.0.1:PORT/t-<hex>``), so tests share the server but
+never see each other's znodes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from spark_mq.cluster.zookeeper_server import ZooKeeperServer, ZooKeeperServerConfig
+from spark_mq.errors import ZooKeeperNotInstalledError
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer(ZooKeeperServerConfig(data_dir=tmp_path_factory.mktemp("zk")))
+    try:
+        server.start()
+    except ZooKeeperNotInstalledError as exc:
+        pytest.skip(f"no real ZooKeeper to test against: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk_connect(zookeeper: ZooKeeperServer) -> str:
+    """A connect string with a chroot of this test's own."""
+    chroot = f"/t-{uuid.uuid4().hex[:12]}"
+    root = KazooClient(hosts=zookeeper.connect_string)
+    root.start(timeout=10)
+    try:
+        root.ensure_path(chroot)
+    finally:
+        root.stop()
+        root.close()
+    return zookeeper.connect_string + chroot
+
+
+def _expire_session(connect: str, session: tuple[int, bytes]) -> None:
+    # A second client joins the session with its id and password and closes it: ZooKeeper
+    # then ends the session, as ZooKeeper's own tests expire sessions.
+    other = KazooClient(hosts=connect, client_id=session)
+    other.start(timeout=10)
+    other.stop()
+    other.close()
+
+
+@pytest.fixture
+def expire_session() -> Callable[[str, tuple[int, bytes]], None]:
+    """``expire_session(connect, kazoo_client.client_id)`` makes ZooKeeper expire it now."""
+    return _expire_session
