@@ -25,6 +25,9 @@ producer ever sends. A batch of one record refused as too large fails with
 The sender thread drains ready batches (:meth:`RecordAccumulator.drain`) and encodes each
 with one :func:`~spark_mq.storage.record_batch.encode_batch_parts` call over Arrow arrays
 built once from the lists, then stamps it like any other batch (:meth:`ProducerBatch.encode`).
+A batch of at most ``VARINT_MAX_RECORDS`` records gets a varint body instead (Kafka's record
+layout, :mod:`spark_mq.storage.varint_records`), encoded from the lists: a handful of records
+costs little Python, and the batch is Kafka-sized instead of carrying Arrow's framing.
 
 ``send_batch()`` hands in batches it already encoded, column-wise, as a header without
 producer fields or CRC and an Arrow body (:meth:`RecordAccumulator.append_encoded`). The
@@ -70,7 +73,9 @@ from spark_mq.storage.record_batch import (
     BatchHeader,
     Body,
     encode_batch_parts,
+    encode_varint_batch_parts,
 )
+from spark_mq.storage.varint_records import VARINT_MAX_RECORDS
 
 #: Bytes a record costs in a batch besides its key and value (and its headers, estimated
 #: apart): offset delta (4), timestamp (8), key, value and header-list offsets (4 each), and
@@ -207,14 +212,25 @@ class ProducerBatch:
         calls only restamp the header (and compute the CRC again)."""
         stamp = (producer_id, producer_epoch, base_sequence)
         if self.header is None:
-            stamps = np.array(self.timestamps, dtype=np.float64).astype(np.int64)
-            header, body = encode_batch_parts(
-                binary_array(self.values),
-                key=None if self.keys is None else binary_array(self.keys),
-                timestamp=from_numpy(stamps),
-                headers=self.headers,
-                codec=codec,
-            )
+            if self.record_count <= VARINT_MAX_RECORDS:
+                # A small batch: Kafka's varint records straight from the lists (no Arrow
+                # framing on the wire or on disk, and no Arrow arrays to build).
+                header, body = encode_varint_batch_parts(
+                    self.values,
+                    self.keys,
+                    [int(ts) for ts in self.timestamps],
+                    self.headers,
+                    codec=codec,
+                )
+            else:
+                stamps = np.array(self.timestamps, dtype=np.float64).astype(np.int64)
+                header, body = encode_batch_parts(
+                    binary_array(self.values),
+                    key=None if self.keys is None else binary_array(self.keys),
+                    timestamp=from_numpy(stamps),
+                    headers=self.headers,
+                    codec=codec,
+                )
             self.header = bytes(header)
             self.body = [body]
             # The encoded bytes hold the data now; the timestamps stay for the metadata.
@@ -259,6 +275,7 @@ class ProducerBatch:
                 timestamp=rows.column(1),
                 headers=rows.column(4),
                 codec=codec,
+                body_encoding="auto",
             )
             part = ProducerBatch(self.topic, self.partition, self.created, self.max_size)
             part.header = bytes(piece_header)
