@@ -212,16 +212,9 @@ class ProducerBatch:
         calls only restamp the header (and compute the CRC again)."""
         stamp = (producer_id, producer_epoch, base_sequence)
         if self.header is None:
-            if self.record_count <= VARINT_MAX_RECORDS:
-                # A small batch: Kafka's varint records straight from the lists (no Arrow
-                # framing on the wire or on disk, and no Arrow arrays to build).
-                header, body = encode_varint_batch_parts(
-                    self.values,
-                    self.keys,
-                    [int(ts) for ts in self.timestamps],
-                    self.headers,
-                    codec=codec,
-                )
+            encoded = self._encode_small(codec)
+            if encoded is not None:
+                header, body = encoded
             else:
                 stamps = np.array(self.timestamps, dtype=np.float64).astype(np.int64)
                 header, body = encode_batch_parts(
@@ -243,6 +236,23 @@ class ProducerBatch:
         stamped = stamp_header(self.header, self.body, *stamp, transactional=transactional)
         self.wire = [stamped, *self.body]
         self.stamp = stamp
+
+    def _encode_small(self, codec: str) -> tuple[bytearray, Body] | None:
+        """A small batch as Kafka's varint records, straight from the lists (no Arrow framing
+        on the wire or on disk, and no Arrow arrays to build); None for a batch that gets an
+        Arrow body (too many records, or timestamps a varint body cannot hold)."""
+        if self.record_count > VARINT_MAX_RECORDS:
+            return None
+        try:
+            return encode_varint_batch_parts(
+                self.values,
+                self.keys,
+                [int(ts) for ts in self.timestamps],
+                self.headers,
+                codec=codec,
+            )
+        except OverflowError:
+            return None
 
     def record_timestamp(self, index: int) -> int:
         return int(self.timestamps[index]) if self.timestamps else -1

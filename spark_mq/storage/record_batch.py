@@ -475,9 +475,10 @@ def encode_batch_parts(
         value, key, timestamp, headers, offset_delta=offset_delta, now_ms=now_ms
     )
     codec_obj = codec_for_name(codec) if isinstance(codec, str) else codec
-    varint = _is_varint(body_encoding, len(columns[0]))
-    if varint:
-        payload: Body = codec_obj.compress(_varint_body(columns))
+    varint_body = _varint_body(columns, body_encoding)
+    varint = varint_body is not None
+    if varint_body is not None:
+        payload: Body = codec_obj.compress(varint_body)
     else:
         body = pa.RecordBatch.from_arrays(columns, schema=BODY_SCHEMA)
         payload = codec_obj.compress(body.serialize())
@@ -497,18 +498,30 @@ def encode_batch_parts(
     ), payload
 
 
-def _is_varint(body_encoding: BodyEncoding, records: int) -> bool:
+def _varint_body(columns: list[Any], body_encoding: BodyEncoding) -> bytearray | None:
+    """The varint body of these body columns, or None when the batch gets an Arrow body:
+    as asked, or with ``"auto"`` for more than ``VARINT_MAX_RECORDS`` records or timestamps
+    a varint body cannot hold. Varint batches are small, so this goes through Python
+    lists."""
+    if body_encoding == "arrow":
+        return None
     if body_encoding == "auto":
-        return records <= VARINT_MAX_RECORDS
-    if body_encoding not in ("arrow", "varint"):
+        if len(columns[0]) > VARINT_MAX_RECORDS:
+            return None
+    elif body_encoding != "varint":
         raise InvalidRecordError(
             f"body_encoding must be arrow, varint or auto, not {body_encoding!r}"
         )
-    return body_encoding == "varint"
+    try:
+        return _varint_records(columns)
+    except OverflowError as exc:
+        if body_encoding == "auto":
+            return None
+        raise InvalidRecordError(str(exc)) from exc
 
 
-def _varint_body(columns: list[Any]) -> bytearray:
-    """The varint body of a small batch's body columns: a few records, so Python lists."""
+def _varint_records(columns: list[Any]) -> bytearray:
+    """The varint body of a small batch's body columns."""
     deltas, stamps, keys, values, header_col = (
         c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns
     )
@@ -599,12 +612,12 @@ def encode_batch_gathered(
     columns, stamped_now = _body_columns(
         value, key, timestamp, headers, offset_delta=None, now_ms=now_ms, keep_chunks=True
     )
-    if _is_varint(body_encoding, len(columns[0])):
-        payload = codec_obj.compress(_varint_body(columns))
+    varint_body = _varint_body(columns, body_encoding)
+    if varint_body is not None:
+        payload = codec_obj.compress(varint_body)
         size = memoryview(payload).nbytes
-        return _body_header(columns, stamped_now, size, codec_id=codec_obj.id | ATTR_VARINT_BODY), [
-            payload
-        ]
+        header = _body_header(columns, stamped_now, size, codec_id=codec_obj.id | ATTR_VARINT_BODY)
+        return header, [payload]
     gathered = gather_body(columns) if codec_obj.id == 0 else None
     if gathered is not None:
         parts: list[Body] = list(gathered)

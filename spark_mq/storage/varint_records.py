@@ -104,7 +104,9 @@ def encode_records(
     offset_deltas: Sequence[int],
     base_timestamp: int,
 ) -> bytearray:
-    """The varint body of these records (header keys already UTF-8 bytes)."""
+    """The varint body of these records (header keys already UTF-8 bytes). OverflowError
+    when two timestamps are further apart than an int64 (the Arrow body has no such limit:
+    an encoder asked for ``"auto"`` writes Arrow then)."""
     body = bytearray()
     record = bytearray()
     for ts, key, value, hdrs, delta in zip(
@@ -113,6 +115,10 @@ def encode_records(
         record.clear()
         record.append(RECORD_NULL_HEADERS if hdrs is None else 0)
         ts_delta = ts - base_timestamp
+        if not _INT64_MIN <= ts_delta <= _INT64_MAX:
+            raise OverflowError(
+                f"timestamps {base_timestamp} and {ts} are too far apart for a varint body"
+            )
         _uvarint(record, (ts_delta << 1) ^ (ts_delta >> 63))
         _uvarint(record, delta << 1)
         _bytes_field(record, key)
