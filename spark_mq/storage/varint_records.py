@@ -66,6 +66,11 @@ def has_c_decoder() -> bool:
     return _c is not None
 
 
+def c_extension() -> Any:
+    """The C extension module, or None when it is not built."""
+    return _c
+
+
 # ---------------------------------------------------------------------------------------------
 # Encoding (small batches: a few records, so plain Python)
 
