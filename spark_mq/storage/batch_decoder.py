@@ -40,7 +40,7 @@ from spark_mq.storage.record_batch import (
     offset_deltas_valid,
     parse_control_record,
 )
-from spark_mq.storage.varint_records import parse_body, scan
+from spark_mq.storage.varint_records import check_body, parse_body, scan
 
 
 class AbortedTxnLike(Protocol):
@@ -288,6 +288,13 @@ def validate_batch_body(
     calls this too: it decompresses and decodes the body with every check of
     :func:`decode_body`, and parses the marker of a control batch.
     """
+    if header.is_varint and not header.is_control:
+        payload = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
+        check_body(
+            codec_for_id(header.codec_id).decompress(payload, max_output_bytes=max_body_bytes),
+            header,
+        )
+        return
     body = decode_body(buf, pos, header, max_body_bytes=max_body_bytes)
     if header.is_control:
         parse_control_record(body.column(2)[0].as_py(), body.column(3)[0].as_py())

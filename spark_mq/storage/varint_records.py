@@ -470,6 +470,24 @@ def parse_body(raw: Any, header: Any) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([deltas, stamps, keys, values, headers], schema=BODY_SCHEMA)
 
 
+def check_body(raw: Any, header: Any) -> None:
+    """Check a decompressed varint body as :func:`parse_body` does, without building the
+    Arrow arrays (the broker checks every produced batch this way, and for a one-record batch
+    building them costs more than the check); CorruptRecordError when it is corrupt."""
+    if _c is not None:
+        found = _c.parse_body(
+            raw,
+            header.record_count,
+            header.last_offset_delta,
+            header.base_timestamp,
+            header.max_timestamp,
+            False,
+        )
+        if found is not None:
+            return
+    parse_body(raw, header)
+
+
 class ScanResult(NamedTuple):
     """What :func:`scan` decoded: where it stopped, whether a batch it did not take is there
     (False: the buffer ended, or only a partial batch follows), and the records (None if
