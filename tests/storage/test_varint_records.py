@@ -450,3 +450,57 @@ def test_transactional_bit_survives_the_varint_encoder() -> None:
         is_transactional=True,
     )
     assert validate_batch(data).attributes == ATTR_VARINT_BODY | ATTR_TRANSACTIONAL
+
+
+def test_compaction_of_varint_batches_keeps_newest_per_key_in_varint_bodies(
+    tmp_path: Path,
+) -> None:
+    from spark_mq.storage.batch_decoder import iter_batches
+    from spark_mq.storage.log import PartitionLog
+    from spark_mq.storage.log_cleaner import LogCleaner
+    from spark_mq.storage.log_config import LogConfig
+
+    now = [1_700_000_000_000]
+    config = LogConfig.from_properties(
+        {
+            "cleanup.policy": "compact",
+            "segment.bytes": 2000,
+            "min.cleanable.dirty.ratio": 0.0,
+            "delete.retention.ms": 10_000,
+        }
+    )
+    log = PartitionLog.open(tmp_path, config, topic="t", partition=0, time_ms=lambda: now[0])
+    try:
+        for i in range(60):  # batches of 1 to 3 records, keys k0..k4, varint bodies
+            rows = [
+                (b"k%d" % ((i + j) % 5), b"v%d-%d" % (i, j), None, now[0]) for j in range(i % 3 + 1)
+            ]
+            log.append(_batch(rows, "varint"))
+        before = decode_records(log.segments[0].records.read(0, 1 << 20))
+        active = log.active_segment.base_offset
+        assert LogCleaner(time_ms=lambda: now[0]).clean(log, first_dirty_offset=0) is not None
+        newest: dict[bytes, int] = {}
+        for offset, key in zip(
+            before.column("offset").to_pylist(), before.column("key").to_pylist(), strict=True
+        ):
+            newest[key] = offset
+        kept = []
+        for segment in log.segments:
+            data = segment.records.read(0, 1 << 20)
+            headers = [h for h, _ in iter_batches(data)]
+            assert all(h.is_varint for h in headers)
+            table = decode_records(data)
+            kept.extend(
+                zip(
+                    table.column("offset").to_pylist(), table.column("key").to_pylist(), strict=True
+                )
+            )
+        cleaned = [(o, k) for o, k in kept if o < active]
+        assert cleaned
+        # Below the active segment only the newest record of each key (as of the cleaned
+        # section) is left, at its original offset.
+        for offset, key in cleaned:
+            later = [o for o, k in kept if k == key and o > offset and o < active]
+            assert not later, (offset, key)
+    finally:
+        log.close()
