@@ -616,7 +616,11 @@ class RecordAccumulator:
         with self.lock:
             force = self._flushes > 0 or self._closing
             for tp, batch in list(self._open.items()):
-                if force or batch.size >= self._batch_size or batch.created + self._linger_s <= now:
+                if (
+                    force
+                    or batch.size >= self._batch_size
+                    or (batch.created + self._linger_s <= now and self._sendable(tp, can_send))
+                ):
                     self._close(tp, batch)
             for tp, queue in self._queues.items():
                 if not queue:
@@ -631,14 +635,29 @@ class RecordAccumulator:
                     allowed -= 1
         return out
 
+    def _sendable(self, tp: TP, can_send: Callable[[TP], int]) -> bool:
+        """Whether ``tp``'s open batch, its linger over, would go out now (lock held): only
+        when no batch of the partition waits ahead of it and the sender may send one.
+        Otherwise it stays open and keeps filling, as Kafka's last batch of a partition does:
+        with ``linger.ms=0`` closing it at every drain would queue a batch per record while
+        the partition's requests are in flight, each then sent on its own (an idempotent
+        producer sends one batch per partition per request), so the backlog, and the latency
+        of every record behind it, would grow without bound at rates the broker could take
+        in larger batches."""
+        return not self._queues.get(tp) and can_send(tp) > 0
+
     def next_ready_in(self, can_send: Callable[[TP], int]) -> float | None:
-        """Seconds until a batch may become ready (0: now), None if nothing is waiting."""
+        """Seconds until a batch may become ready (0: now), None if nothing is waiting. An
+        open batch that may not go out yet (see :meth:`_sendable`) is not waited for: what
+        unblocks it (a response, the queue ahead draining) wakes the sender anyway."""
         now = self._clock()
         soonest: float | None = None
         with self.lock:
             force = self._flushes > 0 or self._closing
-            for batch in self._open.values():
+            for tp, batch in self._open.items():
                 full = force or batch.size >= self._batch_size
+                if not full and not self._sendable(tp, can_send):
+                    continue
                 wait = 0.0 if full else batch.created + self._linger_s - now
                 soonest = wait if soonest is None else min(soonest, wait)
             for tp, queue in self._queues.items():
