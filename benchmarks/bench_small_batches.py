@@ -4,7 +4,7 @@ encode, to read, and what a low-latency producer sees end to end.
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_small_batches.py                           # ~2 minutes
+    .venv/bin/python benchmarks/bench_small_batches.py                           # ~5 minutes
     .venv/bin/python benchmarks/bench_small_batches.py --quick                   # ~30 s
     .venv/bin/python benchmarks/bench_small_batches.py --no-spark                # skip Spark
     .venv/bin/python benchmarks/bench_small_batches.py --out docs/benchmarks.md  # write the doc
@@ -426,7 +426,7 @@ def render_markdown(
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes, one run")
-    p.add_argument("--records", type=int, default=300_000, help="records of the read topics")
+    p.add_argument("--records", type=int, default=1_000_000, help="records of the read topics")
     p.add_argument("--rate", type=int, default=10_000, help="records/s of the latency runs")
     p.add_argument("--latency-records", type=int, default=20_000)
     p.add_argument("--runs", type=int, default=3)

@@ -40,7 +40,7 @@ from spark_mq.storage.record_batch import (
     offset_deltas_valid,
     parse_control_record,
 )
-from spark_mq.storage.varint_records import check_body, parse_body, scan
+from spark_mq.storage.varint_records import ATTR_VARINT_BODY, check_body, parse_body, scan
 
 
 class AbortedTxnLike(Protocol):
@@ -411,24 +411,28 @@ def decode_records_until_corrupt(
     aborted_producers: set[int] = set()
     pos = 0
     end = len(buf)
+    view = memoryview(buf).cast("B")
     while pos < end:
         # Runs of uncompressed varint batches (a fetch of small batches) are decoded in one
         # call into one record batch; the loop below takes whatever batch the scan stops at.
         # A read_committed fetch leaves transactional batches to the loop, which keeps track
         # of aborted transactions (the scan only has to pass non-transactional ones).
-        scanned = scan(
-            buf,
-            pos,
-            start_offset=start_offset,
-            end_offset=end_offset,
-            verify_crc=verify_crc,
-            stop_at_transactional=aborted_transactions is not None,
-        )
-        if scanned.records is not None:
-            pieces.append(scanned.records)
-        pos = scanned.position
-        if not scanned.at_batch:
-            break
+        # Only a batch whose attributes (bytes 21-22) set the varint bit starts a scan, so
+        # that a log of Arrow batches pays nothing for it.
+        if end - pos >= HEADER_SIZE and view[pos + 22] & ATTR_VARINT_BODY:
+            scanned = scan(
+                buf,
+                pos,
+                start_offset=start_offset,
+                end_offset=end_offset,
+                verify_crc=verify_crc,
+                stop_at_transactional=aborted_transactions is not None,
+            )
+            if scanned.records is not None:
+                pieces.append(scanned.records)
+            pos = scanned.position
+            if not scanned.at_batch:
+                break
         size = peek_size(buf, pos)
         if size is None or pos + size > end:
             break  # a partial trailing batch (a fetch cut by its size limit)
