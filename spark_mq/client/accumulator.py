@@ -25,6 +25,9 @@ producer ever sends. A batch of one record refused as too large fails with
 The sender thread drains ready batches (:meth:`RecordAccumulator.drain`) and encodes each
 with one :func:`~spark_mq.storage.record_batch.encode_batch_parts` call over Arrow arrays
 built once from the lists, then stamps it like any other batch (:meth:`ProducerBatch.encode`).
+A batch of at most ``VARINT_MAX_RECORDS`` records gets a varint body instead (Kafka's record
+layout, :mod:`spark_mq.storage.varint_records`), encoded from the lists: a handful of records
+costs little Python, and the batch is Kafka-sized instead of carrying Arrow's framing.
 
 ``send_batch()`` hands in batches it already encoded, column-wise, as a header without
 producer fields or CRC and an Arrow body (:meth:`RecordAccumulator.append_encoded`). The
@@ -70,7 +73,9 @@ from spark_mq.storage.record_batch import (
     BatchHeader,
     Body,
     encode_batch_parts,
+    encode_varint_batch_parts,
 )
+from spark_mq.storage.varint_records import VARINT_MAX_RECORDS
 
 #: Bytes a record costs in a batch besides its key and value (and its headers, estimated
 #: apart): offset delta (4), timestamp (8), key, value and header-list offsets (4 each), and
@@ -207,14 +212,18 @@ class ProducerBatch:
         calls only restamp the header (and compute the CRC again)."""
         stamp = (producer_id, producer_epoch, base_sequence)
         if self.header is None:
-            stamps = np.array(self.timestamps, dtype=np.float64).astype(np.int64)
-            header, body = encode_batch_parts(
-                binary_array(self.values),
-                key=None if self.keys is None else binary_array(self.keys),
-                timestamp=from_numpy(stamps),
-                headers=self.headers,
-                codec=codec,
-            )
+            encoded = self._encode_small(codec)
+            if encoded is not None:
+                header, body = encoded
+            else:
+                stamps = np.array(self.timestamps, dtype=np.float64).astype(np.int64)
+                header, body = encode_batch_parts(
+                    binary_array(self.values),
+                    key=None if self.keys is None else binary_array(self.keys),
+                    timestamp=from_numpy(stamps),
+                    headers=self.headers,
+                    codec=codec,
+                )
             self.header = bytes(header)
             self.body = [body]
             # The encoded bytes hold the data now; the timestamps stay for the metadata.
@@ -227,6 +236,23 @@ class ProducerBatch:
         stamped = stamp_header(self.header, self.body, *stamp, transactional=transactional)
         self.wire = [stamped, *self.body]
         self.stamp = stamp
+
+    def _encode_small(self, codec: str) -> tuple[bytearray, Body] | None:
+        """A small batch as Kafka's varint records, straight from the lists (no Arrow framing
+        on the wire or on disk, and no Arrow arrays to build); None for a batch that gets an
+        Arrow body (too many records, or timestamps a varint body cannot hold)."""
+        if self.record_count > VARINT_MAX_RECORDS:
+            return None
+        try:
+            return encode_varint_batch_parts(
+                self.values,
+                self.keys,
+                [int(ts) for ts in self.timestamps],
+                self.headers,
+                codec=codec,
+            )
+        except OverflowError:
+            return None
 
     def record_timestamp(self, index: int) -> int:
         return int(self.timestamps[index]) if self.timestamps else -1
@@ -259,6 +285,7 @@ class ProducerBatch:
                 timestamp=rows.column(1),
                 headers=rows.column(4),
                 codec=codec,
+                body_encoding="auto",
             )
             part = ProducerBatch(self.topic, self.partition, self.created, self.max_size)
             part.header = bytes(piece_header)
@@ -589,7 +616,11 @@ class RecordAccumulator:
         with self.lock:
             force = self._flushes > 0 or self._closing
             for tp, batch in list(self._open.items()):
-                if force or batch.size >= self._batch_size or batch.created + self._linger_s <= now:
+                if (
+                    force
+                    or batch.size >= self._batch_size
+                    or (batch.created + self._linger_s <= now and self._sendable(tp, can_send))
+                ):
                     self._close(tp, batch)
             for tp, queue in self._queues.items():
                 if not queue:
@@ -604,14 +635,29 @@ class RecordAccumulator:
                     allowed -= 1
         return out
 
+    def _sendable(self, tp: TP, can_send: Callable[[TP], int]) -> bool:
+        """Whether ``tp``'s open batch, its linger over, would go out now (lock held): only
+        when no batch of the partition waits ahead of it and the sender may send one.
+        Otherwise it stays open and keeps filling, as Kafka's last batch of a partition does:
+        with ``linger.ms=0`` closing it at every drain would queue a batch per record while
+        the partition's requests are in flight, each then sent on its own (an idempotent
+        producer sends one batch per partition per request), so the backlog, and the latency
+        of every record behind it, would grow without bound at rates the broker could take
+        in larger batches."""
+        return not self._queues.get(tp) and can_send(tp) > 0
+
     def next_ready_in(self, can_send: Callable[[TP], int]) -> float | None:
-        """Seconds until a batch may become ready (0: now), None if nothing is waiting."""
+        """Seconds until a batch may become ready (0: now), None if nothing is waiting. An
+        open batch that may not go out yet (see :meth:`_sendable`) is not waited for: what
+        unblocks it (a response, the queue ahead draining) wakes the sender anyway."""
         now = self._clock()
         soonest: float | None = None
         with self.lock:
             force = self._flushes > 0 or self._closing
-            for batch in self._open.values():
+            for tp, batch in self._open.items():
                 full = force or batch.size >= self._batch_size
+                if not full and not self._sendable(tp, can_send):
+                    continue
                 wait = 0.0 if full else batch.created + self._linger_s - now
                 soonest = wait if soonest is None else min(soonest, wait)
             for tp, queue in self._queues.items():

@@ -38,7 +38,6 @@ from __future__ import annotations
 import collections
 import logging
 import select
-import struct
 from typing import Final
 
 import pyarrow as pa
@@ -61,35 +60,20 @@ from spark_mq.protocol.fetch import (
 )
 from spark_mq.protocol.framing import split_records
 from spark_mq.storage.batch_decoder import decode_records_until_corrupt
-from spark_mq.storage.record_batch import LOG_OVERHEAD
+from spark_mq.storage.batch_walk import walk_batches
 
 log = logging.getLogger(__name__)
 
 #: Responses buffered per partition before no more are fetched for it.
 MAX_BUFFERED_FETCHES: Final = 2
-#: baseOffset and batchLength (bytes 0-11) and lastOffsetDelta (bytes 23-26) of a header.
-_OFFSET_AND_LENGTH = struct.Struct(">qi")
-_LAST_OFFSET_DELTA = struct.Struct(">i")
-_LAST_OFFSET_DELTA_AT = 23
-_HEADER_BYTES = 61
 
 
 def end_of_last_batch(data: memoryview) -> int | None:
     """``lastOffset + 1`` of the last whole batch in ``data`` (None if there is none): where
-    the next fetch of the partition starts. Reads only the headers' fixed fields; the CRC and
-    bodies are checked when the data is decoded."""
-    pos = 0
-    end = len(data)
-    last: int | None = None
-    while end - pos >= _HEADER_BYTES:
-        base_offset, length = _OFFSET_AND_LENGTH.unpack_from(data, pos)
-        size = length + LOG_OVERHEAD
-        if size < _HEADER_BYTES or pos + size > end:
-            break
-        (delta,) = _LAST_OFFSET_DELTA.unpack_from(data, pos + _LAST_OFFSET_DELTA_AT)
-        last = base_offset + delta + 1
-        pos += size
-    return last
+    the next fetch of the partition starts. Reads only the headers' fixed fields, in one pass
+    (:func:`~spark_mq.storage.batch_walk.walk_batches`); the CRC and bodies are checked when
+    the data is decoded."""
+    return walk_batches(data, 0, len(data)).next_offset
 
 
 def corrupt_batch_error(

@@ -56,8 +56,11 @@ from spark_mq.storage.record_batch import HEADER_SIZE, Body, encode_batch_gather
 #: One batch to encode: its partition, the columns, and the row range ``[start, stop)``.
 _Piece = tuple[int, dict[str, pa.Array | pa.ChunkedArray], int, int]
 
-#: Bytes a batch costs besides its records (61-byte header and the Arrow IPC framing),
-#: rounded up; a record must fit ``max.request.size`` together with it.
+#: Bytes a batch with an Arrow body costs besides its records (61-byte header and the Arrow
+#: IPC framing), rounded up: what batches of more than ``VARINT_MAX_RECORDS`` records leave
+#: free of ``max.request.size``. Smaller batches get a varint body, which costs only the
+#: header (``HEADER_SIZE``): so a record fits ``max.request.size`` when it fits with the
+#: header alone, as in Kafka.
 BATCH_OVERHEAD_BYTES = 1024
 #: Columns ``send_batch()`` understands.
 BATCH_COLUMNS = ("value", "key", "partition", "timestamp", "headers")
@@ -146,7 +149,12 @@ class Producer:
         )
         #: One flag for send() to test: closed, or interceptors to run.
         self._slow_send = self._intercept_send
-        self._max_request_size = cfg.max_request_size - BATCH_OVERHEAD_BYTES
+        # What many records may add up to in one (Arrow) batch; at least 1, so that with a
+        # small max.request.size every record goes alone in a (varint) batch.
+        self._max_request_size = max(cfg.max_request_size - BATCH_OVERHEAD_BYTES, 1)
+        # What one record may be: alone in its batch it has a varint body, which costs the
+        # batch header and nothing else (its own overhead is within the record's estimate).
+        self._max_record_bytes = cfg.max_request_size - HEADER_SIZE
         self._accumulator = RecordAccumulator(
             batch_size=min(cfg.batch_size, self._max_request_size),
             max_batch_bytes=self._max_request_size,
@@ -211,7 +219,7 @@ class Producer:
         if headers is not None:
             headers, header_size = _normalize_headers(headers)
         size = record_size(key, value, header_size)
-        if size > self._max_request_size:
+        if size > self._max_record_bytes:
             self._too_large(size)
         count = self._cluster.partition_counts.get(topic)
         if count is None:
@@ -248,10 +256,10 @@ class Producer:
     def _too_large(self, size: int) -> None:
         limit = self.config.max_request_size
         raise RecordTooLargeError(
-            f"a record of about {size + BATCH_OVERHEAD_BYTES} bytes (with its batch overhead) "
+            f"a record of about {size + HEADER_SIZE} bytes (with its batch header) "
             f"is over max.request.size={limit}; nothing was sent. Raise max.request.size "
             "(and the topic's max.message.bytes) or split the record",
-            size_bytes=size + BATCH_OVERHEAD_BYTES,
+            size_bytes=size + HEADER_SIZE,
             max_bytes=limit,
         )
 
@@ -311,7 +319,7 @@ class Producer:
         }
         sizes = self._row_sizes(columns)
         largest = int(sizes.argmax())
-        if sizes[largest] > self._max_request_size:
+        if sizes[largest] > self._max_record_bytes:
             self._too_large(int(sizes[largest]))
         count = self._cluster.partition_counts.get(topic) or self._wait_for_topic(topic)
         keyless = self._keyless_pieces(topic, columns, count, sizes)
@@ -360,6 +368,7 @@ class Producer:
             headers=chunk.get("headers"),
             codec=self.config.compression_type,
             now_ms=now_ms,
+            body_encoding="auto",
         )
         size = HEADER_SIZE + sum(memoryview(part).nbytes for part in body)
         if size <= self.config.max_request_size or stop - start == 1:

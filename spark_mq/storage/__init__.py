@@ -4,6 +4,10 @@ Modules, one concept each (see ``docs/format.md`` for every byte on disk):
 
 - ``record_batch``: the batch format (61-byte header, Arrow body) and encoding.
 - ``batch_decoder``: validation (header, CRC, Arrow body) and decoding to Arrow.
+- ``varint_records``: the varint body of small batches (Kafka's v2 record layout), decoded to
+  the same Arrow arrays; runs of them decoded in one pass by the optional C extension
+  ``_varint_scan`` (with a Python fallback).
+- ``batch_walk``: walking batch headers in one call (a fetch's extent, the next fetch offset).
 - ``codecs``: none, gzip, snappy, lz4, zstd.
 - ``file_records``: a segment's ``.log`` file and file ranges for zero-copy sends.
 - ``abstract_index`` / ``offset_index`` / ``time_index``: sparse memory-mapped indexes.

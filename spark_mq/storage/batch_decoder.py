@@ -40,6 +40,7 @@ from spark_mq.storage.record_batch import (
     offset_deltas_valid,
     parse_control_record,
 )
+from spark_mq.storage.varint_records import ATTR_VARINT_BODY, check_body, parse_body, scan
 
 
 class AbortedTxnLike(Protocol):
@@ -181,10 +182,13 @@ def decode_body(
     bytes arrived intact), so everything a reader relies on is checked: the Arrow structure in
     full, no Arrow-level buffer compression (which would bypass ``max_body_bytes``), the row
     count, and offset deltas that start at 0 or later, strictly increase and stay within
-    lastOffsetDelta. Any failure raises :class:`CorruptRecordError`.
+    lastOffsetDelta. Any failure raises :class:`CorruptRecordError`. A varint body (attribute
+    bit 6) is decoded to the same columns (:func:`spark_mq.storage.varint_records.parse_body`).
     """
     payload = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     raw = codec_for_id(header.codec_id).decompress(payload, max_output_bytes=max_body_bytes)
+    if header.is_varint:
+        return parse_body(raw, header)
     try:
         message = pa.ipc.read_message(pa.py_buffer(raw))
         if message.type != "record batch":
@@ -284,6 +288,13 @@ def validate_batch_body(
     calls this too: it decompresses and decodes the body with every check of
     :func:`decode_body`, and parses the marker of a control batch.
     """
+    if header.is_varint and not header.is_control:
+        payload = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
+        check_body(
+            codec_for_id(header.codec_id).decompress(payload, max_output_bytes=max_body_bytes),
+            header,
+        )
+        return
     body = decode_body(buf, pos, header, max_body_bytes=max_body_bytes)
     if header.is_control:
         parse_control_record(body.column(2)[0].as_py(), body.column(3)[0].as_py())
@@ -400,7 +411,28 @@ def decode_records_until_corrupt(
     aborted_producers: set[int] = set()
     pos = 0
     end = len(buf)
+    view = memoryview(buf).cast("B")
     while pos < end:
+        # Runs of uncompressed varint batches (a fetch of small batches) are decoded in one
+        # call into one record batch; the loop below takes whatever batch the scan stops at.
+        # A read_committed fetch leaves transactional batches to the loop, which keeps track
+        # of aborted transactions (the scan only has to pass non-transactional ones).
+        # Only a batch whose attributes (bytes 21-22) set the varint bit starts a scan, so
+        # that a log of Arrow batches pays nothing for it.
+        if end - pos >= HEADER_SIZE and view[pos + 22] & ATTR_VARINT_BODY:
+            scanned = scan(
+                buf,
+                pos,
+                start_offset=start_offset,
+                end_offset=end_offset,
+                verify_crc=verify_crc,
+                stop_at_transactional=aborted_transactions is not None,
+            )
+            if scanned.records is not None:
+                pieces.append(scanned.records)
+            pos = scanned.position
+            if not scanned.at_batch:
+                break
         size = peek_size(buf, pos)
         if size is None or pos + size > end:
             break  # a partial trailing batch (a fetch cut by its size limit)

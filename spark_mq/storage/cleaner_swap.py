@@ -424,6 +424,8 @@ def _rewrite(body: pa.RecordBatch, header: BatchHeader, keep: BoolArray) -> byte
         is_transactional=header.is_transactional,
         timestamp_type=header.timestamp_type,
         last_offset_delta=header.last_offset_delta,
+        # A rewritten batch keeps its body's layout: a small varint batch stays small.
+        body_encoding="varint" if header.is_varint else "arrow",
     )
 
 

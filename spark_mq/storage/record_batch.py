@@ -11,7 +11,7 @@ reader decodes. Its header mirrors Kafka's record batch v2 field for field (big-
          16     1  magic                 MAGIC (83, 'S'): not Kafka's 2, the body differs
          17     4  crc                   CRC-32C (Castagnoli) of bytes 21 .. end of batch
          21     2  attributes            bits 0-2 codec, 3 timestamp type, 4 transactional,
-                                         5 control; the rest are zero
+                                         5 control, 6 varint body; the rest are zero
          23     4  lastOffsetDelta       offset of the last record - baseOffset
          27     8  baseTimestamp         timestamp of the first record (ms since epoch)
          35     8  maxTimestamp          largest timestamp in the batch (ms)
@@ -19,8 +19,9 @@ reader decodes. Its header mirrors Kafka's record batch v2 field for field (big-
          51     2  producerEpoch         -1 when not idempotent
          53     4  baseSequence          -1 when not idempotent
          57     4  recordCount           number of records in the body
-         61     -  body                  Arrow IPC record-batch message, compressed as a
-                                         whole by the codec of the attributes
+         61     -  body                  Arrow IPC record-batch message (or, with bit 6,
+                                         Kafka's v2 varint records), compressed as a whole
+                                         by the codec of the attributes
 
 The body's Arrow schema is fixed (:data:`BODY_SCHEMA`): ``offset_delta int32``,
 ``timestamp int64`` (ms), ``key binary``, ``value binary``, ``headers
@@ -29,8 +30,13 @@ control batch (bit 5, always transactional) holds exactly one record whose key i
 ``version int16, type int16`` (0 abort, 1 commit) and whose value is ``version int16,
 coordinatorEpoch int32``, as in Kafka.
 
-Encoding works on whole Arrow arrays, with no Python code per record. Validation and decoding
-live in :mod:`spark_mq.storage.batch_decoder`. The full byte layout with examples is in
+Small batches may instead hold Kafka's v2 record layout (varint records, attribute bit 6:
+:mod:`spark_mq.storage.varint_records`), which costs no framing; readers decode both bodies to
+the same Arrow arrays. The encoders write Arrow unless asked (``body_encoding``); producers
+ask for ``"auto"``: varint for at most ``VARINT_MAX_RECORDS`` records, Arrow above.
+
+Encoding Arrow bodies works on whole Arrow arrays, with no Python code per record. Validation
+and decoding live in :mod:`spark_mq.storage.batch_decoder`. The full byte layout with examples is in
 ``docs/format.md``.
 """
 
@@ -41,7 +47,7 @@ import inspect
 import struct
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final, NamedTuple, ParamSpec, TypeAlias
+from typing import Any, Final, Literal, NamedTuple, ParamSpec, TypeAlias
 
 import crc32c
 import numpy as np
@@ -52,6 +58,11 @@ from spark_mq.errors import CorruptRecordError, InvalidRecordError
 from spark_mq.storage.arrow_arrays import binary_array, from_numpy, to_numpy, to_numpy_filled
 from spark_mq.storage.codecs import CODEC_NAMES, Bytes, Codec, codec_for_id, codec_for_name
 from spark_mq.storage.ipc_gather import gather_body
+from spark_mq.storage.varint_records import (
+    ATTR_VARINT_BODY,
+    VARINT_MAX_RECORDS,
+    encode_records,
+)
 
 MAGIC: Final = 83
 HEADER_SIZE: Final = 61
@@ -73,13 +84,19 @@ ATTR_CODEC_MASK: Final = 0x07
 ATTR_TIMESTAMP_TYPE: Final = 0x08
 ATTR_TRANSACTIONAL: Final = 0x10
 ATTR_CONTROL: Final = 0x20
-ATTR_KNOWN: Final = ATTR_CODEC_MASK | ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL
+ATTR_KNOWN: Final = (
+    ATTR_CODEC_MASK | ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL | ATTR_VARINT_BODY
+)
 KNOWN_CODEC_IDS: Final = frozenset(range(len(CODEC_NAMES)))
 
 NO_PRODUCER_ID: Final = -1
 NO_PRODUCER_EPOCH: Final = -1
 NO_SEQUENCE: Final = -1
 NO_PARTITION_LEADER_EPOCH: Final = -1
+
+#: How a batch's records are laid out: ``"arrow"`` (an Arrow IPC message), ``"varint"``
+#: (Kafka's v2 records), or ``"auto"``: varint for at most ``VARINT_MAX_RECORDS`` records.
+BodyEncoding: TypeAlias = Literal["arrow", "varint", "auto"]
 
 #: A decoded body may not exceed this unless the caller allows more.
 DEFAULT_MAX_BODY_BYTES: Final = 512 * 1024 * 1024
@@ -177,6 +194,11 @@ class BatchHeader(NamedTuple):
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def is_varint(self) -> bool:
+        """Whether the body is varint records (Kafka's v2 layout) rather than Arrow."""
+        return bool(self.attributes & ATTR_VARINT_BODY)
 
     @property
     def has_producer_id(self) -> bool:
@@ -432,6 +454,7 @@ def encode_batch_parts(
     offset_delta: Any = None,
     now_ms: int | None = None,
     last_offset_delta: int | None = None,
+    body_encoding: BodyEncoding = "arrow",
 ) -> tuple[bytearray, Body]:
     """One batch from columns (Arrow arrays, or sequences that Arrow can convert), as its
     61-byte header, CRC field left 0, and its body, not joined: for a producer, which sets its
@@ -445,19 +468,25 @@ def encode_batch_parts(
     ``last_offset_delta`` overrides the header's lastOffsetDelta (by default the last record's
     delta, -1 when empty): compaction keeps a rewritten batch's original span, as Kafka does,
     so the producer's last sequence and the batch's last offset survive removed records. It
-    must be at least the last record's delta.
+    must be at least the last record's delta. ``body_encoding`` chooses the body's layout
+    (:data:`BodyEncoding`).
     """
     columns, stamped_now = _body_columns(
         value, key, timestamp, headers, offset_delta=offset_delta, now_ms=now_ms
     )
     codec_obj = codec_for_name(codec) if isinstance(codec, str) else codec
-    body = pa.RecordBatch.from_arrays(columns, schema=BODY_SCHEMA)
-    payload = codec_obj.compress(body.serialize())
+    varint_body = _varint_body(columns, body_encoding)
+    varint = varint_body is not None
+    if varint_body is not None:
+        payload: Body = codec_obj.compress(varint_body)
+    else:
+        body = pa.RecordBatch.from_arrays(columns, schema=BODY_SCHEMA)
+        payload = codec_obj.compress(body.serialize())
     return _body_header(
         columns,
         stamped_now,
         memoryview(payload).nbytes,
-        codec_id=codec_obj.id,
+        codec_id=codec_obj.id | (ATTR_VARINT_BODY if varint else 0),
         base_offset=base_offset,
         partition_leader_epoch=partition_leader_epoch,
         producer_id=producer_id,
@@ -469,6 +498,97 @@ def encode_batch_parts(
     ), payload
 
 
+def _varint_body(columns: list[Any], body_encoding: BodyEncoding) -> bytearray | None:
+    """The varint body of these body columns, or None when the batch gets an Arrow body:
+    as asked, or with ``"auto"`` for more than ``VARINT_MAX_RECORDS`` records or timestamps
+    a varint body cannot hold. Varint batches are small, so this goes through Python
+    lists."""
+    if body_encoding == "arrow":
+        return None
+    if body_encoding == "auto":
+        if len(columns[0]) > VARINT_MAX_RECORDS:
+            return None
+    elif body_encoding != "varint":
+        raise InvalidRecordError(
+            f"body_encoding must be arrow, varint or auto, not {body_encoding!r}"
+        )
+    try:
+        return _varint_records(columns)
+    except OverflowError as exc:
+        if body_encoding == "auto":
+            return None
+        raise InvalidRecordError(str(exc)) from exc
+
+
+def _varint_records(columns: list[Any]) -> bytearray:
+    """The varint body of a small batch's body columns."""
+    deltas, stamps, keys, values, header_col = (
+        c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns
+    )
+    timestamps = stamps.to_pylist()
+    header_lists = [
+        None if row is None else [(entry["key"].encode(), entry["value"]) for entry in row]
+        for row in header_col.to_pylist()
+    ]
+    return encode_records(
+        timestamps,
+        keys.to_pylist(),
+        values.to_pylist(),
+        header_lists,
+        offset_deltas=deltas.to_pylist(),
+        base_timestamp=timestamps[0] if timestamps else 0,
+    )
+
+
+def encode_varint_batch_parts(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None,
+    timestamps: Sequence[int],
+    headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None,
+    *,
+    codec: Codec | str = "none",
+) -> tuple[bytearray, Body]:
+    """A batch with a varint body, from Python lists, as :func:`encode_batch_parts` returns
+    it (producer fields and CRC unset): the producer's path for a small batch of ``send()``
+    records, which are lists already (converting a handful of records to Arrow and back costs
+    more than encoding them). ``timestamps`` are int milliseconds; header keys str."""
+    n = len(values)
+    if keys is None:
+        keys = [None] * n
+    header_lists: Sequence[Sequence[tuple[bytes, bytes | None]] | None]
+    if headers is None:
+        header_lists = [None] * n
+    else:
+        header_lists = [
+            None if row is None else [(k.encode(), v) for k, v in row] for row in headers
+        ]
+    base_timestamp = timestamps[0] if n else -1
+    codec_obj = codec_for_name(codec) if isinstance(codec, str) else codec
+    payload = codec_obj.compress(
+        encode_records(
+            timestamps,
+            keys,
+            values,
+            header_lists,
+            offset_deltas=range(n),
+            base_timestamp=base_timestamp,
+        )
+    )
+    return _header(
+        memoryview(payload).nbytes,
+        base_offset=0,
+        partition_leader_epoch=NO_PARTITION_LEADER_EPOCH,
+        attributes=codec_obj.id | ATTR_VARINT_BODY,
+        last_offset_delta=n - 1,
+        base_timestamp=base_timestamp,
+        max_timestamp=max(timestamps) if n else -1,
+        producer_id=NO_PRODUCER_ID,
+        producer_epoch=NO_PRODUCER_EPOCH,
+        base_sequence=NO_SEQUENCE,
+        record_count=n,
+    ), payload
+
+
 def encode_batch_gathered(
     value: Any,
     key: Any = None,
@@ -477,6 +597,7 @@ def encode_batch_gathered(
     *,
     codec: Codec | str = "none",
     now_ms: int | None = None,
+    body_encoding: BodyEncoding = "arrow",
 ) -> tuple[bytearray, list[Body]]:
     """A batch as :func:`encode_batch_parts` encodes it (same arguments, producer fields
     unset), its body given as parts that joined are the body. Uncompressed, the parts view
@@ -485,12 +606,18 @@ def encode_batch_gathered(
     as they are, spares a copy of every key and value. Keys and values may be ChunkedArrays
     (a table made of several record batches): they are gathered chunk by chunk, not
     concatenated first. A compressed body (the codec needs the serialized bytes) and a headers
-    column with headers in it are one part.
+    column with headers in it are one part, and so is a varint body (``body_encoding``).
     """
     codec_obj = codec_for_name(codec) if isinstance(codec, str) else codec
     columns, stamped_now = _body_columns(
         value, key, timestamp, headers, offset_delta=None, now_ms=now_ms, keep_chunks=True
     )
+    varint_body = _varint_body(columns, body_encoding)
+    if varint_body is not None:
+        payload = codec_obj.compress(varint_body)
+        size = memoryview(payload).nbytes
+        header = _body_header(columns, stamped_now, size, codec_id=codec_obj.id | ATTR_VARINT_BODY)
+        return header, [payload]
     gathered = gather_body(columns) if codec_obj.id == 0 else None
     if gathered is not None:
         parts: list[Body] = list(gathered)
@@ -630,8 +757,11 @@ def encode_empty_batch(header: BatchHeader) -> bytes:
     """
     if header.is_control:
         raise InvalidRecordError("a control batch cannot be emptied: it must hold its marker")
-    body = pa.RecordBatch.from_pylist([], schema=BODY_SCHEMA)
-    payload = codec_for_id(header.codec_id).compress(body.serialize())
+    codec = codec_for_id(header.codec_id)
+    if header.is_varint:
+        payload = codec.compress(b"")  # no records: an empty varint body
+    else:
+        payload = codec.compress(pa.RecordBatch.from_pylist([], schema=BODY_SCHEMA).serialize())
     fields = _header(
         memoryview(payload).nbytes,
         base_offset=header.base_offset,

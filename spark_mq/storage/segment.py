@@ -337,11 +337,7 @@ class LogSegment:
         first = self.translate_offset(start_offset)
         if first is None or first.position >= end_limit:
             return None
-        size = 0
-        for header, pos in self.records.headers(first.position, end_limit):
-            if size + header.size > max_size_bytes and not (size == 0 and min_one_message):
-                break
-            size = pos + header.size - first.position
+        size = self.records.extent(first.position, end_limit, max_size_bytes, min_one_message)
         if size == 0:
             return None
         return self.records.range(first.position, size)

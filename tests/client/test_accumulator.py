@@ -270,3 +270,20 @@ def test_encoded_batches_are_restamped_not_reencoded() -> None:
     assert batch.body is first
     wire = b"".join(bytes(b) for b in batch.wire)
     assert validate_batch(wire).producer_epoch == 1
+
+
+def test_with_linger_0_a_batch_that_cannot_go_out_keeps_filling() -> None:
+    """linger.ms=0 while the partition's requests are in flight (can_send 0): the open batch
+    is neither closed nor waited for (the sender would spin); once it may go, it goes as one
+    batch of every record that came meanwhile, not as a batch per record."""
+    clock = Clock()
+    acc = _acc(clock, linger_ms=0)
+    _append(acc)
+    assert acc.next_ready_in(lambda tp: 0) is None
+    assert acc.drain(lambda tp: 0, 1 << 20) == []
+    for _ in range(4):
+        _append(acc)
+        assert acc.drain(lambda tp: 0, 1 << 20) == []
+    assert acc.next_ready_in(lambda tp: 1) == 0.0
+    (batch,) = acc.drain(lambda tp: 1, 1 << 20)
+    assert batch.record_count == 5

@@ -19,7 +19,9 @@ from spark_mq.storage.record_batch import (
     HEADER_SIZE,
     encode_batch_gathered,
     encode_batch_parts,
+    encode_varint_batch_parts,
 )
+from spark_mq.storage.varint_records import VARINT_MAX_RECORDS
 
 ROWS = 2_000
 
@@ -151,3 +153,34 @@ def test_full_record_batches_of_100_byte_values_fill_max_request_size() -> None:
     header, body = encode_batch_gathered(values, now_ms=1)
     size = _encoded_size(header, body)
     assert 0.99 * limit <= size <= limit
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("rows", [1, 7, VARINT_MAX_RECORDS])
+def test_send_estimate_bounds_a_small_varint_batch_with_its_header_alone(
+    case: str, rows: int
+) -> None:
+    """A batch of at most VARINT_MAX_RECORDS records gets a varint body (as the accumulator
+    encodes it: ProducerBatch._encode_small): its records' estimates plus the 61-byte header
+    bound it, so a record fits max.request.size when it fits with the header alone, as in
+    Kafka; and the estimate is within 25 bytes a record (and 8 a header) of what is
+    written."""
+    columns = _columns(rows, **CASES[case])
+    estimates = _send_estimates(columns)
+    header, body = encode_varint_batch_parts(
+        columns["value"],
+        columns.get("key"),
+        columns.get("timestamp", [1_700_000_000_000] * rows),
+        columns.get("headers"),
+    )
+    actual = _encoded_size(header, body)
+    assert actual <= sum(estimates) + HEADER_SIZE
+    headers = sum(len(h) for h in columns.get("headers", []) if h)
+    assert sum(estimates) + HEADER_SIZE <= actual + 25 * rows + 8 * headers
+    # One record alone: exactly what send() checks against max.request.size.
+    for i, estimate in enumerate(estimates):
+        one = {name: column[i : i + 1] for name, column in columns.items()}
+        header, body = encode_varint_batch_parts(
+            one["value"], one.get("key"), one.get("timestamp", [0]), one.get("headers")
+        )
+        assert _encoded_size(header, body) <= estimate + HEADER_SIZE

@@ -1,0 +1,544 @@
+/* Decoding varint record bodies (Kafka's v2 record layout) in one pass over a fetch.
+ *
+ * The optional C half of spark_mq/storage/varint_records.py, which documents the layout (and
+ * docs/format.md, "Varint body"), holds the pure-Python fallback that gives identical results,
+ * and builds Arrow arrays from the buffers returned here.
+ *
+ * scan() walks the batches of a buffer from a position and decodes every uncompressed data
+ * batch with a varint body into one set of column buffers, so that a fetch of thousands of
+ * one-record batches costs one call instead of a Python loop per batch. It stops, before the
+ * batch, at the first batch it does not take: a partial trailing batch, a corrupt batch (any
+ * check of validate_batch or of the body fails), an Arrow or compressed body, a control batch,
+ * a transactional batch when asked (read_committed filtering is done by the caller), or a
+ * batch at or past end_offset. The caller handles that batch the slow way, which raises the
+ * precise error for a corrupt one: this file never builds an error message for bad data.
+ * parse_body() decodes one (decompressed) varint body.
+ *
+ * Memory: the output buffers grow with what was decoded, which is bounded by the input's size
+ * (every length is checked against the bytes that remain before anything is copied), so a
+ * hostile length never allocates more than the input.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <nmmintrin.h>
+#define HAVE_SSE42_PATH 1
+#endif
+
+/* ---- CRC-32C (Castagnoli), as the crc32c package computes it ---------------------------- */
+
+static uint32_t crc_table[8][256];
+static int use_sse42 = 0;
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+#ifdef HAVE_SSE42_PATH
+    __builtin_cpu_init();
+    use_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+static uint32_t crc_soft(uint32_t crc, const uint8_t *p, Py_ssize_t n) {
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        v ^= crc; /* little-endian hosts only (x86-64, ARMv8), like the rest of the project */
+        crc = crc_table[7][v & 0xff] ^ crc_table[6][(v >> 8) & 0xff] ^
+              crc_table[5][(v >> 16) & 0xff] ^ crc_table[4][(v >> 24) & 0xff] ^
+              crc_table[3][(v >> 32) & 0xff] ^ crc_table[2][(v >> 40) & 0xff] ^
+              crc_table[1][(v >> 48) & 0xff] ^ crc_table[0][v >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
+    return crc;
+}
+
+#ifdef HAVE_SSE42_PATH
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p,
+                                                         Py_ssize_t n) {
+    uint64_t c = crc;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = _mm_crc32_u64(c, v);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--) c32 = _mm_crc32_u8(c32, *p++);
+    return c32;
+}
+#endif
+
+static uint32_t crc32c(const uint8_t *p, Py_ssize_t n) {
+#ifdef HAVE_SSE42_PATH
+    if (use_sse42) return ~crc_hw(0xFFFFFFFFu, p, n);
+#endif
+    return ~crc_soft(0xFFFFFFFFu, p, n);
+}
+
+/* ---- growable output buffers ------------------------------------------------------------ */
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int buf_reserve(Buf *b, Py_ssize_t extra) {
+    if (b->len + extra <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 64;
+    while (cap < b->len + extra) cap *= 2;
+    char *p = PyMem_Realloc(b->p, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_put(Buf *b, const void *data, Py_ssize_t n) {
+    if (buf_reserve(b, n) < 0) return -1;
+    memcpy(b->p + b->len, data, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+/* The columns decoded so far. Validity is one byte per entry here, packed into Arrow's
+ * bitmaps only when the buffers are handed out. */
+enum {
+    B_OFFSET, B_TIMESTAMP, B_TS_TYPE,
+    B_KEY_VALID, B_KEY_OFFSETS, B_KEY_DATA,
+    B_VALUE_VALID, B_VALUE_OFFSETS, B_VALUE_DATA,
+    B_HEADERS_VALID, B_HEADERS_OFFSETS,
+    B_HKEY_OFFSETS, B_HKEY_DATA,
+    B_HVALUE_VALID, B_HVALUE_OFFSETS, B_HVALUE_DATA,
+    B_COUNT
+};
+
+typedef struct {
+    Buf b[B_COUNT];
+    Py_ssize_t rows, headers;
+} Out;
+
+typedef struct {
+    Py_ssize_t len[B_COUNT];
+    Py_ssize_t rows, headers;
+} Mark;
+
+static void out_mark(const Out *o, Mark *m) {
+    for (int i = 0; i < B_COUNT; i++) m->len[i] = o->b[i].len;
+    m->rows = o->rows;
+    m->headers = o->headers;
+}
+
+static void out_reset(Out *o, const Mark *m) {
+    for (int i = 0; i < B_COUNT; i++) o->b[i].len = m->len[i];
+    o->rows = m->rows;
+    o->headers = m->headers;
+}
+
+static void out_free(Out *o) {
+    for (int i = 0; i < B_COUNT; i++) PyMem_Free(o->b[i].p);
+}
+
+static int out_init(Out *o) {
+    memset(o, 0, sizeof(*o));
+    int32_t zero = 0;
+    /* Every offsets buffer starts with its leading 0. */
+    if (buf_put(&o->b[B_KEY_OFFSETS], &zero, 4) < 0 || buf_put(&o->b[B_VALUE_OFFSETS], &zero, 4) < 0 ||
+        buf_put(&o->b[B_HEADERS_OFFSETS], &zero, 4) < 0 || buf_put(&o->b[B_HKEY_OFFSETS], &zero, 4) < 0 ||
+        buf_put(&o->b[B_HVALUE_OFFSETS], &zero, 4) < 0) {
+        out_free(o);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- reading ---------------------------------------------------------------------------- */
+
+#define CORRUPT (-1)
+#define NOMEM (-2)
+
+static int read_varint32(const uint8_t *p, Py_ssize_t lim, Py_ssize_t *cur, int32_t *out) {
+    uint32_t u = 0;
+    for (int i = 0; i < 5; i++) {
+        if (*cur >= lim) return CORRUPT;
+        uint8_t b = p[(*cur)++];
+        if (i == 4 && b > 0x0F) return CORRUPT; /* longer than 32 bits */
+        u |= (uint32_t)(b & 0x7F) << (7 * i);
+        if (!(b & 0x80)) {
+            *out = (int32_t)((u >> 1) ^ (0u - (u & 1u)));
+            return 0;
+        }
+    }
+    return CORRUPT;
+}
+
+static int read_varint64(const uint8_t *p, Py_ssize_t lim, Py_ssize_t *cur, int64_t *out) {
+    uint64_t u = 0;
+    for (int i = 0; i < 10; i++) {
+        if (*cur >= lim) return CORRUPT;
+        uint8_t b = p[(*cur)++];
+        if (i == 9 && b > 0x01) return CORRUPT; /* longer than 64 bits */
+        u |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (!(b & 0x80)) {
+            *out = (int64_t)((u >> 1) ^ (0u - (u & 1u)));
+            return 0;
+        }
+    }
+    return CORRUPT;
+}
+
+/* Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), as Arrow's
+ * string validation and Python's decoder check it. */
+static int utf8_valid(const uint8_t *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int need;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) {
+            need = 1;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (i + need >= n) return 0; /* truncated sequence */
+        for (int k = 1; k <= need; k++) {
+            uint8_t d = s[i + k];
+            if ((d & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (d & 0x3F);
+        }
+        if ((need == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+/* Append a binary entry (len -1: null) to a column of three buffers. */
+static int put_binary(Out *o, int valid_i, int offsets_i, int data_i, const uint8_t *data,
+                      int32_t len) {
+    uint8_t valid = len >= 0;
+    if (buf_put(&o->b[valid_i], &valid, 1) < 0) return NOMEM;
+    if (len > 0) {
+        if (o->b[data_i].len + len > INT32_MAX) return CORRUPT; /* caller stops the run here */
+        if (buf_put(&o->b[data_i], data, len) < 0) return NOMEM;
+    }
+    int32_t end = (int32_t)o->b[data_i].len;
+    if (buf_put(&o->b[offsets_i], &end, 4) < 0) return NOMEM;
+    return 0;
+}
+
+/* The records of one body: validate all of them, append those within [start, end). */
+static int parse_records(const uint8_t *p, Py_ssize_t len, int32_t count, int32_t last_delta,
+                         int64_t base_offset, int64_t base_ts, int64_t max_ts, int log_append,
+                         int64_t start, int64_t end, Out *o) {
+    Py_ssize_t cur = 0;
+    int64_t prev_delta = -1;
+    int8_t ts_type = (int8_t)(log_append ? 1 : 0);
+    /* A record takes at least 7 bytes: a count past that is corrupt before any allocation. */
+    if ((int64_t)count * 7 > (int64_t)len) return CORRUPT;
+    for (int32_t r = 0; r < count; r++) {
+        int32_t rec_len, offset_delta, key_len, value_len, header_count;
+        int64_t ts_delta, ts;
+        if (read_varint32(p, len, &cur, &rec_len) < 0 || rec_len < 0 || rec_len > len - cur)
+            return CORRUPT;
+        Py_ssize_t rec_end = cur + rec_len;
+        if (cur >= rec_end) return CORRUPT;
+        uint8_t attrs = p[cur++];
+        if (attrs & ~0x01) return CORRUPT;
+        if (read_varint64(p, rec_end, &cur, &ts_delta) < 0) return CORRUPT;
+        if (read_varint32(p, rec_end, &cur, &offset_delta) < 0) return CORRUPT;
+        if (offset_delta <= prev_delta || offset_delta > last_delta) return CORRUPT;
+        prev_delta = offset_delta;
+        if (__builtin_add_overflow(base_ts, ts_delta, &ts)) return CORRUPT;
+        if (read_varint32(p, rec_end, &cur, &key_len) < 0 || key_len < -1 || key_len > rec_end - cur)
+            return CORRUPT;
+        const uint8_t *key = p + cur;
+        if (key_len > 0) cur += key_len;
+        if (read_varint32(p, rec_end, &cur, &value_len) < 0 || value_len < -1 ||
+            value_len > rec_end - cur)
+            return CORRUPT;
+        const uint8_t *value = p + cur;
+        if (value_len > 0) cur += value_len;
+        if (read_varint32(p, rec_end, &cur, &header_count) < 0 || header_count < 0 ||
+            header_count > (rec_end - cur) / 2 || ((attrs & 0x01) && header_count != 0))
+            return CORRUPT;
+        int64_t offset = base_offset + offset_delta;
+        int keep = offset >= start && offset < end;
+        for (int32_t h = 0; h < header_count; h++) {
+            int32_t hk_len, hv_len;
+            if (read_varint32(p, rec_end, &cur, &hk_len) < 0 || hk_len < 0 || hk_len > rec_end - cur)
+                return CORRUPT;
+            const uint8_t *hk = p + cur;
+            cur += hk_len;
+            if (!utf8_valid(hk, hk_len)) return CORRUPT;
+            if (read_varint32(p, rec_end, &cur, &hv_len) < 0 || hv_len < -1 || hv_len > rec_end - cur)
+                return CORRUPT;
+            const uint8_t *hv = p + cur;
+            if (hv_len > 0) cur += hv_len;
+            if (keep) {
+                int rc;
+                if (o->b[B_HKEY_DATA].len + hk_len > INT32_MAX) return CORRUPT;
+                if (buf_put(&o->b[B_HKEY_DATA], hk, hk_len) < 0) return NOMEM;
+                int32_t hk_end = (int32_t)o->b[B_HKEY_DATA].len;
+                if (buf_put(&o->b[B_HKEY_OFFSETS], &hk_end, 4) < 0) return NOMEM;
+                rc = put_binary(o, B_HVALUE_VALID, B_HVALUE_OFFSETS, B_HVALUE_DATA, hv, hv_len);
+                if (rc < 0) return rc;
+                o->headers++;
+            }
+        }
+        if (cur != rec_end) return CORRUPT; /* the record's length must be exact */
+        if (!keep) continue;
+        if (log_append) ts = max_ts;
+        int rc;
+        if (buf_put(&o->b[B_OFFSET], &offset, 8) < 0 || buf_put(&o->b[B_TIMESTAMP], &ts, 8) < 0 ||
+            buf_put(&o->b[B_TS_TYPE], &ts_type, 1) < 0)
+            return NOMEM;
+        if ((rc = put_binary(o, B_KEY_VALID, B_KEY_OFFSETS, B_KEY_DATA, key, key_len)) < 0) return rc;
+        if ((rc = put_binary(o, B_VALUE_VALID, B_VALUE_OFFSETS, B_VALUE_DATA, value, value_len)) < 0)
+            return rc;
+        uint8_t hvalid = !(attrs & 0x01);
+        if (o->headers > INT32_MAX) return CORRUPT;
+        int32_t hend = (int32_t)o->headers;
+        if (buf_put(&o->b[B_HEADERS_VALID], &hvalid, 1) < 0 ||
+            buf_put(&o->b[B_HEADERS_OFFSETS], &hend, 4) < 0)
+            return NOMEM;
+        o->rows++;
+    }
+    if (cur != len) return CORRUPT; /* no bytes after the last record */
+    return 0;
+}
+
+/* ---- handing the buffers out ------------------------------------------------------------ */
+
+static PyObject *packed_validity(const Buf *b, Py_ssize_t n, Py_ssize_t *nulls) {
+    *nulls = 0;
+    for (Py_ssize_t i = 0; i < n; i++) *nulls += !b->p[i];
+    if (*nulls == 0) Py_RETURN_NONE;
+    PyObject *bits = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+    if (bits == NULL) return NULL;
+    uint8_t *q = (uint8_t *)PyBytes_AS_STRING(bits);
+    memset(q, 0, (size_t)((n + 7) / 8));
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (b->p[i]) q[i >> 3] |= (uint8_t)(1u << (i & 7));
+    return bits;
+}
+
+static PyObject *bytes_of(const Buf *b) {
+    return PyBytes_FromStringAndSize(b->p ? b->p : "", b->len);
+}
+
+/* (rows, headers, offsets, timestamps, ts_types, key_validity, key_nulls, key_offsets, key_data,
+ *  value_validity, value_nulls, value_offsets, value_data, headers_validity, headers_nulls,
+ *  headers_offsets, hkey_offsets, hkey_data, hvalue_validity, hvalue_nulls, hvalue_offsets,
+ *  hvalue_data); a validity is None when nothing is null. */
+static PyObject *out_result(Out *o) {
+    Py_ssize_t kn, vn, hn, hvn;
+    PyObject *kv = packed_validity(&o->b[B_KEY_VALID], o->rows, &kn);
+    PyObject *vv = packed_validity(&o->b[B_VALUE_VALID], o->rows, &vn);
+    PyObject *hv = packed_validity(&o->b[B_HEADERS_VALID], o->rows, &hn);
+    PyObject *hvv = packed_validity(&o->b[B_HVALUE_VALID], o->headers, &hvn);
+    PyObject *res = NULL;
+    if (kv && vv && hv && hvv) {
+        res = Py_BuildValue(
+            "(nnNNNOnNNOnNNOnNNNOnNN)", o->rows, o->headers, bytes_of(&o->b[B_OFFSET]),
+            bytes_of(&o->b[B_TIMESTAMP]), bytes_of(&o->b[B_TS_TYPE]), kv, kn,
+            bytes_of(&o->b[B_KEY_OFFSETS]), bytes_of(&o->b[B_KEY_DATA]), vv, vn,
+            bytes_of(&o->b[B_VALUE_OFFSETS]), bytes_of(&o->b[B_VALUE_DATA]), hv, hn,
+            bytes_of(&o->b[B_HEADERS_OFFSETS]), bytes_of(&o->b[B_HKEY_OFFSETS]),
+            bytes_of(&o->b[B_HKEY_DATA]), hvv, hvn, bytes_of(&o->b[B_HVALUE_OFFSETS]),
+            bytes_of(&o->b[B_HVALUE_DATA]));
+    }
+    Py_XDECREF(kv);
+    Py_XDECREF(vv);
+    Py_XDECREF(hv);
+    Py_XDECREF(hvv);
+    return res;
+}
+
+/* ---- batch headers ---------------------------------------------------------------------- */
+
+static int64_t be64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+static int32_t be32(const uint8_t *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+static int16_t be16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+
+#define HEADER_SIZE 61
+#define MAGIC 83
+#define ATTR_CODEC 0x07
+#define ATTR_LOG_APPEND 0x08
+#define ATTR_TRANSACTIONAL 0x10
+#define ATTR_CONTROL 0x20
+#define ATTR_VARINT 0x40
+#define ATTR_KNOWN 0x7F
+
+/* Why scan() stopped. */
+#define STOP_END 0      /* the buffer ends, or a partial batch follows: the normal end */
+#define STOP_BATCH 1    /* a batch the caller handles (any other kind, or corrupt) */
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos;
+    long long start, end;
+    int verify_crc, stop_at_txn;
+    if (!PyArg_ParseTuple(args, "y*nLLpp", &view, &pos, &start, &end, &verify_crc, &stop_at_txn))
+        return NULL;
+    const uint8_t *buf = view.buf;
+    Py_ssize_t size_all = view.len;
+    Out o;
+    if (out_init(&o) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int reason = STOP_END;
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (pos < size_all) {
+        if (size_all - pos < 12) break;
+        int64_t size = (int64_t)be32(buf + pos + 8) + 12;
+        if (size > size_all - pos) break; /* partial trailing batch */
+        reason = STOP_BATCH;
+        if (size < HEADER_SIZE || buf[pos + 16] != MAGIC) break;
+        const uint8_t *h = buf + pos;
+        int16_t attrs = be16(h + 21);
+        int32_t last_delta = be32(h + 23);
+        int32_t count = be32(h + 57);
+        if (verify_crc && crc32c(h + 21, (Py_ssize_t)size - 21) != (uint32_t)be32(h + 17)) break;
+        if ((attrs & ~ATTR_KNOWN) || (attrs & ATTR_CODEC) > 4) break;
+        if (count < 0 || last_delta < -1 || (int64_t)count > (int64_t)last_delta + 1) break;
+        if ((attrs & ATTR_CONTROL) || (attrs & ATTR_CODEC) || !(attrs & ATTR_VARINT)) break;
+        if (stop_at_txn && (attrs & ATTR_TRANSACTIONAL)) break;
+        int64_t base_offset = be64(h);
+        if (base_offset >= end) break;
+        reason = STOP_END;
+        if (count > 0 && base_offset + last_delta >= start) {
+            Mark m;
+            out_mark(&o, &m);
+            int rc = parse_records(h + HEADER_SIZE, (Py_ssize_t)size - HEADER_SIZE, count, last_delta,
+                                   base_offset, be64(h + 27), be64(h + 35), attrs & ATTR_LOG_APPEND,
+                                   start, end, &o);
+            if (rc == NOMEM) {
+                failed = 1;
+                break;
+            }
+            if (rc < 0) {
+                out_reset(&o, &m);
+                reason = STOP_BATCH;
+                break;
+            }
+        }
+        pos += (Py_ssize_t)size;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (failed) {
+        out_free(&o);
+        return PyErr_NoMemory();
+    }
+    PyObject *cols = out_result(&o);
+    out_free(&o);
+    if (cols == NULL) return NULL;
+    return Py_BuildValue("(niN)", pos, reason, cols);
+}
+
+static PyObject *parse_body(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int count, last_delta, log_append;
+    long long base_ts, max_ts;
+    if (!PyArg_ParseTuple(args, "y*iiLLp", &view, &count, &last_delta, &base_ts, &max_ts, &log_append))
+        return NULL;
+    Out o;
+    if (out_init(&o) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = parse_records(view.buf, view.len, count, last_delta, 0, base_ts, max_ts, log_append,
+                       INT64_MIN, INT64_MAX, &o);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (rc == NOMEM) {
+        out_free(&o);
+        return PyErr_NoMemory();
+    }
+    if (rc < 0) {
+        out_free(&o);
+        Py_RETURN_NONE;
+    }
+    PyObject *cols = out_result(&o);
+    out_free(&o);
+    return cols;
+}
+
+/* Walk batch headers (trusted framing only: no CRC, no body) from pos while a whole header and
+ * batch fit in the buffer and the batches walked stay within limit bytes: the extent a fetch
+ * serves and where the next fetch starts, without a Python loop per batch. */
+static PyObject *walk(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, limit;
+    if (!PyArg_ParseTuple(args, "y*nn", &view, &pos, &limit)) return NULL;
+    const uint8_t *buf = view.buf;
+    Py_ssize_t start = pos, count = 0;
+    long long next_offset = -1;
+    while (view.len - pos >= HEADER_SIZE) {
+        int64_t size = (int64_t)be32(buf + pos + 8) + 12;
+        if (size < HEADER_SIZE || size > view.len - pos || pos - start + size > limit) break;
+        next_offset = be64(buf + pos) + be32(buf + pos + 23) + 1;
+        pos += (Py_ssize_t)size;
+        count++;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nnL)", pos, count, next_offset);
+}
+
+static PyMethodDef methods[] = {
+    {"walk", walk, METH_VARARGS,
+     "walk(buf, pos, limit_bytes) -> (end_pos, batches, lastOffset + 1 of the last, or -1)"},
+    {"scan", scan, METH_VARARGS,
+     "scan(buf, pos, start_offset, end_offset, verify_crc, stop_at_transactional) -> "
+     "(stop_pos, reason, columns)"},
+    {"parse_body", parse_body, METH_VARARGS,
+     "parse_body(body, record_count, last_offset_delta, base_timestamp, max_timestamp, "
+     "log_append_time) -> columns, or None if the body is corrupt"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_varint_scan",
+                                    "Decoding varint record bodies in C.", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__varint_scan(void) {
+    crc_init();
+    return PyModule_Create(&module);
+}
