@@ -33,6 +33,9 @@ LAYERS: dict[str, int] = {
     "client": 2,
     "datasource": 3,
     "sink": 3,
+    # Local-cluster tooling: runs a ZooKeeper server and broker processes for trying and
+    # testing a cluster on one machine (over broker/ and client/; the cli drives it).
+    "cluster": 3,
 }
 #: The top: the command line (``cli`` and ``cli_*``) and the root package itself.
 TOP = 4
