@@ -4,6 +4,7 @@ recorded once, timeouts and expiry (with an explicit clock)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from spark_mq.broker.txn.coordinator import CRASH_AFTER_DECISION, TransactionCoo
 from spark_mq.broker.txn.records import Decision, DecisionEntry
 from spark_mq.broker.txn.state import TopicPartition, TxnState
 from spark_mq.broker.txn.state_topic import LoadedTransactions, partition_for
+from spark_mq.crash_points import CrashPoints
 from spark_mq.errors import (
     ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
@@ -85,14 +87,14 @@ class Harness:
         self.store = store or MemoryStore()
         self.markers = Markers()
         self.ids = iter(range(100, 1000))
-        self.exits: list[int] = []
+        self.crashes: list[str] = []
         self.config = TxnConfig.from_properties(config)
         self.c = TransactionCoordinator(
             self.config,
             self.store,
             self.markers,
             new_producer_id=lambda: next(self.ids),
-            exit_process=self.exits.append,
+            crash_points=CrashPoints({}, crash=lambda scope, _: self.crashes.append(scope)),
         )
         self.now = T0
 
@@ -556,9 +558,9 @@ def test_closed_owners_expire_like_ids_but_open_ones_and_streams_never() -> None
 
 def test_the_crash_hook_exits_after_the_decision_and_before_markers() -> None:
     h = Harness()
-    h.c._crash_at = CRASH_AFTER_DECISION
+    h.c.crash_points = dataclasses.replace(h.c.crash_points, armed_at={CRASH_AFTER_DECISION: ""})
     pid, epoch = h.begin("a")
     h.c.end_txn("a", pid, epoch, True, h.now)
-    assert h.exits == [1]
-    # (exit_process is fake here, so the call goes on.)
+    assert h.crashes == ["process"]
+    # (the crash is fake here, so the call goes on.)
     assert h.store.loaded().txns["a"].state in (S.PREPARE_COMMIT, S.COMPLETE_COMMIT)

@@ -3,6 +3,7 @@ between a decision and its markers), timeouts and id expiration, on real broker 
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Any
 
@@ -18,7 +19,8 @@ from txn_wire import (
     wait_until,
 )
 
-from spark_mq.broker.txn.coordinator import CRASH_AFTER_DECISION, CRASH_ENV
+from spark_mq.broker.txn.coordinator import CRASH_AFTER_DECISION
+from spark_mq.crash_points import ENV as CRASH_ENV
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.transactions import OwnerHeartbeatRequest
 
@@ -79,7 +81,7 @@ def test_crash_between_decision_and_markers_finishes_on_restart(
         assert p.commit_offsets("g", "in", {0: 42}) == [0]
         with pytest.raises(OSError):
             p.end(commit=True)
-    assert broker.proc.wait(30) == 1
+    assert broker.proc.wait(30) == -signal.SIGKILL
     monkeypatch.delenv(CRASH_ENV)
     broker = start_broker()
     with broker.connect() as conn:
@@ -104,7 +106,7 @@ def test_crash_after_a_two_phase_decision_commits_every_transaction(
             refs.append(p.ref())
         with pytest.raises(OSError):
             complete(conn, refs, commit=True, owner="job", sequence=4)
-    assert broker.proc.wait(30) == 1
+    assert broker.proc.wait(30) == -signal.SIGKILL
     monkeypatch.delenv(CRASH_ENV)
     broker = start_broker()
     with broker.connect() as conn:

@@ -20,10 +20,8 @@ periodic job and before any later request of the same transactional id, which me
 gets CONCURRENT_TRANSACTIONS (retriable). Two-phase commit lives in
 :mod:`~spark_mq.broker.txn.two_phase`.
 
-Test hook: ``SPARK_MQ_TEST_CRASH_AT=txn.after_decision`` in the broker's environment makes
-the process ``os._exit(1)`` right after a request's decision is durable and before any marker
-is written (see :data:`CRASH_AFTER_DECISION`); it exists so that tests can crash exactly
-there, and does nothing unless set.
+Crash point ``txn.after_decision`` (:mod:`spark_mq.crash_points`): right after a request's
+decision is durable and before any marker is written, so that tests can crash exactly there.
 """
 
 from __future__ import annotations
@@ -33,6 +31,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Protocol
 
+from spark_mq import crash_points
 from spark_mq.broker.coordinator_topic import Record
 from spark_mq.broker.producer_ids import MAX_PRODUCER_EPOCH
 from spark_mq.broker.txn.config import TxnConfig
@@ -46,6 +45,7 @@ from spark_mq.broker.txn.records import (
 )
 from spark_mq.broker.txn.state import TopicPartition, TxnMetadata, TxnState
 from spark_mq.broker.txn.state_topic import LoadedTransactions
+from spark_mq.crash_points import CrashPoints
 from spark_mq.errors import (
     ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
@@ -62,8 +62,7 @@ logger = logging.getLogger("spark_mq.broker.txn")
 #: Failures to write __transaction_state, logged once per kind with a count of repeats.
 _FAILURES: Final = RateLimitedLog(logger)
 
-#: The environment variable of the test-only crash hook, and its one supported value.
-CRASH_ENV: Final = "SPARK_MQ_TEST_CRASH_AT"
+#: The crash point between a durable decision and its markers.
 CRASH_AFTER_DECISION: Final = "txn.after_decision"
 
 
@@ -107,15 +106,13 @@ class TransactionCoordinator:
         markers: MarkerSink,
         *,
         new_producer_id: Callable[[], int],
-        crash_at: str | None = None,
-        exit_process: Callable[[int], None] = os._exit,
+        crash_points: CrashPoints = crash_points.ACTIVE,
     ) -> None:
         self.config = config
         self.store = store
         self.markers = markers
         self._new_producer_id = new_producer_id
-        self._crash_at = crash_at
-        self._exit = exit_process
+        self.crash_points = crash_points
         self.txns: dict[str, TxnMetadata] = {}
         #: Owner -> its newest two-phase decision (its sequence is the owner's last one).
         self.owners: dict[str, Decision] = {}
@@ -218,9 +215,8 @@ class TransactionCoordinator:
             for txn, commit in decisions
         ]
         self.write(prepared, now_ms)
-        if from_request and self._crash_at == CRASH_AFTER_DECISION and prepared:
-            logger.critical("test hook %s=%s: exiting now", CRASH_ENV, self._crash_at)
-            self._exit(1)
+        if from_request and prepared:
+            self.crash_points.reach(CRASH_AFTER_DECISION)
         return [self.complete(txn, now_ms) for txn in prepared]
 
     def _prepare_abort(self, txn: TxnMetadata, now_ms: int, *, fence: bool) -> TxnMetadata:

@@ -28,13 +28,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from spark_mq.broker.retried_step import RetriedStep
-from spark_mq.broker.txn.coordinator import CRASH_ENV, TransactionCoordinator
+from spark_mq.broker.txn.coordinator import TransactionCoordinator
 from spark_mq.broker.txn.markers import MarkerWriter
 from spark_mq.broker.txn.state_topic import TransactionStateTopic
 from spark_mq.errors import CoordinatorNotAvailableError, LogClosedError
@@ -64,7 +63,6 @@ class TransactionService:
             self.topic,
             self.markers,
             new_producer_id=core.producer_ids.next_id,
-            crash_at=os.environ.get(CRASH_ENV) or None,
         )
         self._clock = clock
         self._loading = RetriedStep(
