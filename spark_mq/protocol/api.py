@@ -74,9 +74,10 @@ class ApiKey(enum.IntEnum):
     LIST_TRANSACTIONS = 66
     #: spark_mq's own: two-phase commit for an external coordinator (KIP-939 in spirit).
     PREPARE_TXN = 1000
-    COMPLETE_PREPARED_TXNS = 1001
+    COMMIT_PREPARED_TXNS = 1001
     DESCRIBE_TXN_OWNER = 1002
     OWNER_HEARTBEAT = 1003
+    ABORT_TXNS = 1004
 
 
 #: The APIs only a broker of the cluster may send (Kafka: the ones that need the CLUSTER
@@ -220,12 +221,14 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             transactions.PrepareTxnResponse,
             max_version=1,
         ),
-        # v1 adds instance.
+        # v0-1 were CompletePreparedTxns, one request with flags for every intent; v2 is
+        # the commit alone (aborts moved to AbortTxns), a body the old versions cannot read.
         ApiSpec(
-            ApiKey.COMPLETE_PREPARED_TXNS,
-            transactions.CompletePreparedTxnsRequest,
-            transactions.CompletePreparedTxnsResponse,
-            max_version=1,
+            ApiKey.COMMIT_PREPARED_TXNS,
+            transactions.CommitPreparedTxnsRequest,
+            transactions.CommitPreparedTxnsResponse,
+            min_version=2,
+            max_version=2,
         ),
         ApiSpec(
             ApiKey.DESCRIBE_TXN_OWNER,
@@ -236,6 +239,11 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             ApiKey.OWNER_HEARTBEAT,
             transactions.OwnerHeartbeatRequest,
             transactions.OwnerHeartbeatResponse,
+        ),
+        ApiSpec(
+            ApiKey.ABORT_TXNS,
+            transactions.AbortTxnsRequest,
+            transactions.AbortTxnsResponse,
         ),
     )
 }

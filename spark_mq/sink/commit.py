@@ -31,7 +31,12 @@ from typing import Any, Final
 from spark_mq import crash_points
 from spark_mq.client.admin import Admin
 from spark_mq.client.transactions import PreparedTransaction
-from spark_mq.errors import InvalidTxnStateError, SparkMQError, UsageError
+from spark_mq.errors import (
+    InvalidTxnStateError,
+    OwnerInstanceConflictError,
+    SparkMQError,
+    UsageError,
+)
 from spark_mq.sink.task import SinkCommitMessage, run_scope
 
 #: Delay of the ``during_complete`` crash after the coordinator call starts, in seconds.
@@ -115,17 +120,18 @@ def commit_prepared(
     handles = _handles(ours)
     crash_points.reach("sink.commit.before_complete", sequence)
     with Admin(**endpoint) as admin:  # type: ignore[arg-type]
+        sink = admin.txn_owner(owner, instance=query_id_of(ours))
         timer = crash_points.reach_soon("sink.commit.during_complete", sequence, _DURING_DELAY_S)
         try:
-            result = admin.complete_prepared_transactions(
-                handles,
-                commit=True,
-                owner=owner,
-                sequence=sequence,
-                abort_prefix=owner + "/",
-                close_owner=close_owner,
-                instance=query_id_of(ours),
-            )
+            result = sink.commit(handles, sequence, close=close_owner)
+        except OwnerInstanceConflictError as exc:
+            raise OwnerInstanceConflictError(
+                f"spark_mq sink {owner}: {exc}. Another checkpoint's streaming query already "
+                "writes as this sink.id, and a query from a new checkpoint numbers its batches "
+                "from 0 again, so its commits would be taken as replays and dropped. Give each "
+                "checkpoint its own sink.id (or leave the option unset: the default is derived "
+                "from the query's id)"
+            ) from exc
         except InvalidTxnStateError as exc:
             raise InvalidTxnStateError(
                 f"spark_mq sink {owner}: {exc}. A transaction of this batch was aborted before "
@@ -189,21 +195,15 @@ def abort_prepared(
         with Admin(**endpoint) as admin:  # type: ignore[arg-type]
             if owner is not None and run is not None:
                 scope = run_scope(owner, run)
-                admin.complete_prepared_transactions(
-                    handles, commit=False, owner=scope, abort_prefix=scope + "/", close_owner=True
-                )
+                admin.txn_owner(scope).abort(handles, close=True)
                 handles = []
-            # The rest of the sink: leftovers of earlier runs, or of tasks without a run. The
-            # query id makes the coordinator refuse this part if the sink id is bound to
-            # another checkpoint's query, whose open transactions are not ours to end.
-            admin.complete_prepared_transactions(
-                handles,
-                commit=False,
-                owner=owner if close_owner or query is not None else None,
-                abort_prefix=None if owner is None else owner + "/",
-                close_owner=close_owner and owner is not None,
-                instance=query,
-            )
+            if owner is None:
+                admin.complete_prepared_transactions(handles, commit=False)
+            else:
+                # The rest of the sink: leftovers of earlier runs, or of tasks without a run.
+                # The query id makes the coordinator refuse this part if the sink id is bound
+                # to another checkpoint's query, whose open transactions are not ours to end.
+                admin.txn_owner(owner, instance=query).abort(handles, close=close_owner)
     except SparkMQError as exc:
         _log.warning(
             "spark_mq sink %s: the abort of batch transactions failed or was refused (%s); "

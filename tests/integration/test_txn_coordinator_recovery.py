@@ -11,7 +11,7 @@ import pytest
 from txn_wire import (
     TxnProducer,
     body,
-    complete,
+    commit,
     describe,
     fetch_offset,
     owner_sequence,
@@ -55,7 +55,7 @@ def test_sigkill_aborts_ongoing_keeps_prepared_and_committed_offsets(start_broke
         assert fetch_offset(conn, "g", "in") == (5, 0)
         assert fetch_offset(conn, "g2", "in") == (-1, 0)  # aborted, and no longer pending
         assert read_values(conn, "t") == [b"committed"]  # the prepared one holds the LSO
-        result = complete(conn, [prepared.ref()], commit=True, owner="x", sequence=0)
+        result = commit(conn, [prepared.ref()], owner="x", sequence=0)
         assert result.error_code == 0
         assert read_values(conn, "t") == [b"committed", b"prepared"]
     broker.kill()
@@ -105,7 +105,7 @@ def test_crash_after_a_two_phase_decision_commits_every_transaction(
             assert p.prepare().error_code == 0
             refs.append(p.ref())
         with pytest.raises(OSError):
-            complete(conn, refs, commit=True, owner="job", sequence=4)
+            commit(conn, refs, owner="job", sequence=4)
     assert broker.proc.wait(30) == -signal.SIGKILL
     monkeypatch.delenv(CRASH_ENV)
     broker = start_broker()
@@ -115,7 +115,7 @@ def test_crash_after_a_two_phase_decision_commits_every_transaction(
         assert read_values(conn, "out", 0) == [b"v0"]
         assert read_values(conn, "out", 1) == [b"v1"]
         # The driver retries the same decision after its own restart: nothing doubles.
-        replay = complete(conn, refs, commit=True, owner="job", sequence=4)
+        replay = commit(conn, refs, owner="job", sequence=4)
         assert replay.already_committed
         assert read_values(conn, "out", 0) == [b"v0"]
 
