@@ -227,7 +227,7 @@ class ListTransactionsResponse(msgspec.Struct, array_like=True):
     throttle_time_ms: int = 0
 
 
-# -- PrepareTxn (1000) and CompletePreparedTxns (1001): two-phase commit ----------------------
+# -- PrepareTxn (1000), CommitPreparedTxns (1001), AbortTxns (1004): two-phase commit ---------
 
 
 class PrepareTxnRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):

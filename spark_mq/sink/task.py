@@ -9,7 +9,7 @@ if Spark names no run).
 
 - Two attempts that Spark runs at once (speculative execution, or a retry beside a zombie)
   never fence each other: each prepares its own transaction, the driver commits the one whose
-  message Spark kept, and the same decision aborts the others (its ``abort_prefix``).
+  message Spark kept, and the same decision aborts the others (the sink's scope).
 - A new run of a stream re-runs an unfinished micro-batch under ids of its own; its commit
   aborts whatever an earlier run left open or prepared.
 - When a micro-batch fails, the driver's abort also *closes* the run's scope at the
@@ -272,7 +272,7 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
         except BaseException:
             # End our own transaction at once rather than leave it holding back the last
             # stable offset until the batch's commit or abort ends it (a retry has an id of
-            # its own); a failure here changes nothing, since the driver's abort_prefix
+            # its own); a failure here changes nothing, since the driver's scope
             # aborts it anyway.
             if not prepared:
                 _abort_quietly(producer)
