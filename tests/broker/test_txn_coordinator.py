@@ -15,7 +15,7 @@ from spark_mq.broker.producer_ids import MAX_PRODUCER_EPOCH
 from spark_mq.broker.txn import two_phase
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.broker.txn.coordinator import CRASH_AFTER_DECISION, TransactionCoordinator
-from spark_mq.broker.txn.owners import OwnerState
+from spark_mq.broker.txn.owners import IllegalOwnerTransitionError, OwnerState
 from spark_mq.broker.txn.records import Decision, DecisionEntry
 from spark_mq.broker.txn.state import TopicPartition, TxnState
 from spark_mq.broker.txn.state_topic import LoadedTransactions, partition_for
@@ -569,3 +569,14 @@ def test_the_crash_hook_exits_after_the_decision_and_before_markers() -> None:
     assert h.crashes == ["process"]
     # (the crash is fake here, so the call goes on.)
     assert h.store.loaded().txns["a"].state in (S.PREPARE_COMMIT, S.COMPLETE_COMMIT)
+
+
+def test_an_illegal_owner_record_is_refused_before_it_is_written() -> None:
+    h = Harness()
+    assert _commit_s(h, [_prepared(h, "s/0")], 0, "q1").committed
+    written = len(h.store.appends)
+    for record in (Decision(1, h.now, (), instance="q2"), Decision(1, h.now, ())):
+        with pytest.raises(IllegalOwnerTransitionError):
+            h.c.write_decision("s", record, h.now)
+    assert len(h.store.appends) == written
+    assert h.c.owners["s"].state is OwnerState.BOUND

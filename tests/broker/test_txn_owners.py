@@ -77,9 +77,9 @@ def test_an_owner_is_never_rebound_unbound_reopened_or_moved() -> None:
 
 def test_closed_prefixes_refuse_ids_under_them_until_forgotten() -> None:
     owners = OwnerRegistry()
-    owners.install("job", Decision(0, 10, (), closed_prefix="job/"))
-    owners.install("j", Decision(0, 10, (), closed_prefix="j-"))
-    owners.install("stream", Decision(7, 10, ()))
+    owners.install(first("job", Decision(0, 10, (), closed_prefix="job/")))
+    owners.install(first("j", Decision(0, 10, (), closed_prefix="j-")))
+    owners.install(first("stream", Decision(7, 10, ())))
     assert owners.closer_of("job/3") == "job" and owners.closer_of("j-1") == "j"
     assert owners.closer_of("jobs/3") is None and owners.closer_of("stream/0") is None
     assert owners.expirable(1009, 1000, []) == []

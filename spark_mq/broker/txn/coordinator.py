@@ -153,8 +153,9 @@ class TransactionCoordinator:
         """Append one decision record (the commit point of a two-phase decision); the key it
         went under (the owner, or a new decision id)."""
         if owner is not None:
+            moved = self.owners.after(owner, decision)  # refuses an illegal move unwritten
             self._append(owner, [(owner_key(owner), _encode(decision))], now_ms)
-            self.owners.install(owner, decision)
+            self.owners.install(moved)
             return owner
         self._decision_counter += 1
         name = f"{now_ms}-{os.getpid()}-{self._decision_counter}"

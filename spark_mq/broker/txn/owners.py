@@ -153,15 +153,18 @@ class OwnerRegistry:
     def records(self) -> Iterable[Decision]:
         return [o.record for o in self._owners.values()]
 
-    def install(self, name: str, record: Decision) -> Owner:
-        """Install ``record`` once it is durable."""
+    def after(self, name: str, record: Decision) -> Owner:
+        """The owner ``name`` would be after ``record`` (checked before it is written)."""
         known = self._owners.get(name)
-        owner = first(name, record) if known is None else known.follow(record)
+        return first(name, record) if known is None else known.follow(record)
+
+    def install(self, owner: Owner) -> None:
+        """Install an owner from :meth:`after` once its record is durable."""
+        name = owner.name
         self._owners[name] = owner
         if owner.closed_prefix is not None:
             self._closed[owner.closed_prefix] = name
             self._closed_lengths = self._closed_lengths | {len(owner.closed_prefix)}
-        return owner
 
     def forget(self, name: str) -> None:
         """Closed -> Dead, once its tombstone is durable."""
@@ -204,7 +207,7 @@ class OwnerRegistry:
         """Replace everything with the loaded records; every owner counts as active now."""
         self._reset(now_ms)
         for name, record in records.items():
-            self.install(name, record)
+            self.install(first(name, record))
 
     # -- activity (memory only) ---------------------------------------------------------
 
