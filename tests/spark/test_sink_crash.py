@@ -128,8 +128,8 @@ def test_copier_killed_many_times_outputs_each_record_exactly_once(
         )
         if code is None:
             kills += 1
-            if plan.split(":")[0] in untried:
-                untried.remove(plan.split(":")[0])
+            if plan.split("@")[0] in untried:
+                untried.remove(plan.split("@")[0])
             continue
         assert code == 0, f"driver failed with exit code {code} (seed {seed}); see driver.log"
         if kills >= KILLS:
