@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "config": 0,
     "version": 0,
     "rate_limited_log": 0,
+    "crash_points": 0,
     "storage": 1,
     "protocol": 1,
     "broker": 2,

@@ -35,6 +35,7 @@ from spark_mq.client.transactions import (
     TransactionListing,
 )
 from spark_mq.client.txn_admin import TransactionAdmin
+from spark_mq.client.txn_owner import TxnOwner
 from spark_mq.errors import SparkMQError, UnknownTopicOrPartitionError, UsageError
 from spark_mq.protocol import admin as msg
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
@@ -427,6 +428,16 @@ class Admin:
             close_owner=close_owner,
             instance=instance,
         )
+
+    def txn_owner(
+        self, owner: str, *, instance: str | None = None, prefix: str | None = None
+    ) -> TxnOwner:
+        """The decisions of one two-phase owner, one method per intent (commit a batch,
+        abort, close its scope): see :class:`~spark_mq.client.txn_owner.TxnOwner`.
+        ``prefix`` (default ``owner + "/"``) is the owner's scope of transactional ids;
+        ``instance`` names which instance of the owner decides."""
+        self._check(None)
+        return TxnOwner(self._txns, owner, instance=instance, prefix=prefix)
 
     def last_committed_sequence(self, owner: str) -> int:
         """The newest sequence committed for ``owner`` (-1: none)."""

@@ -3,8 +3,9 @@ prepared transactions as one decision (the second phase of a two-phase commit).
 
 ListTransactions goes to every broker (each lists the transactional ids it coordinates);
 the other calls go to the transaction coordinator of their key (FindCoordinator with
-``key_type`` 1): the transactional id, or for CompletePreparedTxns and DescribeTxnOwner the
-owner (so every decision of one owner, and its sequence record, lives on one coordinator).
+``key_type`` 1): the transactional id, or for CommitPreparedTxns, AbortTxns and
+DescribeTxnOwner the owner (so every decision of one owner, and its sequence record, lives on
+one coordinator).
 Requests are retried while the coordinator moves, loads or is busy finishing a transaction
 (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS,
 CONCURRENT_TRANSACTIONS) within ``default.api.timeout.ms``.
@@ -33,8 +34,10 @@ from spark_mq.errors import InvalidTxnStateError, UsageError
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
 from spark_mq.protocol.transactions import (
     TXN_STATES,
-    CompletePreparedTxnsRequest,
-    CompletePreparedTxnsResponse,
+    AbortTxnsRequest,
+    AbortTxnsResponse,
+    CommitPreparedTxnsRequest,
+    CommitPreparedTxnsResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
     ListTransactionsRequest,
@@ -45,6 +48,9 @@ from spark_mq.protocol.transactions import (
     OwnerSequenceResponse,
     PreparedTxnRef,
     TransactionState,
+    TxnAbortOwner,
+    TxnCommitOwner,
+    TxnOwnerScope,
 )
 
 #: States in which a transaction holds back the last stable offset and can be aborted.
@@ -77,6 +83,76 @@ class TransactionAdmin:
 
     # -- two-phase commit -----------------------------------------------------------------
 
+    def commit(
+        self,
+        handles: Sequence[PreparedTransaction],
+        owner: TxnCommitOwner | None = None,
+        scope: TxnOwnerScope | None = None,
+    ) -> CompletionResult:
+        """CommitPreparedTxns: all or nothing, one decision (see the protocol doc)."""
+        request = CommitPreparedTxnsRequest(_refs(handles), owner, scope)
+        return self._decide(request, owner.owner if owner else None, handles, scope, commit=True)
+
+    def abort_transactions(
+        self,
+        handles: Sequence[PreparedTransaction],
+        owner: TxnAbortOwner | None = None,
+        scope: TxnOwnerScope | None = None,
+    ) -> CompletionResult:
+        """AbortTxns: the handles and the rest of ``scope`` as one decision."""
+        request = AbortTxnsRequest(_refs(handles), owner, scope)
+        return self._decide(request, owner.owner if owner else None, handles, scope, commit=False)
+
+    def _decide(
+        self,
+        request: CommitPreparedTxnsRequest | AbortTxnsRequest,
+        owner: str | None,
+        handles: Sequence[PreparedTransaction],
+        scope: TxnOwnerScope | None,
+        *,
+        commit: bool,
+    ) -> CompletionResult:
+        problem = request.problem()
+        if problem is not None:
+            raise UsageError(f"{problem}: nothing was sent")
+        # Every decision of one owner, and its record, lives on the owner's coordinator.
+        key = owner or (handles[0].transactional_id if handles else None)
+        key = key or (scope.prefix if scope is not None else None)
+        if not key:
+            raise UsageError(
+                "a decision needs transactions, an owner or a scope: there is nothing to decide"
+            )
+
+        def error_of(response: CommitPreparedTxnsResponse | AbortTxnsResponse) -> int:
+            # A commit is all or nothing, so one busy transaction makes the whole decision
+            # safe to repeat; an abort's per-transaction results are final.
+            if response.error_code != ErrorCode.NONE or not commit:
+                return int(response.error_code)
+            codes = [r.error_code for r in response.results if r.error_code in RETRY_CODES]
+            return int(codes[0]) if codes else ErrorCode.NONE
+
+        response: CommitPreparedTxnsResponse | AbortTxnsResponse = self._call(
+            key, request, error_of
+        )
+        if response.error_code != ErrorCode.NONE:
+            raise error_from_code(response.error_code, response.error_message)
+        replay = isinstance(response, CommitPreparedTxnsResponse) and response.already_committed
+        if not replay:
+            for result in response.results:
+                if result.error_code != ErrorCode.NONE:
+                    raise error_from_code(
+                        result.error_code,
+                        f"transaction {result.transactional_id!r}: "
+                        f"{result.error_message or ErrorCode(result.error_code).name}"
+                        + ("; nothing was committed" if commit else ""),
+                    )
+        return CompletionResult(
+            committed=commit and not replay,
+            already_committed=replay,
+            last_sequence=response.last_sequence,
+            aborted_others=tuple(response.aborted_others),
+        )
+
     def complete(
         self,
         transactions: Sequence[PreparedTransaction],
@@ -88,15 +164,10 @@ class TransactionAdmin:
         close_owner: bool = False,
         instance: str | None = None,
     ) -> CompletionResult:
-        if isinstance(transactions, PreparedTransaction):
-            raise UsageError("complete_prepared_transactions() takes a list of handles")
-        handles = list(transactions)
-        for handle in handles:
-            if not isinstance(handle, PreparedTransaction):
-                raise UsageError(
-                    "complete_prepared_transactions() takes PreparedTransaction handles (from "
-                    f"Producer.prepare_transaction()), not {type(handle).__name__}"
-                )
+        """``Admin.complete_prepared_transactions``: its keyword arguments mapped onto the
+        typed requests (the arguments that only make sense together are checked here, with
+        the names the caller used)."""
+        handles = _handles(transactions)
         if owner is None and sequence != -1:
             raise UsageError(f"sequence={sequence} needs an owner: the sequence is per owner")
         if owner is not None and commit and sequence < 0:
@@ -113,48 +184,12 @@ class TransactionAdmin:
                 f"instance={instance!r} needs an owner and must not be empty: it names which "
                 "instance of the owner decides"
             )
-        key = owner or (handles[0].transactional_id if handles else abort_prefix)
-        if not key:
-            raise UsageError(
-                "complete_prepared_transactions() needs transactions, an owner or an "
-                "abort_prefix: there is nothing to decide"
-            )
-        request = CompletePreparedTxnsRequest(
-            [PreparedTxnRef(h.transactional_id, h.producer_id, h.producer_epoch) for h in handles],
-            commit,
-            owner,
-            sequence,
-            abort_prefix,
-            close_owner,
-            instance,
-        )
-
-        def error_of(response: CompletePreparedTxnsResponse) -> int:
-            # A commit is all or nothing, so one busy transaction makes the whole decision
-            # safe to repeat; an abort's per-transaction results are final.
-            if response.error_code != ErrorCode.NONE or not commit:
-                return int(response.error_code)
-            codes = [r.error_code for r in response.results if r.error_code in RETRY_CODES]
-            return int(codes[0]) if codes else ErrorCode.NONE
-
-        response: CompletePreparedTxnsResponse = self._call(key, request, error_of)
-        if response.error_code != ErrorCode.NONE:
-            raise error_from_code(response.error_code, response.error_message)
-        if not response.already_committed:
-            for result in response.results:
-                if result.error_code != ErrorCode.NONE:
-                    raise error_from_code(
-                        result.error_code,
-                        f"transaction {result.transactional_id!r}: "
-                        f"{result.error_message or ErrorCode(result.error_code).name}"
-                        + ("; nothing was committed" if commit else ""),
-                    )
-        return CompletionResult(
-            committed=commit and not response.already_committed,
-            already_committed=response.already_committed,
-            last_sequence=response.last_sequence,
-            aborted_others=tuple(response.aborted_others),
-        )
+        scope = TxnOwnerScope(abort_prefix, close_owner) if abort_prefix else None
+        if commit:
+            tag = None if owner is None else TxnCommitOwner(owner, sequence, instance)
+            return self.commit(handles, tag, scope)
+        who = None if owner is None else TxnAbortOwner(owner, instance)
+        return self.abort_transactions(handles, who, scope)
 
     def last_committed_sequence(self, owner: str) -> int:
         if not owner:
@@ -252,7 +287,27 @@ class TransactionAdmin:
             description.producer_epoch,
             description.partitions,
         )
-        self.complete([handle], commit=False, owner=None, sequence=-1, abort_prefix=None)
+        self.abort_transactions([handle])
+
+
+def _handles(transactions: Sequence[PreparedTransaction]) -> list[PreparedTransaction]:
+    if isinstance(transactions, PreparedTransaction):
+        raise UsageError("complete_prepared_transactions() takes a list of handles")
+    handles = list(transactions)
+    for handle in handles:
+        if not isinstance(handle, PreparedTransaction):
+            raise UsageError(
+                "complete_prepared_transactions() takes PreparedTransaction handles (from "
+                f"Producer.prepare_transaction()), not {type(handle).__name__}"
+            )
+    return handles
+
+
+def _refs(handles: Sequence[PreparedTransaction]) -> list[PreparedTxnRef]:
+    return [
+        PreparedTxnRef(h.transactional_id, h.producer_id, h.producer_epoch)
+        for h in _handles(handles)
+    ]
 
 
 def _check_states(states: Iterable[str]) -> list[str]:

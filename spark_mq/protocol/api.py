@@ -75,9 +75,10 @@ class ApiKey(enum.IntEnum):
     LIST_TRANSACTIONS = 66
     #: spark_mq's own: two-phase commit for an external coordinator (KIP-939 in spirit).
     PREPARE_TXN = 1000
-    COMPLETE_PREPARED_TXNS = 1001
+    COMMIT_PREPARED_TXNS = 1001
     DESCRIBE_TXN_OWNER = 1002
     OWNER_HEARTBEAT = 1003
+    ABORT_TXNS = 1004
 
 
 #: The APIs only a broker of the cluster may send (Kafka: the ones that need the CLUSTER
@@ -314,13 +315,15 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             transactions.prepare_txn_error,
             max_version=1,
         ),
-        # v1 adds instance.
+        # v0-1 were CompletePreparedTxns, one request with flags for every intent; v2 is
+        # the commit alone (aborts moved to AbortTxns), a body the old versions cannot read.
         ApiSpec(
-            ApiKey.COMPLETE_PREPARED_TXNS,
-            transactions.CompletePreparedTxnsRequest,
-            transactions.CompletePreparedTxnsResponse,
-            transactions.complete_prepared_txns_error,
-            max_version=1,
+            ApiKey.COMMIT_PREPARED_TXNS,
+            transactions.CommitPreparedTxnsRequest,
+            transactions.CommitPreparedTxnsResponse,
+            transactions.commit_prepared_txns_error,
+            min_version=2,
+            max_version=2,
         ),
         ApiSpec(
             ApiKey.DESCRIBE_TXN_OWNER,
@@ -333,6 +336,12 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             transactions.OwnerHeartbeatRequest,
             transactions.OwnerHeartbeatResponse,
             transactions.owner_heartbeat_error,
+        ),
+        ApiSpec(
+            ApiKey.ABORT_TXNS,
+            transactions.AbortTxnsRequest,
+            transactions.AbortTxnsResponse,
+            transactions.abort_txns_error,
         ),
     )
 }

@@ -1,7 +1,8 @@
 """Transactions: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26),
 WriteTxnMarkers (27), TxnOffsetCommit (28), DescribeTransactions (65), ListTransactions (66),
-and spark_mq's two-phase commit for an external coordinator: PrepareTxn (1000) and
-CompletePreparedTxns (1001), in the spirit of Kafka's KIP-939.
+and spark_mq's two-phase commit for an external coordinator: PrepareTxn (1000),
+CommitPreparedTxns (1001), DescribeTxnOwner (1002), OwnerHeartbeat (1003) and AbortTxns
+(1004), in the spirit of Kafka's KIP-939.
 
 A transactional producer finds its transaction coordinator with FindCoordinator
 (``key_type`` 1), gets its producer id and a bumped epoch from InitProducerId with
@@ -14,11 +15,13 @@ before writing a marker to every partition of the transaction (docs/transactions
 Two-phase commit: PrepareTxn flushes nothing by itself (the producer flushes first); it moves
 an Ongoing transaction to Prepared, where the ordinary ``transaction.timeout.ms`` no longer
 aborts it (``transaction.prepared.max.timeout.ms`` does, and, when the prepare named an owner
-prefix, a quiet owner: see PrepareTxnRequest and OwnerHeartbeat). CompletePreparedTxns commits or
-aborts a list of prepared transactions as one decision, tagged with ``(owner, sequence)``;
-the decision and the tag are one durable append. A commit whose ``sequence`` is not above the
-last one recorded for ``owner`` aborts the transactions it names instead and answers
-``already_committed`` True, so a replayed decision never doubles output.
+prefix, a quiet owner: see PrepareTxnRequest and OwnerHeartbeat). CommitPreparedTxns commits
+a list of prepared transactions as one decision, tagged with ``(owner, sequence)``; the
+decision and the tag are one durable append. A commit whose ``sequence`` is not above the last
+one recorded for ``owner`` aborts the transactions it names instead and answers
+``already_committed`` True, so a replayed decision never doubles output. AbortTxns aborts
+transactions, and what an owner's scope left behind, as one decision. Each request type
+checks itself (``problem()``): one type per intent, so no combination of flags needs a rule.
 """
 
 from __future__ import annotations
@@ -224,7 +227,7 @@ class ListTransactionsResponse(msgspec.Struct, array_like=True):
     throttle_time_ms: int = 0
 
 
-# -- PrepareTxn (1000) and CompletePreparedTxns (1001): two-phase commit ----------------------
+# -- PrepareTxn (1000), CommitPreparedTxns (1001), AbortTxns (1004): two-phase commit ---------
 
 
 class PrepareTxnRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
@@ -276,32 +279,106 @@ class PreparedTxnRef(msgspec.Struct, array_like=True):
     producer_epoch: int
 
 
-class CompletePreparedTxnsRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
-    """Commit (``commit`` True) or abort every transaction in ``transactions`` as one
-    decision. ``owner``/``sequence`` tag a commit (``sequence`` >= 0, increasing per owner);
-    an abort may leave them unset (``owner`` None). ``abort_prefix``, when set, also aborts
-    every other open or prepared transaction whose id starts with it (leftovers of earlier
-    attempts of the same owner), in the same decision. ``close_owner`` (needs ``owner`` and
-    ``abort_prefix``) also closes the prefix for good: from then on InitProducerId,
-    AddPartitionsToTxn and PrepareTxn for an id under it answer PRODUCER_FENCED (for an owner
-    that decides once, such as a batch job, whose late tasks must not prepare anything).
-    ``instance``, with an owner, names which instance of the owner decides (the Spark sink
-    sends its streaming query's id): the owner's first commit that carries one binds the
-    owner to it, and a later decision from another instance is refused with
-    OWNER_INSTANCE_CONFLICT, nothing decided, instead of having its sequences taken as
-    replays.
+class TxnOwnerScope(msgspec.Struct, array_like=True):
+    """The transactional ids a two-phase owner writes under: every id that starts with
+    ``prefix``. A decision with a scope also aborts every Ongoing or Prepared transaction of
+    the scope it does not name (what earlier attempts left behind); ``close`` also closes the
+    scope for good, so that no transaction under it can begin, grow or be prepared again."""
 
-    A commit is all or nothing: if any transaction is not Prepared with exactly the given
-    producer id and epoch, nothing is committed and the per-transaction results say why
-    (PRODUCER_FENCED, INVALID_TXN_STATE, TRANSACTIONAL_ID_NOT_FOUND)."""
+    prefix: str
+    close: bool = False
+
+    def problem(self) -> str | None:
+        return None if self.prefix else "a scope needs a non-empty transactional id prefix"
+
+
+class TxnCommitOwner(msgspec.Struct, array_like=True):
+    """Who commits: the owner, its ``sequence`` (>= 0, increasing per owner: a sequence at or
+    below the owner's last one is a replay) and which instance of the owner decides (nil:
+    unchecked)."""
+
+    owner: str
+    sequence: int
+    instance: str | None = None
+
+    def problem(self) -> str | None:
+        if not self.owner:
+            return "the owner must be a non-empty string"
+        if self.sequence < 0:
+            return f"a commit of owner {self.owner!r} needs a sequence >= 0, got {self.sequence}"
+        return _instance_problem(self.owner, self.instance)
+
+
+class TxnAbortOwner(msgspec.Struct, array_like=True):
+    """On whose behalf an abort decides: the owner, and which instance of it (nil:
+    unchecked)."""
+
+    owner: str
+    instance: str | None = None
+
+    def problem(self) -> str | None:
+        if not self.owner:
+            return "the owner must be a non-empty string"
+        return _instance_problem(self.owner, self.instance)
+
+
+def _instance_problem(owner: str, instance: str | None) -> str | None:
+    if instance is not None and not instance:
+        return f"the instance of owner {owner!r} must be a non-empty string, or unset"
+    return None
+
+
+def _decision_problem(
+    refs: list[PreparedTxnRef],
+    owner: TxnCommitOwner | TxnAbortOwner | None,
+    scope: TxnOwnerScope | None,
+) -> str | None:
+    names = [r.transactional_id for r in refs]
+    if len(set(names)) != len(names):
+        return "a transactional id is named twice in one decision"
+    for part in (owner, scope):
+        problem = None if part is None else part.problem()
+        if problem is not None:
+            return problem
+    if scope is not None and scope.close and owner is None:
+        return (
+            f"closing the scope {scope.prefix!r} needs an owner: the owner's record is what "
+            "keeps the scope closed"
+        )
+    return None
+
+
+class CommitPreparedTxnsRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """Commit every transaction in ``transactions`` as one decision (all or nothing: if any
+    is not Prepared with exactly the given producer id and epoch, nothing is committed and
+    the per-transaction results say why). ``owner`` tags the commit with the owner's
+    sequence (the decision and the tag are one durable append; a replayed sequence aborts
+    the transactions instead and answers ``already_committed``) and binds the owner to its
+    instance on the first commit naming one. ``scope`` aborts the rest of the owner's
+    scope in the same decision, and closes it when asked (an owner that decides once, such
+    as a batch job). :meth:`problem` says what makes the request invalid."""
 
     transactions: list[PreparedTxnRef]
-    commit: bool
-    owner: str | None = None
-    sequence: int = -1
-    abort_prefix: str | None = None
-    close_owner: bool = False
-    instance: str | None = None
+    owner: TxnCommitOwner | None = None
+    scope: TxnOwnerScope | None = None
+
+    def problem(self) -> str | None:
+        return _decision_problem(self.transactions, self.owner, self.scope)
+
+
+class AbortTxnsRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
+    """Abort every transaction in ``transactions`` (Ongoing or Prepared; one already aborted
+    answers 0) and, with ``scope``, every other open transaction of the scope, as one
+    decision; ``scope.close`` also closes the scope. ``owner`` names on whose behalf: an
+    owner bound to another instance refuses the whole request. :meth:`problem` says what
+    makes the request invalid."""
+
+    transactions: list[PreparedTxnRef]
+    owner: TxnAbortOwner | None = None
+    scope: TxnOwnerScope | None = None
+
+    def problem(self) -> str | None:
+        return _decision_problem(self.transactions, self.owner, self.scope)
 
 
 class PreparedTxnResult(msgspec.Struct, array_like=True):
@@ -310,14 +387,27 @@ class PreparedTxnResult(msgspec.Struct, array_like=True):
     error_message: str | None = None
 
 
-class CompletePreparedTxnsResponse(msgspec.Struct, array_like=True):
-    """``already_committed``: the owner had already recorded ``sequence`` (or a later one);
-    the named transactions were aborted instead. ``last_sequence`` is the owner's newest
-    recorded sequence after this request (-1: none)."""
+class CommitPreparedTxnsResponse(msgspec.Struct, array_like=True):
+    """``already_committed``: the owner had already recorded the commit's sequence (or a
+    later one); the named transactions were aborted instead. ``last_sequence`` is the owner's
+    newest recorded sequence after this request (-1: none). ``aborted_others``: the scope's
+    other transactions aborted."""
 
     error_code: int
     results: list[PreparedTxnResult] = []
     already_committed: bool = False
+    last_sequence: int = -1
+    aborted_others: list[str] = []
+    error_message: str | None = None
+    throttle_time_ms: int = 0
+
+
+class AbortTxnsResponse(msgspec.Struct, array_like=True):
+    """``last_sequence`` is the owner's newest recorded sequence (-1: none, or no owner).
+    ``aborted_others``: the scope's other transactions aborted."""
+
+    error_code: int
+    results: list[PreparedTxnResult] = []
     last_sequence: int = -1
     aborted_others: list[str] = []
     error_message: str | None = None
@@ -425,10 +515,14 @@ def prepare_txn_error(_: PrepareTxnRequest, code: int, message: str) -> PrepareT
     return PrepareTxnResponse(code, error_message=message)
 
 
-def complete_prepared_txns_error(
-    _: CompletePreparedTxnsRequest, code: int, message: str
-) -> CompletePreparedTxnsResponse:
-    return CompletePreparedTxnsResponse(code, error_message=message)
+def commit_prepared_txns_error(
+    _: CommitPreparedTxnsRequest, code: int, message: str
+) -> CommitPreparedTxnsResponse:
+    return CommitPreparedTxnsResponse(code, error_message=message)
+
+
+def abort_txns_error(_: AbortTxnsRequest, code: int, message: str) -> AbortTxnsResponse:
+    return AbortTxnsResponse(code, error_message=message)
 
 
 def owner_sequence_error(_: OwnerSequenceRequest, code: int, message: str) -> OwnerSequenceResponse:

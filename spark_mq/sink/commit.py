@@ -16,60 +16,33 @@ query's id; a query from another checkpoint (whose batch ids start again at 0) t
 the sink id is refused with OwnerInstanceConflictError rather than have its batches taken as
 replays and dropped.
 
-Test hook: the crash tests need to kill the driver at named points of this path. When the
-environment variable ``SPARK_MQ_SINK_TEST_HOOK`` is ``POINT:BATCH_ID`` and
-``SPARK_MQ_SINK_TEST_PGID`` names a process group, reaching ``POINT`` while committing
-``BATCH_ID`` sends SIGKILL to that group (the test's Spark driver). Points are
-``before_complete`` (handles collected, nothing decided), ``during_complete`` (the
-coordinator call in flight: the kill comes from a timer a few milliseconds after it starts)
-and ``after_complete`` (decided, but Spark has not yet written its commit log). The hook is
-off unless both variables are set; it exists only for ``tests/spark/test_sink_crash.py``.
+Crash points (:mod:`spark_mq.crash_points`), keyed by the batch id: the crash tests kill the
+driver at ``sink.commit.before_complete`` (handles collected, nothing decided),
+``sink.commit.during_complete`` (the coordinator call in flight) and
+``sink.commit.after_complete`` (decided, but Spark has not yet written its commit log).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import threading
 from collections.abc import Sequence
 from typing import Any, Final
 
+from spark_mq import crash_points
 from spark_mq.client.admin import Admin
 from spark_mq.client.transactions import PreparedTransaction
-from spark_mq.errors import InvalidTxnStateError, SparkMQError, UsageError
+from spark_mq.errors import (
+    InvalidTxnStateError,
+    OwnerInstanceConflictError,
+    SparkMQError,
+    UsageError,
+)
 from spark_mq.sink.task import SinkCommitMessage, run_scope
 
-TEST_HOOK_ENV: Final = "SPARK_MQ_SINK_TEST_HOOK"
-TEST_PGID_ENV: Final = "SPARK_MQ_SINK_TEST_PGID"
-#: Delay of the ``during_complete`` kill after the coordinator call starts, in seconds.
+#: Delay of the ``during_complete`` crash after the coordinator call starts, in seconds.
 _DURING_DELAY_S: Final = 0.003
 
 _log = logging.getLogger(__name__)
-
-
-def _test_hook(point: str, sequence: int) -> threading.Timer | None:
-    spec = os.environ.get(TEST_HOOK_ENV)
-    pgid = os.environ.get(TEST_PGID_ENV)
-    if not spec or not pgid:
-        return None
-    want_point, _, want_batch = spec.partition(":")
-    if want_point != point or want_batch != str(sequence):
-        return None
-
-    def kill() -> None:
-        os.killpg(int(pgid), signal.SIGKILL)
-        # A batch job's commit runs in a Python worker that pyspark's daemon puts in a
-        # process group of its own: it would outlive the group's kill and decide.
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    if point == "during_complete":
-        timer = threading.Timer(_DURING_DELAY_S, kill)
-        timer.daemon = True
-        timer.start()
-        return timer
-    kill()
-    return None
 
 
 def _messages(messages: Sequence[Any], what: str) -> list[SinkCommitMessage]:
@@ -145,19 +118,20 @@ def commit_prepared(
         # owner has been quiet for transaction.timeout.ms.
         return None
     handles = _handles(ours)
-    _test_hook("before_complete", sequence)
+    crash_points.reach("sink.commit.before_complete", sequence)
     with Admin(**endpoint) as admin:  # type: ignore[arg-type]
-        timer = _test_hook("during_complete", sequence)
+        sink = admin.txn_owner(owner, instance=query_id_of(ours))
+        timer = crash_points.reach_soon("sink.commit.during_complete", sequence, _DURING_DELAY_S)
         try:
-            result = admin.complete_prepared_transactions(
-                handles,
-                commit=True,
-                owner=owner,
-                sequence=sequence,
-                abort_prefix=owner + "/",
-                close_owner=close_owner,
-                instance=query_id_of(ours),
-            )
+            result = sink.commit(handles, sequence, close=close_owner)
+        except OwnerInstanceConflictError as exc:
+            raise OwnerInstanceConflictError(
+                f"spark_mq sink {owner}: {exc}. Another checkpoint's streaming query already "
+                "writes as this sink.id, and a query from a new checkpoint numbers its batches "
+                "from 0 again, so its commits would be taken as replays and dropped. Give each "
+                "checkpoint its own sink.id (or leave the option unset: the default is derived "
+                "from the query's id)"
+            ) from exc
         except InvalidTxnStateError as exc:
             raise InvalidTxnStateError(
                 f"spark_mq sink {owner}: {exc}. A transaction of this batch was aborted before "
@@ -172,7 +146,7 @@ def commit_prepared(
         finally:
             if timer is not None:
                 timer.join()
-    _test_hook("after_complete", sequence)
+    crash_points.reach("sink.commit.after_complete", sequence)
     if result.already_committed:
         _log.warning(
             "spark_mq sink %s: batch %d was already committed; its %d re-run transactions "
@@ -221,21 +195,15 @@ def abort_prepared(
         with Admin(**endpoint) as admin:  # type: ignore[arg-type]
             if owner is not None and run is not None:
                 scope = run_scope(owner, run)
-                admin.complete_prepared_transactions(
-                    handles, commit=False, owner=scope, abort_prefix=scope + "/", close_owner=True
-                )
+                admin.txn_owner(scope).abort(handles, close=True)
                 handles = []
-            # The rest of the sink: leftovers of earlier runs, or of tasks without a run. The
-            # query id makes the coordinator refuse this part if the sink id is bound to
-            # another checkpoint's query, whose open transactions are not ours to end.
-            admin.complete_prepared_transactions(
-                handles,
-                commit=False,
-                owner=owner if close_owner or query is not None else None,
-                abort_prefix=None if owner is None else owner + "/",
-                close_owner=close_owner and owner is not None,
-                instance=query,
-            )
+            if owner is None:
+                admin.complete_prepared_transactions(handles, commit=False)
+            else:
+                # The rest of the sink: leftovers of earlier runs, or of tasks without a run.
+                # The query id makes the coordinator refuse this part if the sink id is bound
+                # to another checkpoint's query, whose open transactions are not ours to end.
+                admin.txn_owner(owner, instance=query).abort(handles, close=close_owner)
     except SparkMQError as exc:
         _log.warning(
             "spark_mq sink %s: the abort of batch transactions failed or was refused (%s); "

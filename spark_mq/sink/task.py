@@ -9,7 +9,7 @@ if Spark names no run).
 
 - Two attempts that Spark runs at once (speculative execution, or a retry beside a zombie)
   never fence each other: each prepares its own transaction, the driver commits the one whose
-  message Spark kept, and the same decision aborts the others (its ``abort_prefix``).
+  message Spark kept, and the same decision aborts the others (the sink's scope).
 - A new run of a stream re-runs an unfinished micro-batch under ids of its own; its commit
   aborts whatever an earlier run left open or prepared.
 - When a micro-batch fails, the driver's abort also *closes* the run's scope at the
@@ -24,22 +24,17 @@ task uses an idempotent producer and flushes: at least once, like Spark's Kafka 
 A task holds no connection before ``write()`` runs: everything it needs is the plain,
 picklable :class:`TaskPlan` that Spark ships inside the writer object.
 
-Test hook: the crash test needs a first attempt that dies after its records reached the log,
-leaving its transaction open for the micro-batch's commit to abort. When the environment
-variable ``SPARK_MQ_SINK_TEST_TASK_KILL`` is ``PERIOD:REMAINDER``, the first attempt of
-partition 0's task of every streaming micro-batch whose id modulo ``PERIOD`` is
-``REMAINDER`` flushes what it sent, says so on stderr, and kills its own Python worker with
-SIGKILL. The hook is off unless the variable is set; it exists only for
-``tests/spark/test_sink_crash.py``.
+Crash point ``sink.task.after_send`` (:mod:`spark_mq.crash_points`), keyed by the batch id:
+the crash test needs a first attempt that dies after its records reached the log, leaving its
+transaction open for the micro-batch's commit to abort. When armed, the first attempt of
+partition 0's task of a streaming micro-batch flushes what it sent and kills its own Python
+worker.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import signal
-import sys
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
@@ -50,6 +45,7 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
 
+from spark_mq import crash_points
 from spark_mq.client.admin import Admin
 from spark_mq.client.futures import FutureBatchMetadata
 from spark_mq.client.producer import Producer
@@ -79,7 +75,6 @@ HEARTBEATS_PER_TIMEOUT: Final = 4
 #: Shortest time between two heartbeats of a task, in seconds.
 MIN_HEARTBEAT_INTERVAL_S: Final = 0.05
 
-TEST_TASK_KILL_ENV: Final = "SPARK_MQ_SINK_TEST_TASK_KILL"
 #: TaskContext local property holding the micro-batch id of a streaming task.
 BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
 
@@ -262,7 +257,7 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
         try:
             with heartbeat:
                 rows, futures = _send_all(producer, batches, plan.columns)
-                _test_task_kill(producer, context, partition_id, attempt, rows)
+                _crash_point_after_send(producer, context, partition_id, attempt, rows)
                 if rows == 0:
                     producer.abort_transaction()
                     return SinkCommitMessage(
@@ -277,7 +272,7 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
         except BaseException:
             # End our own transaction at once rather than leave it holding back the last
             # stable offset until the batch's commit or abort ends it (a retry has an id of
-            # its own); a failure here changes nothing, since the driver's abort_prefix
+            # its own); a failure here changes nothing, since the driver's scope
             # aborts it anyway.
             if not prepared:
                 _abort_quietly(producer)
@@ -337,25 +332,17 @@ class OwnerHeartbeat:
                 admin.close()
 
 
-def _test_task_kill(
+def _crash_point_after_send(
     producer: Producer, context: Any, partition_id: int, attempt: int, rows: int
 ) -> None:
-    """The task-kill test hook (see the module docstring)."""
-    spec = os.environ.get(TEST_TASK_KILL_ENV)
-    if not spec or attempt != 0 or partition_id != 0 or rows == 0:
+    """Crash point ``sink.task.after_send`` (see the module docstring)."""
+    if attempt != 0 or partition_id != 0 or rows == 0:
         return
     batch = context.getLocalProperty(BATCH_ID_PROPERTY)
-    period, _, remainder = spec.partition(":")
-    if batch is None or int(batch) % int(period) != int(remainder):
+    if batch is None or not crash_points.armed("sink.task.after_send", int(batch)):
         return
     producer.flush()
-    print(
-        f"spark_mq sink test hook: killing the first attempt of batch {batch} partition 0 "
-        f"after sending {rows} rows",
-        file=sys.stderr,
-        flush=True,
-    )
-    os.kill(os.getpid(), signal.SIGKILL)
+    crash_points.reach("sink.task.after_send", int(batch))
 
 
 def _abort_quietly(producer: Producer) -> None:

@@ -4,6 +4,7 @@ recorded once, timeouts and expiry (with an explicit clock)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -14,9 +15,11 @@ from spark_mq.broker.producer_ids import MAX_PRODUCER_EPOCH
 from spark_mq.broker.txn import two_phase
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.broker.txn.coordinator import CRASH_AFTER_DECISION, TransactionCoordinator
+from spark_mq.broker.txn.owners import IllegalOwnerTransitionError, OwnerState
 from spark_mq.broker.txn.records import Decision, DecisionEntry
 from spark_mq.broker.txn.state import TopicPartition, TxnState
 from spark_mq.broker.txn.state_topic import LoadedTransactions, partition_for
+from spark_mq.crash_points import CrashPoints
 from spark_mq.errors import (
     ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
@@ -26,7 +29,12 @@ from spark_mq.errors import (
     OwnerInstanceConflictError,
     ProducerFencedError,
 )
+from spark_mq.protocol.transactions import AbortTxnsRequest as Abort
+from spark_mq.protocol.transactions import CommitPreparedTxnsRequest as Commit
 from spark_mq.protocol.transactions import PreparedTxnRef
+from spark_mq.protocol.transactions import TxnAbortOwner as AbortOwner
+from spark_mq.protocol.transactions import TxnCommitOwner as CommitOwner
+from spark_mq.protocol.transactions import TxnOwnerScope as Scope
 
 T0 = 1_700_000_000_000
 S = TxnState
@@ -85,14 +93,14 @@ class Harness:
         self.store = store or MemoryStore()
         self.markers = Markers()
         self.ids = iter(range(100, 1000))
-        self.exits: list[int] = []
+        self.crashes: list[str] = []
         self.config = TxnConfig.from_properties(config)
         self.c = TransactionCoordinator(
             self.config,
             self.store,
             self.markers,
             new_producer_id=lambda: next(self.ids),
-            exit_process=self.exits.append,
+            crash_points=CrashPoints({}, crash=lambda scope, _: self.crashes.append(scope)),
         )
         self.now = T0
 
@@ -244,9 +252,7 @@ def test_a_decision_never_applies_to_a_later_transaction_of_the_same_epoch() -> 
     pid, epoch = h.begin("s", ("t", 0))
     two_phase.prepare(h.c, "s", pid, epoch, h.now)
     ref = PreparedTxnRef("s", pid, epoch)
-    out = two_phase.complete_prepared(
-        h.c, [ref], commit=True, owner="job", sequence=0, abort_prefix=None, now_ms=h.now
-    )
+    out = two_phase.commit(h.c, Commit([ref], CommitOwner("job", 0)), h.now)
     assert out.committed and h.state("s") is S.COMPLETE_COMMIT
     # Same producer, same epoch, next transaction, prepared: the old decision is not its.
     h.c.add_partitions("s", pid, epoch, [("t", 0)], h.now)
@@ -261,13 +267,9 @@ def test_replayed_sequence_aborts_and_reports_already_committed() -> None:
         pid, epoch = h.begin(tid)
         two_phase.prepare(h.c, tid, pid, epoch, h.now)
         refs.append(PreparedTxnRef(tid, pid, epoch))
-    first = two_phase.complete_prepared(
-        h.c, refs[:1], commit=True, owner="o", sequence=5, abort_prefix=None, now_ms=h.now
-    )
+    first = two_phase.commit(h.c, Commit(refs[:1], CommitOwner("o", 5)), h.now)
     assert first.committed and first.last_sequence == 5
-    again = two_phase.complete_prepared(
-        h.c, refs[1:], commit=True, owner="o", sequence=4, abort_prefix=None, now_ms=h.now
-    )
+    again = two_phase.commit(h.c, Commit(refs[1:], CommitOwner("o", 4)), h.now)
     assert again.already_committed and not again.committed and again.last_sequence == 5
     assert h.state("b") is S.COMPLETE_ABORT
 
@@ -278,23 +280,33 @@ def _prepared(h: Harness, tid: str) -> PreparedTxnRef:
     return PreparedTxnRef(tid, pid, epoch)
 
 
-def _complete_s(h: Harness, refs: list[PreparedTxnRef], **kw: Any) -> Any:
-    """A decision of owner ``s`` (prefix ``s/``): a commit unless ``commit=False``."""
-    kw.setdefault("commit", True)
-    kw.setdefault("sequence", -1)
-    return two_phase.complete_prepared(h.c, refs, owner="s", abort_prefix="s/", now_ms=h.now, **kw)
+def _commit_s(
+    h: Harness, refs: list[PreparedTxnRef], sequence: int, instance: str | None = None
+) -> Any:
+    """A commit of owner ``s`` (scope ``s/``)."""
+    request = Commit(refs, CommitOwner("s", sequence, instance), Scope("s/"))
+    return two_phase.commit(h.c, request, h.now)
+
+
+def _abort_s(h: Harness, refs: list[PreparedTxnRef], instance: str | None = None) -> Any:
+    """An abort of owner ``s`` (scope ``s/``)."""
+    return two_phase.abort(h.c, Abort(refs, AbortOwner("s", instance), Scope("s/")), h.now)
 
 
 def test_an_owner_bound_to_an_instance_refuses_another_and_decides_nothing() -> None:
     """A Spark query from a new checkpoint numbers its batches from 0 again: were its commits
     taken as replays of the sink id's earlier batches, its output would be dropped."""
     h = Harness()
-    assert _complete_s(h, [_prepared(h, "s/a/0")], sequence=3, instance="q1").committed
+    assert _commit_s(h, [_prepared(h, "s/a/0")], 3, "q1").committed
     in_flight = h.begin("s/a/1")  # the first query's next batch, still being written
     other = _prepared(h, "s/b/0")  # the second query's batch 0
-    for kw in ({"sequence": 0}, {"sequence": 9}, {"commit": False}):
+    for decide in (
+        lambda: _commit_s(h, [other], 0, "q2"),
+        lambda: _commit_s(h, [other], 9, "q2"),
+        lambda: _abort_s(h, [other], "q2"),
+    ):
         with pytest.raises(OwnerInstanceConflictError, match="belongs to instance 'q1'"):
-            _complete_s(h, [other], instance="q2", **kw)
+            decide()
     # Nothing was decided: neither the second query's batch nor the first one's open one.
     assert h.state("s/b/0") is S.PREPARED and h.state("s/a/1") is S.ONGOING
     assert two_phase.last_sequence(h.c, "s") == 3
@@ -302,37 +314,58 @@ def test_an_owner_bound_to_an_instance_refuses_another_and_decides_nothing() -> 
     # the binding, which survives a restart.
     two_phase.prepare(h.c, "s/a/1", *in_flight, h.now)
     ref = PreparedTxnRef("s/a/1", *in_flight)
-    assert _complete_s(h, [ref], sequence=4, instance="q1").committed
-    assert _complete_s(h, [_prepared(h, "s/a/2")], sequence=5).committed
+    assert _commit_s(h, [ref], 4, "q1").committed
+    assert _commit_s(h, [_prepared(h, "s/a/2")], 5).committed
     assert h.state("s/b/0") is S.COMPLETE_ABORT  # the prefix abort of sequence 5's commit
     r = h.restarted()
     with pytest.raises(OwnerInstanceConflictError):
-        _complete_s(r, [], sequence=6, instance="q2")
+        _commit_s(r, [], 6, "q2")
     assert r.c.owners["s"].instance == "q1"
 
 
 def test_an_owner_without_an_instance_is_bound_by_its_next_commit_naming_one() -> None:
     h = Harness()
-    assert _complete_s(h, [_prepared(h, "s/0")], sequence=0).committed
+    assert _commit_s(h, [_prepared(h, "s/0")], 0).committed
     assert h.c.owners["s"].instance is None
-    _complete_s(h, [], commit=False, instance="q7")  # an abort checks, but never binds
+    assert h.c.owners["s"].state is OwnerState.ACTIVE
+    _abort_s(h, [], "q7")  # an abort checks, but never binds
     assert h.c.owners["s"].instance is None
-    assert _complete_s(h, [_prepared(h, "s/1")], sequence=1, instance="q8").committed
+    assert _commit_s(h, [_prepared(h, "s/1")], 1, "q8").committed
     assert h.c.owners["s"].instance == "q8"
+    assert h.c.owners["s"].state is OwnerState.BOUND
     with pytest.raises(OwnerInstanceConflictError):
-        _complete_s(h, [], commit=False, instance="q7")
+        _abort_s(h, [], "q7")
 
 
 @pytest.mark.parametrize(
-    ("owner", "instance"), [(None, "q1"), ("s", "")], ids=["no-owner", "empty"]
+    "request_",
+    [
+        Commit([], CommitOwner("s", 0, "")),
+        Abort([], AbortOwner("s", ""), Scope("s/")),
+        Commit([], CommitOwner("", 0)),
+        Commit([], CommitOwner("s", -1)),
+        Abort([], None, Scope("")),
+        Abort([], None, Scope("s/", close=True)),
+        Commit([], None, Scope("s/", close=True)),
+        Abort([PreparedTxnRef("a", 1, 0), PreparedTxnRef("a", 1, 0)]),
+    ],
+    ids=[
+        "empty-instance",
+        "empty-abort-instance",
+        "empty-owner",
+        "no-sequence",
+        "empty-prefix",
+        "close-without-owner",
+        "commit-close-without-owner",
+        "id-twice",
+    ],
 )
-def test_an_instance_needs_an_owner_and_a_name(owner: str | None, instance: str) -> None:
+def test_each_request_type_refuses_what_it_cannot_mean(request_: Commit | Abort) -> None:
     h = Harness()
-    with pytest.raises(InvalidRequestError, match="instance"):
-        two_phase.complete_prepared(
-            h.c, [], commit=False, owner=owner, sequence=-1, abort_prefix="s/", now_ms=h.now,
-            instance=instance,
-        )  # fmt: skip
+    decide = two_phase.commit if isinstance(request_, Commit) else two_phase.abort
+    with pytest.raises(InvalidRequestError):
+        decide(h.c, request_, h.now)  # type: ignore[operator]
+    assert h.store.appends == []
 
 
 def test_a_closed_owner_refuses_every_late_transaction_under_its_prefix() -> None:
@@ -342,15 +375,14 @@ def test_a_closed_owner_refuses_every_late_transaction_under_its_prefix() -> Non
     two_phase.prepare(h.c, "job/0", done_pid, done_epoch, h.now)
     late_pid, late_epoch = h.begin("job/1")
     idle_pid, idle_epoch = h.init("job/2")
-    out = two_phase.complete_prepared(
+    out = two_phase.abort(
         h.c,
-        [PreparedTxnRef("job/0", done_pid, done_epoch)],
-        commit=False,
-        owner="job",
-        sequence=-1,
-        abort_prefix="job/",
-        now_ms=h.now,
-        close_owner=True,
+        Abort(
+            [PreparedTxnRef("job/0", done_pid, done_epoch)],
+            AbortOwner("job"),
+            Scope("job/", close=True),
+        ),
+        h.now,
     )
     assert out.aborted_others == ["job/1"]
     assert h.state("job/0") is S.COMPLETE_ABORT and h.state("job/1") is S.COMPLETE_ABORT
@@ -371,16 +403,10 @@ def test_a_closed_owner_refuses_every_late_transaction_under_its_prefix() -> Non
     r = h.restarted()
     with pytest.raises(ProducerFencedError):
         r.init("job/3")
-    again = two_phase.complete_prepared(
-        r.c, [], commit=False, owner="job", sequence=-1, abort_prefix="job/", now_ms=r.now,
-        close_owner=True,
-    )  # fmt: skip
+    again = two_phase.abort(r.c, Abort([], AbortOwner("job"), Scope("job/", True)), r.now)
     assert again.aborted_others == []
     with pytest.raises(InvalidRequestError, match="already closed prefix 'job/'"):
-        two_phase.complete_prepared(
-            r.c, [], commit=False, owner="job", sequence=-1, abort_prefix="jo", now_ms=r.now,
-            close_owner=True,
-        )  # fmt: skip
+        two_phase.abort(r.c, Abort([], AbortOwner("job"), Scope("jo", True)), r.now)
     with pytest.raises(ProducerFencedError):
         r.restarted().init("job/3")
 
@@ -389,15 +415,12 @@ def test_a_closing_commit_commits_then_refuses_a_straggler() -> None:
     h = Harness()
     pid, epoch = h.begin("batch/0")
     two_phase.prepare(h.c, "batch/0", pid, epoch, h.now)
-    out = two_phase.complete_prepared(
+    out = two_phase.commit(
         h.c,
-        [PreparedTxnRef("batch/0", pid, epoch)],
-        commit=True,
-        owner="batch",
-        sequence=0,
-        abort_prefix="batch/",
-        now_ms=h.now,
-        close_owner=True,
+        Commit(
+            [PreparedTxnRef("batch/0", pid, epoch)], CommitOwner("batch", 0), Scope("batch/", True)
+        ),
+        h.now,
     )
     assert out.committed and h.state("batch/0") is S.COMPLETE_COMMIT
     assert two_phase.last_sequence(h.c, "batch") == 0
@@ -405,17 +428,6 @@ def test_a_closing_commit_commits_then_refuses_a_straggler() -> None:
     with pytest.raises(ProducerFencedError):
         h.init("batch/0")
     assert h.state("batch/0") is S.COMPLETE_COMMIT
-
-
-def test_close_owner_needs_an_owner_and_a_prefix() -> None:
-    h = Harness()
-    for owner, prefix in ((None, "p/"), ("o", None)):
-        with pytest.raises(InvalidRequestError, match="close_owner needs"):
-            two_phase.complete_prepared(
-                h.c, [], commit=False, owner=owner, sequence=-1, abort_prefix=prefix,
-                now_ms=h.now, close_owner=True,
-            )  # fmt: skip
-    assert h.c.closed == {} and h.store.appends == []
 
 
 def test_prepared_takes_no_partitions_and_is_not_timed_out_by_the_producer_timeout() -> None:
@@ -526,17 +538,12 @@ def test_closed_owners_expire_like_ids_but_open_ones_and_streams_never() -> None
     h = Harness(transactional_id_expiration_ms=1000)
 
     def close(owner: str) -> None:
-        two_phase.complete_prepared(
-            h.c, [], commit=False, owner=owner, sequence=-1, abort_prefix=owner + "/",
-            now_ms=h.now, close_owner=True,
-        )  # fmt: skip
+        two_phase.abort(h.c, Abort([], AbortOwner(owner), Scope(owner + "/", True)), h.now)
 
     pid, epoch = h.begin("stream/0")
     two_phase.prepare(h.c, "stream/0", pid, epoch, h.now)
-    two_phase.complete_prepared(
-        h.c, [PreparedTxnRef("stream/0", pid, epoch)], commit=True, owner="stream", sequence=4,
-        abort_prefix="stream/", now_ms=h.now,
-    )  # fmt: skip
+    ref = PreparedTxnRef("stream/0", pid, epoch)
+    two_phase.commit(h.c, Commit([ref], CommitOwner("stream", 4), Scope("stream/")), h.now)
     close("done")
     h.begin("busy/0", ("u", 0))
     h.markers.fail.add(("u", 0))  # the abort of busy/0 cannot write its marker yet
@@ -547,7 +554,7 @@ def test_closed_owners_expire_like_ids_but_open_ones_and_streams_never() -> None
     h.now += 1
     h.c.expire_ids(h.now)
     assert set(h.c.owners) == {"stream", "busy"}  # a stream's sequence guards replays
-    assert set(h.c.closed) == {"busy/"}
+    assert set(h.c.owners.closed_prefixes()) == {"busy/"}
     h.init("done/0")  # the job is long over: its id may be used again
     with pytest.raises(ProducerFencedError):
         h.init("busy/1")
@@ -556,9 +563,20 @@ def test_closed_owners_expire_like_ids_but_open_ones_and_streams_never() -> None
 
 def test_the_crash_hook_exits_after_the_decision_and_before_markers() -> None:
     h = Harness()
-    h.c._crash_at = CRASH_AFTER_DECISION
+    h.c.crash_points = dataclasses.replace(h.c.crash_points, armed_at={CRASH_AFTER_DECISION: ""})
     pid, epoch = h.begin("a")
     h.c.end_txn("a", pid, epoch, True, h.now)
-    assert h.exits == [1]
-    # (exit_process is fake here, so the call goes on.)
+    assert h.crashes == ["process"]
+    # (the crash is fake here, so the call goes on.)
     assert h.store.loaded().txns["a"].state in (S.PREPARE_COMMIT, S.COMPLETE_COMMIT)
+
+
+def test_an_illegal_owner_record_is_refused_before_it_is_written() -> None:
+    h = Harness()
+    assert _commit_s(h, [_prepared(h, "s/0")], 0, "q1").committed
+    written = len(h.store.appends)
+    for record in (Decision(1, h.now, (), instance="q2"), Decision(1, h.now, ())):
+        with pytest.raises(IllegalOwnerTransitionError):
+            h.c.write_decision("s", record, h.now)
+    assert len(h.store.appends) == written
+    assert h.c.owners["s"].state is OwnerState.BOUND

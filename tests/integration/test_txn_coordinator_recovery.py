@@ -3,6 +3,7 @@ between a decision and its markers), timeouts and id expiration, on real broker 
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from txn_wire import (
     TxnProducer,
     body,
-    complete,
+    commit,
     describe,
     fetch_offset,
     owner_sequence,
@@ -18,7 +19,8 @@ from txn_wire import (
     wait_until,
 )
 
-from spark_mq.broker.txn.coordinator import CRASH_AFTER_DECISION, CRASH_ENV
+from spark_mq.broker.txn.coordinator import CRASH_AFTER_DECISION
+from spark_mq.crash_points import ENV as CRASH_ENV
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.transactions import OwnerHeartbeatRequest
 
@@ -53,7 +55,7 @@ def test_sigkill_aborts_ongoing_keeps_prepared_and_committed_offsets(start_broke
         assert fetch_offset(conn, "g", "in") == (5, 0)
         assert fetch_offset(conn, "g2", "in") == (-1, 0)  # aborted, and no longer pending
         assert read_values(conn, "t") == [b"committed"]  # the prepared one holds the LSO
-        result = complete(conn, [prepared.ref()], commit=True, owner="x", sequence=0)
+        result = commit(conn, [prepared.ref()], owner="x", sequence=0)
         assert result.error_code == 0
         assert read_values(conn, "t") == [b"committed", b"prepared"]
     broker.kill()
@@ -79,7 +81,7 @@ def test_crash_between_decision_and_markers_finishes_on_restart(
         assert p.commit_offsets("g", "in", {0: 42}) == [0]
         with pytest.raises(OSError):
             p.end(commit=True)
-    assert broker.proc.wait(30) == 1
+    assert broker.proc.wait(30) == -signal.SIGKILL
     monkeypatch.delenv(CRASH_ENV)
     broker = start_broker()
     with broker.connect() as conn:
@@ -103,8 +105,8 @@ def test_crash_after_a_two_phase_decision_commits_every_transaction(
             assert p.prepare().error_code == 0
             refs.append(p.ref())
         with pytest.raises(OSError):
-            complete(conn, refs, commit=True, owner="job", sequence=4)
-    assert broker.proc.wait(30) == 1
+            commit(conn, refs, owner="job", sequence=4)
+    assert broker.proc.wait(30) == -signal.SIGKILL
     monkeypatch.delenv(CRASH_ENV)
     broker = start_broker()
     with broker.connect() as conn:
@@ -113,7 +115,7 @@ def test_crash_after_a_two_phase_decision_commits_every_transaction(
         assert read_values(conn, "out", 0) == [b"v0"]
         assert read_values(conn, "out", 1) == [b"v1"]
         # The driver retries the same decision after its own restart: nothing doubles.
-        replay = complete(conn, refs, commit=True, owner="job", sequence=4)
+        replay = commit(conn, refs, owner="job", sequence=4)
         assert replay.already_committed
         assert read_values(conn, "out", 0) == [b"v0"]
 

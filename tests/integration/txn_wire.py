@@ -13,9 +13,10 @@ from spark_mq.protocol import fetch, group_offsets
 from spark_mq.protocol.groups import COORDINATOR_TRANSACTION, FindCoordinatorRequest
 from spark_mq.protocol.producer_id import InitProducerIdRequest
 from spark_mq.protocol.transactions import (
+    AbortTxnsRequest,
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
-    CompletePreparedTxnsRequest,
+    CommitPreparedTxnsRequest,
     DescribeTransactionsRequest,
     EndTxnRequest,
     ListTransactionsRequest,
@@ -23,9 +24,11 @@ from spark_mq.protocol.transactions import (
     PreparedTxnRef,
     PrepareTxnRequest,
     TransactionState,
+    TxnCommitOwner,
     TxnOffsetCommitPartition,
     TxnOffsetCommitRequest,
     TxnOffsetCommitTopic,
+    TxnOwnerScope,
     TxnTopic,
 )
 from spark_mq.storage.batch_decoder import decode_records, iter_batches
@@ -121,8 +124,23 @@ def list_transactions(conn: Any, **filters: Any) -> list[TransactionState]:
     return list(response.transaction_states)
 
 
-def complete(conn: Any, refs: list[PreparedTxnRef], **kw: Any) -> Any:
-    return body(conn, CompletePreparedTxnsRequest(refs, **kw))
+def commit(
+    conn: Any,
+    refs: list[PreparedTxnRef],
+    *,
+    owner: str | None = None,
+    sequence: int = -1,
+    scope: str | None = None,
+) -> Any:
+    """CommitPreparedTxns, tagged ``(owner, sequence)`` when ``owner`` is given."""
+    tag = None if owner is None else TxnCommitOwner(owner, sequence)
+    prefix = None if scope is None else TxnOwnerScope(scope)
+    return body(conn, CommitPreparedTxnsRequest(refs, tag, prefix))
+
+
+def abort(conn: Any, refs: list[PreparedTxnRef]) -> Any:
+    """AbortTxns of ``refs`` alone."""
+    return body(conn, AbortTxnsRequest(refs))
 
 
 def owner_sequence(conn: Any, owner: str) -> int:

@@ -2,9 +2,9 @@
 an output topic with a transformation, exactly once, from a checkpoint.
 
 Run by ``tests/spark/test_sink_crash.py`` in its own process group, which kills it with
-SIGKILL at random times and through the sink's commit test hook
-(``SPARK_MQ_SINK_TEST_HOOK``, see :mod:`spark_mq.sink.commit`), then restarts it from the
-same checkpoint. Exits 0 once the query has copied everything present (AvailableNow).
+SIGKILL at random times and at the sink's commit crash points (``sink.commit.*``, see
+:mod:`spark_mq.crash_points`), then restarts it from the same checkpoint. Exits 0 once the
+query has copied everything present (AvailableNow).
 
 Failures are injected too, on the first attempt of partition 0's task
 (``spark.task.maxFailures`` 4 lets the retry run), in turn by micro-batch id modulo 3:
@@ -15,7 +15,7 @@ Failures are injected too, on the first attempt of partition 0's task
   gets its Arrow batch only once the transformation has done the partition, so with these
   batch sizes the sink has not sent records yet);
 - 2: the sink's worker kills itself with SIGKILL once its records are in the log, its
-  transaction still open (the sink's task-kill hook, ``SPARK_MQ_SINK_TEST_TASK_KILL``, see
+  transaction still open (the sink's crash point ``sink.task.after_send``, see
   :mod:`spark_mq.sink.task`).
 
 Each time the retry writes under its own transactional id and the micro-batch's commit
@@ -64,10 +64,12 @@ def main() -> int:
     parser.add_argument("--max-offsets-per-trigger", type=int, default=300)
     parser.add_argument("--started-file", help="touched once the query has started")
     args = parser.parse_args()
-    # The sink's test hook kills this whole process group (driver, JVM, Python workers).
-    os.environ["SPARK_MQ_SINK_TEST_PGID"] = str(os.getpgid(0))
-    # Set before Spark starts, so that its Python workers inherit it.
-    os.environ["SPARK_MQ_SINK_TEST_TASK_KILL"] = "3:2"
+    # The sink's commit crash points kill this whole process group (driver, JVM, Python
+    # workers). Set before spark_mq is imported (it reads them once) and before Spark starts,
+    # so that its Python workers inherit them.
+    os.environ["SPARK_MQ_CRASH_PGID"] = str(os.getpgid(0))
+    armed = [os.environ.get("SPARK_MQ_CRASH_AT", ""), "sink.task.after_send@%3=2"]
+    os.environ["SPARK_MQ_CRASH_AT"] = ",".join(filter(None, armed))
     from pyspark.sql.functions import col, udf
 
     spark = local_session(

@@ -2,7 +2,7 @@
 whose only task fails on its first attempt *after* records of that attempt reached the log
 (``--fail-at``; without it no task fails). ``--option KEY=VALUE`` adds a sink option. The
 driver names its own process group for the sink's commit test hook
-(``SPARK_MQ_SINK_TEST_HOOK``, see :mod:`spark_mq.sink.commit`), which
+(``SPARK_MQ_CRASH_AT``, see :mod:`spark_mq.crash_points`), which
 ``tests/spark/test_sink_driver_death.py`` uses to kill it before its decision.
 
 The write task's rows come through a Python UDF. On attempt 0, at row ``--fail-at``, the UDF
@@ -36,7 +36,7 @@ def main() -> int:
     parser.add_argument("--sink-id", default="retry-job")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    os.environ["SPARK_MQ_SINK_TEST_PGID"] = str(os.getpgid(0))
+    os.environ["SPARK_MQ_CRASH_PGID"] = str(os.getpgid(0))
     extra = dict(option.split("=", 1) for option in args.option)
     from pyspark.sql.functions import col, udf
 

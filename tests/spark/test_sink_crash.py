@@ -32,7 +32,7 @@ KILLS = 6
 MAX_RUNS = 2 * KILLS + 2
 #: A run that takes longer than this is stuck: the test fails rather than hangs.
 RUN_LIMIT_S = 240
-HOOK_POINTS = ("before_complete", "during_complete", "after_complete")
+HOOK_POINTS = tuple(f"sink.commit.{p}_complete" for p in ("before", "during", "after"))
 
 
 def _last_committed_batch(checkpoint: Path) -> int:
@@ -117,7 +117,7 @@ def test_copier_killed_many_times_outputs_each_record_exactly_once(
                 # a run has been killed there (the target batch may not come: more input).
                 point = untried[0] if untried else rng.choice(HOOK_POINTS)
                 target = _last_committed_batch(checkpoint) + 1 + rng.randrange(3)
-                env["SPARK_MQ_SINK_TEST_HOOK"] = plan = f"{point}:{target}"
+                env["SPARK_MQ_CRASH_AT"] = plan = f"{point}@{target}"
             else:
                 kill_after = rng.uniform(1.0, 12.0)
                 plan = f"SIGKILL {kill_after:.1f} s after start"
@@ -128,8 +128,8 @@ def test_copier_killed_many_times_outputs_each_record_exactly_once(
         )
         if code is None:
             kills += 1
-            if plan.split(":")[0] in untried:
-                untried.remove(plan.split(":")[0])
+            if plan.split("@")[0] in untried:
+                untried.remove(plan.split("@")[0])
             continue
         assert code == 0, f"driver failed with exit code {code} (seed {seed}); see driver.log"
         if kills >= KILLS:
@@ -141,7 +141,7 @@ def test_copier_killed_many_times_outputs_each_record_exactly_once(
     log = (tmp_path / "driver.log").read_text(errors="replace")
     # Each kind of injected task failure happened at least once.
     assert "injected failure: first attempt of batch" in log
-    assert "sink test hook: killing the first attempt of batch" in log
+    assert "spark_mq crash point sink.task.after_send" in log
     expected = sorted(f"copied-{v.upper()}".encode() for v in inputs)
     got = values(mq_dir, "out")
     assert len(got) == len(expected), f"{len(got)} records out for {len(expected)} in (seed {seed})"

@@ -41,7 +41,7 @@ def test_a_batch_job_killed_before_its_decision_stops_holding_back_readers(
             *("--path", str(mq_dir), "--topic", "out", "--rows", str(ROWS)),
             *("--sink-id", "dead-job", "--option", f"kafka.transaction.timeout.ms={TIMEOUT_MS}"),
         ],
-        {"SPARK_MQ_SINK_TEST_HOOK": "before_complete:0"},
+        {"SPARK_MQ_CRASH_AT": "sink.commit.before_complete@0"},
     )
     assert code == -signal.SIGKILL, log.read_text()[-4000:]
     with Admin(path=str(mq_dir)) as admin:

@@ -40,9 +40,10 @@ from spark_mq.broker.handlers.topics import (
     handle_delete_topics,
 )
 from spark_mq.broker.handlers.transactions import (
+    handle_abort_txns,
     handle_add_offsets_to_txn,
     handle_add_partitions_to_txn,
-    handle_complete_prepared_txns,
+    handle_commit_prepared_txns,
     handle_describe_transactions,
     handle_describe_txn_owner,
     handle_end_txn,
@@ -86,9 +87,10 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
     ApiKey.LIST_TRANSACTIONS: handle_list_transactions,
     ApiKey.PREPARE_TXN: handle_prepare_txn,
-    ApiKey.COMPLETE_PREPARED_TXNS: handle_complete_prepared_txns,
+    ApiKey.COMMIT_PREPARED_TXNS: handle_commit_prepared_txns,
     ApiKey.DESCRIBE_TXN_OWNER: handle_describe_txn_owner,
     ApiKey.OWNER_HEARTBEAT: handle_owner_heartbeat,
+    ApiKey.ABORT_TXNS: handle_abort_txns,
 }
 
 HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(

@@ -1,6 +1,7 @@
 """Transactions: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26),
 WriteTxnMarkers (27), TxnOffsetCommit (28), DescribeTransactions (65), ListTransactions (66),
-PrepareTxn (1000), CompletePreparedTxns (1001) and DescribeTxnOwner (1002).
+PrepareTxn (1000), CommitPreparedTxns (1001), DescribeTxnOwner (1002), OwnerHeartbeat (1003)
+and AbortTxns (1004).
 
 Thin: each handler waits for the transaction coordinator to be ready (``__transaction_state``
 loaded, recovered and created), calls it with the time and wraps the answer; the semantics
@@ -23,12 +24,14 @@ from spark_mq.broker.txn import two_phase
 from spark_mq.broker.txn.state import TopicPartition, TxnMetadata
 from spark_mq.errors import SparkMQError
 from spark_mq.protocol.transactions import (
+    AbortTxnsRequest,
+    AbortTxnsResponse,
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
-    CompletePreparedTxnsRequest,
-    CompletePreparedTxnsResponse,
+    CommitPreparedTxnsRequest,
+    CommitPreparedTxnsResponse,
     DescribeTransactionsRequest,
     DescribeTransactionsResponse,
     EndTxnRequest,
@@ -294,7 +297,7 @@ async def handle_list_transactions(
 
 
 # ---------------------------------------------------------------------------------------------
-# Two-phase commit: PrepareTxn, CompletePreparedTxns, DescribeTxnOwner
+# Two-phase commit: PrepareTxn, CommitPreparedTxns, AbortTxns, DescribeTxnOwner
 
 
 async def handle_prepare_txn(
@@ -320,37 +323,56 @@ async def handle_prepare_txn(
     return Response(PrepareTxnResponse(0, [TxnTopic(n, ps) for n, ps in by_topic.items()]))
 
 
-async def handle_complete_prepared_txns(
-    ctx: RequestContext, request: CompletePreparedTxnsRequest, _: memoryview
-) -> Response:
-    txns = ctx.core.transactions
-    what = "commit prepared transactions" if request.commit else "abort transactions"
-    try:
-        coordinator = await txns.ready()
-        outcome = two_phase.complete_prepared(
-            coordinator,
-            request.transactions,
-            commit=request.commit,
-            owner=request.owner,
-            sequence=request.sequence,
-            abort_prefix=request.abort_prefix,
-            now_ms=txns.now_ms(),
-            close_owner=request.close_owner,
-            instance=request.instance,
-        )
-    except TYPED_ERRORS as exc:
-        failed_code, failure = error_of(exc, what)
-        return Response(CompletePreparedTxnsResponse(failed_code, error_message=failure))
+def _results(
+    outcome: two_phase.CompletionOutcome, what: str
+) -> tuple[list[PreparedTxnResult], int, str | None]:
     results = [
         PreparedTxnResult(tid, *_code_of(error, f"{what}: {tid!r}"))
         for tid, error in outcome.results
     ]
-    code, message = _code_of(outcome.first_error, what)
+    return (results, *_code_of(outcome.first_error, what))
+
+
+async def handle_commit_prepared_txns(
+    ctx: RequestContext, request: CommitPreparedTxnsRequest, _: memoryview
+) -> Response:
+    txns = ctx.core.transactions
+    what = "commit prepared transactions"
+    try:
+        coordinator = await txns.ready()
+        outcome = two_phase.commit(coordinator, request, txns.now_ms())
+    except TYPED_ERRORS as exc:
+        failed_code, failure = error_of(exc, what)
+        return Response(CommitPreparedTxnsResponse(failed_code, error_message=failure))
+    results, code, message = _results(outcome, what)
     return Response(
-        CompletePreparedTxnsResponse(
+        CommitPreparedTxnsResponse(
             code,
             results,
             already_committed=outcome.already_committed,
+            last_sequence=outcome.last_sequence,
+            aborted_others=outcome.aborted_others,
+            error_message=message,
+        )
+    )
+
+
+async def handle_abort_txns(
+    ctx: RequestContext, request: AbortTxnsRequest, _: memoryview
+) -> Response:
+    txns = ctx.core.transactions
+    what = "abort transactions"
+    try:
+        coordinator = await txns.ready()
+        outcome = two_phase.abort(coordinator, request, txns.now_ms())
+    except TYPED_ERRORS as exc:
+        failed_code, failure = error_of(exc, what)
+        return Response(AbortTxnsResponse(failed_code, error_message=failure))
+    results, code, message = _results(outcome, what)
+    return Response(
+        AbortTxnsResponse(
+            code,
+            results,
             last_sequence=outcome.last_sequence,
             aborted_others=outcome.aborted_others,
             error_message=message,

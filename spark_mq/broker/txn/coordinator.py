@@ -20,10 +20,8 @@ periodic job and before any later request of the same transactional id, which me
 gets CONCURRENT_TRANSACTIONS (retriable). Two-phase commit lives in
 :mod:`~spark_mq.broker.txn.two_phase`.
 
-Test hook: ``SPARK_MQ_TEST_CRASH_AT=txn.after_decision`` in the broker's environment makes
-the process ``os._exit(1)`` right after a request's decision is durable and before any marker
-is written (see :data:`CRASH_AFTER_DECISION`); it exists so that tests can crash exactly
-there, and does nothing unless set.
+Crash point ``txn.after_decision`` (:mod:`spark_mq.crash_points`): right after a request's
+decision is durable and before any marker is written, so that tests can crash exactly there.
 """
 
 from __future__ import annotations
@@ -33,9 +31,11 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Final, Protocol
 
+from spark_mq import crash_points
 from spark_mq.broker.coordinator_topic import Record
 from spark_mq.broker.producer_ids import MAX_PRODUCER_EPOCH
 from spark_mq.broker.txn.config import TxnConfig
+from spark_mq.broker.txn.owners import OwnerRegistry
 from spark_mq.broker.txn.records import (
     Decision,
     decision_key,
@@ -46,6 +46,7 @@ from spark_mq.broker.txn.records import (
 )
 from spark_mq.broker.txn.state import TopicPartition, TxnMetadata, TxnState
 from spark_mq.broker.txn.state_topic import LoadedTransactions
+from spark_mq.crash_points import CrashPoints
 from spark_mq.errors import (
     ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
@@ -63,8 +64,7 @@ logger = logging.getLogger("spark_mq.broker.txn")
 #: Failures to write __transaction_state, logged once per kind with a count of repeats.
 _FAILURES: Final = RateLimitedLog(logger)
 
-#: The environment variable of the test-only crash hook, and its one supported value.
-CRASH_ENV: Final = "SPARK_MQ_TEST_CRASH_AT"
+#: The crash point between a durable decision and its markers.
 CRASH_AFTER_DECISION: Final = "txn.after_decision"
 
 
@@ -108,33 +108,19 @@ class TransactionCoordinator:
         markers: MarkerSink,
         *,
         new_producer_id: Callable[[], int],
-        crash_at: str | None = None,
-        exit_process: Callable[[int], None] = os._exit,
+        crash_points: CrashPoints = crash_points.ACTIVE,
     ) -> None:
         self.config = config
         self.store = store
         self.markers = markers
         self._new_producer_id = new_producer_id
-        self._crash_at = crash_at
-        self._exit = exit_process
+        self.crash_points = crash_points
         self.txns: dict[str, TxnMetadata] = {}
-        #: Owner -> its newest two-phase decision (its sequence is the owner's last one).
-        self.owners: dict[str, Decision] = {}
+        #: The two-phase owners: their records, closed prefixes and activity.
+        self.owners = OwnerRegistry()
         #: Decisions without an owner whose markers are not all written yet.
         self.anonymous: dict[str, Decision] = {}
-        #: Closed transactional id prefix -> the owner that closed it (``close_owner``).
-        self.closed: dict[str, str] = {}
-        self._closed_lengths: frozenset[int] = frozenset()
         self._decision_counter = 0
-        #: When a client last asked something of each transactional id, and when a write
-        #: task last said its owner prefix was alive (OwnerHeartbeat), in ms; kept in memory
-        #: only. The owner-prefix rule of :meth:`abort_timed_out` goes by these, never by the
-        #: coordinator's own transitions (a timeout abort, a marker retry).
-        self._client_seen: dict[str, int] = {}
-        self._owner_heartbeats: dict[str, int] = {}
-        #: When this coordinator loaded its state: every owner counts as active then, since
-        #: the activity before a restart is not kept.
-        self._loaded_ms = -1
 
     # -----------------------------------------------------------------------------------------
     # Writing state
@@ -169,10 +155,9 @@ class TransactionCoordinator:
         """Append one decision record (the commit point of a two-phase decision); the key it
         went under (the owner, or a new decision id)."""
         if owner is not None:
+            moved = self.owners.after(owner, decision)  # refuses an illegal move unwritten
             self._append(owner, [(owner_key(owner), _encode(decision))], now_ms)
-            self.owners[owner] = decision
-            if decision.closed_prefix is not None:
-                self._close(decision.closed_prefix, owner)
+            self.owners.install(moved)
             return owner
         self._decision_counter += 1
         name = f"{now_ms}-{os.getpid()}-{self._decision_counter}"
@@ -180,22 +165,17 @@ class TransactionCoordinator:
         self.anonymous[name] = decision
         return name
 
-    def _close(self, prefix: str, owner: str) -> None:
-        self.closed[prefix] = owner
-        self._closed_lengths = self._closed_lengths | {len(prefix)}
-
     def check_not_closed(self, transactional_id: str) -> None:
         """Refuse a transactional id under a prefix its two-phase owner closed: the owner's
         job is over (committed or aborted as a whole), so a late task of it must not start,
         grow or prepare a transaction that nothing would ever complete."""
-        for length in self._closed_lengths:
-            owner = self.closed.get(transactional_id[:length])
-            if owner is not None:
-                raise ProducerFencedError(
-                    f"transactional id {transactional_id!r} belongs to two-phase owner "
-                    f"{owner!r}, which is closed: its job already committed or aborted as a "
-                    "whole, so this late attempt can write nothing; close this producer"
-                )
+        owner = self.owners.closer_of(transactional_id)
+        if owner is not None:
+            raise ProducerFencedError(
+                f"transactional id {transactional_id!r} belongs to two-phase owner "
+                f"{owner!r}, which is closed: its job already committed or aborted as a "
+                "whole, so this late attempt can write nothing; close this producer"
+            )
 
     # -----------------------------------------------------------------------------------------
     # Deciding and completing
@@ -220,9 +200,8 @@ class TransactionCoordinator:
             for txn, commit in decisions
         ]
         self.write(prepared, now_ms)
-        if from_request and self._crash_at == CRASH_AFTER_DECISION and prepared:
-            logger.critical("test hook %s=%s: exiting now", CRASH_ENV, self._crash_at)
-            self._exit(1)
+        if from_request and prepared:
+            self.crash_points.reach(CRASH_AFTER_DECISION)
         return [self.complete(txn, now_ms) for txn in prepared]
 
     def _prepare_abort(self, txn: TxnMetadata, now_ms: int, *, fence: bool) -> TxnMetadata:
@@ -291,14 +270,9 @@ class TransactionCoordinator:
         epoch and transaction number (the crash fell between the decision and their own
         records)."""
         self.txns = dict(loaded.txns)
-        self.owners = dict(loaded.owners)
-        self._client_seen, self._owner_heartbeats, self._loaded_ms = {}, {}, now_ms
+        self.owners.load(loaded.owners, now_ms)
         self.anonymous = dict(loaded.decisions)
-        self.closed, self._closed_lengths = {}, frozenset()
-        for owner, decision in self.owners.items():
-            if decision.closed_prefix is not None:
-                self._close(decision.closed_prefix, owner)
-        for decision in [*self.owners.values(), *self.anonymous.values()]:
+        for decision in [*self.owners.records(), *self.anonymous.values()]:
             for e in decision.entries:
                 txn = self.txns.get(e.transactional_id)
                 if (
@@ -312,7 +286,7 @@ class TransactionCoordinator:
         logger.info(
             "loaded %d transactional ids and %d two-phase owners from %d records (%d skipped)",
             len(self.txns),
-            len(self.owners),
+            len(loaded.owners),
             loaded.records,
             loaded.skipped,
         )
@@ -347,7 +321,7 @@ class TransactionCoordinator:
                 "or expired after transactional.id.expiration.ms): call InitProducerId"
             )
         check_producer(txn, producer_id, epoch)
-        self._client_seen[transactional_id] = now_ms
+        self.owners.client_seen(transactional_id, now_ms)
         if txn.state.is_decided:
             txn = self.complete(txn, now_ms)
             if txn.state.is_decided:
@@ -361,7 +335,7 @@ class TransactionCoordinator:
         running: the owner-prefix rule of :meth:`abort_timed_out` counts it as activity."""
         if not owner_prefix:
             raise InvalidRequestError("an owner heartbeat needs a non-empty owner prefix")
-        self._owner_heartbeats[owner_prefix] = now_ms
+        self.owners.heartbeat(owner_prefix, now_ms)
 
     # -----------------------------------------------------------------------------------------
     # InitProducerId
@@ -389,7 +363,7 @@ class TransactionCoordinator:
         if txn is None:
             new = TxnMetadata(tid, self._new_producer_id(), 0, timeout_ms, last_update_ms=now_ms)
             self.write([new], now_ms)
-            self._client_seen[tid] = now_ms
+            self.owners.client_seen(tid, now_ms)
             return new.producer_id, new.producer_epoch
         if producer_id >= 0 and (producer_id, producer_epoch) not in (
             (txn.producer_id, txn.producer_epoch),
@@ -422,7 +396,7 @@ class TransactionCoordinator:
             timeout_ms=timeout_ms,
         )
         self.write([new], now_ms)
-        self._client_seen[tid] = now_ms
+        self.owners.client_seen(tid, now_ms)
         return pid, epoch
 
     # -----------------------------------------------------------------------------------------
@@ -477,7 +451,7 @@ class TransactionCoordinator:
                 f"transactional id {transactional_id!r} has no producer: call InitProducerId"
             )
         check_producer(txn, producer_id, producer_epoch)
-        self._client_seen[transactional_id] = now_ms
+        self.owners.client_seen(transactional_id, now_ms)
         wanted = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         if txn.state is wanted:
@@ -586,7 +560,9 @@ class TransactionCoordinator:
         the transaction would stall every ``read_committed`` reader of its partitions until
         the prepared limit."""
         self.retry_pending(now_ms)
-        quiet_since = self._owner_activity()
+        quiet_since = self.owners.last_active(
+            t.owner_prefix for t in self._waiting_on_owners() if t.owner_prefix
+        )
         due = [
             (t, why)
             for t in self.txns.values()
@@ -637,27 +613,12 @@ class TransactionCoordinator:
         activity is in memory only, so a broker that holds them should not idle-exit."""
         return sum(1 for _ in self._waiting_on_owners())
 
-    def _owner_activity(self) -> dict[str, int]:
-        """For each owner prefix a Prepared transaction names, when its owner was last
-        active (ms): a client request for an id under it, a heartbeat, or this load."""
-        prefixes = {t.owner_prefix for t in self._waiting_on_owners() if t.owner_prefix}
-        latest = {p: max(self._loaded_ms, self._owner_heartbeats.get(p, -1)) for p in prefixes}
-        if not prefixes:
-            return latest
-        for tid, seen in self._client_seen.items():
-            for prefix in prefixes:
-                if seen > latest[prefix] and tid.startswith(prefix):
-                    latest[prefix] = seen
-        return latest
-
     def expire_ids(self, now_ms: int) -> int:
         """Forget transactional ids idle for ``transactional.id.expiration.ms``, and closed
         two-phase owners as old (tombstones); how many."""
         limit = self.config.transactional_id_expiration_ms
         expired = 0
-        for prefix, seen in list(self._owner_heartbeats.items()):
-            if now_ms - seen >= limit:
-                del self._owner_heartbeats[prefix]
+        self.owners.expire_heartbeats(now_ms, limit)
         for txn in list(self.txns.values()):
             if not txn.state.is_complete or now_ms - txn.last_update_ms < limit:
                 continue
@@ -667,7 +628,7 @@ class TransactionCoordinator:
             except CoordinatorNotAvailableError:
                 continue
             del self.txns[txn.transactional_id]
-            self._client_seen.pop(txn.transactional_id, None)
+            self.owners.forget_id(txn.transactional_id)
             expired += 1
         if expired:
             logger.info("forgot %d expired transactional ids", expired)
@@ -680,20 +641,12 @@ class TransactionCoordinator:
         not closed (a stream's sink id) is kept: its sequence guards against a replay."""
         forgotten = 0
         unfinished = [tid for tid, txn in self.txns.items() if not txn.state.is_complete]
-        for owner, decision in list(self.owners.items()):
-            prefix = decision.closed_prefix
-            if prefix is None or now_ms - decision.timestamp_ms < limit:
-                continue
-            if any(tid.startswith(prefix) for tid in unfinished):
-                continue
+        for owner in self.owners.expirable(now_ms, limit, unfinished):
             try:
                 self._append(owner, [(owner_key(owner), None)], now_ms)
             except CoordinatorNotAvailableError:
                 continue
-            del self.owners[owner]
-            if self.closed.get(prefix) == owner:
-                del self.closed[prefix]
-                self._closed_lengths = frozenset(len(p) for p in self.closed)
+            self.owners.forget(owner)
             forgotten += 1
         if forgotten:
             logger.info("forgot %d closed two-phase owners past their expiration", forgotten)

@@ -17,16 +17,18 @@ only append elements and readers ignore trailing ones::
                            last_producer_epoch, timeout_ms, state (name), partitions,
                            txn_start_ms, prepared_ms, last_update_ms, txn_number]
         partitions        [[topic, [partition, ...]], ...]
-    decision value v0     [0, sequence, timestamp_ms, entries, closed_prefix]
-                          (owner and decision keys; closed_prefix may be absent: None)
+    decision value v0     [0, sequence, timestamp_ms, entries, closed_prefix, instance]
+                          (owner and decision keys; closed_prefix and instance may be
+                          absent, in records written before they existed: None)
         entry             [transactional_id, producer_id, producer_epoch, txn_number, commit]
 
-A decision value is the commit point of a CompletePreparedTxns request: one append that
-lists every transaction of the decision (``commit`` True for the committed ones, False for
-those ``abort_prefix`` aborts). Under an owner key it also records the owner's newest
-``sequence`` (compaction keeps the newest per owner); a decision without an owner gets a
-decision key of its own, with ``sequence`` -1, tombstoned once its markers are written.
-``closed_prefix`` is set once the owner was closed (``close_owner``): from then on no
+A decision value is the commit point of a CommitPreparedTxns request (or of an AbortTxns that
+closes its scope): one append that lists every transaction of the decision (``commit`` True
+for the committed ones, False for those its scope aborts). Under an owner key it also
+records the owner's newest ``sequence`` (compaction keeps the newest per owner); a decision
+without an owner gets a decision key of its own, with ``sequence`` -1, tombstoned once its
+markers are written.
+``closed_prefix`` is set once the owner was closed (``scope.close``): from then on no
 transaction whose id starts with it may begin, grow or be prepared; every later record of
 the owner carries it on, so compaction never reopens the owner.
 Nothing here is checksummed: the record batch's CRC covers it. Writer: the coordinator, on

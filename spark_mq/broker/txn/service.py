@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable
 
@@ -36,7 +35,7 @@ from spark_mq.broker.group.service import GroupService, RunBlocking
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.retried_step import RetriedStep
 from spark_mq.broker.txn.config import TxnConfig
-from spark_mq.broker.txn.coordinator import CRASH_ENV, TransactionCoordinator
+from spark_mq.broker.txn.coordinator import TransactionCoordinator
 from spark_mq.broker.txn.markers import MarkerWriter
 from spark_mq.broker.txn.state_topic import TransactionStateTopic
 from spark_mq.errors import CoordinatorNotAvailableError, LogClosedError
@@ -75,7 +74,6 @@ class TransactionService:
             self.topic,
             self.markers,
             new_producer_id=new_producer_id,
-            crash_at=os.environ.get(CRASH_ENV) or None,
         )
         self._clock = clock
         self._loading = RetriedStep(

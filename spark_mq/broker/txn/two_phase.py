@@ -1,5 +1,5 @@
 """Two-phase commit for an external coordinator (KIP-939 in spirit): PrepareTxn,
-CompletePreparedTxns and DescribeTxnOwner, over the :class:`TransactionCoordinator`.
+CommitPreparedTxns, AbortTxns and DescribeTxnOwner, over the :class:`TransactionCoordinator`.
 
 - **Prepare** moves the producer's Ongoing transaction to Prepared (an empty one, with no
   partition, is prepared too). A Prepared transaction takes no more partitions, is not
@@ -7,32 +7,36 @@ CompletePreparedTxns and DescribeTxnOwner, over the :class:`TransactionCoordinat
   when the prepare named an ``owner_prefix``, once its owner has been quiet for the
   transaction's timeout, no request for an id under the prefix and no OwnerHeartbeat: its
   decider is presumed gone),
-  survives a broker restart as it is, and is completed by :func:`complete_prepared` (or by
+  survives a broker restart as it is, and is completed by :func:`commit` or :func:`abort` (or by
   its producer's EndTxn, or aborted by a new incarnation's InitProducerId).
-- **Complete** commits or aborts a list of prepared transactions as one decision. A commit is
-  all or nothing: every named transaction must be Prepared with the given producer id and
-  epoch, or nothing happens and the results say why. The decision's commit point is *one*
-  record (:class:`~spark_mq.broker.txn.records.Decision`, under the owner's key, or under a
-  decision key of its own without an owner) listing every transaction it commits and every
-  one ``abort_prefix`` aborts; the transactions' own PrepareCommit / PrepareAbort records,
-  markers and Complete* records follow, and after a crash the loaded decision record
-  re-decides the transactions it names that are still open.
+- **Commit** (:func:`commit`, CommitPreparedTxns) commits a list of prepared transactions as
+  one decision. It is all or nothing: every named transaction must be Prepared with the given
+  producer id and epoch, or nothing happens and the results say why. The decision's commit
+  point is *one* record (:class:`~spark_mq.broker.txn.records.Decision`, under the owner's
+  key, or under a decision key of its own without an owner) listing every transaction it
+  commits and every one its scope aborts; the transactions' own PrepareCommit / PrepareAbort
+  records, markers and Complete* records follow, and after a crash the loaded decision
+  record re-decides the transactions it names that are still open.
+- **Abort** (:func:`abort`, AbortTxns) aborts the named transactions (Ongoing or Prepared)
+  and what the scope left behind, as one decision.
 - **Idempotence**: a commit whose ``sequence`` is not above the owner's last recorded one is a
   replay. Its transactions are aborted instead and the answer says ``already_committed``: a
   replayed batch never doubles its output.
-- **Binding an owner to an instance** (``instance``, for an owner whose sequences restart
-  with a new instance of it: a Spark streaming query from a new checkpoint numbers its
-  batches from 0 again): the owner's first commit that names an instance binds the owner to
-  it, in the decision record. A later decision (commit or abort) of that owner from another
+- **Binding an owner to an instance** (for an owner whose sequences restart with a new
+  instance of it): the owner's first commit that names an instance binds the owner to it,
+  in the decision record. A later decision (commit or abort) of that owner from another
   instance is refused whole with :class:`~spark_mq.errors.OwnerInstanceConflictError`, so
-  the new instance's batches are neither taken as replays and dropped nor able to abort the
-  bound instance's open transactions. Decisions without an instance are not checked.
-- **Closing an owner** (``close_owner``, for a job that decides once, such as a Spark batch
-  write): the decision record also closes ``abort_prefix`` for good. From then on the
+  the new instance's sequences are neither taken as replays and dropped nor able to abort
+  the bound instance's open transactions. Decisions without an instance are not checked.
+- **Closing a scope** (``scope.close``, for an owner that decides once, such as a batch
+  job): the decision record also closes the scope's prefix for good. From then on the
   coordinator refuses InitProducerId, AddPartitionsToTxn and PrepareTxn for ids under it
-  (PRODUCER_FENCED), so a task still running when its job was aborted cannot prepare a
-  transaction after the abort that would then hang until
-  ``transaction.prepared.max.timeout.ms``.
+  (PRODUCER_FENCED), so an attempt still running when its job was decided cannot prepare a
+  transaction that would then hang until ``transaction.prepared.max.timeout.ms``.
+
+What the coordinator keeps about owners (records, closed prefixes, activity) and the moves
+it allows them are in :mod:`~spark_mq.broker.txn.owners`; each request type checks its own
+fields (``problem()``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from spark_mq.broker.txn.coordinator import TransactionCoordinator, check_producer
+from spark_mq.broker.txn.owners import Owner
 from spark_mq.broker.txn.records import Decision, DecisionEntry
 from spark_mq.broker.txn.state import TopicPartition, TxnMetadata, TxnState
 from spark_mq.errors import (
@@ -50,12 +55,18 @@ from spark_mq.errors import (
     SparkMQError,
     TransactionalIdNotFoundError,
 )
-from spark_mq.protocol.transactions import PreparedTxnRef, owner_prefix_problem
+from spark_mq.protocol.transactions import (
+    AbortTxnsRequest,
+    CommitPreparedTxnsRequest,
+    PreparedTxnRef,
+    TxnOwnerScope,
+    owner_prefix_problem,
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CompletionOutcome:
-    """What :func:`complete_prepared` did."""
+    """What :func:`commit` or :func:`abort` did."""
 
     #: Per named transaction, in request order: None (done) or why not.
     results: list[tuple[str, SparkMQError | None]]
@@ -115,8 +126,7 @@ def prepare(
 
 def last_sequence(coordinator: TransactionCoordinator, owner: str) -> int:
     """The newest sequence recorded for ``owner`` (-1: none)."""
-    decision = coordinator.owners.get(owner)
-    return -1 if decision is None else decision.sequence
+    return coordinator.owners.last_sequence(owner)
 
 
 def _check_ref(
@@ -139,143 +149,201 @@ def _check_ref(
     return txn
 
 
-def _validate(
-    refs: Sequence[PreparedTxnRef],
-    *,
-    commit: bool,
-    owner: str | None,
-    sequence: int,
-    abort_prefix: str | None,
-    close_owner: bool,
-    instance: str | None,
-) -> None:
-    names = [r.transactional_id for r in refs]
-    if len(set(names)) != len(names):
-        raise InvalidRequestError("a transactional id is named twice in one decision")
-    if owner is not None and not owner:
-        raise InvalidRequestError("owner must be a non-empty string, or unset")
-    if close_owner and (owner is None or not abort_prefix):
-        raise InvalidRequestError(
-            "close_owner needs an owner and an abort_prefix: the prefix is what it closes"
-        )
-    if instance is not None and (owner is None or not instance):
-        raise InvalidRequestError(
-            "instance must be a non-empty string, and needs an owner: it is the owner's"
-        )
-    if commit and owner is not None and sequence < 0:
-        raise InvalidRequestError(
-            f"a commit tagged with owner {owner!r} needs a sequence >= 0, got {sequence}"
-        )
-
-
+_PREPARED = frozenset({TxnState.PREPARED})
 _ABORTABLE = frozenset({TxnState.ONGOING, TxnState.PREPARED})
 
 
-def complete_prepared(
+def _validated(request: CommitPreparedTxnsRequest | AbortTxnsRequest) -> None:
+    problem = request.problem()
+    if problem is not None:
+        raise InvalidRequestError(problem)
+
+
+def _owner_checked(
     coordinator: TransactionCoordinator,
-    refs: Sequence[PreparedTxnRef],
-    *,
-    commit: bool,
     owner: str | None,
-    sequence: int,
-    abort_prefix: str | None,
-    now_ms: int,
-    close_owner: bool = False,
-    instance: str | None = None,
-) -> CompletionOutcome:
-    """Commit (all or nothing) or abort ``refs`` as one decision; see the module docstring."""
-    _validate(
-        refs,
-        commit=commit,
-        owner=owner,
-        sequence=sequence,
-        abort_prefix=abort_prefix,
-        close_owner=close_owner,
-        instance=instance,
-    )
-    # A closed owner stays closed, and a bound one bound: every record of the owner carries
-    # both (the newest record is the one compaction keeps).
-    previous = coordinator.owners.get(owner) if owner is not None else None
-    bound = previous.instance if previous is not None else None
-    if previous is not None and bound is not None and instance not in (None, bound):
+    instance: str | None,
+    scope: TxnOwnerScope | None,
+) -> Owner | None:
+    """The owner's record, after refusing a decision from an instance other than the one it
+    is bound to, or a close of a prefix other than the one it closed: both refuse the whole
+    request, nothing decided."""
+    known = coordinator.owners.get(owner) if owner is not None else None
+    if known is None:
+        return None
+    if known.instance is not None and instance not in (None, known.instance):
         raise OwnerInstanceConflictError(
-            f"owner {owner!r} belongs to instance {bound!r} (its last committed sequence is "
-            f"{previous.sequence}), not to {instance!r}: "
-            "nothing was decided. For the Spark sink, another checkpoint's streaming query "
-            "already writes as this sink.id, and a query from a new checkpoint numbers its "
-            "batches from 0 again, so its commits would be taken as replays and dropped. "
-            "Give each checkpoint its own sink.id (or leave the option unset: the default is "
-            "derived from the query's id)."
+            f"owner {owner!r} belongs to instance {known.instance!r} (its last committed "
+            f"sequence is {known.last_sequence}), not to {instance!r}: nothing was decided. "
+            "Each instance of a decider needs an owner of its own: an instance whose "
+            "sequences start again would have its commits taken as replays and dropped"
         )
-    already_closed = previous.closed_prefix if previous is not None else None
-    if close_owner and already_closed not in (None, abort_prefix):
+    if scope is not None and scope.close and known.closed_prefix not in (None, scope.prefix):
         raise InvalidRequestError(
-            f"owner {owner!r} already closed prefix {already_closed!r}; it cannot close "
-            f"{abort_prefix!r} too"
+            f"owner {owner!r} already closed prefix {known.closed_prefix!r}; it cannot close "
+            f"{scope.prefix!r} too"
         )
-    closing = close_owner and already_closed is None
-    closed_prefix = abort_prefix if closing else already_closed
-    last = last_sequence(coordinator, owner) if owner is not None else -1
-    replay = commit and owner is not None and sequence <= last
-    results: list[tuple[str, SparkMQError | None]] = []
-    decisions: list[tuple[TxnMetadata, bool]] = []
-    if commit and not replay:
-        for ref in refs:
-            try:
-                txn = _check_ref(coordinator, ref, frozenset({TxnState.PREPARED}))
-            except SparkMQError as exc:
-                results.append((ref.transactional_id, exc))
-                continue
-            results.append((ref.transactional_id, None))
-            decisions.append((txn, True))
-        if any(e is not None for _, e in results):
-            return CompletionOutcome(results, False, False, last, [])
-    else:
-        for ref in refs:
-            known = coordinator.txns.get(ref.transactional_id)
-            if (
-                known is not None
-                and known.state is TxnState.COMPLETE_ABORT
-                and known.producer_id == ref.producer_id
-                and ref.producer_epoch in (known.producer_epoch, known.last_producer_epoch)
-            ):
-                results.append((ref.transactional_id, None))  # aborted already
-                continue
-            try:
-                txn = _check_ref(coordinator, ref, _ABORTABLE)
-            except SparkMQError as exc:
-                results.append((ref.transactional_id, exc))
-                continue
-            results.append((ref.transactional_id, None))
-            decisions.append((txn, False))
+    return known
+
+
+def _scope_leftovers(
+    coordinator: TransactionCoordinator,
+    scope: TxnOwnerScope | None,
+    refs: Sequence[PreparedTxnRef],
+) -> list[TxnMetadata]:
+    """The scope's open transactions that the request does not name."""
+    if scope is None:
+        return []
     named = {r.transactional_id for r in refs}
-    others: list[str] = []
-    if abort_prefix:
-        for tid in sorted(coordinator.txns):
-            txn = coordinator.txns[tid]
-            if tid.startswith(abort_prefix) and tid not in named and txn.state.is_open:
-                decisions.append((txn, False))
-                others.append(tid)
-    committing = commit and not replay
-    if (committing and (owner is not None or len(decisions) > 1)) or closing:
-        entries = tuple(
-            DecisionEntry(t.transactional_id, t.producer_id, t.producer_epoch, t.txn_number, c)
-            for t, c in decisions
-        )
-        if committing and owner is not None:
-            last = sequence
-        coordinator.write_decision(
-            owner,
-            Decision(
-                last if owner else -1,
-                now_ms,
-                entries,
-                closed_prefix,
-                (bound or instance) if committing else bound,
-            ),
-            now_ms,
-        )
+    return [
+        coordinator.txns[tid]
+        for tid in sorted(coordinator.txns)
+        if tid.startswith(scope.prefix) and tid not in named and coordinator.txns[tid].state.is_open
+    ]
+
+
+def _record(
+    decisions: Sequence[tuple[TxnMetadata, bool]],
+    *,
+    sequence: int,
+    now_ms: int,
+    known: Owner | None,
+    scope: TxnOwnerScope | None,
+    instance: str | None,
+) -> Decision:
+    """The decision record: the owner's record carries its closed prefix and binding on
+    (the newest record is the one compaction keeps)."""
+    closed = known.closed_prefix if known is not None else None
+    if closed is None and scope is not None and scope.close:
+        closed = scope.prefix
+    bound = known.instance if known is not None else None
+    entries = tuple(
+        DecisionEntry(t.transactional_id, t.producer_id, t.producer_epoch, t.txn_number, c)
+        for t, c in decisions
+    )
+    return Decision(sequence, now_ms, entries, closed, bound or instance)
+
+
+def _close_if_asked(
+    coordinator: TransactionCoordinator,
+    name: str | None,
+    known: Owner | None,
+    scope: TxnOwnerScope | None,
+    decisions: Sequence[tuple[TxnMetadata, bool]],
+    *,
+    now_ms: int,
+) -> None:
+    """A decision that commits nothing writes a record only to close the scope (the first
+    time): it keeps the owner's sequence and binding."""
+    if scope is None or not scope.close or name is None:
+        return
+    if known is not None and known.closed_prefix is not None:
+        return
+    last = known.last_sequence if known is not None else -1
+    record = _record(
+        decisions, sequence=last, now_ms=now_ms, known=known, scope=scope, instance=None
+    )
+    coordinator.write_decision(name, record, now_ms)
+
+
+def _finish(
+    coordinator: TransactionCoordinator, decisions: Sequence[tuple[TxnMetadata, bool]], now_ms: int
+) -> None:
     if decisions:
         coordinator.decide(decisions, now_ms, fence=True)
         coordinator.retry_pending(now_ms)
-    return CompletionOutcome(results, committing, replay, last, others)
+
+
+def commit(
+    coordinator: TransactionCoordinator, request: CommitPreparedTxnsRequest, now_ms: int
+) -> CompletionOutcome:
+    """CommitPreparedTxns: commit the named transactions (all or nothing) and abort the rest
+    of the scope, as one decision; a replayed sequence aborts them instead."""
+    _validated(request)
+    tag, scope, refs = request.owner, request.scope, request.transactions
+    name = tag.owner if tag is not None else None
+    known = _owner_checked(coordinator, name, tag.instance if tag else None, scope)
+    last = known.last_sequence if known is not None else -1
+    if tag is not None and tag.sequence <= last:
+        # A replay: what it names is aborted, and the owner's record stays as it is.
+        outcome = _abort_refs(coordinator, refs, _scope_leftovers(coordinator, scope, refs))
+        _close_if_asked(coordinator, name, known, scope, outcome.decisions, now_ms=now_ms)
+        _finish(coordinator, outcome.decisions, now_ms)
+        return CompletionOutcome(outcome.results, False, True, last, outcome.others)
+    results: list[tuple[str, SparkMQError | None]] = []
+    decisions: list[tuple[TxnMetadata, bool]] = []
+    for ref in refs:
+        try:
+            decisions.append((_check_ref(coordinator, ref, _PREPARED), True))
+            results.append((ref.transactional_id, None))
+        except SparkMQError as exc:
+            results.append((ref.transactional_id, exc))
+    if any(e is not None for _, e in results):
+        return CompletionOutcome(results, False, False, last, [])
+    leftovers = _scope_leftovers(coordinator, scope, refs)
+    decisions += [(t, False) for t in leftovers]
+    if tag is not None or len(decisions) > 1 or (scope is not None and scope.close):
+        if tag is not None:
+            last = tag.sequence
+        record = _record(
+            decisions,
+            sequence=last if tag is not None else -1,
+            now_ms=now_ms,
+            known=known,
+            scope=scope if tag is not None else None,
+            instance=tag.instance if tag is not None else None,
+        )
+        coordinator.write_decision(name, record, now_ms)
+    _finish(coordinator, decisions, now_ms)
+    return CompletionOutcome(results, True, False, last, [t.transactional_id for t in leftovers])
+
+
+def abort(
+    coordinator: TransactionCoordinator, request: AbortTxnsRequest, now_ms: int
+) -> CompletionOutcome:
+    """AbortTxns: abort the named transactions and the rest of the scope as one decision,
+    closing the scope when asked."""
+    _validated(request)
+    tag, scope, refs = request.owner, request.scope, request.transactions
+    name = tag.owner if tag is not None else None
+    known = _owner_checked(coordinator, name, tag.instance if tag else None, scope)
+    last = known.last_sequence if known is not None else -1
+    outcome = _abort_refs(coordinator, refs, _scope_leftovers(coordinator, scope, refs))
+    _close_if_asked(coordinator, name, known, scope, outcome.decisions, now_ms=now_ms)
+    _finish(coordinator, outcome.decisions, now_ms)
+    return CompletionOutcome(outcome.results, False, False, last, outcome.others)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Aborts:
+    results: list[tuple[str, SparkMQError | None]]
+    decisions: list[tuple[TxnMetadata, bool]]
+    others: list[str]
+
+
+def _abort_refs(
+    coordinator: TransactionCoordinator,
+    refs: Sequence[PreparedTxnRef],
+    leftovers: Sequence[TxnMetadata],
+) -> _Aborts:
+    """Check each named transaction for an abort (one already aborted is fine), then add
+    the scope's leftovers."""
+    results: list[tuple[str, SparkMQError | None]] = []
+    decisions: list[tuple[TxnMetadata, bool]] = []
+    for ref in refs:
+        known = coordinator.txns.get(ref.transactional_id)
+        if (
+            known is not None
+            and known.state is TxnState.COMPLETE_ABORT
+            and known.producer_id == ref.producer_id
+            and ref.producer_epoch in (known.producer_epoch, known.last_producer_epoch)
+        ):
+            results.append((ref.transactional_id, None))  # aborted already
+            continue
+        try:
+            decisions.append((_check_ref(coordinator, ref, _ABORTABLE), False))
+            results.append((ref.transactional_id, None))
+        except SparkMQError as exc:
+            results.append((ref.transactional_id, exc))
+    decisions += [(t, False) for t in leftovers]
+    return _Aborts(results, decisions, [t.transactional_id for t in leftovers])
