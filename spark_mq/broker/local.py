@@ -1,7 +1,7 @@
 """The embedded local broker of a directory: find it, start it, stop it, ask how it is.
 
-DESIGN.md, "One owner per log directory": a client given ``path=DIR`` talks to the broker
-that owns DIR and starts one if none runs. The broker is a detached process
+docs/architecture.md, "One owner per log directory": a client given ``path=DIR`` talks to the
+broker that owns DIR and starts one if none runs. The broker is a detached process
 (``python -m spark_mq.broker --log-dir DIR --local``, in its own session, stdio to
 ``DIR/broker.out``) that takes the directory's exclusive lock, recovers the log, listens on a
 Unix socket, records it in ``DIR/broker.json`` and exits after ``broker.idle.exit.ms`` (60 s

@@ -1,9 +1,10 @@
 """Where a Spark source or sink finds its broker: ``path`` or ``bootstrap.servers``.
 
-Exactly one of the two options is required (DESIGN.md: the embedded default starts a local
-broker for the directory on demand; ``bootstrap.servers`` names running brokers). Spark
-passes option names case-insensitively, so both spellings are matched without regard to
-case, and ``kafka.bootstrap.servers`` (the Kafka source's name) is accepted as an alias.
+Exactly one of the two options is required (docs/architecture.md: the embedded default
+starts a local broker for the directory on demand; ``bootstrap.servers`` names running
+brokers). Spark passes option names case-insensitively, so both spellings are matched
+without regard to case, and ``kafka.bootstrap.servers`` (the Kafka source's name) is accepted
+as an alias.
 
 >>> client_endpoint({"path": "/data/mq"})
 {'path': '/data/mq'}
