@@ -33,6 +33,8 @@ LAYERS: dict[str, int] = {
     "client": 2,
     "datasource": 3,
     "sink": 3,
+    # Local-cluster tooling (ZooKeeper and broker processes), above the broker and clients.
+    "cluster": 3,
 }
 #: The top: the command line (``cli`` and ``cli_*``) and the root package itself.
 TOP = 4

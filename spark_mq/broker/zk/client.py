@@ -158,8 +158,24 @@ class ZkClient:
             ) from exc
         self._connected.set()
         with translate_errors("creating Kafka's persistent znodes"):
+            self._ensure_chroot(timeout_s)
             for path in znodes.PERSISTENT_PATHS:
                 self.kazoo.ensure_path(path)
+
+    def _ensure_chroot(self, timeout_s: float) -> None:
+        """Create the chroot of ``zookeeper.connect`` if missing, as Kafka's broker does: a
+        chrooted session cannot create its own root, so a short session without it does."""
+        hosts, slash, chroot = self.config.connect.partition("/")
+        # Through the chroot, "/" is the chroot's own znode: None when it is missing.
+        if not slash or self.kazoo.exists("/") is not None:
+            return
+        root = KazooClient(hosts=hosts, timeout=self.config.session_timeout_ms / 1000)
+        root.start(timeout=timeout_s)
+        try:
+            root.ensure_path("/" + chroot)
+        finally:
+            root.stop()
+            root.close()
 
     def close(self) -> None:
         """Close the session: ZooKeeper deletes our ephemeral znodes at once."""
