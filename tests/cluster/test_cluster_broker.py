@@ -18,6 +18,7 @@ from kazoo.client import KazooClient
 
 from spark_mq.broker.dir_files import BrokerMeta, Endpoint
 from spark_mq.broker.local import ensure_broker
+from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.zookeeper_server import free_loopback_port
 from spark_mq.protocol.address import BrokerAddress
@@ -166,3 +167,12 @@ def test_the_embedded_default_joins_no_cluster(tmp_path: Path) -> None:
     assert meta is not None and metadata.cluster_id == meta.cluster_id
     log = (tmp_path / "local" / "broker.log").read_text()
     assert "ZooKeeper" not in log and "kazoo" not in log
+
+
+def test_a_missing_chroot_is_created_as_kafka_does(zk_connect: str, zk_root: KazooClient) -> None:
+    zk = ZkClient(ZkClientConfig(f"{zk_connect}/spark_mq/prod", session_timeout_ms=4000))
+    zk.start()
+    try:
+        assert zk_root.exists("/spark_mq/prod/brokers/ids") is not None
+    finally:
+        zk.close()

@@ -29,6 +29,7 @@ import enum
 import logging
 import queue
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Final, Protocol
 
@@ -149,7 +150,10 @@ class ZkClient:
         self.kazoo.add_listener(self._on_kazoo_state)
         timeout_s = self.config.effective_connection_timeout_ms / 1000
         try:
-            self.kazoo.start(timeout=timeout_s)
+            with warnings.catch_warnings():
+                # kazoo warns when the chroot is missing; _ensure_chroot creates it below.
+                warnings.filterwarnings("ignore", message="No chroot path exists")
+                self.kazoo.start(timeout=timeout_s)
         except KazooTimeoutError as exc:
             self.close()
             raise ZooKeeperConnectionError(
