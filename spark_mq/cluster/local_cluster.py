@@ -532,7 +532,12 @@ class LocalCluster:
             self._zk = None
 
     def __enter__(self) -> LocalCluster:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            # No ``with`` body runs, so no __exit__ either: stop what did start.
+            self.stop()
+            raise
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()

@@ -199,20 +199,30 @@ def test_an_unknown_broker_or_directory_is_a_clear_error(tmp_path: Path) -> None
         LocalCluster.open(tmp_path).stop_broker(5)
 
 
-def test_a_broker_that_cannot_start_is_reported_with_its_output(
+def _processes_naming(marker: str) -> list[int]:
+    return [
+        int(proc.name)
+        for proc in Path("/proc").iterdir()
+        if proc.name.isdigit() and process_is(int(proc.name), marker)
+    ]
+
+
+def test_a_broker_that_cannot_start_is_reported_and_nothing_is_left_running(
     tmp_path: Path, zk_connect: str
 ) -> None:
+    directory = tmp_path / "cluster"
     cluster = LocalCluster(
-        tmp_path / "cluster", 1, zookeeper=zk_connect, broker_properties={"log.retention.mss": "1"}
+        directory, 2, zookeeper=zk_connect, broker_properties={"log.retention.mss": "1"}
     )
-    try:
-        with pytest.raises(LocalClusterError) as exc:
-            cluster.start()
-        message = str(exc.value)
-        assert "broker 1 exited with status 2 while starting" in message
-        assert "unknown broker setting 'log.retention.mss'" in message  # its last line
-        assert exc.value.log_path == str(tmp_path / "cluster" / "broker-1" / "broker.out")
-        state = json.loads((tmp_path / "cluster" / "cluster.json").read_text())
-        assert state["brokers"]["1"]["pid"] is None and state["bootstrap_servers"] == ""
-    finally:
-        cluster.stop()
+    with pytest.raises(LocalClusterError) as exc, cluster:
+        pass
+    message = str(exc.value)
+    assert "broker 1 exited with status 2 while starting" in message
+    assert "unknown broker setting 'log.retention.mss'" in message  # its last line
+    assert exc.value.log_path == str(directory / "broker-1" / "broker.out")
+    # A failed `with LocalCluster(...)` stops what it started.
+    for broker_id in (1, 2):
+        assert _processes_naming(str(cluster.properties_path(broker_id))) == []
+    state = json.loads((directory / "cluster.json").read_text())
+    assert [b["pid"] for b in state["brokers"].values()] == [None, None]
+    assert state["bootstrap_servers"] == ""
