@@ -52,6 +52,8 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
     │   ├── BrokerIdInUseError                   /brokers/ids/<id> is another session's
     │   ├── ControllerMovedError                 (41) a controller write the epoch refused
     │   ├── StateChangeFailedError               a move a state machine does not allow
+    │   ├── InconsistentClusterIdError           the log directory served another cluster
+    │   ├── InconsistentBrokerIdError            the log directory served another broker.id
     │   └── LocalClusterError                    a local cluster's process did not start or stop
     ├── StorageError                             refused by the local log directory
     │   ├── CorruptRecordError                   (2) a batch failed a size, magic or CRC check
@@ -863,6 +865,24 @@ class ControllerMovedError(ClusterError):
 
 class StateChangeFailedError(ClusterError):
     """A partition or replica state change that the controller's transition table refuses."""
+
+
+class InconsistentClusterIdError(ClusterError):
+    """A broker whose log directory served a cluster with another ``/cluster/id`` (Kafka's
+    InconsistentClusterIdException); ``directory`` names it."""
+
+    def __init__(self, message: str, *, directory: str) -> None:
+        super().__init__(message)
+        self.directory = directory
+
+
+class InconsistentBrokerIdError(ClusterError):
+    """A broker whose log directory served another ``broker.id`` of its cluster (Kafka's
+    InconsistentBrokerIdException); ``directory`` names it."""
+
+    def __init__(self, message: str, *, directory: str) -> None:
+        super().__init__(message)
+        self.directory = directory
 
 
 class LocalClusterError(ClusterError):

@@ -215,7 +215,10 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
 
             # After binding, so the registration carries the real ports of port-0 listeners.
             membership = ClusterMembership(broker, addresses)
-            await asyncio.to_thread(membership.start)
+            await asyncio.to_thread(
+                membership.start,
+                lambda cluster_id: meta.join_cluster(root, cluster_id, broker.node_id),
+            )
             assert membership.cluster_id is not None
             core.membership = membership
             core.cluster_id = membership.cluster_id

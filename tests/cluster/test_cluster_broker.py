@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from spark_mq.broker.dir_files import BrokerMeta, Endpoint
 from spark_mq.broker.local import ensure_broker
 from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
 from spark_mq.client.connection import BrokerConnection
-from spark_mq.cluster.zookeeper_server import free_loopback_port
+from spark_mq.cluster.zookeeper_server import ZooKeeperServer, free_loopback_port
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
 
@@ -176,3 +177,32 @@ def test_a_missing_chroot_is_created_as_kafka_does(zk_connect: str, zk_root: Kaz
         assert zk_root.exists("/spark_mq/prod/brokers/ids") is not None
     finally:
         zk.close()
+
+
+def test_a_log_directory_serves_one_cluster_under_one_broker_id(
+    tmp_path: Path, zookeeper: ZooKeeperServer, zk_connect: str, zk_root: KazooClient
+) -> None:
+    log_dir = tmp_path / "b1"
+    common = ["listeners=PLAINTEXT://127.0.0.1:0", "zookeeper.connection.timeout.ms=10000"]
+    first = _broker(log_dir, f"zookeeper.connect={zk_connect}", "broker.id=1", *common)
+    try:
+        _wait_for(lambda: zk_root.exists("/brokers/ids/1"))
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(30) == 0
+    meta = BrokerMeta.read(log_dir)
+    assert meta is not None
+    assert meta.joined_cluster_id == json.loads(zk_root.get("/cluster/id")[0])["id"]
+
+    # Another cluster (another chroot has another /cluster/id): refused before registering.
+    other = f"{zookeeper.connect_string}/other-{uuid.uuid4().hex[:12]}"
+    refused = _broker(log_dir, f"zookeeper.connect={other}", "broker.id=1", *common)
+    _, stderr = refused.communicate(timeout=60)
+    assert refused.returncode == 1
+    assert f"belongs to cluster {meta.joined_cluster_id}" in stderr.decode()
+    # Its own cluster under another id: refused too, and never registered.
+    renamed = _broker(log_dir, f"zookeeper.connect={zk_connect}", "broker.id=2", *common)
+    _, stderr = renamed.communicate(timeout=60)
+    assert renamed.returncode == 1
+    assert "holds the logs of broker 1, but broker.id is 2" in stderr.decode()
+    assert zk_root.get_children("/brokers/ids") == []

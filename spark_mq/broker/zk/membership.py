@@ -8,7 +8,8 @@ announces that it serves. Start-up, in Kafka's order:
 1. connect, waiting at most ``zookeeper.connection.timeout.ms`` (an unreachable ZooKeeper
    ends the start with :class:`~spark_mq.errors.ZooKeeperConnectionError` saying so);
 2. read ``/cluster/id``, creating it the first time (the first broker of a cluster makes
-   the id; every later one adopts it);
+   the id; every later one adopts it), and check that the log directory has served no other
+   cluster and no other ``broker.id`` (``BrokerMeta.join_cluster``);
 3. register ``/brokers/ids/<broker.id>`` (ephemeral) with the advertised endpoint and rack;
 4. join controller election.
 
@@ -119,11 +120,15 @@ class ClusterMembership:
             timestamp_ms=self._wall_clock_ms(),
         )
 
-    def start(self) -> None:
-        """Connect, adopt the cluster id, register, join the election (blocking)."""
+    def start(self, check_cluster_id: Callable[[str], object] = lambda _cluster_id: None) -> None:
+        """Connect, adopt the cluster id, register, join the election (blocking).
+
+        ``check_cluster_id(cluster_id)`` runs before the broker registers: it raises if this
+        broker's log directory may not serve that cluster (then nothing is registered)."""
         self.zk.start()
         try:
             self.cluster_id = get_or_create_cluster_id(self.zk)
+            check_cluster_id(self.cluster_id)
             self.registrar.register()
             self.elector.start()
         except BaseException:
