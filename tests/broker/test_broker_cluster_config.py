@@ -3,9 +3,12 @@ session and connection timeouts, broker.rack and advertised.listeners."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from spark_mq.broker.config import ServerConfig
+from spark_mq.broker.properties_file import read_properties_file
 from spark_mq.broker.zk.membership import advertised_endpoint, zk_client_config
 from spark_mq.errors import ConfigError
 from spark_mq.protocol.address import BrokerAddress
@@ -75,3 +78,15 @@ def test_the_registered_endpoint_is_the_bound_port_unless_advertised() -> None:
         {"zookeeper.connect": "zk:2181", "advertised.listeners": "PLAINTEXT://host1.example:9092"}
     ).broker
     assert advertised_endpoint(told, bound).connection_string == "PLAINTEXT://host1.example:9092"
+
+
+def test_the_three_host_example_is_a_valid_cluster() -> None:
+    conf = Path(__file__).resolve().parents[2] / "conf" / "cluster"
+    brokers = [
+        ServerConfig.from_properties(read_properties_file(conf / f"broker-{i}.properties")).broker
+        for i in (1, 2, 3)
+    ]
+    assert [b.node_id for b in brokers] == [1, 2, 3]
+    assert len({b.zookeeper_connect for b in brokers}) == 1 and brokers[0].in_cluster
+    assert len({b.advertised_listeners for b in brokers}) == 3
+    assert sorted(b.broker_rack for b in brokers) == ["rack-a", "rack-b", "rack-c"]
