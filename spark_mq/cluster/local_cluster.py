@@ -160,7 +160,10 @@ class LocalCluster:
         if not isinstance(state, dict) or not isinstance(state.get("brokers"), dict):
             raise LocalClusterError(f"{path} is not a cluster file: no 'brokers' object")
         ids = sorted(int(b) for b in state["brokers"])
-        cluster = cls(root, len(ids) or 1, zookeeper=state.get("zookeeper"))
+        # A ZooKeeper with a pid is the cluster's own (restarted by start() if it died);
+        # without one it was given by address.
+        external = None if state.get("zookeeper_pid") is not None else state.get("zookeeper")
+        cluster = cls(root, len(ids) or 1, zookeeper=external)
         cluster.broker_ids = ids
         cluster.state = state
         timeout = (
