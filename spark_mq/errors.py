@@ -51,7 +51,10 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
     │   ├── CorruptZnodeError                    a znode whose data fails validation
     │   ├── BrokerIdInUseError                   /brokers/ids/<id> is another session's
     │   ├── ControllerMovedError                 (41) a controller write the epoch refused
-    │   └── StateChangeFailedError               a move a state machine does not allow
+    │   ├── StateChangeFailedError               a move a state machine does not allow
+    │   ├── InconsistentClusterIdError           the log directory served another cluster
+    │   ├── InconsistentBrokerIdError            the log directory served another broker.id
+    │   └── LocalClusterError                    a local cluster's process did not start or stop
     ├── StorageError                             refused by the local log directory
     │   ├── CorruptRecordError                   (2) a batch failed a size, magic or CRC check
     │   ├── CorruptIndexError                    an index failed its check (it gets rebuilt)
@@ -862,3 +865,31 @@ class ControllerMovedError(ClusterError):
 
 class StateChangeFailedError(ClusterError):
     """A partition or replica state change that the controller's transition table refuses."""
+
+
+class InconsistentClusterIdError(ClusterError):
+    """A broker whose log directory served a cluster with another ``/cluster/id`` (Kafka's
+    InconsistentClusterIdException); ``directory`` names it."""
+
+    def __init__(self, message: str, *, directory: str) -> None:
+        super().__init__(message)
+        self.directory = directory
+
+
+class InconsistentBrokerIdError(ClusterError):
+    """A broker whose log directory served another ``broker.id`` of its cluster (Kafka's
+    InconsistentBrokerIdException); ``directory`` names it."""
+
+    def __init__(self, message: str, *, directory: str) -> None:
+        super().__init__(message)
+        self.directory = directory
+
+
+class LocalClusterError(ClusterError):
+    """A local cluster (``spark-mq cluster``, ``LocalCluster``) whose broker or ZooKeeper did
+    not start, register or stop in time, or a cluster directory in the wrong state;
+    ``log_path`` names the output that says why, when there is one."""
+
+    def __init__(self, message: str, *, log_path: str | None = None) -> None:
+        super().__init__(message)
+        self.log_path = log_path

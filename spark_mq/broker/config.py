@@ -34,6 +34,7 @@ from spark_mq.config import (
     parse_bool,
     parse_int,
     parse_list,
+    parse_str,
     setting,
     unlimited_or_at_least,
 )
@@ -170,6 +171,66 @@ def _parse_ip_override(item: str) -> tuple[str, int]:
     return normalize_host(host), int(count_text)
 
 
+def parse_zookeeper_connect(key: str, value: object) -> str:
+    """``host:port[,host:port...][/chroot]`` (Kafka's zookeeper.connect); '' means no
+    ZooKeeper (a single-node broker)."""
+    text = parse_str(key, value)
+    if not text:
+        return ""
+    hosts, slash, chroot = text.partition("/")
+    for item in hosts.split(","):
+        host, colon, port = item.strip().rpartition(":")
+        if not colon or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+            raise ConfigError(
+                f"{key}: {item.strip()!r} must be host:port; the whole value is "
+                "host:port[,host:port...][/chroot], e.g. 127.0.0.1:2181/spark_mq",
+                key=key,
+                value=text,
+            )
+    if slash and (not chroot or chroot.endswith("/") or "//" in chroot):
+        raise ConfigError(
+            f"{key}: the chroot /{chroot} must be a path such as /spark_mq, without a "
+            "trailing slash",
+            key=key,
+            value=text,
+        )
+    return text
+
+
+def _check_advertised(key: str, value: Any) -> None:
+    if len(value) > 1:
+        raise ConfigError(
+            f"{key} names {len(value)} listeners; a broker advertises one PLAINTEXT://host:port",
+            key=key,
+            value=",".join(value),
+        )
+    for item in value:
+        listener = Listener.parse(item)
+        if listener.scheme != "PLAINTEXT":
+            raise ConfigError(
+                f"{key}: {item!r} cannot be advertised to other hosts; advertise "
+                "PLAINTEXT://host:port listeners only",
+                key=key,
+                value=item,
+            )
+        if listener.port == 0 or listener.host in ("0.0.0.0", "::"):
+            raise ConfigError(
+                f"{key}: {item!r} must name the host and port clients connect to (not port 0 "
+                "and not the wildcard address, which cannot be connected to)",
+                key=key,
+                value=item,
+            )
+
+
+def _check_connection_timeout(key: str, value: Any) -> None:
+    if value != -1 and value < 1:
+        raise ConfigError(
+            f"{key} must be -1 (zookeeper.session.timeout.ms) or at least 1, got {value}",
+            key=key,
+            value=value,
+        )
+
+
 def _check_ip_overrides(key: str, value: Any) -> None:
     hosts = [_parse_ip_override(item)[0] for item in value]
     repeated = sorted({host for host in hosts if hosts.count(host) > 1})
@@ -240,6 +301,45 @@ class BrokerConfig(Config):
         "This broker's id (broker.id is accepted too).",
         parse=parse_int,
         check=at_least(0),
+    )
+    broker_rack: str = setting(
+        "broker.rack",
+        "",
+        "The rack (or availability zone) of this broker, for rack-aware replica assignment "
+        "in a cluster. Empty: no rack.",
+        parse=parse_str,
+    )
+    advertised_listeners: tuple[str, ...] = setting(
+        "advertised.listeners",
+        (),
+        "The PLAINTEXT://host:port addresses a cluster broker registers in ZooKeeper for "
+        "clients and other brokers. Empty: its bound PLAINTEXT listeners, with the real port "
+        "of a port-0 listener and loopback for a wildcard host.",
+        parse=parse_list,
+        check=_check_advertised,
+    )
+    zookeeper_connect: str = setting(
+        "zookeeper.connect",
+        "",
+        "host:port[,host:port...][/chroot] of the ZooKeeper ensemble of the cluster this "
+        "broker joins. Empty: a single-node broker, no ZooKeeper.",
+        parse=parse_zookeeper_connect,
+    )
+    zookeeper_session_timeout_ms: int = setting(
+        "zookeeper.session.timeout.ms",
+        18_000,
+        "How long ZooKeeper keeps the session of a broker it no longer hears from (and so its "
+        "registration and, if it is controller, its controllership).",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    zookeeper_connection_timeout_ms: int = setting(
+        "zookeeper.connection.timeout.ms",
+        -1,
+        "How long a starting broker waits to connect to ZooKeeper before it gives up. -1: "
+        "zookeeper.session.timeout.ms (Kafka's default).",
+        parse=parse_int,
+        check=_check_connection_timeout,
     )
     num_partitions: int = setting(
         "num.partitions",
@@ -399,6 +499,15 @@ class BrokerConfig(Config):
                 key="max.connections.per.ip",
                 value=0,
             )
+        if self.zookeeper_connect and not any(
+            listener.scheme == "PLAINTEXT" for listener in self.parsed_listeners()
+        ):
+            raise ConfigError(
+                "zookeeper.connect is set but listeners has no PLAINTEXT://host:port listener: "
+                "a cluster broker must be reachable over TCP by clients and other brokers",
+                key="listeners",
+                value=",".join(self.listeners),
+            )
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -424,6 +533,11 @@ class BrokerConfig(Config):
     def idle_exit_ms(self) -> int | None:
         """``broker.idle.exit.ms`` as a duration, None for never."""
         return None if self.broker_idle_exit_ms <= 0 else self.broker_idle_exit_ms
+
+    @property
+    def in_cluster(self) -> bool:
+        """Whether this broker joins a cluster through ZooKeeper (zookeeper.connect set)."""
+        return bool(self.zookeeper_connect)
 
     def parsed_listeners(self) -> list[Listener]:
         return [Listener.parse(item) for item in self.listeners]

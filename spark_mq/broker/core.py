@@ -20,7 +20,7 @@ import concurrent.futures
 import functools
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from spark_mq.broker.config import ServerConfig
 from spark_mq.broker.dir_files import BrokerMeta
@@ -30,6 +30,9 @@ from spark_mq.broker.producer_ids import ProducerIdManager
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.txn.service import TransactionService
 from spark_mq.storage.log_manager import LogManager
+
+if TYPE_CHECKING:
+    from spark_mq.broker.zk.membership import ClusterMembership
 
 T = TypeVar("T")
 
@@ -57,7 +60,10 @@ class BrokerCore:
         self.logs = logs
         self.node_id = config.broker.node_id
         self.epoch = meta.epoch
+        #: The directory's cluster id; a cluster broker adopts ZooKeeper's ``/cluster/id``.
         self.cluster_id = meta.cluster_id
+        #: A cluster broker's session with its cluster (None: a single-node broker).
+        self.membership: ClusterMembership | None = None
         self.replicas = ReplicaManager(
             logs,
             node_id=self.node_id,
@@ -89,6 +95,15 @@ class BrokerCore:
             new_producer_id=self.producer_ids.next_id,
             clock=clock,
         )
+
+    @property
+    def controller_id(self) -> int:
+        """The controller's id for Metadata: this broker when it is alone, the elected one in
+        a cluster, -1 while none is known (Kafka's answer then)."""
+        if self.membership is None:
+            return self.node_id
+        known = self.membership.controller_id
+        return -1 if known is None else known
 
     def touch(self) -> None:
         """Record activity (a request or a connection): idle exit counts from here."""

@@ -3,12 +3,17 @@
 ``broker.meta.json`` (written by the lock owner only, replaced atomically)::
 
     {"version": 0, "cluster_id": "<22 url-safe chars>", "epoch": 7}
+    {"version": 0, "cluster_id": "...", "epoch": 7, "joined_cluster_id": "<ZooKeeper's
+     /cluster/id>", "joined_broker_id": 2}                    (once it joined a cluster)
 
 ``epoch`` is the broker epoch: it grows by one every time a broker process takes over the
 directory (after it has the lock and before it serves), so a client can tell a restarted
 broker from the one it knew, and partitions use it as their leader epoch. ``cluster_id`` is
 made on the first start and kept. A crash between taking the lock and the write leaves the
-old epoch; the next start increments from there, so epochs never repeat.
+old epoch; the next start increments from there, so epochs never repeat. ``joined_*`` record
+the cluster (ZooKeeper's ``/cluster/id``) and ``broker.id`` the directory first served in a
+cluster with: a broker refuses to join another cluster, or under another id, with it, as
+Kafka refuses a ``meta.properties`` that disagrees (its logs are that broker's replicas).
 
 ``broker.json`` (the endpoint; written by the lock owner once it accepts connections,
 replaced atomically, removed first thing on shutdown)::
@@ -39,7 +44,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Final
 
-from spark_mq.errors import CorruptCheckpointError
+from spark_mq.errors import (
+    CorruptCheckpointError,
+    InconsistentBrokerIdError,
+    InconsistentClusterIdError,
+)
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.storage.checkpoint_file import atomic_write_bytes
 
@@ -78,6 +87,11 @@ class BrokerMeta:
 
     cluster_id: str
     epoch: int
+    #: ZooKeeper's ``/cluster/id`` of the cluster this directory's broker joined; None until
+    #: it first joins one.
+    joined_cluster_id: str | None = None
+    #: The ``broker.id`` it joined with.
+    joined_broker_id: int | None = None
 
     @staticmethod
     def new_cluster_id() -> str:
@@ -93,13 +107,63 @@ class BrokerMeta:
         obj = _read_json(path)
         cluster_id = None if obj is None else obj.get("cluster_id")
         epoch = None if obj is None else obj.get("epoch")
-        if not isinstance(cluster_id, str) or type(epoch) is not int or epoch < 0:
+        joined_cluster = None if obj is None else obj.get("joined_cluster_id")
+        joined_broker = None if obj is None else obj.get("joined_broker_id")
+        if (
+            not isinstance(cluster_id, str)
+            or type(epoch) is not int
+            or epoch < 0
+            or not (joined_cluster is None or isinstance(joined_cluster, str))
+            or not (joined_broker is None or type(joined_broker) is int)
+        ):
             raise CorruptCheckpointError(
                 f"{path} is not a valid broker meta file; if it was damaged, remove it (the "
                 "broker then starts a new cluster id and epochs restart at 1)",
                 path=str(path),
             )
-        return cls(cluster_id, epoch)
+        return cls(cluster_id, epoch, joined_cluster, joined_broker)
+
+    def _write(self, root: str | os.PathLike[str]) -> None:
+        payload: dict[str, Any] = {
+            "version": FILE_VERSION,
+            "cluster_id": self.cluster_id,
+            "epoch": self.epoch,
+        }
+        if self.joined_cluster_id is not None:
+            payload["joined_cluster_id"] = self.joined_cluster_id
+            payload["joined_broker_id"] = self.joined_broker_id
+        atomic_write_bytes(Path(root) / META_FILE, json.dumps(payload).encode())
+
+    def join_cluster(
+        self, root: str | os.PathLike[str], cluster_id: str, broker_id: int
+    ) -> BrokerMeta:
+        """Check that the directory may serve broker ``broker_id`` of cluster ``cluster_id``,
+        recording both the first time. Raises :class:`InconsistentClusterIdError` or
+        :class:`InconsistentBrokerIdError` (nothing written) if it served another.
+
+        Only the holder of the directory lock may call this.
+        """
+        path = Path(root) / META_FILE
+        if self.joined_cluster_id not in (None, cluster_id):
+            raise InconsistentClusterIdError(
+                f"log directory {root} belongs to cluster {self.joined_cluster_id}, but "
+                f"ZooKeeper's /cluster/id is {cluster_id}: check zookeeper.connect (and its "
+                f"chroot); to move the directory to this cluster, delete {path} (its logs "
+                "then count as this broker's)",
+                directory=str(root),
+            )
+        if self.joined_broker_id not in (None, broker_id):
+            raise InconsistentBrokerIdError(
+                f"log directory {root} holds the logs of broker {self.joined_broker_id}, but "
+                f"broker.id is {broker_id}: give this directory's broker its old id back, or "
+                "use another log directory",
+                directory=str(root),
+            )
+        if self.joined_cluster_id == cluster_id and self.joined_broker_id == broker_id:
+            return self
+        joined = dataclasses.replace(self, joined_cluster_id=cluster_id, joined_broker_id=broker_id)
+        joined._write(root)
+        return joined
 
     @classmethod
     def take_over(cls, root: str | os.PathLike[str]) -> BrokerMeta:
@@ -108,9 +172,12 @@ class BrokerMeta:
         Only the holder of the directory lock may call this.
         """
         old = cls.read(root)
-        meta = cls(cls.new_cluster_id(), 1) if old is None else cls(old.cluster_id, old.epoch + 1)
-        payload = {"version": FILE_VERSION, "cluster_id": meta.cluster_id, "epoch": meta.epoch}
-        atomic_write_bytes(Path(root) / META_FILE, json.dumps(payload).encode())
+        meta = (
+            cls(cls.new_cluster_id(), 1)
+            if old is None
+            else dataclasses.replace(old, epoch=old.epoch + 1)
+        )
+        meta._write(root)
         return meta
 
 

@@ -9,14 +9,17 @@ Startup, in order: read the configuration (the settings kept in the directory,
 see :mod:`spark_mq.broker.persisted_config`); raise the soft open file limit
 (``RLIMIT_NOFILE``) to the hard one; open the directory with the storage's LogManager, which
 takes its exclusive lock and recovers the log; increment the broker epoch
-(``broker.meta.json``); bind the listeners; write ``broker.json`` so clients can find the
-broker; start the background jobs.
+(``broker.meta.json``); bind the listeners; with ``zookeeper.connect`` set, join the cluster
+(connect to ZooKeeper, adopt ``/cluster/id``, register ``/brokers/ids/<id>``, join controller
+election: :mod:`spark_mq.broker.zk.membership`); write ``broker.json`` so clients can find
+the broker; start the background jobs.
 Shutdown (SIGTERM, SIGINT, or ``broker.idle.exit.ms`` of idleness) runs it backwards:
 remove ``broker.json``, stop accepting, let requests in flight finish, stop the jobs, close
 the LogManager (flush, checkpoints, clean-shutdown marker, lock released). A broker whose log
 directory was deleted, moved or replaced while it ran (checked every second by the server)
 stops the same way but *abandons* the LogManager instead of closing it, writing nothing to
-the path, and exits with status 1.
+the path, and exits with status 1. A cluster broker closes its ZooKeeper session once its
+requests in flight are done, so its registration vanishes at once.
 
 ``--local`` is the embedded broker's mode: logs go to ``DIR/broker.log``, the defaults are
 a Unix socket only (no TCP unless ``listeners`` asks) and ``broker.idle.exit.ms=60000``, and a
@@ -44,7 +47,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from spark_mq.broker.config import LOCAL_DEFAULTS, ServerConfig
 from spark_mq.broker.connection_quotas import open_file_limit, raise_open_file_limit
@@ -65,6 +68,7 @@ from spark_mq.broker.properties_file import parse_override, read_properties_file
 from spark_mq.broker.scheduler import Scheduler
 from spark_mq.broker.server import BrokerServer
 from spark_mq.errors import (
+    ClusterError,
     ConfigError,
     LogDirectoryLockedError,
     LogDirectoryNotFoundError,
@@ -72,6 +76,9 @@ from spark_mq.errors import (
 )
 from spark_mq.storage.dir_lock import read_owner
 from spark_mq.storage.log_manager import LogManager
+
+if TYPE_CHECKING:
+    from spark_mq.broker.zk.membership import ClusterMembership
 
 logger = logging.getLogger("spark_mq.broker")
 
@@ -199,8 +206,22 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
     pid = os.getpid()
     timeout_s = broker.shutdown_timeout_ms / 1000
     repeats = asyncio.create_task(report_repeated(), name="repeated-failures")
+    membership: ClusterMembership | None = None
     try:
         addresses = await server.start()
+        if broker.in_cluster:
+            # Imported here: a single-node broker (the embedded default) never loads kazoo.
+            from spark_mq.broker.zk.membership import ClusterMembership  # noqa: PLC0415
+
+            # After binding, so the registration carries the real ports of port-0 listeners.
+            membership = ClusterMembership(broker, addresses)
+            await asyncio.to_thread(
+                membership.start,
+                lambda cluster_id: meta.join_cluster(root, cluster_id, broker.node_id),
+            )
+            assert membership.cluster_id is not None
+            core.membership = membership
+            core.cluster_id = membership.cluster_id
         tcp = next((a for a in addresses if a.unix_path is None), None)
         logger.info(
             "broker %d serving %s on %s (epoch %d, cluster %s, %s)",
@@ -208,7 +229,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             root,
             ", ".join(map(str, addresses)),
             meta.epoch,
-            meta.cluster_id,
+            core.cluster_id,
             _start_kind(logs),
         )
         Endpoint(
@@ -231,6 +252,11 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         core.groups.close()
         core.transactions.close()
         await server.close(timeout_s)
+        if membership is not None:
+            # Ends the session: the registration (and /controller, if ours) goes now, not
+            # after zookeeper.session.timeout.ms.
+            core.membership = None
+            await asyncio.to_thread(membership.close)
         await scheduler.stop(timeout_s)
         repeats.cancel()  # which writes the last counts of repeated failures
         await asyncio.gather(repeats, return_exceptions=True)
@@ -266,6 +292,9 @@ def run(config: ServerConfig, *, local: bool) -> int:
         except OSError as exc:
             listeners = ",".join(config.broker.listeners)
             _report_failure(f"cannot serve {root}: {exc} (listeners={listeners})", local=local)
+            return EXIT_FAILED
+        except ClusterError as exc:  # ZooKeeper unreachable, broker.id taken, ...
+            _report_failure(f"broker of {root} cannot join its cluster: {exc}", local=local)
             return EXIT_FAILED
         except SparkMQError as exc:  # a damaged broker file of the directory, say
             _report_failure(f"the broker of {root} failed: {exc}", local=local)

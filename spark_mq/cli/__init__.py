@@ -1,10 +1,11 @@
-"""``spark-mq``: the command line of spark_mq (broker, topics, groups, transactions,
+"""``spark-mq``: the command line of spark_mq (broker, cluster, topics, groups, transactions,
 produce, consume, perf, log verify).
 
-Every command but ``log verify`` (which reads a log directory's files itself, read-only) talks
-to a broker: ``--path DIR`` uses the local broker that owns DIR (started
-if none runs), ``--bootstrap-server HOST:PORT`` a running one; exactly one of them, or the
-environment variable ``SPARK_MQ_PATH``. ``--json`` turns the human-readable output into one
+Every command but ``log verify`` (which reads a log directory's files itself, read-only) and
+``cluster`` (which runs a local cluster's processes, under ``--dir``) talks to a broker:
+``--path DIR`` uses the local broker that owns DIR (started if none runs),
+``--bootstrap-server HOST:PORT`` a running one; exactly one of them, or the environment
+variable ``SPARK_MQ_PATH``. ``--json`` turns the human-readable output into one
 JSON document (JSON lines for ``consume``). ``docs/cli.md`` describes every command.
 
 Exit status, so scripts can tell a typo from an outage::
@@ -32,7 +33,7 @@ from types import FrameType
 from typing import Final, NoReturn
 
 from spark_mq import __version__
-from spark_mq.cli import broker, groups, log, perf, records, topics, transactions
+from spark_mq.cli import broker, cluster, groups, log, perf, records, topics, transactions
 from spark_mq.cli.common import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -50,7 +51,7 @@ PROG: Final = "spark-mq"
 
 #: One module per command group, each with ``add_parser(commands, common)`` and ``HANDLERS``,
 #: in the order ``spark-mq --help`` lists them.
-COMMAND_GROUPS: Final = (broker, topics, groups, transactions, log, records, perf)
+COMMAND_GROUPS: Final = (broker, cluster, topics, groups, transactions, log, records, perf)
 
 
 class Terminated(BaseException):

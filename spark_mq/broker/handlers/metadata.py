@@ -90,11 +90,13 @@ def _metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse
     names = core.logs.list_topics() if request.topics is None else request.topics
     listener = ctx.listener
     host = str(listener) if listener.unix_path is not None else listener.host
-    broker = BrokerMetadata(core.node_id, host, listener.port)
+    broker = BrokerMetadata(
+        core.node_id, host, listener.port, core.config.broker.broker_rack or None
+    )
     return MetadataResponse(
         brokers=[broker],
         cluster_id=core.cluster_id,
-        controller_id=core.node_id,
+        controller_id=core.controller_id,
         topics=[_topic_metadata(ctx, n, request.allow_auto_topic_creation) for n in names],
     )
 

@@ -29,6 +29,7 @@ import enum
 import logging
 import queue
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Final, Protocol
 
@@ -149,7 +150,10 @@ class ZkClient:
         self.kazoo.add_listener(self._on_kazoo_state)
         timeout_s = self.config.effective_connection_timeout_ms / 1000
         try:
-            self.kazoo.start(timeout=timeout_s)
+            with warnings.catch_warnings():
+                # kazoo warns when the chroot is missing; _ensure_chroot creates it below.
+                warnings.filterwarnings("ignore", message="No chroot path exists")
+                self.kazoo.start(timeout=timeout_s)
         except KazooTimeoutError as exc:
             self.close()
             raise ZooKeeperConnectionError(
@@ -158,8 +162,24 @@ class ZkClient:
             ) from exc
         self._connected.set()
         with translate_errors("creating Kafka's persistent znodes"):
+            self._ensure_chroot(timeout_s)
             for path in znodes.PERSISTENT_PATHS:
                 self.kazoo.ensure_path(path)
+
+    def _ensure_chroot(self, timeout_s: float) -> None:
+        """Create the chroot of ``zookeeper.connect`` if missing, as Kafka's broker does: a
+        chrooted session cannot create its own root, so a short session without it does."""
+        hosts, slash, chroot = self.config.connect.partition("/")
+        # Through the chroot, "/" is the chroot's own znode: None when it is missing.
+        if not slash or self.kazoo.exists("/") is not None:
+            return
+        root = KazooClient(hosts=hosts, timeout=self.config.session_timeout_ms / 1000)
+        root.start(timeout=timeout_s)
+        try:
+            root.ensure_path("/" + chroot)
+        finally:
+            root.stop()
+            root.close()
 
     def close(self) -> None:
         """Close the session: ZooKeeper deletes our ephemeral znodes at once."""

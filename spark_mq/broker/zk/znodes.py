@@ -21,6 +21,8 @@ read our znodes and we can read theirs::
                                          "controller_epoch":C}; znode version = partition epoch
     /admin/delete_topics/<t> persistent  empty: a request to delete topic t
     /config/topics/<t>       persistent  {"version":1,"config":{"retention.ms":"...",...}}
+    /cluster/id              persistent  {"version":"1","id":"<22 url-safe chars>"} (Kafka quotes
+                                         this version); created once, by the first broker
 
 Who writes what: a broker writes only its own ``/brokers/ids/<id>``; the controller writes
 ``/controller*`` (by election) and partition states (epoch-checked); an admin writes
@@ -46,6 +48,7 @@ ADMIN: Final = "/admin"
 DELETE_TOPICS: Final = "/admin/delete_topics"
 CONFIG: Final = "/config"
 CONFIG_TOPICS: Final = "/config/topics"
+CLUSTER_ID: Final = "/cluster/id"
 
 #: Persistent parents every broker makes sure exist at start-up (Kafka's PersistentZkPaths,
 #: the part of it we use).
@@ -272,6 +275,22 @@ class BrokerRegistration:
             rack=rack,
             timestamp_ms=_timestamp_ms(path, obj),
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# /cluster/id
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _encode({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes | None) -> str:
+    obj = _parse(CLUSTER_ID, data)
+    cluster_id = _str(CLUSTER_ID, obj, "id")
+    if not cluster_id:
+        raise CorruptZnodeError(f"znode {CLUSTER_ID}: field 'id' is empty", path=CLUSTER_ID)
+    return cluster_id
 
 
 # ---------------------------------------------------------------------------------------------

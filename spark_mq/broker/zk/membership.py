@@ -1,0 +1,176 @@
+"""A cluster broker's place in its cluster: the ZooKeeper session, the cluster id, the
+registration under ``/brokers/ids`` and the broker's part in controller election.
+
+A broker with ``zookeeper.connect`` set builds one :class:`ClusterMembership` once its
+listeners are bound (the registration carries their real ports) and starts it before it
+announces that it serves. Start-up, in Kafka's order:
+
+1. connect, waiting at most ``zookeeper.connection.timeout.ms`` (an unreachable ZooKeeper
+   ends the start with :class:`~spark_mq.errors.ZooKeeperConnectionError` saying so);
+2. read ``/cluster/id``, creating it the first time (the first broker of a cluster makes
+   the id; every later one adopts it), and check that the log directory has served no other
+   cluster and no other ``broker.id`` (``BrokerMeta.join_cluster``);
+3. register ``/brokers/ids/<broker.id>`` (ephemeral) with the advertised endpoint and rack;
+4. join controller election.
+
+The controller's own work (state machines, requests to brokers) comes with a later part of
+the cluster issue: for now an elected broker logs it and records its controller epoch, and a
+resigning one drops it at once. :meth:`ClusterMembership.close` ends the session, so
+ZooKeeper deletes the registration (and ``/controller``, if it was ours) at once instead of
+after the session timeout.
+
+Threads: :meth:`start` and :meth:`close` block and run on a worker thread of the broker's
+event loop; the session's events run on the ZooKeeper event thread; the properties may be
+read from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from kazoo.exceptions import NodeExistsError
+
+from spark_mq.broker.config import BrokerConfig, Listener
+from spark_mq.broker.dir_files import BrokerMeta
+from spark_mq.protocol.address import BrokerAddress
+
+from . import znodes
+from .broker_registration import BrokerRegistrar
+from .client import ZkClient, ZkClientConfig, translate_errors
+from .controller_election import ControllerElector, ControllerEpoch
+
+log = logging.getLogger(__name__)
+
+
+def zk_client_config(broker: BrokerConfig) -> ZkClientConfig:
+    """The ZooKeeper settings of a cluster broker."""
+    timeout_ms = broker.zookeeper_connection_timeout_ms
+    return ZkClientConfig(
+        broker.zookeeper_connect,
+        session_timeout_ms=broker.zookeeper_session_timeout_ms,
+        connection_timeout_ms=None if timeout_ms == -1 else timeout_ms,
+    )
+
+
+def advertised_endpoint(broker: BrokerConfig, bound: Sequence[BrokerAddress]) -> znodes.EndPoint:
+    """What the broker registers: ``advertised.listeners`` if set, else its first bound TCP
+    listener (with the real port when it asked for port 0)."""
+    if broker.advertised_listeners:
+        first = Listener.parse(broker.advertised_listeners[0])
+        return znodes.EndPoint("PLAINTEXT", first.host, first.port)
+    tcp = next((a for a in bound if a.unix_path is None), None)
+    # BrokerConfig refuses zookeeper.connect without a PLAINTEXT listener.
+    assert tcp is not None, "a cluster broker has a bound TCP listener"
+    return znodes.EndPoint("PLAINTEXT", tcp.host, tcp.port)
+
+
+def get_or_create_cluster_id(zk: ZkClient) -> str:
+    """``/cluster/id``'s id, creating the znode with a new id if no broker has yet."""
+    found = zk.get(znodes.CLUSTER_ID)
+    if found is not None:
+        return znodes.decode_cluster_id(found[0])
+    new_id = BrokerMeta.new_cluster_id()
+    with translate_errors(f"creating {znodes.CLUSTER_ID}"):
+        try:
+            zk.kazoo.create(znodes.CLUSTER_ID, znodes.encode_cluster_id(new_id), makepath=True)
+            return new_id
+        except NodeExistsError:
+            pass  # another broker created it first: its id is the cluster's.
+    found = zk.get(znodes.CLUSTER_ID)
+    assert found is not None, "/cluster/id is persistent and never deleted"
+    return znodes.decode_cluster_id(found[0])
+
+
+class ClusterMembership:
+    """One broker's session with the cluster (see the module docstring)."""
+
+    def __init__(
+        self,
+        broker: BrokerConfig,
+        bound: Sequence[BrokerAddress],
+        *,
+        wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.broker_id = broker.node_id
+        self.endpoint = advertised_endpoint(broker, bound)
+        self._rack = broker.broker_rack or None
+        self._wall_clock_ms = wall_clock_ms
+        self.zk = ZkClient(zk_client_config(broker))
+        self.cluster_id: str | None = None
+        self.registrar = BrokerRegistrar(self.zk, self._registration)
+        self.elector = ControllerElector(
+            self.zk,
+            self.broker_id,
+            on_elected=self._on_elected,
+            on_resigned=self._on_resigned,
+            wall_clock_ms=wall_clock_ms,
+        )
+        #: The epochs this broker was elected controller with, in order (a log for tests
+        #: and the controller's later work; the current one is ``elector.active_epoch``).
+        self.elections: list[ControllerEpoch] = []
+        self._closed = False
+
+    def _registration(self) -> znodes.BrokerRegistration:
+        return znodes.BrokerRegistration(
+            broker_id=self.broker_id,
+            endpoints=(self.endpoint,),
+            rack=self._rack,
+            timestamp_ms=self._wall_clock_ms(),
+        )
+
+    def start(self, check_cluster_id: Callable[[str], object] = lambda _cluster_id: None) -> None:
+        """Connect, adopt the cluster id, register, join the election (blocking).
+
+        ``check_cluster_id(cluster_id)`` runs before the broker registers: it raises if this
+        broker's log directory may not serve that cluster (then nothing is registered)."""
+        self.zk.start()
+        try:
+            self.cluster_id = get_or_create_cluster_id(self.zk)
+            check_cluster_id(self.cluster_id)
+            self.registrar.register()
+            self.elector.start()
+        except BaseException:
+            self.close()
+            raise
+        log.info(
+            "broker %d joined cluster %s through ZooKeeper %s as %s (broker epoch %s)",
+            self.broker_id,
+            self.cluster_id,
+            self.zk.config.connect,
+            self.endpoint.connection_string,
+            self.registrar.broker_epoch,
+        )
+
+    def _on_elected(self, epoch: ControllerEpoch) -> None:
+        # The elector has logged it; the controller's work starts here in a later part.
+        self.elections.append(epoch)
+
+    def _on_resigned(self) -> None:
+        # The elector has logged why. Nothing runs as controller yet, so there is nothing
+        # to stop; the controller's work, when it comes, stops here at once.
+        pass
+
+    @property
+    def controller_id(self) -> int | None:
+        """The elected controller's broker id as this broker last saw it; None if unknown."""
+        return self.elector.controller_id
+
+    @property
+    def is_controller(self) -> bool:
+        return self.elector.is_active
+
+    @property
+    def broker_epoch(self) -> int | None:
+        """The czxid of this broker's registration; None while unregistered."""
+        return self.registrar.broker_epoch
+
+    def close(self) -> None:
+        """End the session: ZooKeeper deletes the registration (and ``/controller`` if ours)
+        now. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.zk.close()
+        log.info("broker %d left the cluster (ZooKeeper session closed)", self.broker_id)

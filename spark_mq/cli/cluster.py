@@ -1,0 +1,198 @@
+"""``spark-mq cluster``: a cluster on this machine, ZooKeeper and N broker processes under one
+directory (:class:`~spark_mq.cluster.local_cluster.LocalCluster`), for trying and testing a
+cluster before deploying one.
+
+    spark-mq cluster start --dir DIR --brokers 3 [--zookeeper HOST:PORT[/chroot]]
+    spark-mq cluster status --dir DIR
+    spark-mq cluster stop-broker --dir DIR --id 2
+    spark-mq cluster start-broker --dir DIR --id 2
+    spark-mq cluster stop --dir DIR
+
+Every process keeps running after the command returns; ``DIR/cluster.json`` says what runs
+and is what the later commands read. These commands talk to no broker (they start, signal
+and watch processes, and read ZooKeeper), so they take ``--dir`` instead of ``--path`` or
+``--bootstrap-server``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from spark_mq.cli.common import EXIT_OK, Handler, positive_int
+from spark_mq.cli.format import json_text, render_pairs, render_table
+from spark_mq.cluster.local_cluster import DEFAULT_SESSION_TIMEOUT_MS, LocalCluster
+from spark_mq.errors import ZooKeeperConnectionError
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``cluster`` and its actions. Like ``log verify`` it leaves out ``common``
+    (the broker options): it manages processes, it asks no broker."""
+    cluster = commands.add_parser(
+        "cluster", help="run a local cluster: ZooKeeper and N brokers on this machine"
+    )
+    actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(name: str, help_text: str, handler: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
+        parser.add_argument("--dir", required=True, metavar="DIR", help="the cluster directory")
+        parser.set_defaults(handler=handler)
+        return parser
+
+    start = action(
+        "start",
+        "start ZooKeeper and N brokers; return once all are registered and a controller elected",
+        "cluster_start",
+    )
+    start.add_argument("--brokers", type=positive_int, default=3, metavar="N", help="default 3")
+    start.add_argument(
+        "--zookeeper",
+        metavar="HOST:PORT[/CHROOT]",
+        help="use this running ZooKeeper instead of starting one in DIR/zookeeper",
+    )
+    start.add_argument(
+        "--session-timeout-ms",
+        type=positive_int,
+        default=DEFAULT_SESSION_TIMEOUT_MS,
+        metavar="MS",
+        help="the brokers' zookeeper.session.timeout.ms: how long a killed broker stays "
+        "registered (default %(default)s, Kafka's)",
+    )
+    for name, help_text in (
+        ("start-broker", "start broker ID again with its settings (after a stop or a kill)"),
+        ("stop-broker", "stop broker ID cleanly"),
+    ):
+        one = action(name, help_text, "cluster_" + name.replace("-", "_"))
+        one.add_argument("--id", type=positive_int, required=True, metavar="ID")
+    action("stop", "stop every broker, then ZooKeeper", "cluster_stop")
+    status = action("status", "show brokers, their ports and the controller", "cluster_status")
+    status.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def cluster_start(args: argparse.Namespace) -> int:
+    cluster = LocalCluster(
+        args.dir,
+        args.brokers,
+        zookeeper=args.zookeeper,
+        session_timeout_ms=args.session_timeout_ms,
+    )
+    try:
+        cluster.start()
+        print(
+            f"cluster in {cluster.directory}: {len(cluster.broker_ids)} brokers up, "
+            f"controller {cluster.controller_id()}"
+        )
+        print(f"bootstrap.servers={cluster.bootstrap_servers}")
+        print(f"zookeeper.connect={cluster.zookeeper_connect}")
+    finally:
+        cluster.close()
+    return EXIT_OK
+
+
+def cluster_start_broker(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.open(args.dir)
+    try:
+        cluster.start_broker(args.id)
+        entry = cluster.state["brokers"][str(args.id)]
+        print(f"broker {args.id} running (pid {entry['pid']}) on {entry['host']}:{entry['port']}")
+    finally:
+        cluster.close()
+    return EXIT_OK
+
+
+def cluster_stop_broker(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.open(args.dir)
+    try:
+        cluster.stop_broker(args.id)
+        print(f"broker {args.id} stopped")
+    finally:
+        cluster.close()
+    return EXIT_OK
+
+
+def cluster_stop(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.open(args.dir)
+    cluster.stop()
+    print(f"cluster in {cluster.directory} stopped")
+    return EXIT_OK
+
+
+def cluster_status(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.open(args.dir)
+    try:
+        document = _status(cluster)
+    finally:
+        cluster.close()
+    if args.json:
+        print(json_text(document))
+        return EXIT_OK
+    print(
+        render_pairs(
+            [
+                ("zookeeper", document["zookeeper"] or "not running"),
+                ("controller", document["controller"]),
+                ("bootstrap.servers", document["bootstrap_servers"] or "-"),
+            ]
+        )
+    )
+    print()
+    rows = [
+        (b["id"], b["state"], b["pid"], b["host"], b["port"], b["log_dir"])
+        for b in document["brokers"]
+    ]
+    print(render_table(["ID", "STATE", "PID", "HOST", "PORT", "LOG DIR"], rows))
+    return EXIT_OK
+
+
+def _status(cluster: LocalCluster) -> dict[str, Any]:
+    """What runs: each broker's process and registration, and the controller. Partition
+    health (offline, under-replicated) joins once the controller manages partitions."""
+    zookeeper_up = bool(cluster.state.get("zookeeper")) and (
+        cluster.state.get("zookeeper_pid") is None or cluster.zookeeper_running()
+    )
+    registered: dict[int, Any] = {}
+    controller: int | None = None
+    if zookeeper_up:
+        try:
+            registered = cluster.registered_brokers()
+            controller = cluster.controller_id()
+        except ZooKeeperConnectionError:
+            zookeeper_up = False
+    brokers = []
+    for broker_id in cluster.broker_ids:
+        entry = cluster.state["brokers"][str(broker_id)]
+        running = cluster.broker_running(broker_id)
+        if running and broker_id in registered:
+            state = "running"
+        elif running:
+            state = "not registered"
+        elif broker_id in registered:
+            state = "dead, still registered"  # killed; its session has not expired yet
+        else:
+            state = "stopped"
+        brokers.append(
+            {
+                "id": broker_id,
+                "state": state,
+                "pid": entry["pid"] if running else None,
+                "host": entry["host"],
+                "port": entry["port"] if running else None,
+                "log_dir": entry["log_dir"],
+            }
+        )
+    return {
+        "dir": str(cluster.directory),
+        "zookeeper": cluster.state.get("zookeeper") if zookeeper_up else None,
+        "controller": controller,
+        "bootstrap_servers": cluster.bootstrap_servers,
+        "brokers": brokers,
+    }
+
+
+HANDLERS: dict[str, Handler] = {
+    "cluster_start": cluster_start,
+    "cluster_start_broker": cluster_start_broker,
+    "cluster_stop_broker": cluster_stop_broker,
+    "cluster_stop": cluster_stop,
+    "cluster_status": cluster_status,
+}

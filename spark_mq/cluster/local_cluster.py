@@ -1,0 +1,546 @@
+"""A cluster on one machine: a ZooKeeper server and N broker processes under one directory,
+for trying a cluster and for every cluster test (``spark-mq cluster``, :class:`LocalCluster`).
+
+Files under the cluster directory ``DIR`` (each written only by the process named)::
+
+    DIR/cluster.json              LocalCluster, atomically (write to .tmp, fsync, rename)
+    DIR/zookeeper/                ZooKeeperServer: zoo.cfg, zookeeper.log, ZooKeeper's data
+    DIR/broker-<id>/broker.properties   LocalCluster, at cluster start: the broker's settings
+    DIR/broker-<id>/logs/         the broker: its log directory
+    DIR/broker-<id>/broker.out    the broker's stdout and stderr (its JSON log), appended
+
+``cluster.json`` says what runs, and is rewritten as brokers come and go::
+
+    {"zookeeper": "127.0.0.1:P", "zookeeper_pid": N, "bootstrap_servers": "127.0.0.1:P1,...",
+     "brokers": {"1": {"pid": N, "host": "127.0.0.1", "port": P, "log_dir": "..."}, ...}}
+
+A stopped or killed broker keeps its entry with ``pid`` and ``port`` null;
+``bootstrap_servers`` lists the running ones. ``zookeeper_pid`` is null when the cluster
+uses a ZooKeeper it did not start (``zookeeper=HOST:PORT[/chroot]``), which it never stops.
+
+Every process is a real, detached one (its own session, so a Ctrl-C in the terminal that
+started the cluster does not kill it out of order): brokers run
+``python -m spark_mq.broker --config DIR/broker-<id>/broker.properties`` with listeners on
+port 0, and their real port is read from their ``/brokers/ids/<id>`` znode. A pid is
+signalled only while ``/proc/<pid>/cmdline`` still names that broker's properties file (or,
+for ZooKeeper, this cluster's ``zoo.cfg``), so a pid the system reused for another process
+is never killed.
+
+A broker killed with SIGKILL leaves its registration behind until ZooKeeper expires its
+session (``zookeeper.session.timeout.ms``); a new process with the same ``broker.id`` would
+be refused meanwhile (Kafka refuses it too), so :meth:`LocalCluster.start_broker` waits for
+the old registration to go first.
+
+Threads: one LocalCluster is used from one thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from spark_mq.broker.zk import znodes
+from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
+from spark_mq.cluster.zookeeper_server import MAIN_CLASS, ZooKeeperServer, ZooKeeperServerConfig
+from spark_mq.errors import LocalClusterError
+from spark_mq.storage.checkpoint_file import atomic_write_bytes
+
+CLUSTER_FILE: Final = "cluster.json"
+#: Kafka's default zookeeper.session.timeout.ms; tests pass a few seconds.
+DEFAULT_SESSION_TIMEOUT_MS: Final = 18_000
+#: How long a broker may take to start and register, or a controller to be elected.
+DEFAULT_START_TIMEOUT_MS: Final = 60_000
+#: How long a broker may take to stop after SIGTERM before it is killed. Its own
+#: broker.shutdown.timeout.ms is 10 s by default.
+STOP_TIMEOUT_S: Final = 30.0
+_POLL_S: Final = 0.05
+
+
+def _cmdline(pid: int) -> list[str]:
+    """The arguments of process ``pid`` ([] if it is gone, or a zombie)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [arg.decode("utf-8", "replace") for arg in raw.split(b"\0") if arg]
+
+
+def process_is(pid: int | None, marker: str) -> bool:
+    """Whether ``pid`` runs and is the process we started: its command line names ``marker``
+    (a broker's properties file, ZooKeeper's zoo.cfg). A reused pid is some other process."""
+    return pid is not None and pid > 0 and marker in _cmdline(pid)
+
+
+def _wait_gone(pid: int, marker: str, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while process_is(pid, marker):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(_POLL_S)
+    return True
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return f"(could not read {path}: {exc})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class LocalCluster:
+    """ZooKeeper and N brokers on this machine, under ``directory``.
+
+    ``zookeeper``: ``HOST:PORT[/chroot]`` of a running ZooKeeper to use instead of starting
+    one in ``DIR/zookeeper``. ``broker_properties``: more settings for every broker (Kafka's
+    keys). Broker ids are 1..N.
+
+    Example (needs Debian's zookeeper package)::
+
+        with LocalCluster("/tmp/mq-cluster", brokers=3) as cluster:
+            print(cluster.bootstrap_servers, cluster.controller_id())
+            cluster.kill(cluster.controller_id())   # another broker becomes controller
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        brokers: int = 3,
+        *,
+        zookeeper: str | None = None,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        broker_properties: Mapping[str, str] | None = None,
+        start_timeout_ms: int = DEFAULT_START_TIMEOUT_MS,
+    ) -> None:
+        if brokers < 1:
+            raise LocalClusterError(f"a local cluster needs at least 1 broker, got {brokers}")
+        self.directory = Path(directory).resolve()
+        self.broker_ids = list(range(1, brokers + 1))
+        self.session_timeout_ms = session_timeout_ms
+        self.start_timeout_ms = start_timeout_ms
+        self._external_zookeeper = zookeeper
+        self._broker_properties = dict(broker_properties or {})
+        self._zookeeper: ZooKeeperServer | None = None
+        self._zk: ZkClient | None = None
+        # Broker processes this object started, by id, so they are reaped when they end.
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        self.state: dict[str, Any] = {
+            "zookeeper": zookeeper,
+            "zookeeper_pid": None,
+            "bootstrap_servers": "",
+            "brokers": {},
+        }
+
+    # -----------------------------------------------------------------------------------------
+    # Opening an existing cluster (the CLI's later commands)
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str]) -> LocalCluster:
+        """The cluster that ``DIR/cluster.json`` describes (started earlier, maybe by
+        another process); its settings are those in the brokers' properties files."""
+        root = Path(directory).resolve()
+        path = root / CLUSTER_FILE
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise LocalClusterError(
+                f"{root} holds no local cluster ({CLUSTER_FILE} is missing): start one with "
+                f"`spark-mq cluster start --dir {root} --brokers N`"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise LocalClusterError(f"{path} cannot be read: {exc}", log_path=str(path)) from exc
+        if not isinstance(state, dict) or not isinstance(state.get("brokers"), dict):
+            raise LocalClusterError(f"{path} is not a cluster file: no 'brokers' object")
+        ids = sorted(int(b) for b in state["brokers"])
+        # A ZooKeeper with a pid is the cluster's own (restarted by start() if it died);
+        # without one it was given by address.
+        external = None if state.get("zookeeper_pid") is not None else state.get("zookeeper")
+        cluster = cls(root, len(ids) or 1, zookeeper=external)
+        cluster.broker_ids = ids
+        cluster.state = state
+        timeout = (
+            cluster._read_properties(ids[0]).get("zookeeper.session.timeout.ms") if ids else None
+        )
+        if timeout:
+            cluster.session_timeout_ms = int(timeout)
+        return cluster
+
+    # -----------------------------------------------------------------------------------------
+    # Paths and state
+
+    @property
+    def cluster_file(self) -> Path:
+        return self.directory / CLUSTER_FILE
+
+    def broker_dir(self, broker_id: int) -> Path:
+        return self.directory / f"broker-{broker_id}"
+
+    def properties_path(self, broker_id: int) -> Path:
+        return self.broker_dir(broker_id) / "broker.properties"
+
+    def log_dir(self, broker_id: int) -> Path:
+        return self.broker_dir(broker_id) / "logs"
+
+    def output_path(self, broker_id: int) -> Path:
+        return self.broker_dir(broker_id) / "broker.out"
+
+    @property
+    def zookeeper_dir(self) -> Path:
+        return self.directory / "zookeeper"
+
+    @property
+    def zookeeper_connect(self) -> str:
+        connect = self.state.get("zookeeper")
+        if not connect:
+            raise LocalClusterError(f"the cluster in {self.directory} has no ZooKeeper running")
+        return str(connect)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` of the running brokers, for clients' ``bootstrap.servers``."""
+        return str(self.state["bootstrap_servers"])
+
+    def _entry(self, broker_id: int) -> dict[str, Any]:
+        entry: dict[str, Any] = self.state["brokers"].setdefault(
+            str(broker_id),
+            {
+                "pid": None,
+                "host": "127.0.0.1",
+                "port": None,
+                "log_dir": str(self.log_dir(broker_id)),
+            },
+        )
+        return entry
+
+    def _save(self) -> None:
+        running = [
+            f"{entry['host']}:{entry['port']}"
+            for _, entry in sorted(self.state["brokers"].items(), key=lambda kv: int(kv[0]))
+            if entry["pid"] is not None and entry["port"] is not None
+        ]
+        self.state["bootstrap_servers"] = ",".join(running)
+        text = json.dumps(self.state, indent=2, sort_keys=False) + "\n"
+        atomic_write_bytes(self.cluster_file, text.encode("utf-8"))
+
+    def _read_properties(self, broker_id: int) -> dict[str, str]:
+        props = {}
+        with contextlib.suppress(FileNotFoundError):
+            for line in self.properties_path(broker_id).read_text(encoding="utf-8").splitlines():
+                key, sep, value = line.partition("=")
+                if sep and not key.startswith("#"):
+                    props[key.strip()] = value.strip()
+        return props
+
+    def broker_running(self, broker_id: int) -> bool:
+        """Whether broker ``broker_id``'s process runs (and is ours; see the module doc)."""
+        pid = self._entry(broker_id)["pid"]
+        child = self._children.get(broker_id)
+        if child is not None and child.pid == pid:
+            # Our own child's pid cannot be reused before we reap it. (Its command line is
+            # briefly empty while it execs, so it is not the test for a fresh child.)
+            return child.poll() is None
+        return process_is(pid, str(self.properties_path(broker_id)))
+
+    def zookeeper_running(self) -> bool:
+        if self._zookeeper is not None:
+            return self._zookeeper.is_running()
+        return process_is(self.state.get("zookeeper_pid"), str(self.zookeeper_dir / "zoo.cfg"))
+
+    # -----------------------------------------------------------------------------------------
+    # ZooKeeper
+
+    def _zk_session(self) -> ZkClient:
+        """A session of our own, to see registrations and the controller."""
+        if self._zk is None:
+            zk = ZkClient(ZkClientConfig(self.zookeeper_connect, session_timeout_ms=10_000))
+            zk.start()
+            self._zk = zk
+        return self._zk
+
+    def _start_zookeeper(self) -> None:
+        if self._external_zookeeper is not None:
+            self.state["zookeeper"], self.state["zookeeper_pid"] = self._external_zookeeper, None
+            return
+        if self.zookeeper_running():
+            return  # started by an earlier `cluster start`, still serving
+        server = ZooKeeperServer(
+            ZooKeeperServerConfig(
+                data_dir=self.zookeeper_dir,
+                # Let the brokers' session timeout through ZooKeeper's bounds.
+                min_session_timeout_ms=min(1000, self.session_timeout_ms),
+                max_session_timeout_ms=max(60_000, self.session_timeout_ms),
+            )
+        )
+        server.start()
+        self._zookeeper = server
+        self.state["zookeeper"], self.state["zookeeper_pid"] = server.connect_string, server.pid
+
+    def controller_id(self) -> int | None:
+        """The broker id ``/controller`` names now; None while there is no controller."""
+        found = self._zk_session().get(znodes.CONTROLLER)
+        return None if found is None else znodes.ControllerRegistration.decode(found[0]).broker_id
+
+    def controller_epoch(self) -> int | None:
+        found = self._zk_session().get(znodes.CONTROLLER_EPOCH)
+        return None if found is None else znodes.decode_controller_epoch(found[0])
+
+    def registered_brokers(self) -> dict[int, znodes.BrokerRegistration]:
+        """The brokers registered under ``/brokers/ids`` now."""
+        zk = self._zk_session()
+        out = {}
+        for child in zk.children(znodes.BROKER_IDS):
+            found = zk.get(znodes.broker_path(int(child)))
+            if found is not None:
+                out[int(child)] = znodes.BrokerRegistration.decode(int(child), found[0])
+        return out
+
+    # -----------------------------------------------------------------------------------------
+    # Start
+
+    def start(self) -> LocalCluster:
+        """Start ZooKeeper (unless given) and every broker that does not run; return once all
+        are registered and a controller is elected, with ``cluster.json`` written."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.cluster_file.exists():
+            # A restart of a stopped cluster keeps ZooKeeper's data and the brokers' logs.
+            previous = LocalCluster.open(self.directory)
+            self.state["zookeeper_pid"] = previous.state.get("zookeeper_pid")
+            if self._external_zookeeper is None and previous.zookeeper_running():
+                self.state["zookeeper"] = previous.state.get("zookeeper")
+            for key, entry in previous.state["brokers"].items():
+                self.state["brokers"][key] = entry
+            self.broker_ids = sorted(set(self.broker_ids) | set(previous.broker_ids))
+        try:
+            self._start_zookeeper()
+            for broker_id in self.broker_ids:
+                if not self.broker_running(broker_id):
+                    self._write_properties(broker_id)
+            self._save()
+            for broker_id in self.broker_ids:
+                if not self.broker_running(broker_id):
+                    self._spawn(broker_id)
+            for broker_id in self.broker_ids:
+                self._wait_registered(broker_id)
+            self._wait_for(
+                lambda: self.controller_id() in self.registered_brokers(),
+                "a controller to be elected",
+            )
+        except BaseException:
+            self._save()
+            raise
+        self._save()
+        return self
+
+    def _write_properties(self, broker_id: int) -> None:
+        props = {
+            "broker.id": str(broker_id),
+            "log.dirs": str(self.log_dir(broker_id)),
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "zookeeper.connect": self.zookeeper_connect,
+            "zookeeper.session.timeout.ms": str(self.session_timeout_ms),
+            **self._broker_properties,
+        }
+        self.broker_dir(broker_id).mkdir(parents=True, exist_ok=True)
+        text = "# Written by spark-mq cluster start; start-broker reuses it.\n" + "".join(
+            f"{key}={value}\n" for key, value in props.items()
+        )
+        atomic_write_bytes(self.properties_path(broker_id), text.encode("utf-8"))
+
+    def _spawn(self, broker_id: int) -> None:
+        path = self.properties_path(broker_id)
+        if not path.exists():
+            raise LocalClusterError(
+                f"broker {broker_id} has no settings ({path} is missing): is it a broker of "
+                f"this cluster? (ids: {', '.join(map(str, self.broker_ids))})"
+            )
+        # A killed predecessor's registration lives until its session expires, and a new
+        # broker with its id would be refused until then (see the module docstring).
+        zk = self._zk_session()
+        self._wait_for(
+            lambda: zk.get(znodes.broker_path(broker_id)) is None,
+            f"the registration of broker {broker_id}'s previous process to expire",
+            timeout_s=self.session_timeout_ms / 1000 + self.start_timeout_ms / 1000,
+        )
+        with open(self.output_path(broker_id), "ab") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "spark_mq.broker", "--config", str(path)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.broker_dir(broker_id),
+                start_new_session=True,
+            )
+        self._children[broker_id] = process
+        entry = self._entry(broker_id)
+        entry.update(pid=process.pid, port=None)
+
+    def _wait_registered(self, broker_id: int) -> None:
+        zk = self._zk_session()
+        found: list[znodes.BrokerRegistration] = []
+
+        def registered() -> bool:
+            if not self.broker_running(broker_id):
+                self._entry(broker_id).update(pid=None, port=None)
+                child = self._children.get(broker_id)
+                status = "" if child is None else f" with status {child.returncode}"
+                raise LocalClusterError(
+                    f"broker {broker_id} exited{status} while starting; "
+                    f"{self.output_path(broker_id)} ends with:\n"
+                    f"{_tail(self.output_path(broker_id))}",
+                    log_path=str(self.output_path(broker_id)),
+                )
+            data = zk.get(znodes.broker_path(broker_id))
+            if data is not None:
+                found.append(znodes.BrokerRegistration.decode(broker_id, data[0]))
+            return bool(found)
+
+        self._wait_for(registered, f"broker {broker_id} to register")
+        endpoint = found[0].endpoint()
+        self._entry(broker_id).update(host=endpoint.host, port=endpoint.port)
+
+    def _wait_for(
+        self, condition: Callable[[], bool], what: str, *, timeout_s: float | None = None
+    ) -> None:
+        limit_s = self.start_timeout_ms / 1000 if timeout_s is None else timeout_s
+        deadline = time.monotonic() + limit_s
+        while not condition():
+            if time.monotonic() > deadline:
+                raise LocalClusterError(
+                    f"timed out after {limit_s:g} s waiting for {what} (cluster in "
+                    f"{self.directory}; each broker's output is in broker-<id>/broker.out)"
+                )
+            time.sleep(_POLL_S)
+
+    def start_broker(self, broker_id: int) -> None:
+        """Start broker ``broker_id`` again with the same settings (after a stop or kill)."""
+        self._require_known(broker_id)
+        if self.broker_running(broker_id):
+            return
+        try:
+            self._spawn(broker_id)
+            self._wait_registered(broker_id)
+        finally:
+            self._save()
+
+    # -----------------------------------------------------------------------------------------
+    # Faults and stops
+
+    def _require_known(self, broker_id: int) -> None:
+        if broker_id not in self.broker_ids:
+            raise LocalClusterError(
+                f"the cluster in {self.directory} has no broker {broker_id} (its brokers: "
+                f"{', '.join(map(str, self.broker_ids))})"
+            )
+
+    def _signal(self, broker_id: int, signum: signal.Signals) -> int | None:
+        """Send ``signum`` to the broker if it runs; its pid, or None if it did not run."""
+        self._require_known(broker_id)
+        if not self.broker_running(broker_id):
+            return None
+        pid = int(self._entry(broker_id)["pid"])
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+        return pid
+
+    def _reap(self, broker_id: int, pid: int, timeout_s: float) -> bool:
+        child = self._children.get(broker_id)
+        if child is not None:
+            try:
+                child.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                return False
+            del self._children[broker_id]
+            return True
+        return _wait_gone(pid, str(self.properties_path(broker_id)), timeout_s)
+
+    def kill(self, broker_id: int) -> None:
+        """SIGKILL the broker: no clean shutdown; its registration lasts until its session
+        expires."""
+        pid = self._signal(broker_id, signal.SIGKILL)
+        if pid is not None:
+            self._reap(broker_id, pid, STOP_TIMEOUT_S)
+        self._entry(broker_id).update(pid=None, port=None)
+        self._save()
+
+    def pause(self, broker_id: int) -> None:
+        """SIGSTOP the broker: it answers nothing and its ZooKeeper session times out."""
+        self._signal(broker_id, signal.SIGSTOP)
+
+    def resume(self, broker_id: int) -> None:
+        """SIGCONT a paused broker."""
+        self._signal(broker_id, signal.SIGCONT)
+
+    def stop_broker(self, broker_id: int) -> None:
+        """Stop the broker cleanly (SIGTERM; SIGKILL if it has not exited in 30 s)."""
+        pid = self._signal(broker_id, signal.SIGTERM)
+        if pid is not None:
+            # A paused broker cannot act on SIGTERM.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+            if not self._reap(broker_id, pid, STOP_TIMEOUT_S):
+                self._signal(broker_id, signal.SIGKILL)
+                self._reap(broker_id, pid, STOP_TIMEOUT_S)
+        self._entry(broker_id).update(pid=None, port=None)
+        self._save()
+
+    def stop(self) -> None:
+        """Stop every broker (all at once, cleanly), then ZooKeeper if this cluster started
+        it. ``cluster.json`` stays, saying nothing runs."""
+        stopping = {}
+        for broker_id in self.broker_ids:
+            pid = self._signal(broker_id, signal.SIGTERM)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+                stopping[broker_id] = pid
+        for broker_id, pid in stopping.items():
+            if not self._reap(broker_id, pid, STOP_TIMEOUT_S):
+                self._signal(broker_id, signal.SIGKILL)
+                self._reap(broker_id, pid, STOP_TIMEOUT_S)
+        for broker_id in self.broker_ids:
+            self._entry(broker_id).update(pid=None, port=None)
+        if self._zk is not None:
+            self._zk.close()
+            self._zk = None
+        self._stop_zookeeper()
+        self._save()
+
+    def _stop_zookeeper(self) -> None:
+        if self._zookeeper is not None:
+            self._zookeeper.stop()
+            self._zookeeper = None
+        else:
+            pid = self.state.get("zookeeper_pid")
+            marker = str(self.zookeeper_dir / "zoo.cfg")
+            if isinstance(pid, int) and process_is(pid, marker) and MAIN_CLASS in _cmdline(pid):
+                os.kill(pid, signal.SIGTERM)
+                if not _wait_gone(pid, marker, STOP_TIMEOUT_S):
+                    os.kill(pid, signal.SIGKILL)
+                    _wait_gone(pid, marker, STOP_TIMEOUT_S)
+        if self.state.get("zookeeper_pid") is not None:
+            self.state["zookeeper"], self.state["zookeeper_pid"] = None, None
+
+    def close(self) -> None:
+        """Forget this object's ZooKeeper session; everything keeps running."""
+        if self._zk is not None:
+            self._zk.close()
+            self._zk = None
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            return self.start()
+        except BaseException:
+            # No ``with`` body runs, so no __exit__ either: stop what did start.
+            self.stop()
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
