@@ -14,8 +14,16 @@ import argparse
 from pathlib import Path
 from typing import Any, Final
 
-from spark_mq.cli.common import EXIT_ERROR, EXIT_OK, CliUsageError, Handler, non_negative_int
-from spark_mq.cli.format import json_text, render_table
+from spark_mq.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    CliUsageError,
+    CommandGroup,
+    Handler,
+    handler_table,
+    non_negative_int,
+)
+from spark_mq.cli.format import json_text, plural, render_table
 from spark_mq.storage.log_verify import BadBatch, PartitionReport, SegmentReport, verify_log_dir
 
 
@@ -23,10 +31,12 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``log`` and its actions on the ``spark-mq`` command parser. It leaves out
     ``common``, the broker options every other command takes: this one reads files, it asks
     no broker."""
-    log = commands.add_parser("log", help="inspect a log directory's files (no broker needed)")
-    actions = log.add_subparsers(dest="action", metavar="ACTION", required=True)
-    verify = actions.add_parser(
+    actions = CommandGroup(
+        commands, "log", help="inspect a log directory's files (no broker needed)", parents=()
+    )
+    verify = actions.add(
         "verify",
+        log_verify,
         help="check every batch of every segment (header, CRC, body), read-only",
         description=(
             "Read every segment file of a log directory and check each record batch as a "
@@ -52,7 +62,6 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "broker's directory: a running one resizes its active segment's indexes)",
     )
     verify.add_argument("--json", action="store_true", help="print one JSON document")
-    verify.set_defaults(handler="log_verify")
 
 
 def log_verify(args: argparse.Namespace) -> int:
@@ -105,8 +114,7 @@ def _print_reports(reports: list[PartitionReport]) -> None:
                 bad_segments += 1
             problems = []
             if segment.bad_batches:
-                n = len(segment.bad_batches)
-                problems.append(f"{n} bad batch{'es' if n != 1 else ''}")
+                problems.append(plural(len(segment.bad_batches), "bad batch", "es"))
             if segment.index_problems:
                 problems.append("index problems")
             status = "BAD: " + ", ".join(problems) if problems else "ok"
@@ -135,14 +143,11 @@ def _print_reports(reports: list[PartitionReport]) -> None:
     verdict = (
         "all intact"
         if not bad_segments
-        else (
-            f"{bad_batches} bad batch{'es' if bad_batches != 1 else ''} in {bad_segments} "
-            f"segment{'s' if bad_segments != 1 else ''}"
-        )
+        else f"{plural(bad_batches, 'bad batch', 'es')} in {plural(bad_segments, 'segment')}"
     )
     print(
-        f"Checked {len(reports)} partition{'s' if len(reports) != 1 else ''}, {segments} "
-        f"segment{'s' if segments != 1 else ''}, {batches} batches, {records} records: {verdict}."
+        f"Checked {plural(len(reports), 'partition')}, {plural(segments, 'segment')}, "
+        f"{batches} batches, {records} records: {verdict}."
     )
 
 
@@ -196,4 +201,4 @@ def _partition_json(report: PartitionReport) -> dict[str, Any]:
 
 
 #: The handlers ``spark_mq.cli`` dispatches to, by the names set above.
-HANDLERS: Final[dict[str, Handler]] = {"log_verify": log_verify}
+HANDLERS: Final[dict[str, Handler]] = handler_table(log_verify)
