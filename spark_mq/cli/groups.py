@@ -27,11 +27,8 @@ from spark_mq.cli.common import (
     non_negative_int,
 )
 from spark_mq.cli.format import json_text, plural, print_listing, print_result, render_table
+from spark_mq.client.group.admin_groups import ALTERABLE_STATES
 from spark_mq.errors import GroupIdNotFoundError, NonEmptyGroupError, UsageError
-
-#: States in which a group's offsets may be reset (no member would overwrite them).
-_RESETTABLE = ("Empty", "Dead")
-
 
 # ---------------------------------------------------------------------------------------------
 # list
@@ -182,7 +179,9 @@ def reset_plan(
 ) -> list[tuple[TopicPartition, int | None, int]]:
     """(partition, committed offset now, new offset) for every partition to reset."""
     description = admin.describe_group(group_id)
-    if description.state not in _RESETTABLE:
+    # The rule Admin.alter_group_offsets applies, checked here too so a dry run is refused
+    # as --execute would be.
+    if description.state not in ALTERABLE_STATES:
         raise NonEmptyGroupError(
             f"group {group_id!r} is {description.state} with "
             f"{plural(len(description.members), 'member')}: offsets can only be reset while "
