@@ -41,7 +41,6 @@ import functools
 import gc
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -56,6 +55,7 @@ import numpy as np
 from bench_report import (
     Run,
     Section,
+    TimedRow,
     base_parser,
     bench_directory_fact,
     common_facts,
@@ -142,7 +142,7 @@ class BuiltLog:
 
 
 @dataclasses.dataclass
-class Row:
+class Row(TimedRow):
     case: Case
     isolation: str
     returned: int  # records one read of the whole log returns
@@ -151,10 +151,6 @@ class Row:
     samples: list[float]
     fetches: int
     empty_fetches: int
-
-    @property
-    def seconds(self) -> float:
-        return statistics.median(self.samples)
 
     @property
     def rps(self) -> float:
@@ -167,10 +163,6 @@ class Row:
     @property
     def mbps(self) -> float:
         return self.log_bytes / self.seconds / 1e6
-
-    @property
-    def spread(self) -> float:
-        return (max(self.samples) - min(self.samples)) / self.seconds
 
 
 # ---------------------------------------------------------------------------------------------
