@@ -26,7 +26,7 @@ from spark_mq.cli.common import (
     handler_table,
     non_negative_int,
 )
-from spark_mq.cli.format import json_text, plural, print_listing, print_result, render_table
+from spark_mq.cli.format import plural, print_listing, print_result, render_table
 from spark_mq.client.group.admin_groups import ALTERABLE_STATES
 from spark_mq.errors import GroupIdNotFoundError, NonEmptyGroupError, UsageError
 
@@ -104,20 +104,23 @@ def _dash(value: int | None) -> int | None:
 def groups_describe(args: argparse.Namespace) -> int:
     with admin_client(args) as admin:
         document = describe_document(admin, args.group)
-    if args.json:
-        print(json_text(document))
-        return 0
+    print_result(args.json, document, _describe_text(args.group, document))
+    return 0
+
+
+def _describe_text(group_id: str, document: dict[str, Any]) -> str:
+    """What ``groups describe`` prints for people: a summary line, then the members and the
+    partitions (each table only when there is something in it)."""
     members = document["members"]
     parts = document["partitions"]
     total_lag = sum(p["lag"] or 0 for p in parts)
     protocol = f", assignor {document['protocol']}" if document["protocol"] else ""
-    print(
-        f"Group {args.group}: {document['state']}{protocol}, generation "
+    lines = [
+        f"Group {group_id}: {document['state']}{protocol}, generation "
         f"{document['generation']}, {plural(len(members), 'member')}, "
         f"total lag {total_lag} (coordinator {document['coordinator']})"
-    )
+    ]
     if members:
-        print()
         rows = [
             [
                 m["member_id"],
@@ -128,9 +131,8 @@ def groups_describe(args: argparse.Namespace) -> int:
             ]
             for m in members
         ]
-        print(render_table(["member", "instance", "client id", "host", "partitions"], rows))
+        lines += ["", render_table(["member", "instance", "client id", "host", "partitions"], rows)]
     if parts:
-        print()
         rows = [
             [
                 p["topic"],
@@ -142,10 +144,9 @@ def groups_describe(args: argparse.Namespace) -> int:
             ]
             for p in parts
         ]
-        print(
-            render_table(["topic", "partition", "committed", "end offset", "lag", "member"], rows)
-        )
-    return 0
+        headers = ["topic", "partition", "committed", "end offset", "lag", "member"]
+        lines += ["", render_table(headers, rows)]
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from spark_mq.cli.common import (
     handler_table,
     non_negative_int,
 )
-from spark_mq.cli.format import json_text, plural, render_table
+from spark_mq.cli.format import plural, print_result, render_table
 from spark_mq.storage.log_verify import BadBatch, PartitionReport, SegmentReport, verify_log_dir
 
 
@@ -73,18 +73,12 @@ def log_verify(args: argparse.Namespace) -> int:
         partition=args.partition,
         verify_index=args.verify_index,
     )
-    if args.json:
-        print(
-            json_text(
-                {
-                    "dir": args.dir,
-                    "ok": all(r.ok for r in reports),
-                    "partitions": [_partition_json(r) for r in reports],
-                }
-            )
-        )
-    else:
-        _print_reports(reports)
+    document = {
+        "dir": args.dir,
+        "ok": all(r.ok for r in reports),
+        "partitions": [_partition_json(r) for r in reports],
+    }
+    print_result(args.json, document, _reports_text(reports))
     return EXIT_OK if all(r.ok for r in reports) else EXIT_ERROR
 
 
@@ -100,10 +94,13 @@ def _offsets(segment: SegmentReport) -> str:
     return f"{segment.first_offset}-{segment.last_offset}"
 
 
-def _print_reports(reports: list[PartitionReport]) -> None:
+def _reports_text(reports: list[PartitionReport]) -> str:
+    """What ``log verify`` prints for people: per partition a table of its segments and a
+    line per problem, then the verdict."""
+    lines: list[str] = []
     segments = bad_segments = batches = records = bad_batches = 0
     for report in reports:
-        print(f"{_name(report)}  ({report.directory})")
+        lines.append(f"{_name(report)}  ({report.directory})")
         rows = []
         for segment in report.segments:
             segments += 1
@@ -132,23 +129,24 @@ def _print_reports(reports: list[PartitionReport]) -> None:
             table = render_table(
                 ["segment", "bytes", "batches", "records", "offsets", "status"], rows
             )
-            print("\n".join("  " + line for line in table.splitlines()))
+            lines.extend("  " + line for line in table.splitlines())
         else:
-            print("  (no segment files)")
+            lines.append("  (no segment files)")
         for segment in report.segments:
             for bad in segment.bad_batches:
-                print(f"  {segment.path.name}: {_describe(report, bad)}")
+                lines.append(f"  {segment.path.name}: {_describe(report, bad)}")
             for problem in segment.index_problems:
-                print(f"  {segment.path.name}: {problem}")
+                lines.append(f"  {segment.path.name}: {problem}")
     verdict = (
         "all intact"
         if not bad_segments
         else f"{plural(bad_batches, 'bad batch', 'es')} in {plural(bad_segments, 'segment')}"
     )
-    print(
+    lines.append(
         f"Checked {plural(len(reports), 'partition')}, {plural(segments, 'segment')}, "
         f"{batches} batches, {records} records: {verdict}."
     )
+    return "\n".join(lines)
 
 
 def _describe(report: PartitionReport, bad: BadBatch) -> str:

@@ -22,7 +22,7 @@ from spark_mq.cli.common import (
     parse_key_values,
     positive_int,
 )
-from spark_mq.cli.format import json_text, plural, print_listing, print_result, render_table
+from spark_mq.cli.format import plural, print_listing, print_result, render_table
 
 
 def topics_create(args: argparse.Namespace) -> int:
@@ -91,44 +91,49 @@ def describe_document(admin: Admin, topic: str) -> dict[str, Any]:
 def topics_describe(args: argparse.Namespace) -> int:
     with admin_client(args) as admin:
         document = describe_document(admin, args.topic)
-    if args.json:
-        print(json_text(document))
-        return 0
+    print_result(args.json, document, _describe_text(args.topic, document))
+    return 0
+
+
+def _describe_text(topic: str, document: dict[str, Any]) -> str:
+    """What ``topics describe`` prints for people: a summary line, the configs, a table."""
     parts = document["partitions"]
     records = sum(p["high_watermark"] - p["log_start_offset"] for p in parts)
-    print(f"Topic {args.topic}: {plural(len(parts), 'partition')}, {plural(records, 'record')}")
     configs = document["configs"]
     overrides = ", ".join(f"{k}={v}" for k, v in sorted(configs.items()))
-    print(f"Configs: {overrides or '(broker defaults)'}")
-    print()
-    print(
-        render_table(
+    table = render_table(
+        [
+            "partition",
+            "leader",
+            "epoch",
+            "replicas",
+            "isr",
+            "start offset",
+            "end offset",
+            "stable offset",
+        ],
+        [
             [
-                "partition",
-                "leader",
-                "epoch",
-                "replicas",
-                "isr",
-                "start offset",
-                "end offset",
-                "stable offset",
-            ],
-            [
-                [
-                    p["partition"],
-                    p["leader"],
-                    p["leader_epoch"],
-                    ",".join(map(str, p["replicas"])),
-                    ",".join(map(str, p["isr"])),
-                    p["log_start_offset"],
-                    p["high_watermark"],
-                    p["last_stable_offset"],
-                ]
-                for p in parts
-            ],
-        )
+                p["partition"],
+                p["leader"],
+                p["leader_epoch"],
+                ",".join(map(str, p["replicas"])),
+                ",".join(map(str, p["isr"])),
+                p["log_start_offset"],
+                p["high_watermark"],
+                p["last_stable_offset"],
+            ]
+            for p in parts
+        ],
     )
-    return 0
+    return "\n".join(
+        [
+            f"Topic {topic}: {plural(len(parts), 'partition')}, {plural(records, 'record')}",
+            f"Configs: {overrides or '(broker defaults)'}",
+            "",
+            table,
+        ]
+    )
 
 
 def topics_alter(args: argparse.Namespace) -> int:
