@@ -55,7 +55,6 @@ import numpy as np
 from bench_report import (
     Run,
     Section,
-    TimedRow,
     base_parser,
     bench_directory_fact,
     common_facts,
@@ -142,7 +141,7 @@ class BuiltLog:
 
 
 @dataclasses.dataclass
-class Row(TimedRow):
+class Row(report.TimedRow):
     case: Case
     isolation: str
     returned: int  # records one read of the whole log returns
