@@ -46,7 +46,6 @@ import dataclasses
 import multiprocessing as mp
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -63,6 +62,7 @@ import numpy as np
 from bench_report import (
     Run,
     Section,
+    TimedRow,
     base_parser,
     common_facts,
     fmt_int,
@@ -111,7 +111,7 @@ class Settings:
 
 
 @dataclasses.dataclass
-class Row:
+class Row(TimedRow):
     system: str  # "spark_mq", "ceiling", "redis"
     transport: str  # "path= (unix)", "tcp", "loopback"
     partitions: int
@@ -122,20 +122,12 @@ class Row:
     note: str = ""
 
     @property
-    def seconds(self) -> float:
-        return statistics.median(self.samples)
-
-    @property
     def rps(self) -> float:
         return self.records / self.seconds
 
     @property
     def mbps(self) -> float:
         return self.records * self.value_bytes / self.seconds / 1e6
-
-    @property
-    def spread(self) -> float:
-        return (max(self.samples) - min(self.samples)) / self.seconds
 
 
 @dataclasses.dataclass

@@ -22,6 +22,7 @@ import importlib.metadata
 import os
 import platform
 import shlex
+import statistics
 import sys
 import tempfile
 import time
@@ -207,6 +208,23 @@ def new_page_cache_write(
 
 # ---------------------------------------------------------------------------------------------
 # Tables
+
+
+class TimedRow:
+    """What a result row derives from ``samples``, the seconds of each timed run of it: the
+    median (``seconds``) and how noisy the runs were (``spread``). The row, a dataclass,
+    declares ``samples`` itself and inherits these two."""
+
+    samples: list[float]
+
+    @property
+    def seconds(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def spread(self) -> float:
+        """(slowest - fastest) / median of the runs: how noisy the row is."""
+        return (max(self.samples) - min(self.samples)) / self.seconds
 
 
 def fmt_int(x: float) -> str:

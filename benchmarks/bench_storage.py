@@ -62,6 +62,7 @@ import pyarrow as pa
 from bench_report import (
     Run,
     Section,
+    TimedRow,
     base_parser,
     bench_directory_fact,
     common_facts,
@@ -116,7 +117,7 @@ class Settings:
 
 
 @dataclasses.dataclass
-class Row:
+class Row(TimedRow):
     op: str
     value_size: int
     batch_size: int
@@ -126,15 +127,6 @@ class Row:
     samples: list[float]  # seconds of each timed run
     ceiling_seconds: float  # median of the ceiling of this row (same bytes)
     ceiling_name: str
-
-    @property
-    def seconds(self) -> float:
-        return statistics.median(self.samples)
-
-    @property
-    def spread(self) -> float:
-        """(slowest - fastest) / median of the runs: how noisy the row is."""
-        return (max(self.samples) - min(self.samples)) / self.seconds
 
     @property
     def rps(self) -> float:

@@ -41,7 +41,6 @@ import functools
 import gc
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -142,7 +141,7 @@ class BuiltLog:
 
 
 @dataclasses.dataclass
-class Row:
+class Row(report.TimedRow):
     case: Case
     isolation: str
     returned: int  # records one read of the whole log returns
@@ -151,10 +150,6 @@ class Row:
     samples: list[float]
     fetches: int
     empty_fetches: int
-
-    @property
-    def seconds(self) -> float:
-        return statistics.median(self.samples)
 
     @property
     def rps(self) -> float:
@@ -167,10 +162,6 @@ class Row:
     @property
     def mbps(self) -> float:
         return self.log_bytes / self.seconds / 1e6
-
-    @property
-    def spread(self) -> float:
-        return (max(self.samples) - min(self.samples)) / self.seconds
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import datetime
 import os
 from typing import Any, Final
 
-from spark_mq import Admin
 from spark_mq.broker import broker_status as local_status
 from spark_mq.broker import ensure_broker, stop_broker
 from spark_mq.broker.log_dir import require_log_dir
@@ -35,11 +34,14 @@ from spark_mq.cli.common import (
     EXIT_ERROR,
     EXIT_USAGE,
     CliUsageError,
+    CommandGroup,
     Handler,
+    admin_client,
+    handler_table,
     parse_key_values,
     positive_int,
 )
-from spark_mq.cli.format import json_text, render_pairs
+from spark_mq.cli.format import json_text, print_result, render_pairs
 from spark_mq.errors import LogDirectoryLockedError
 
 #: The background broker of ``start --detach`` serves until stopped, unless the user sets
@@ -98,11 +100,8 @@ def _status_document(path: str, status: Any) -> dict[str, Any]:
 
 
 def _print_status(args: argparse.Namespace, document: dict[str, Any]) -> None:
-    if args.json:
-        print(json_text(document))
-        return
     rows = [(k, ", ".join(v) if isinstance(v, list) else v) for k, v in document.items()]
-    print(render_pairs(rows))
+    print_result(args.json, document, render_pairs(rows))
 
 
 def broker_start(args: argparse.Namespace) -> int:
@@ -196,12 +195,13 @@ def broker_stop(args: argparse.Namespace) -> int:
     assert path is not None  # _directory raises when it is missing
     before = local_status(path)
     stopped = stop_broker(path, timeout_ms=args.timeout_ms)
-    if args.json:
-        print(json_text({"path": path, "stopped": stopped, "pid": before.pid if before else None}))
-    elif stopped:
-        print(f"Stopped the broker of {path} (pid {before.pid if before else '?'}).")
-    else:
-        print(f"No broker runs for {path}.")
+    print_result(
+        args.json,
+        {"path": path, "stopped": stopped, "pid": before.pid if before else None},
+        f"Stopped the broker of {path} (pid {before.pid if before else '?'})."
+        if stopped
+        else f"No broker runs for {path}.",
+    )
     return 0
 
 
@@ -217,7 +217,7 @@ def broker_status(args: argparse.Namespace) -> int:
 
 def _remote_status(args: argparse.Namespace) -> int:
     """A broker at ``--bootstrap-server``: answer with what its metadata says."""
-    with Admin(bootstrap_servers=args.bootstrap_server) as admin:
+    with admin_client(args) as admin:
         topics = admin.list_topics()
     document = {
         "bootstrap_server": args.bootstrap_server,
@@ -234,11 +234,12 @@ def _remote_status(args: argparse.Namespace) -> int:
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``broker`` and its actions on the ``spark-mq`` command parser."""
-    broker = commands.add_parser("broker", help="start, stop or inspect a broker")
-    broker_cmds = broker.add_subparsers(dest="action", metavar="ACTION", required=True)
-    start = broker_cmds.add_parser(
+    actions = CommandGroup(
+        commands, "broker", help="start, stop or inspect a broker", parents=[common]
+    )
+    start = actions.add(
         "start",
-        parents=[common],
+        broker_start,
         help="run a broker on a log directory (foreground unless --detach)",
     )
     start.add_argument(
@@ -260,26 +261,13 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="KEY",
         help="remove a kept setting, so the default applies again (repeatable)",
     )
-    start.add_argument(
-        "--timeout-ms",
-        type=positive_int,
-        default=30_000,
-        help="--detach: how long to wait for the broker to answer (default %(default)s)",
-    )
-    start.set_defaults(handler="broker_start")
-    stop = broker_cmds.add_parser("stop", parents=[common], help="stop the broker of --path")
-    stop.add_argument(
-        "--timeout-ms",
-        type=positive_int,
-        default=30_000,
-        help="how long to wait for a clean shutdown (default %(default)s)",
-    )
-    stop.set_defaults(handler="broker_stop")
-    status = broker_cmds.add_parser("status", parents=[common], help="is a broker running?")
-    status.set_defaults(handler="broker_status")
-    kept = broker_cmds.add_parser(
+    _timeout_ms(start, "--detach: how long to wait for the broker to answer")
+    stop = actions.add("stop", broker_stop, help="stop the broker of --path")
+    _timeout_ms(stop, "how long to wait for a clean shutdown")
+    actions.add("status", broker_status, help="is a broker running?")
+    kept = actions.add(
         "config",
-        parents=[common],
+        broker_config,
         help="show or change the settings kept in DIR for every start of its broker",
         description="Show the broker settings kept in DIR/server.properties (read at every "
         "start of the directory's broker, on demand or by 'broker start'), after applying "
@@ -298,12 +286,18 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="KEY",
         help="remove a setting, so the default applies again (repeatable)",
     )
-    kept.set_defaults(handler="broker_config")
 
 
-HANDLERS: Final[dict[str, Handler]] = {
-    "broker_start": broker_start,
-    "broker_stop": broker_stop,
-    "broker_status": broker_status,
-    "broker_config": broker_config,
-}
+def _timeout_ms(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--timeout-ms``: how long ``start --detach`` and ``stop`` wait for the broker."""
+    parser.add_argument(
+        "--timeout-ms",
+        type=positive_int,
+        default=30_000,
+        help=f"{what} (default %(default)s)",
+    )
+
+
+HANDLERS: Final[dict[str, Handler]] = handler_table(
+    broker_start, broker_stop, broker_status, broker_config
+)

@@ -1,5 +1,6 @@
-"""What the ``spark-mq`` commands share: exit statuses, usage errors, where the broker is,
-``KEY=VALUE`` options, and the admin lookups several commands need.
+"""What the ``spark-mq`` commands share: exit statuses, usage errors, how a command group
+registers its actions, where the broker is, ``KEY=VALUE`` options, the client settings that
+come from options, and the admin lookups several commands need.
 
 >>> import argparse
 >>> endpoint(argparse.Namespace(path="/data/mq", bootstrap_server=None))
@@ -16,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn
 
-from spark_mq import TopicPartition
+from spark_mq import Admin, TopicPartition
 from spark_mq.errors import UnknownTopicOrPartitionError
 
 ENV_PATH: Final = "SPARK_MQ_PATH"
@@ -47,6 +48,59 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         raise CliUsageError(message)
+
+
+class CommandGroup:
+    """A command whose actions follow it (``spark-mq topics create``, ``topics list``, ...).
+
+    Each action is added with ``parents``, the options it shares with its siblings (the
+    broker options every command that asks a broker takes), unless :meth:`add` is given
+    others."""
+
+    def __init__(
+        self,
+        commands: Any,
+        name: str,
+        *,
+        help: str,
+        parents: Sequence[argparse.ArgumentParser],
+    ) -> None:
+        group = commands.add_parser(name, help=help)
+        self._actions = group.add_subparsers(dest="action", metavar="ACTION", required=True)
+        self._parents = tuple(parents)
+
+    def add(
+        self,
+        name: str,
+        handler: Handler,
+        *,
+        parents: Sequence[argparse.ArgumentParser] | None = None,
+        **kwargs: Any,
+    ) -> argparse.ArgumentParser:
+        """Add the action ``name``, run by ``handler`` (see :func:`add_action`)."""
+        chosen = self._parents if parents is None else parents
+        return add_action(self._actions, name, handler, parents=chosen, **kwargs)
+
+
+def add_action(
+    actions: Any,
+    name: str,
+    handler: Handler,
+    *,
+    parents: Sequence[argparse.ArgumentParser] = (),
+    **kwargs: Any,
+) -> argparse.ArgumentParser:
+    """Add the (sub)command ``name``, run by ``handler``; ``kwargs`` are argparse's (``help``,
+    ``description``). The parser records the handler by its name, the key of the module's
+    ``HANDLERS`` (see :func:`handler_table`), so the two cannot drift apart."""
+    parser: argparse.ArgumentParser = actions.add_parser(name, parents=list(parents), **kwargs)
+    parser.set_defaults(handler=handler.__name__)
+    return parser
+
+
+def handler_table(*handlers: Handler) -> dict[str, Handler]:
+    """A module's ``HANDLERS``: each handler under its name (what :func:`add_action` records)."""
+    return {handler.__name__: handler for handler in handlers}
 
 
 def broker_options(
@@ -81,6 +135,27 @@ def client_properties(p: argparse.ArgumentParser, what: str) -> None:
         metavar="KEY=VALUE",
         help=f"{what} setting with Kafka's key (repeatable), e.g. {_PROPERTY_EXAMPLES[what]}",
     )
+
+
+#: The values ``--acks``, ``--compression`` and ``--isolation-level`` accept (Kafka's values of
+#: ``acks``, ``compression.type`` and ``isolation.level``).
+ACKS_CHOICES: Final = ("all", "-1", "0", "1")
+COMPRESSION_CHOICES: Final = ("none", "gzip", "snappy", "lz4", "zstd")
+ISOLATION_LEVELS: Final = ("read_committed", "read_uncommitted")
+
+
+def producer_options(p: argparse.ArgumentParser, *, acks_help: str, compression_help: str) -> None:
+    """Add ``--acks``, ``--compression`` and ``--property/-X``, which
+    :func:`producer_config` reads."""
+    p.add_argument("--acks", choices=ACKS_CHOICES, help=acks_help)
+    p.add_argument("--compression", choices=COMPRESSION_CHOICES, help=compression_help)
+    client_properties(p, "producer")
+
+
+def consumer_options(p: argparse.ArgumentParser, *, isolation_help: str) -> None:
+    """Add ``--isolation-level`` and ``--property/-X``, which :func:`consumer_config` reads."""
+    p.add_argument("--isolation-level", choices=ISOLATION_LEVELS, help=isolation_help)
+    client_properties(p, "consumer")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,6 +197,31 @@ def client_config(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = dict(parse_key_values(getattr(args, "property", None), "--property"))
     config.update(endpoint(args))
     return config
+
+
+def producer_config(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`client_config` plus what :func:`producer_options` added: ``--acks`` and
+    ``--compression`` win over the same keys given with ``--property``."""
+    config = client_config(args)
+    if args.acks is not None:
+        config["acks"] = args.acks
+    if args.compression is not None:
+        config["compression.type"] = args.compression
+    return config
+
+
+def consumer_config(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`client_config` plus what :func:`consumer_options` added: ``--isolation-level``
+    wins over ``--property isolation.level=...``."""
+    config = client_config(args)
+    if args.isolation_level is not None:
+        config["isolation.level"] = args.isolation_level
+    return config
+
+
+def admin_client(args: argparse.Namespace) -> Admin:
+    """An :class:`~spark_mq.Admin` for the broker the command line names (close it: ``with``)."""
+    return Admin(**endpoint(args))
 
 
 def non_negative_int(text: str) -> int:

@@ -4,7 +4,9 @@ Three shapes of output, one place that writes them:
 
 - :func:`render_table`: columns aligned for a terminal, numbers right-aligned, an underline
   below the header, no borders (what ``kafka-topics --describe`` users expect to ``grep``).
-- :func:`json_text`: one JSON document (``--json``), with keys in a stable order.
+- :func:`json_text`: one JSON document (``--json``), with keys in a stable order;
+  :func:`print_result` and :func:`print_listing` print it or the text for people, so every
+  command chooses between them the same way.
 - :class:`RecordWriter`: consumed records as text lines (value, optionally preceded by
   partition:offset, timestamp, key and headers), JSON lines, or CSV.
 
@@ -21,6 +23,8 @@ events           3
 audit           12
 >>> bytes_to_json(b"caf\\xc3\\xa9"), bytes_to_json(b"\\xff")
 ('café', {'base64': '/w=='})
+>>> plural(1, "partition"), plural(3, "bad batch", "es")
+('1 partition', '3 bad batches')
 """
 
 from __future__ import annotations
@@ -103,6 +107,11 @@ def format_cell(value: object) -> str:
     return str(value)
 
 
+def plural(count: int, word: str, suffix: str = "s") -> str:
+    """``count`` and ``word``, with ``suffix`` unless ``count`` is 1: "1 record", "2 records"."""
+    return f"{count} {word}{'' if count == 1 else suffix}"
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -145,6 +154,30 @@ def render_pairs(pairs: Iterable[tuple[str, object]]) -> str:
 def json_text(document: object) -> str:
     """One JSON document, compact but readable: what ``--json`` prints."""
     return json.dumps(document, ensure_ascii=False, default=_json_default)
+
+
+def print_result(as_json: bool, document: object, text: str) -> None:
+    """Print what a command found or did: ``document`` as JSON with ``--json``, else ``text``
+    (its lines for people)."""
+    print(json_text(document) if as_json else text)
+
+
+def print_listing(
+    as_json: bool,
+    documents: Sequence[object],
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    empty: str,
+) -> None:
+    """Print a list of things (topics, groups, ...): ``documents`` as one JSON array with
+    ``--json``, else ``rows`` as a table, or ``empty`` (a sentence) when there are none."""
+    if as_json:
+        print(json_text(documents))
+    elif rows:
+        print(render_table(headers, rows))
+    else:
+        print(empty)
 
 
 def _json_default(obj: object) -> Any:

@@ -17,43 +17,36 @@ import sys
 from typing import Any, Final
 
 from spark_mq import Admin, TopicPartition
-from spark_mq.cli.common import CliUsageError, Handler, any_int, endpoint, non_negative_int
-from spark_mq.cli.format import json_text, render_table
+from spark_mq.cli.common import (
+    CliUsageError,
+    CommandGroup,
+    Handler,
+    admin_client,
+    any_int,
+    handler_table,
+    non_negative_int,
+)
+from spark_mq.cli.format import plural, print_listing, print_result, render_table
+from spark_mq.client.group.admin_groups import ALTERABLE_STATES
 from spark_mq.errors import GroupIdNotFoundError, NonEmptyGroupError, UsageError
-
-#: States in which a group's offsets may be reset (no member would overwrite them).
-_RESETTABLE = ("Empty", "Dead")
-
-
-def _admin(args: argparse.Namespace) -> Admin:
-    return Admin(**endpoint(args))
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
 
 # ---------------------------------------------------------------------------------------------
 # list
 
 
 def groups_list(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_client(args) as admin:
         listings = admin.list_groups(args.state or ())
-    if args.json:
-        print(
-            json_text(
-                [
-                    {"group": g.group_id, "state": g.state, "protocol_type": g.protocol_type}
-                    for g in listings
-                ]
-            )
-        )
-    elif listings:
-        rows = [(g.group_id, g.state, g.protocol_type or "-") for g in listings]
-        print(render_table(["group", "state", "protocol type"], rows))
-    else:
-        print("No groups.")
+    print_listing(
+        args.json,
+        [
+            {"group": g.group_id, "state": g.state, "protocol_type": g.protocol_type}
+            for g in listings
+        ],
+        ["group", "state", "protocol type"],
+        [(g.group_id, g.state, g.protocol_type or "-") for g in listings],
+        empty="No groups.",
+    )
     return 0
 
 
@@ -109,22 +102,25 @@ def _dash(value: int | None) -> int | None:
 
 
 def groups_describe(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_client(args) as admin:
         document = describe_document(admin, args.group)
-    if args.json:
-        print(json_text(document))
-        return 0
+    print_result(args.json, document, _describe_text(args.group, document))
+    return 0
+
+
+def _describe_text(group_id: str, document: dict[str, Any]) -> str:
+    """What ``groups describe`` prints for people: a summary line, then the members and the
+    partitions (each table only when there is something in it)."""
     members = document["members"]
     parts = document["partitions"]
     total_lag = sum(p["lag"] or 0 for p in parts)
     protocol = f", assignor {document['protocol']}" if document["protocol"] else ""
-    print(
-        f"Group {args.group}: {document['state']}{protocol}, generation "
-        f"{document['generation']}, {_plural(len(members), 'member')}, "
+    lines = [
+        f"Group {group_id}: {document['state']}{protocol}, generation "
+        f"{document['generation']}, {plural(len(members), 'member')}, "
         f"total lag {total_lag} (coordinator {document['coordinator']})"
-    )
+    ]
     if members:
-        print()
         rows = [
             [
                 m["member_id"],
@@ -135,9 +131,8 @@ def groups_describe(args: argparse.Namespace) -> int:
             ]
             for m in members
         ]
-        print(render_table(["member", "instance", "client id", "host", "partitions"], rows))
+        lines += ["", render_table(["member", "instance", "client id", "host", "partitions"], rows)]
     if parts:
-        print()
         rows = [
             [
                 p["topic"],
@@ -149,10 +144,9 @@ def groups_describe(args: argparse.Namespace) -> int:
             ]
             for p in parts
         ]
-        print(
-            render_table(["topic", "partition", "committed", "end offset", "lag", "member"], rows)
-        )
-    return 0
+        headers = ["topic", "partition", "committed", "end offset", "lag", "member"]
+        lines += ["", render_table(headers, rows)]
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,10 +180,12 @@ def reset_plan(
 ) -> list[tuple[TopicPartition, int | None, int]]:
     """(partition, committed offset now, new offset) for every partition to reset."""
     description = admin.describe_group(group_id)
-    if description.state not in _RESETTABLE:
+    # The rule Admin.alter_group_offsets applies, checked here too so a dry run is refused
+    # as --execute would be.
+    if description.state not in ALTERABLE_STATES:
         raise NonEmptyGroupError(
             f"group {group_id!r} is {description.state} with "
-            f"{_plural(len(description.members), 'member')}: offsets can only be reset while "
+            f"{plural(len(description.members), 'member')}: offsets can only be reset while "
             "the group is Empty; stop its consumers first"
         )
     count = admin.describe_topic(args.topic).partition_count
@@ -232,34 +228,24 @@ def reset_plan(
 
 
 def groups_reset_offsets(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_client(args) as admin:
         plan = reset_plan(admin, args.group, args)
         if args.execute:
             admin.alter_group_offsets(args.group, {tp: new for tp, _, new in plan})
-    if args.json:
-        print(
-            json_text(
-                {
-                    "group": args.group,
-                    "executed": bool(args.execute),
-                    "partitions": [
-                        {
-                            "topic": tp.topic,
-                            "partition": tp.partition,
-                            "current_offset": now,
-                            "new_offset": new,
-                        }
-                        for tp, now, new in plan
-                    ],
-                }
-            )
-        )
-    else:
-        rows = [[tp.topic, tp.partition, _dash(now), new] for tp, now, new in plan]
-        print(render_table(["topic", "partition", "current offset", "new offset"], rows))
+    document = {
+        "group": args.group,
+        "executed": bool(args.execute),
+        "partitions": [
+            {"topic": tp.topic, "partition": tp.partition, "current_offset": now, "new_offset": new}
+            for tp, now, new in plan
+        ],
+    }
+    rows = [[tp.topic, tp.partition, _dash(now), new] for tp, now, new in plan]
+    table = render_table(["topic", "partition", "current offset", "new offset"], rows)
+    print_result(args.json, document, table)
     if args.execute:
         print(
-            f"Reset the offsets of group {args.group} for {_plural(len(plan), 'partition')}.",
+            f"Reset the offsets of group {args.group} for {plural(len(plan), 'partition')}.",
             file=sys.stderr,
         )
     else:
@@ -272,12 +258,9 @@ def groups_reset_offsets(args: argparse.Namespace) -> int:
 
 
 def groups_delete(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_client(args) as admin:
         admin.delete_groups([args.group])
-    if args.json:
-        print(json_text({"group": args.group, "deleted": True}))
-    else:
-        print(f"Deleted group {args.group}.")
+    print_result(args.json, {"group": args.group, "deleted": True}, f"Deleted group {args.group}.")
     return 0
 
 
@@ -287,30 +270,30 @@ def groups_delete(args: argparse.Namespace) -> int:
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``groups`` and its actions on the ``spark-mq`` command parser."""
-    groups = commands.add_parser(
-        "groups", help="list, describe, reset offsets of, delete consumer groups"
+    actions = CommandGroup(
+        commands,
+        "groups",
+        help="list, describe, reset offsets of, delete consumer groups",
+        parents=[common],
     )
-    actions = groups.add_subparsers(dest="action", metavar="ACTION", required=True)
-    lst = actions.add_parser("list", parents=[common], help="list consumer groups")
+    lst = actions.add("list", groups_list, help="list consumer groups")
     lst.add_argument(
         "--state",
         action="append",
         metavar="STATE",
         help="only groups in this state (Empty, Stable, PreparingRebalance, ...; repeatable)",
     )
-    lst.set_defaults(handler="groups_list")
 
-    describe = actions.add_parser(
+    describe = actions.add(
         "describe",
-        parents=[common],
+        groups_describe,
         help="state, members, assignment, committed offsets and lag of a group",
     )
     describe.add_argument("group")
-    describe.set_defaults(handler="groups_describe")
 
-    reset = actions.add_parser(
+    reset = actions.add(
         "reset-offsets",
-        parents=[common],
+        groups_reset_offsets,
         help="set a group's committed offsets (only while it has no members)",
         description=(
             "Compute new committed offsets for one topic of a group with no active members "
@@ -339,18 +322,15 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="only print the new offsets (the default)"
     )
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
-    reset.set_defaults(handler="groups_reset_offsets")
 
-    delete = actions.add_parser(
-        "delete", parents=[common], help="delete a group with no members, and its offsets"
+    delete = actions.add(
+        "delete",
+        groups_delete,
+        help="delete a group with no members, and its offsets",
     )
     delete.add_argument("group")
-    delete.set_defaults(handler="groups_delete")
 
 
-HANDLERS: Final[dict[str, Handler]] = {
-    "groups_list": groups_list,
-    "groups_describe": groups_describe,
-    "groups_reset_offsets": groups_reset_offsets,
-    "groups_delete": groups_delete,
-}
+HANDLERS: Final[dict[str, Handler]] = handler_table(
+    groups_list, groups_describe, groups_reset_offsets, groups_delete
+)

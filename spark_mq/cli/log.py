@@ -14,8 +14,16 @@ import argparse
 from pathlib import Path
 from typing import Any, Final
 
-from spark_mq.cli.common import EXIT_ERROR, EXIT_OK, CliUsageError, Handler, non_negative_int
-from spark_mq.cli.format import json_text, render_table
+from spark_mq.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    CliUsageError,
+    CommandGroup,
+    Handler,
+    handler_table,
+    non_negative_int,
+)
+from spark_mq.cli.format import plural, print_result, render_table
 from spark_mq.storage.log_verify import BadBatch, PartitionReport, SegmentReport, verify_log_dir
 
 
@@ -23,10 +31,12 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``log`` and its actions on the ``spark-mq`` command parser. It leaves out
     ``common``, the broker options every other command takes: this one reads files, it asks
     no broker."""
-    log = commands.add_parser("log", help="inspect a log directory's files (no broker needed)")
-    actions = log.add_subparsers(dest="action", metavar="ACTION", required=True)
-    verify = actions.add_parser(
+    actions = CommandGroup(
+        commands, "log", help="inspect a log directory's files (no broker needed)", parents=()
+    )
+    verify = actions.add(
         "verify",
+        log_verify,
         help="check every batch of every segment (header, CRC, body), read-only",
         description=(
             "Read every segment file of a log directory and check each record batch as a "
@@ -52,7 +62,6 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "broker's directory: a running one resizes its active segment's indexes)",
     )
     verify.add_argument("--json", action="store_true", help="print one JSON document")
-    verify.set_defaults(handler="log_verify")
 
 
 def log_verify(args: argparse.Namespace) -> int:
@@ -64,18 +73,12 @@ def log_verify(args: argparse.Namespace) -> int:
         partition=args.partition,
         verify_index=args.verify_index,
     )
-    if args.json:
-        print(
-            json_text(
-                {
-                    "dir": args.dir,
-                    "ok": all(r.ok for r in reports),
-                    "partitions": [_partition_json(r) for r in reports],
-                }
-            )
-        )
-    else:
-        _print_reports(reports)
+    document = {
+        "dir": args.dir,
+        "ok": all(r.ok for r in reports),
+        "partitions": [_partition_json(r) for r in reports],
+    }
+    print_result(args.json, document, _reports_text(reports))
     return EXIT_OK if all(r.ok for r in reports) else EXIT_ERROR
 
 
@@ -91,10 +94,13 @@ def _offsets(segment: SegmentReport) -> str:
     return f"{segment.first_offset}-{segment.last_offset}"
 
 
-def _print_reports(reports: list[PartitionReport]) -> None:
+def _reports_text(reports: list[PartitionReport]) -> str:
+    """What ``log verify`` prints for people: per partition a table of its segments and a
+    line per problem, then the verdict."""
+    lines: list[str] = []
     segments = bad_segments = batches = records = bad_batches = 0
     for report in reports:
-        print(f"{_name(report)}  ({report.directory})")
+        lines.append(f"{_name(report)}  ({report.directory})")
         rows = []
         for segment in report.segments:
             segments += 1
@@ -105,8 +111,7 @@ def _print_reports(reports: list[PartitionReport]) -> None:
                 bad_segments += 1
             problems = []
             if segment.bad_batches:
-                n = len(segment.bad_batches)
-                problems.append(f"{n} bad batch{'es' if n != 1 else ''}")
+                problems.append(plural(len(segment.bad_batches), "bad batch", "es"))
             if segment.index_problems:
                 problems.append("index problems")
             status = "BAD: " + ", ".join(problems) if problems else "ok"
@@ -124,26 +129,24 @@ def _print_reports(reports: list[PartitionReport]) -> None:
             table = render_table(
                 ["segment", "bytes", "batches", "records", "offsets", "status"], rows
             )
-            print("\n".join("  " + line for line in table.splitlines()))
+            lines.extend("  " + line for line in table.splitlines())
         else:
-            print("  (no segment files)")
+            lines.append("  (no segment files)")
         for segment in report.segments:
             for bad in segment.bad_batches:
-                print(f"  {segment.path.name}: {_describe(report, bad)}")
+                lines.append(f"  {segment.path.name}: {_describe(report, bad)}")
             for problem in segment.index_problems:
-                print(f"  {segment.path.name}: {problem}")
+                lines.append(f"  {segment.path.name}: {problem}")
     verdict = (
         "all intact"
         if not bad_segments
-        else (
-            f"{bad_batches} bad batch{'es' if bad_batches != 1 else ''} in {bad_segments} "
-            f"segment{'s' if bad_segments != 1 else ''}"
-        )
+        else f"{plural(bad_batches, 'bad batch', 'es')} in {plural(bad_segments, 'segment')}"
     )
-    print(
-        f"Checked {len(reports)} partition{'s' if len(reports) != 1 else ''}, {segments} "
-        f"segment{'s' if segments != 1 else ''}, {batches} batches, {records} records: {verdict}."
+    lines.append(
+        f"Checked {plural(len(reports), 'partition')}, {plural(segments, 'segment')}, "
+        f"{batches} batches, {records} records: {verdict}."
     )
+    return "\n".join(lines)
 
 
 def _describe(report: PartitionReport, bad: BadBatch) -> str:
@@ -196,4 +199,4 @@ def _partition_json(report: PartitionReport) -> dict[str, Any]:
 
 
 #: The handlers ``spark_mq.cli`` dispatches to, by the names set above.
-HANDLERS: Final[dict[str, Handler]] = {"log_verify": log_verify}
+HANDLERS: Final[dict[str, Handler]] = handler_table(log_verify)

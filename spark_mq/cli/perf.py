@@ -38,14 +38,18 @@ import pyarrow.compute as pc
 from spark_mq import Consumer, Producer
 from spark_mq.cli.common import (
     ArgumentParser,
+    CommandGroup,
     Handler,
     any_int,
-    client_config,
-    client_properties,
+    consumer_config,
+    consumer_options,
+    handler_table,
     positive_int,
+    producer_config,
+    producer_options,
     topic_partitions,
 )
-from spark_mq.cli.format import ProgressBar, json_text, render_pairs, summary_rows
+from spark_mq.cli.format import ProgressBar, print_result, render_pairs, summary_rows
 
 #: Latency samples kept by ``perf produce`` (Kafka's tool keeps about as many).
 LATENCY_SAMPLES: Final = 500_000
@@ -107,15 +111,12 @@ LABELS: Final = {
 
 
 def _print_summary(args: argparse.Namespace, summary: dict[str, Any]) -> None:
-    if args.json:
-        print(json_text(summary))
-        return
     rows = []
     for key, value in summary_rows(summary):
         head, _, tail = key.partition(" ")
         label = LABELS.get(head, head)
         rows.append((f"{label} {tail}" if tail else label, value))
-    print(render_pairs(rows))
+    print_result(args.json, summary, render_pairs(rows))
 
 
 class _Throttle:
@@ -136,21 +137,12 @@ class _Throttle:
 # perf produce
 
 
-def _producer_config(args: argparse.Namespace) -> dict[str, Any]:
-    config = client_config(args)
-    if args.acks is not None:
-        config["acks"] = args.acks
-    if args.compression is not None:
-        config["compression.type"] = args.compression
-    return config
-
-
 def perf_produce(args: argparse.Namespace) -> int:
     payloads = payload_pool(args.record_size)
     n = args.num_records
     progress = ProgressBar(n, enabled=_progress_enabled(args))
     throttle = _Throttle(args.throughput)
-    with Producer(**_producer_config(args)) as producer:
+    with Producer(**producer_config(args)) as producer:
         producer.partitions_for(args.topic)  # fail early (and outside the clock) if unknown
         if args.batch:
             seconds, latencies = _produce_batches(args, producer, payloads, progress, throttle)
@@ -283,9 +275,7 @@ def _produce_batches(
 
 
 def perf_consume(args: argparse.Namespace) -> int:
-    config = client_config(args)
-    if args.isolation_level is not None:
-        config["isolation.level"] = args.isolation_level
+    config = consumer_config(args)
     n = args.num_records
     progress = ProgressBar(n, enabled=_progress_enabled(args))
     clock = time.perf_counter
@@ -358,8 +348,6 @@ def _value_bytes(table: Any) -> int:
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``perf`` and its actions on the ``spark-mq`` command parser."""
-    perf = commands.add_parser("perf", help="measure produce or consume throughput")
-    perf_cmds = perf.add_subparsers(dest="action", metavar="ACTION", required=True)
     perf_common = ArgumentParser(add_help=False)
     perf_common.add_argument("topic")
     perf_common.add_argument(
@@ -375,9 +363,15 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="draw the progress bar on stderr even when it is not a terminal",
     )
-    pp = perf_cmds.add_parser(
-        "produce",
+    actions = CommandGroup(
+        commands,
+        "perf",
+        help="measure produce or consume throughput",
         parents=[common, perf_common],
+    )
+    pp = actions.add(
+        "produce",
+        perf_produce,
         help="send records as fast as allowed (like kafka-producer-perf-test)",
     )
     pp.add_argument(
@@ -395,15 +389,10 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         default=10_000,
         help="--batch: records per send_batch call (default %(default)s)",
     )
-    pp.add_argument("--acks", choices=("all", "-1", "0", "1"), help="(default: all)")
-    pp.add_argument(
-        "--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), help="batch codec"
-    )
-    client_properties(pp, "producer")
-    pp.set_defaults(handler="perf_produce")
-    pc = perf_cmds.add_parser(
+    producer_options(pp, acks_help="(default: all)", compression_help="batch codec")
+    pc = actions.add(
         "consume",
-        parents=[common, perf_common],
+        perf_consume,
         help="read records from the beginning (like kafka-consumer-perf-test)",
     )
     pc.add_argument(
@@ -419,11 +408,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="max_records of each poll() (default %(default)s; poll_batch is bounded by "
         "the fetch sizes)",
     )
-    pc.add_argument(
-        "--isolation-level", choices=("read_committed", "read_uncommitted"), help="see consume"
-    )
-    client_properties(pc, "consumer")
-    pc.set_defaults(handler="perf_consume")
+    consumer_options(pc, isolation_help="see consume")
 
 
-HANDLERS: Final[dict[str, Handler]] = {"perf_produce": perf_produce, "perf_consume": perf_consume}
+HANDLERS: Final[dict[str, Handler]] = handler_table(perf_produce, perf_consume)

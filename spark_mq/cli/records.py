@@ -28,15 +28,26 @@ from spark_mq import (
 from spark_mq.cli.common import (
     CliUsageError,
     Handler,
+    add_action,
     broker_options,
-    client_config,
-    client_properties,
+    consumer_config,
+    consumer_options,
+    handler_table,
     non_negative_int,
     parse_key_values,
     positive_int,
+    producer_config,
+    producer_options,
     topic_partitions,
 )
-from spark_mq.cli.format import RECORD_FORMATS, RecordFormat, RecordWriter, json_text, render_table
+from spark_mq.cli.format import (
+    RECORD_FORMATS,
+    RecordFormat,
+    RecordWriter,
+    json_text,
+    plural,
+    render_table,
+)
 from spark_mq.client.group.offsets import OffsetsArg
 from spark_mq.config import parse_bool
 from spark_mq.errors import SparkMQError, UnknownTopicOrPartitionError
@@ -87,11 +98,7 @@ class _PartitionTally:
 
 
 def produce(args: argparse.Namespace) -> int:
-    config = client_config(args)
-    if args.acks is not None:
-        config["acks"] = args.acks
-    if args.compression is not None:
-        config["compression.type"] = args.compression
+    config = producer_config(args)
     headers = [(k, v.encode("utf-8")) for k, v in parse_key_values(args.header, "--header").items()]
     sep = args.key_separator.encode("utf-8") if args.key_separator is not None else None
     if sep == b"":
@@ -144,7 +151,7 @@ def produce(args: argparse.Namespace) -> int:
     if args.json:
         print(json_text({"topic": args.topic, "records": count, "partitions": rows}))
     else:
-        print(f"Produced {count} record{'s' if count != 1 else ''} to {args.topic}.")
+        print(f"Produced {plural(count, 'record')} to {args.topic}.")
         if rows:
             print(
                 render_table(
@@ -168,9 +175,7 @@ def consume(args: argparse.Namespace) -> int:
         raise CliUsageError(f"--json prints JSON lines; it cannot be combined with --format {fmt}")
     if args.offset is not None and args.partition is None:
         raise CliUsageError("--offset needs --partition (an offset belongs to one partition)")
-    config = client_config(args)
-    if args.isolation_level is not None:
-        config["isolation.level"] = args.isolation_level
+    config = consumer_config(args)
     group = _group_settings(args, config)
     writer = RecordWriter(
         _stdout_bytes(),
@@ -228,7 +233,7 @@ def consume(args: argparse.Namespace) -> int:
         else:
             printed.commit()
         finally:
-            print(f"Consumed {count} record{'s' if count != 1 else ''}.", file=sys.stderr)
+            print(f"Consumed {plural(count, 'record')}.", file=sys.stderr)
     return 0
 
 
@@ -378,41 +383,40 @@ def _assign(consumer: Any, args: argparse.Namespace, tps: list[TopicPartition]) 
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``produce`` and ``consume`` on the ``spark-mq`` command parser."""
-    produce = commands.add_parser(
+    produce_cmd = add_action(
+        commands,
         "produce",
+        produce,
         parents=[common],
         help="send lines of stdin (or --file) as records",
         description="Send every input line as one record (the line without its newline).",
     )
-    produce.add_argument("topic")
-    produce.add_argument("--file", "-f", metavar="FILE", help="read lines from FILE, not stdin")
-    produce.add_argument(
+    produce_cmd.add_argument("topic")
+    produce_cmd.add_argument("--file", "-f", metavar="FILE", help="read lines from FILE, not stdin")
+    produce_cmd.add_argument(
         "--key-separator",
         metavar="SEP",
         help="split each line at the first SEP into key and value (a line without it fails)",
     )
-    produce.add_argument(
+    produce_cmd.add_argument(
         "--header",
         action="append",
         metavar="KEY=VALUE",
         help="header added to every record (repeatable)",
     )
-    produce.add_argument(
+    produce_cmd.add_argument(
         "--partition", type=non_negative_int, help="send every record to this partition"
     )
-    produce.add_argument(
-        "--acks", choices=("all", "-1", "0", "1"), help="acknowledgement (default: all)"
+    producer_options(
+        produce_cmd,
+        acks_help="acknowledgement (default: all)",
+        compression_help="batch codec (default: none)",
     )
-    produce.add_argument(
-        "--compression",
-        choices=("none", "gzip", "snappy", "lz4", "zstd"),
-        help="batch codec (default: none)",
-    )
-    client_properties(produce, "producer")
-    produce.set_defaults(handler="produce")
 
-    consume = commands.add_parser(
+    consume_cmd = add_action(
+        commands,
         "consume",
+        consume,
         parents=[broker_options("JSON lines, one record each (same as --format json)")],
         help="print records of a topic",
         description=(
@@ -424,14 +428,14 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
             "committed."
         ),
     )
-    consume.add_argument("topic")
-    consume.add_argument(
+    consume_cmd.add_argument("topic")
+    consume_cmd.add_argument(
         "--group",
         metavar="GROUP",
         help="read as a member of consumer group GROUP (group.id): resume at its committed "
         "offsets, commit what was printed",
     )
-    start_at = consume.add_mutually_exclusive_group()
+    start_at = consume_cmd.add_mutually_exclusive_group()
     start_at.add_argument(
         "--from-beginning",
         action="store_true",
@@ -440,35 +444,35 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     start_at.add_argument(
         "--offset", type=non_negative_int, help="start at this offset (needs --partition)"
     )
-    consume.add_argument(
+    consume_cmd.add_argument(
         "--partition", type=non_negative_int, help="read only this partition (default: all)"
     )
-    consume.add_argument("--max-messages", type=positive_int, help="exit after this many records")
-    consume.add_argument(
+    consume_cmd.add_argument(
+        "--max-messages", type=positive_int, help="exit after this many records"
+    )
+    consume_cmd.add_argument(
         "--follow", action="store_true", help="keep waiting for new records (Ctrl-C to stop)"
     )
-    consume.add_argument(
+    consume_cmd.add_argument(
         "--timeout-ms",
         type=positive_int,
         help="exit when no record arrived for this long (default: never with --follow)",
     )
-    consume.add_argument(
+    consume_cmd.add_argument(
         "--format", choices=RECORD_FORMATS, help="text (default), json (lines) or csv"
     )
-    consume.add_argument("--print-key", action="store_true", help="text: key before the value")
-    consume.add_argument("--print-offset", action="store_true", help="text: partition:offset first")
-    consume.add_argument("--print-timestamp", action="store_true", help="text: timestamp (ms)")
-    consume.add_argument("--print-headers", action="store_true", help="text: k=v,k=v headers")
-    consume.add_argument(
+    consume_cmd.add_argument("--print-key", action="store_true", help="text: key before the value")
+    consume_cmd.add_argument(
+        "--print-offset", action="store_true", help="text: partition:offset first"
+    )
+    consume_cmd.add_argument("--print-timestamp", action="store_true", help="text: timestamp (ms)")
+    consume_cmd.add_argument("--print-headers", action="store_true", help="text: k=v,k=v headers")
+    consume_cmd.add_argument(
         "--separator", default="\t", help="text: between the printed fields (default: tab)"
     )
-    consume.add_argument(
-        "--isolation-level",
-        choices=("read_committed", "read_uncommitted"),
-        help="read_committed (default) hides open and aborted transactions",
+    consumer_options(
+        consume_cmd, isolation_help="read_committed (default) hides open and aborted transactions"
     )
-    client_properties(consume, "consumer")
-    consume.set_defaults(handler="consume")
 
 
-HANDLERS: Final[dict[str, Handler]] = {"produce": produce, "consume": consume}
+HANDLERS: Final[dict[str, Handler]] = handler_table(produce, consume)

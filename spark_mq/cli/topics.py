@@ -13,22 +13,22 @@ import argparse
 from typing import Any, Final
 
 from spark_mq import Admin, TopicExistsError, TopicPartition, UnknownTopicOrPartitionError
-from spark_mq.cli.common import CliUsageError, Handler, endpoint, parse_key_values, positive_int
-from spark_mq.cli.format import json_text, render_table
-
-
-def _admin(args: argparse.Namespace) -> Admin:
-    return Admin(**endpoint(args))
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+from spark_mq.cli.common import (
+    CliUsageError,
+    CommandGroup,
+    Handler,
+    admin_client,
+    handler_table,
+    parse_key_values,
+    positive_int,
+)
+from spark_mq.cli.format import plural, print_listing, print_result, render_table
 
 
 def topics_create(args: argparse.Namespace) -> int:
     configs = parse_key_values(args.config, "--config")
     created = True
-    with _admin(args) as admin:
+    with admin_client(args) as admin:
         try:
             admin.create_topic(
                 args.topic,
@@ -42,29 +42,26 @@ def topics_create(args: argparse.Namespace) -> int:
                 raise
             created = False
         partitions = admin.describe_topic(args.topic).partition_count
-    if args.json:
-        print(json_text({"topic": args.topic, "partitions": partitions, "created": created}))
-    elif created:
-        print(f"Created topic {args.topic} with {_plural(partitions, 'partition')}.")
-    else:
-        print(f"Topic {args.topic} already exists ({_plural(partitions, 'partition')}).")
+    print_result(
+        args.json,
+        {"topic": args.topic, "partitions": partitions, "created": created},
+        f"Created topic {args.topic} with {plural(partitions, 'partition')}."
+        if created
+        else f"Topic {args.topic} already exists ({plural(partitions, 'partition')}).",
+    )
     return 0
 
 
 def topics_list(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_client(args) as admin:
         rows = []
         for name in admin.list_topics():
             try:
                 rows.append((name, admin.describe_topic(name).partition_count))
             except UnknownTopicOrPartitionError:
                 continue  # deleted between the two calls
-    if args.json:
-        print(json_text([{"topic": name, "partitions": n} for name, n in rows]))
-    elif rows:
-        print(render_table(["topic", "partitions"], rows))
-    else:
-        print("No topics.")
+    documents = [{"topic": name, "partitions": n} for name, n in rows]
+    print_listing(args.json, documents, ["topic", "partitions"], rows, empty="No topics.")
     return 0
 
 
@@ -92,46 +89,51 @@ def describe_document(admin: Admin, topic: str) -> dict[str, Any]:
 
 
 def topics_describe(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_client(args) as admin:
         document = describe_document(admin, args.topic)
-    if args.json:
-        print(json_text(document))
-        return 0
+    print_result(args.json, document, _describe_text(args.topic, document))
+    return 0
+
+
+def _describe_text(topic: str, document: dict[str, Any]) -> str:
+    """What ``topics describe`` prints for people: a summary line, the configs, a table."""
     parts = document["partitions"]
     records = sum(p["high_watermark"] - p["log_start_offset"] for p in parts)
-    print(f"Topic {args.topic}: {_plural(len(parts), 'partition')}, {_plural(records, 'record')}")
     configs = document["configs"]
     overrides = ", ".join(f"{k}={v}" for k, v in sorted(configs.items()))
-    print(f"Configs: {overrides or '(broker defaults)'}")
-    print()
-    print(
-        render_table(
+    table = render_table(
+        [
+            "partition",
+            "leader",
+            "epoch",
+            "replicas",
+            "isr",
+            "start offset",
+            "end offset",
+            "stable offset",
+        ],
+        [
             [
-                "partition",
-                "leader",
-                "epoch",
-                "replicas",
-                "isr",
-                "start offset",
-                "end offset",
-                "stable offset",
-            ],
-            [
-                [
-                    p["partition"],
-                    p["leader"],
-                    p["leader_epoch"],
-                    ",".join(map(str, p["replicas"])),
-                    ",".join(map(str, p["isr"])),
-                    p["log_start_offset"],
-                    p["high_watermark"],
-                    p["last_stable_offset"],
-                ]
-                for p in parts
-            ],
-        )
+                p["partition"],
+                p["leader"],
+                p["leader_epoch"],
+                ",".join(map(str, p["replicas"])),
+                ",".join(map(str, p["isr"])),
+                p["log_start_offset"],
+                p["high_watermark"],
+                p["last_stable_offset"],
+            ]
+            for p in parts
+        ],
     )
-    return 0
+    return "\n".join(
+        [
+            f"Topic {topic}: {plural(len(parts), 'partition')}, {plural(records, 'record')}",
+            f"Configs: {overrides or '(broker defaults)'}",
+            "",
+            table,
+        ]
+    )
 
 
 def topics_alter(args: argparse.Namespace) -> int:
@@ -143,7 +145,7 @@ def topics_alter(args: argparse.Namespace) -> int:
     if args.partitions is None and not configs:
         raise CliUsageError("say what to change: --partitions N, --config K=V or --delete-config K")
     changes: list[str] = []
-    with _admin(args) as admin:
+    with admin_client(args) as admin:
         if args.partitions is not None:
             before = admin.describe_topic(args.topic).partition_count
             if args.partitions != before:
@@ -155,38 +157,33 @@ def topics_alter(args: argparse.Namespace) -> int:
                 f"{k}={v}" if v is not None else f"{k} removed" for k, v in configs.items()
             )
         description = admin.describe_topic(args.topic)
-    if args.json:
-        print(
-            json_text(
-                {
-                    "topic": args.topic,
-                    "partitions": description.partition_count,
-                    "configs": dict(description.configs),
-                }
-            )
-        )
-    elif changes:
-        print(f"Altered topic {args.topic}: {'; '.join(changes)}.")
-    else:
-        print(f"Topic {args.topic} already has {_plural(args.partitions, 'partition')}.")
+    document = {
+        "topic": args.topic,
+        "partitions": description.partition_count,
+        "configs": dict(description.configs),
+    }
+    if changes:
+        text = f"Altered topic {args.topic}: {'; '.join(changes)}."
+    else:  # only --partitions can change nothing: it was the count the topic has
+        text = f"Topic {args.topic} already has {plural(args.partitions, 'partition')}."
+    print_result(args.json, document, text)
     return 0
 
 
 def topics_delete(args: argparse.Namespace) -> int:
     deleted = True
-    with _admin(args) as admin:
+    with admin_client(args) as admin:
         try:
             admin.delete_topic(args.topic)
         except UnknownTopicOrPartitionError:
             if not args.if_exists:
                 raise
             deleted = False
-    if args.json:
-        print(json_text({"topic": args.topic, "deleted": deleted}))
-    elif deleted:
-        print(f"Deleted topic {args.topic}.")
-    else:
-        print(f"Topic {args.topic} does not exist.")
+    print_result(
+        args.json,
+        {"topic": args.topic, "deleted": deleted},
+        f"Deleted topic {args.topic}." if deleted else f"Topic {args.topic} does not exist.",
+    )
     return 0
 
 
@@ -196,9 +193,13 @@ def topics_delete(args: argparse.Namespace) -> int:
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``topics`` and its actions on the ``spark-mq`` command parser."""
-    topics = commands.add_parser("topics", help="create, list, describe, alter, delete topics")
-    topic_cmds = topics.add_subparsers(dest="action", metavar="ACTION", required=True)
-    create = topic_cmds.add_parser("create", parents=[common], help="create a topic")
+    actions = CommandGroup(
+        commands,
+        "topics",
+        help="create, list, describe, alter, delete topics",
+        parents=[common],
+    )
+    create = actions.add("create", topics_create, help="create a topic")
     create.add_argument("topic")
     create.add_argument(
         "--partitions",
@@ -217,17 +218,14 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     create.add_argument(
         "--if-not-exists", action="store_true", help="succeed if the topic already exists"
     )
-    create.set_defaults(handler="topics_create")
-    lst = topic_cmds.add_parser("list", parents=[common], help="list topics")
-    lst.set_defaults(handler="topics_list")
-    describe = topic_cmds.add_parser(
-        "describe", parents=[common], help="partitions, offsets and settings of a topic"
+    actions.add("list", topics_list, help="list topics")
+    describe = actions.add(
+        "describe",
+        topics_describe,
+        help="partitions, offsets and settings of a topic",
     )
     describe.add_argument("topic")
-    describe.set_defaults(handler="topics_describe")
-    alter = topic_cmds.add_parser(
-        "alter", parents=[common], help="add partitions or change settings"
-    )
+    alter = actions.add("alter", topics_alter, help="add partitions or change settings")
     alter.add_argument("topic")
     alter.add_argument(
         "--partitions", type=positive_int, help="new total number of partitions (only grows)"
@@ -241,17 +239,11 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="KEY",
         help="remove a topic setting so the broker default applies again (repeatable)",
     )
-    alter.set_defaults(handler="topics_alter")
-    delete = topic_cmds.add_parser("delete", parents=[common], help="delete a topic")
+    delete = actions.add("delete", topics_delete, help="delete a topic")
     delete.add_argument("topic")
     delete.add_argument("--if-exists", action="store_true", help="succeed if there is none")
-    delete.set_defaults(handler="topics_delete")
 
 
-HANDLERS: Final[dict[str, Handler]] = {
-    "topics_create": topics_create,
-    "topics_list": topics_list,
-    "topics_describe": topics_describe,
-    "topics_alter": topics_alter,
-    "topics_delete": topics_delete,
-}
+HANDLERS: Final[dict[str, Handler]] = handler_table(
+    topics_create, topics_list, topics_describe, topics_alter, topics_delete
+)

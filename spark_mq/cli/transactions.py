@@ -13,15 +13,16 @@ from __future__ import annotations
 import argparse
 from typing import Any, Final
 
-from spark_mq import Admin
-from spark_mq.cli.common import Handler, endpoint, non_negative_int
-from spark_mq.cli.format import json_text, render_table
+from spark_mq.cli.common import (
+    CommandGroup,
+    Handler,
+    admin_client,
+    handler_table,
+    non_negative_int,
+)
+from spark_mq.cli.format import print_listing, print_result
 from spark_mq.client.transactions import TransactionDescription
 from spark_mq.protocol.transactions import TXN_STATES
-
-
-def _admin(args: argparse.Namespace) -> Admin:
-    return Admin(**endpoint(args))
 
 
 def _duration(ms: int) -> str:
@@ -29,40 +30,32 @@ def _duration(ms: int) -> str:
 
 
 def transactions_list(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_client(args) as admin:
         listings = admin.list_transactions(
             states=args.state or (),
             producer_ids=args.producer_id or (),
             duration_ms=-1 if args.duration_ms is None else args.duration_ms,
             prefix=args.prefix,
         )
-    if args.json:
-        print(
-            json_text(
-                [
-                    {
-                        "transactional_id": t.transactional_id,
-                        "producer_id": t.producer_id,
-                        "state": t.state,
-                        "duration_ms": t.duration_ms,
-                        "coordinator": t.coordinator_id,
-                    }
-                    for t in listings
-                ]
-            )
-        )
-    elif listings:
-        rows = [
+    print_listing(
+        args.json,
+        [
+            {
+                "transactional_id": t.transactional_id,
+                "producer_id": t.producer_id,
+                "state": t.state,
+                "duration_ms": t.duration_ms,
+                "coordinator": t.coordinator_id,
+            }
+            for t in listings
+        ],
+        ["transactional id", "producer id", "state", "open for", "coordinator"],
+        [
             (t.transactional_id, t.producer_id, t.state, _duration(t.duration_ms), t.coordinator_id)
             for t in listings
-        ]
-        print(
-            render_table(
-                ["transactional id", "producer id", "state", "open for", "coordinator"], rows
-            )
-        )
-    else:
-        print("No transactions.")
+        ],
+        empty="No transactions.",
+    )
     return 0
 
 
@@ -82,35 +75,36 @@ def describe_document(description: TransactionDescription) -> dict[str, Any]:
 
 
 def transactions_describe(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_client(args) as admin:
         (description,) = admin.describe_transactions([args.transactional_id])
     document = describe_document(description)
-    if args.json:
-        print(json_text(document))
-        return 0
-    for key in (
-        "transactional_id",
-        "state",
-        "producer_id",
-        "producer_epoch",
-        "transaction_timeout_ms",
-        "transaction_start_time_ms",
-        "prepared_time_ms",
-        "coordinator",
-    ):
-        print(f"{key.replace('_', ' ')}: {document[key]}")
+    lines = [
+        f"{key.replace('_', ' ')}: {document[key]}"
+        for key in (
+            "transactional_id",
+            "state",
+            "producer_id",
+            "producer_epoch",
+            "transaction_timeout_ms",
+            "transaction_start_time_ms",
+            "prepared_time_ms",
+            "coordinator",
+        )
+    ]
     parts = ", ".join(str(tp) for tp in description.partitions) or "-"
-    print(f"partitions: {parts}")
+    lines.append(f"partitions: {parts}")
+    print_result(args.json, document, "\n".join(lines))
     return 0
 
 
 def transactions_abort(args: argparse.Namespace) -> int:
-    with _admin(args) as admin:
+    with admin_client(args) as admin:
         admin.abort_transaction(args.transactional_id)
-    if args.json:
-        print(json_text({"transactional_id": args.transactional_id, "aborted": True}))
-    else:
-        print(f"Aborted the transaction of {args.transactional_id}.")
+    print_result(
+        args.json,
+        {"transactional_id": args.transactional_id, "aborted": True},
+        f"Aborted the transaction of {args.transactional_id}.",
+    )
     return 0
 
 
@@ -126,13 +120,15 @@ def _state(text: str) -> str:
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``transactions`` and its actions on the ``spark-mq`` command parser."""
-    txns = commands.add_parser(
-        "transactions", help="list, describe and abort (hanging) transactions"
-    )
-    actions = txns.add_subparsers(dest="action", metavar="ACTION", required=True)
-    lst = actions.add_parser(
-        "list",
+    actions = CommandGroup(
+        commands,
+        "transactions",
+        help="list, describe and abort (hanging) transactions",
         parents=[common],
+    )
+    lst = actions.add(
+        "list",
+        transactions_list,
         help="list transactional ids and their transactions",
         description=(
             "List the transactional ids the coordinators know. --duration-ms D keeps only "
@@ -161,19 +157,17 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="only transactions open for longer than D ms (finds hanging ones)",
     )
     lst.add_argument("--prefix", metavar="P", help="only transactional ids starting with P")
-    lst.set_defaults(handler="transactions_list")
 
-    describe = actions.add_parser(
+    describe = actions.add(
         "describe",
-        parents=[common],
+        transactions_describe,
         help="state, producer id and epoch, timeout and partitions of one transactional id",
     )
     describe.add_argument("--transactional-id", required=True, metavar="ID")
-    describe.set_defaults(handler="transactions_describe")
 
-    abort = actions.add_parser(
+    abort = actions.add(
         "abort",
-        parents=[common],
+        transactions_abort,
         help="abort a hanging (Ongoing or Prepared) transaction",
         description=(
             "End the open or prepared transaction of a transactional id with an abort: its "
@@ -182,11 +176,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         ),
     )
     abort.add_argument("--transactional-id", required=True, metavar="ID")
-    abort.set_defaults(handler="transactions_abort")
 
 
-HANDLERS: Final[dict[str, Handler]] = {
-    "transactions_list": transactions_list,
-    "transactions_describe": transactions_describe,
-    "transactions_abort": transactions_abort,
-}
+HANDLERS: Final[dict[str, Handler]] = handler_table(
+    transactions_list, transactions_describe, transactions_abort
+)

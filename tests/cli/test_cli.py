@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
+from collections.abc import Iterator
 
 import pytest
 
 from spark_mq import __version__
+from spark_mq.cli import _handlers, build_parser
 from spark_mq.cli.common import EXIT_ERROR, EXIT_USAGE
 
 
@@ -30,6 +33,28 @@ def test_version_and_help(cli):
     assert (r.code, r.out) == (0, f"spark-mq {__version__}\n")
     r = cli("topics", "create", "--help")
     assert r.code == 0 and "--partitions" in r.out and "--bootstrap-server" in r.out
+
+
+def _runnable_commands(
+    parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """Every command line that runs something (``topics create``, ``produce``, ...)."""
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subparsers:
+        yield words, parser
+        return
+    for name, child in subparsers[0].choices.items():
+        yield from _runnable_commands(child, (*words, name))
+
+
+def test_every_command_names_a_handler_main_can_find():
+    handlers = _handlers()
+    commands = dict(_runnable_commands(build_parser()))
+    assert ("topics", "create") in commands and ("log", "verify") in commands
+    for words, parser in commands.items():
+        name = parser.get_default("handler")
+        assert name in handlers, f"spark-mq {' '.join(words)}: handler {name!r} is not in HANDLERS"
+        assert handlers[name].__name__ == name
 
 
 @pytest.mark.parametrize(
