@@ -17,9 +17,9 @@ and watch processes, and read ZooKeeper), so they take ``--dir`` instead of ``--
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Final
 
-from spark_mq.cli.common import EXIT_OK, Handler, positive_int
+from spark_mq.cli.common import EXIT_OK, CommandGroup, Handler, handler_table, positive_int
 from spark_mq.cli.format import json_text, render_pairs, render_table
 from spark_mq.cluster.local_cluster import DEFAULT_SESSION_TIMEOUT_MS, LocalCluster
 from spark_mq.errors import ZooKeeperConnectionError
@@ -28,21 +28,19 @@ from spark_mq.errors import ZooKeeperConnectionError
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``cluster`` and its actions. Like ``log verify`` it leaves out ``common``
     (the broker options): it manages processes, it asks no broker."""
-    cluster = commands.add_parser(
-        "cluster", help="run a local cluster: ZooKeeper and N brokers on this machine"
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--dir", required=True, metavar="DIR", help="the cluster directory")
+    actions = CommandGroup(
+        commands,
+        "cluster",
+        help="run a local cluster: ZooKeeper and N brokers on this machine",
+        parents=(where,),
     )
-    actions = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
-
-    def action(name: str, help_text: str, handler: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
-        parser.add_argument("--dir", required=True, metavar="DIR", help="the cluster directory")
-        parser.set_defaults(handler=handler)
-        return parser
-
-    start = action(
+    start = actions.add(
         "start",
-        "start ZooKeeper and N brokers; return once all are registered and a controller elected",
-        "cluster_start",
+        cluster_start,
+        help="start ZooKeeper and N brokers; return once all are registered and a controller "
+        "elected",
     )
     start.add_argument("--brokers", type=positive_int, default=3, metavar="N", help="default 3")
     start.add_argument(
@@ -58,14 +56,20 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="the brokers' zookeeper.session.timeout.ms: how long a killed broker stays "
         "registered (default %(default)s, Kafka's)",
     )
-    for name, help_text in (
-        ("start-broker", "start broker ID again with its settings (after a stop or a kill)"),
-        ("stop-broker", "stop broker ID cleanly"),
+    for handler, name, help_text in (
+        (
+            cluster_start_broker,
+            "start-broker",
+            "start broker ID again with its settings (after a stop or a kill)",
+        ),
+        (cluster_stop_broker, "stop-broker", "stop broker ID cleanly"),
     ):
-        one = action(name, help_text, "cluster_" + name.replace("-", "_"))
+        one = actions.add(name, handler, help=help_text)
         one.add_argument("--id", type=positive_int, required=True, metavar="ID")
-    action("stop", "stop every broker, then ZooKeeper", "cluster_stop")
-    status = action("status", "show brokers, their ports and the controller", "cluster_status")
+    actions.add("stop", cluster_stop, help="stop every broker, then ZooKeeper")
+    status = actions.add(
+        "status", cluster_status, help="show brokers, their ports and the controller"
+    )
     status.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -189,10 +193,6 @@ def _status(cluster: LocalCluster) -> dict[str, Any]:
     }
 
 
-HANDLERS: dict[str, Handler] = {
-    "cluster_start": cluster_start,
-    "cluster_start_broker": cluster_start_broker,
-    "cluster_stop_broker": cluster_stop_broker,
-    "cluster_stop": cluster_stop,
-    "cluster_status": cluster_status,
-}
+HANDLERS: Final[dict[str, Handler]] = handler_table(
+    cluster_start, cluster_start_broker, cluster_stop_broker, cluster_stop, cluster_status
+)
