@@ -32,7 +32,7 @@ from types import FrameType
 from typing import Final, NoReturn
 
 from spark_mq import __version__
-from spark_mq.cli import broker, groups, log, perf, records, topics, transactions
+from spark_mq.cli import broker, groups, half_messages, log, perf, records, topics, transactions
 from spark_mq.cli.common import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -50,7 +50,7 @@ PROG: Final = "spark-mq"
 
 #: One module per command group, each with ``add_parser(commands, common)`` and ``HANDLERS``,
 #: in the order ``spark-mq --help`` lists them.
-COMMAND_GROUPS: Final = (broker, topics, groups, transactions, log, records, perf)
+COMMAND_GROUPS: Final = (broker, topics, groups, transactions, half_messages, log, records, perf)
 
 
 class Terminated(BaseException):

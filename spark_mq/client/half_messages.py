@@ -319,10 +319,42 @@ class TransactionalMessageProducer:
         self.close()
 
 
+@dataclasses.dataclass(frozen=True)
+class HalfMessageListing:
+    """What ``list_half_messages`` found: the messages, and how many were discarded in all."""
+
+    messages: tuple[HalfMessage, ...]
+    discarded_count: int
+
+
+def list_half_messages(
+    path: str | PathLike[str] | None = None,
+    *,
+    bootstrap_servers: str | Sequence[str] | None = None,
+    discarded: bool = False,
+    producer_group: str | None = None,
+    config: Mapping[str, object] | None = None,
+    **configs: object,
+) -> HalfMessageListing:
+    """The pending half messages (or, with ``discarded``, those moved to the discard topic)
+    of ``producer_group``, or of every group: what ``spark-mq half-messages list`` shows."""
+    cfg = AdminConfig.from_properties(client_config_props(path, bootstrap_servers, config, configs))
+    cfg.check_endpoint()
+    cluster = Cluster(cfg)
+    try:
+        response = cluster.request(ListHalfMessagesRequest(discarded, producer_group))
+    finally:
+        cluster.close()
+    _raise_for(response.error_code, response.error_message)
+    return HalfMessageListing(tuple(response.messages), response.discarded_count)
+
+
 __all__ = [
+    "HalfMessageListing",
     "LocalTransactionState",
     "TransactionListener",
     "TransactionSendResult",
     "TransactionalMessage",
     "TransactionalMessageProducer",
+    "list_half_messages",
 ]
