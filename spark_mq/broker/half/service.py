@@ -34,6 +34,9 @@ after each check. A check counts only when it is handed to a live (polling) prod
 message's group: with none connected, the message waits, so a broker restarted before its
 producers does not discard everything.
 
+The three topics are created with the first half message, not at startup, so a broker
+that never sees one has none of them.
+
 Threads: everything runs on the event loop except loading and topic creation (executor).
 """
 
@@ -173,11 +176,18 @@ class HalfMessageService:
         await self._ready.wait()
         return self
 
-    def _load_blocking(self) -> LoadedHalfMessages:
-        loaded = LoadedHalfMessages()
+    def _create_blocking(self) -> None:
+        """Create the service's three topics (on the first half message, as the group and
+        transaction coordinators create theirs on first use). Blocking."""
         for topic in (self.halves, self.ops):
             topic.ensure()
         self._ensure_discard_topic()
+
+    def _load_blocking(self) -> LoadedHalfMessages:
+        loaded = LoadedHalfMessages()
+        if not self.replicas.logs.topic_exists(HALF_MESSAGES_TOPIC):
+            return loaded  # no half message was ever sent here
+        self._create_blocking()
         for record_key, value in self._read(HALF_MESSAGES_TOPIC):
             if value is None:
                 loaded.records.pop(record_key, None)
@@ -251,6 +261,8 @@ class HalfMessageService:
         # The topic must exist (created if auto-creation is on) and have the partition.
         await self._run_blocking(self.replicas.auto_create, request.topic)
         self.replicas.partition(request.topic, request.partition)
+        if not (self.halves.ready and self.ops.ready):
+            await self._run_blocking(self._create_blocking)
         producer_id = await self._run_blocking(self._new_producer_id)
         known = self._known_partition(request.message_id)  # a racing retry stored it
         if known is not None:
