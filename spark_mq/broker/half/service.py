@@ -61,6 +61,7 @@ from spark_mq.broker.half.records import (
     encode_op,
     encode_record,
 )
+from spark_mq.broker.half.state import is_final, is_transition_valid
 from spark_mq.broker.internal_topics import HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.retried_step import RetriedStep
@@ -371,6 +372,12 @@ class HalfMessageService:
 
     def _finish(self, pending: _Pending, state: HalfState, offset: int) -> None:
         record = pending.record
+        # Only a pending message is finished here (the callers found it in ``pending``);
+        # a bug that finished one twice would rewrite a final outcome.
+        if record.message_id not in self.pending or not is_final(state):
+            raise AssertionError(f"half message {record.message_id} cannot become {state.name}")
+        if not is_transition_valid(HalfState.PENDING, state):
+            raise AssertionError(f"no transition from PENDING to {state.name}")
         now = self._clock()
         op = HalfOp(VERSION, record.message_id, state, pending.check_count, offset)
         self.ops.append(record.message_id, [(record.message_id.encode(), encode_op(op))], now)
