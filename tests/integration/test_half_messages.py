@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,10 +86,16 @@ class Workers:
     @staticmethod
     def wait_for_line(proc: subprocess.Popen[str], line: str) -> None:
         assert proc.stdout is not None
-        for got in proc.stdout:
-            if got.strip() == line:
-                return
-        raise AssertionError(f"worker exited before printing {line!r}")
+        # A worker that hangs is killed, which ends the loop below with a clear failure.
+        watchdog = threading.Timer(TIMEOUT_S, proc.kill)
+        watchdog.start()
+        try:
+            for got in proc.stdout:
+                if got.strip() == line:
+                    return
+        finally:
+            watchdog.cancel()
+        raise AssertionError(f"worker exited (or hung) before printing {line!r}")
 
     @staticmethod
     def kill(proc: subprocess.Popen[str]) -> None:
@@ -168,6 +175,7 @@ def committed_rows(db: Path) -> list[bytes]:
         return [bytes(v) for (v,) in conn.execute("SELECT value FROM orders")]
 
 
+@pytest.mark.slow
 def test_half_messages_follow_their_local_transactions(half_dir: Path, tmp_path: Path) -> None:
     db = tmp_path / "orders.sqlite"
     workers = Workers(half_dir, db, tmp_path)
