@@ -261,7 +261,12 @@ class TransactionalMessageProducer:
                     logger.warning("half-message check poll failed: %s", exc)
                 self._closed.wait(CHECK_RETRY_BACKOFF_S)
             except Exception:
+                # A bug (ours or the listener's): start over on a fresh connection, so that
+                # a half-read response cannot poison the next poll.
                 logger.exception("half-message check thread failed; it goes on")
+                if conn is not None:
+                    self._cluster.connection_failed(conn)
+                    conn = None
                 self._closed.wait(CHECK_RETRY_BACKOFF_S)
         if conn is not None:
             conn.close()
