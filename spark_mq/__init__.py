@@ -55,6 +55,13 @@ if TYPE_CHECKING:
         TransactionDescription,
         TransactionListing,
     )
+    from spark_mq.client.half_messages import (
+        LocalTransactionState,
+        TransactionalMessage,
+        TransactionalMessageProducer,
+        TransactionListener,
+        TransactionSendResult,
+    )
     from spark_mq.errors import (
         ConfigError,
         CorruptCheckpointError,
@@ -104,6 +111,11 @@ if TYPE_CHECKING:
 #: client load the log cleaner. ``tests/test_public_api.py`` checks this table against the
 #: imports above (read by type checkers) and ``__all__``.
 _HOMES: dict[str, str] = {
+    "LocalTransactionState": "spark_mq.client.half_messages",
+    "TransactionListener": "spark_mq.client.half_messages",
+    "TransactionSendResult": "spark_mq.client.half_messages",
+    "TransactionalMessage": "spark_mq.client.half_messages",
+    "TransactionalMessageProducer": "spark_mq.client.half_messages",
     "Admin": "spark_mq.client",
     "AdminConfig": "spark_mq.client",
     "BatchMetadata": "spark_mq.client",
@@ -238,6 +250,7 @@ __all__ = [
     "InvalidRecordError",
     "InvalidTopicError",
     "InvalidTxnStateError",
+    "LocalTransactionState",
     "LogAppendInfo",
     "LogCleaner",
     "LogClosedError",
@@ -274,8 +287,12 @@ __all__ = [
     "TransactionAbortableError",
     "TransactionCoordinatorFencedError",
     "TransactionDescription",
+    "TransactionListener",
     "TransactionListing",
+    "TransactionSendResult",
     "TransactionalIdNotFoundError",
+    "TransactionalMessage",
+    "TransactionalMessageProducer",
     "UnknownTopicOrPartitionError",
     "UsageError",
     "__version__",

@@ -15,6 +15,7 @@ import spark_mq.client.group.heartbeat
 import spark_mq.client.group.listener
 import spark_mq.client.group.member_state
 import spark_mq.client.group.offsets
+import spark_mq.client.half_messages
 import spark_mq.client.interceptors
 import spark_mq.client.partitioner
 import spark_mq.client.producer
@@ -29,6 +30,11 @@ import spark_mq.storage.log_config
 import spark_mq.storage.record_batch
 
 EXPECTED = {
+    "LocalTransactionState",
+    "TransactionListener",
+    "TransactionSendResult",
+    "TransactionalMessage",
+    "TransactionalMessageProducer",
     "CompletionResult",
     "PreparedTransaction",
     "ProducerFencedError",
@@ -138,6 +144,7 @@ def test_docstring_examples_run() -> None:
         spark_mq.client.group.listener,
         spark_mq.client.group.member_state,
         spark_mq.client.group.offsets,
+        spark_mq.client.half_messages,
         spark_mq.client.interceptors,
         spark_mq.client.partitioner,
         spark_mq.client.producer,

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from spark_mq.broker.connection_quotas import UNIX_PEER, normalize_host
 from spark_mq.broker.group.config import GroupConfig
+from spark_mq.broker.half.config import HalfMessageConfig
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.config import (
     Config,
@@ -552,6 +553,7 @@ class ServerConfig:
     log_defaults: LogConfig
     groups: GroupConfig = dataclasses.field(default_factory=GroupConfig)
     transactions: TxnConfig = dataclasses.field(default_factory=TxnConfig)
+    half_messages: HalfMessageConfig = dataclasses.field(default_factory=HalfMessageConfig)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object] | None = None) -> ServerConfig:
@@ -560,6 +562,7 @@ class ServerConfig:
         topic_props: dict[str, object] = {}
         group_props: dict[str, object] = {}
         txn_props: dict[str, object] = {}
+        half_props: dict[str, object] = {}
         broker_keys = BrokerConfig.settings()
         for raw_key, raw_value in (props or {}).items():
             key, value = _resolve_alias(raw_key.strip(), raw_value)
@@ -571,6 +574,8 @@ class ServerConfig:
                 group_props[key] = value
             elif TxnConfig.owns(key):
                 txn_props[key] = value
+            elif HalfMessageConfig.owns(key):
+                half_props[key] = value
             else:
                 valid = sorted(
                     [
@@ -579,6 +584,7 @@ class ServerConfig:
                         *_ALIASES,
                         *GroupConfig.settings(),
                         *TxnConfig.settings(),
+                        *HalfMessageConfig.settings(),
                     ]
                 )
                 close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
@@ -604,6 +610,7 @@ class ServerConfig:
             log_defaults,
             GroupConfig.from_properties(group_props),
             TxnConfig.from_properties(txn_props),
+            HalfMessageConfig.from_properties(half_props),
         )
 
     def with_overrides(self, props: Mapping[str, object]) -> ServerConfig:
@@ -618,6 +625,8 @@ class ServerConfig:
         out = dict(broker)
         out.update(self.groups.overrides() if only_set else self.groups.to_properties())
         out.update(self.transactions.overrides() if only_set else self.transactions.to_properties())
+        half = self.half_messages
+        out.update(half.overrides() if only_set else half.to_properties())
         for key, value in topic.items():
             if key in by_topic_key:  # a topic key without a broker default stays topic-only
                 out[by_topic_key[key]] = value
@@ -630,6 +639,7 @@ class ServerConfig:
             BrokerConfig.settings().get(broker_key)
             or GroupConfig.settings().get(broker_key)
             or TxnConfig.settings().get(broker_key)
+            or HalfMessageConfig.settings().get(broker_key)
         )
         if field is None and broker_key in TOPIC_DEFAULT_KEYS:
             field = LogConfig.settings().get(TOPIC_DEFAULT_KEYS[broker_key])

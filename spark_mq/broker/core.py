@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TypeVar
 from spark_mq.broker.config import ServerConfig
 from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.broker.group.service import GroupService, wall_clock_ms
+from spark_mq.broker.half.service import HalfMessageService
 from spark_mq.broker.handlers import HANDLERS
 from spark_mq.broker.producer_ids import ProducerIdManager
 from spark_mq.broker.replica_manager import ReplicaManager
@@ -92,6 +93,14 @@ class BrokerCore:
             self.run_blocking,
             self.groups,
             coordinator_epoch=meta.epoch,
+            new_producer_id=self.producer_ids.next_id,
+            clock=clock,
+        )
+        #: Half messages with check-back (started by the server, after the transactions).
+        self.half_messages = HalfMessageService(
+            config.half_messages,
+            self.replicas,
+            self.run_blocking,
             new_producer_id=self.producer_ids.next_id,
             clock=clock,
         )

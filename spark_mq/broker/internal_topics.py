@@ -49,8 +49,13 @@ from spark_mq.storage.log_config import LogConfig
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 #: The transaction coordinator's topic.
 TRANSACTION_STATE_TOPIC: Final = "__transaction_state"
+#: The half-message service's stored half messages and their ops (docs/half_messages.md).
+HALF_MESSAGES_TOPIC: Final = "__half_messages"
+HALF_OPS_TOPIC: Final = "__half_ops"
 #: Every internal topic (Kafka's ``Topic.INTERNAL_TOPICS`` for the coordinators we have).
-INTERNAL_TOPICS: Final = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+INTERNAL_TOPICS: Final = frozenset(
+    {OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC}
+)
 
 
 def is_internal(topic: str) -> bool:
@@ -110,14 +115,22 @@ def check_internal_config(
 def _what(topic: str) -> str:
     if topic == OFFSETS_TOPIC:
         return "the committed offsets of every group"
+    if topic in (HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC):
+        return "every pending half message and the outcome of every ended one"
     return "the state of every open or prepared transaction"
 
 
 def _expiry(topic: str) -> str:
     if topic == OFFSETS_TOPIC:
         return "offsets.retention.minutes"
+    if topic in (HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC):
+        return "tombstones once a half message is ended"
     return "transactional.id.expiration.ms"
 
 
 def _owner(topic: str) -> str:
-    return "group coordinator" if topic == OFFSETS_TOPIC else "transaction coordinator"
+    if topic == OFFSETS_TOPIC:
+        return "group coordinator"
+    if topic in (HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC):
+        return "half-message service"
+    return "transaction coordinator"

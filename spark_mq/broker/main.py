@@ -244,6 +244,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         scheduler.start()
         core.groups.start()
         core.transactions.start()
+        core.half_messages.start()
         return await server.wait_stop_requested()
     finally:
         Endpoint.remove_if_ours(root, pid, meta.epoch)
@@ -251,6 +252,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         # connections are not among the busy ones the server waits for.
         core.groups.close()
         core.transactions.close()
+        core.half_messages.close()
         await server.close(timeout_s)
         if membership is not None:
             # Ends the session: the registration (and /controller, if ours) goes now, not

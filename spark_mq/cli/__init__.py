@@ -33,7 +33,17 @@ from types import FrameType
 from typing import Final, NoReturn
 
 from spark_mq import __version__
-from spark_mq.cli import broker, cluster, groups, log, perf, records, topics, transactions
+from spark_mq.cli import (
+    broker,
+    cluster,
+    groups,
+    half_messages,
+    log,
+    perf,
+    records,
+    topics,
+    transactions,
+)
 from spark_mq.cli.common import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -51,7 +61,17 @@ PROG: Final = "spark-mq"
 
 #: One module per command group, each with ``add_parser(commands, common)`` and ``HANDLERS``,
 #: in the order ``spark-mq --help`` lists them.
-COMMAND_GROUPS: Final = (broker, cluster, topics, groups, transactions, log, records, perf)
+COMMAND_GROUPS: Final = (
+    broker,
+    cluster,
+    topics,
+    groups,
+    transactions,
+    half_messages,
+    log,
+    records,
+    perf,
+)
 
 
 class Terminated(BaseException):

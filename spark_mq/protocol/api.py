@@ -26,6 +26,7 @@ from spark_mq.protocol import (
     fetch,
     group_offsets,
     groups,
+    half_messages,
     metadata,
     offsets,
     produce,
@@ -79,6 +80,11 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_TXN_OWNER = 1002
     OWNER_HEARTBEAT = 1003
     ABORT_TXNS = 1004
+    #: spark_mq's own: RocketMQ-style half messages with check-back (docs/half_messages.md).
+    SEND_HALF_MESSAGE = 1005
+    END_HALF_MESSAGE = 1006
+    CHECK_HALF_MESSAGES = 1007
+    LIST_HALF_MESSAGES = 1008
 
 
 #: The APIs only a broker of the cluster may send (Kafka: the ones that need the CLUSTER
@@ -342,6 +348,30 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             transactions.AbortTxnsRequest,
             transactions.AbortTxnsResponse,
             transactions.abort_txns_error,
+        ),
+        ApiSpec(
+            ApiKey.SEND_HALF_MESSAGE,
+            half_messages.SendHalfMessageRequest,
+            half_messages.SendHalfMessageResponse,
+            half_messages.send_half_message_error,
+        ),
+        ApiSpec(
+            ApiKey.END_HALF_MESSAGE,
+            half_messages.EndHalfMessageRequest,
+            half_messages.EndHalfMessageResponse,
+            half_messages.end_half_message_error,
+        ),
+        ApiSpec(
+            ApiKey.CHECK_HALF_MESSAGES,
+            half_messages.CheckHalfMessagesRequest,
+            half_messages.CheckHalfMessagesResponse,
+            half_messages.check_half_messages_error,
+        ),
+        ApiSpec(
+            ApiKey.LIST_HALF_MESSAGES,
+            half_messages.ListHalfMessagesRequest,
+            half_messages.ListHalfMessagesResponse,
+            half_messages.list_half_messages_error,
         ),
     )
 }

@@ -29,6 +29,12 @@ from spark_mq.broker.handlers.groups import (
     handle_list_groups,
     handle_sync_group,
 )
+from spark_mq.broker.handlers.half_messages import (
+    handle_check_half_messages,
+    handle_end_half_message,
+    handle_list_half_messages,
+    handle_send_half_message,
+)
 from spark_mq.broker.handlers.inter_broker import guard
 from spark_mq.broker.handlers.metadata import handle_api_versions, handle_metadata
 from spark_mq.broker.handlers.offsets import handle_delete_records, handle_list_offsets
@@ -91,6 +97,10 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.DESCRIBE_TXN_OWNER: handle_describe_txn_owner,
     ApiKey.OWNER_HEARTBEAT: handle_owner_heartbeat,
     ApiKey.ABORT_TXNS: handle_abort_txns,
+    ApiKey.SEND_HALF_MESSAGE: handle_send_half_message,
+    ApiKey.END_HALF_MESSAGE: handle_end_half_message,
+    ApiKey.CHECK_HALF_MESSAGES: handle_check_half_messages,
+    ApiKey.LIST_HALF_MESSAGES: handle_list_half_messages,
 }
 
 HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(

@@ -1,0 +1,66 @@
+"""The half-message service's settings (``ServerConfig.half_messages``).
+
+RocketMQ's defaults under Kafka-style keys: a check every 30 s
+(``transactionCheckInterval``), a message is first checked 6 s after it was sent
+(``transactionTimeOut``; a message may override it), and at most 15 checks
+(``transactionCheckMax``) before it is moved to the discard topic.
+
+    >>> cfg = HalfMessageConfig.from_properties({"transaction.check.max": "3"})
+    >>> cfg.transaction_check_max, cfg.transaction_check_interval_ms
+    (3, 30000)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from spark_mq.config import Config, at_least, between, parse_int, setting
+
+
+@dataclasses.dataclass(frozen=True)
+class HalfMessageConfig(Config):
+    """Half messages and their check-back (``transaction.check.*``,
+    ``transaction.half.timeout.ms``)."""
+
+    component = "half-message service"
+
+    transaction_check_interval_ms: int = setting(
+        "transaction.check.interval.ms",
+        30_000,
+        "How often the broker looks for half messages to check, and the least time between "
+        "two checks of one message (RocketMQ's transactionCheckInterval).",
+        parse=parse_int,
+        check=at_least(1),
+    )
+    transaction_half_timeout_ms: int = setting(
+        "transaction.half.timeout.ms",
+        6_000,
+        "A half message is first checked this long after it was sent, unless its "
+        "SendHalfMessage gave check_immunity_ms (RocketMQ's transactionTimeOut).",
+        parse=parse_int,
+        check=at_least(0),
+    )
+    transaction_check_max: int = setting(
+        "transaction.check.max",
+        15,
+        "Checks of one half message; when the last gets no COMMIT or ROLLBACK within "
+        "transaction.check.interval.ms the message moves to __half_discarded "
+        "(RocketMQ's transactionCheckMax).",
+        parse=parse_int,
+        check=between(1, 1_000_000),
+    )
+    transaction_half_log_segment_bytes: int = setting(
+        "transaction.half.log.segment.bytes",
+        16 * 1024 * 1024,
+        "segment.bytes of __half_messages and __half_ops (compacted; smaller segments "
+        "compact sooner and load faster).",
+        parse=parse_int,
+        check=at_least(1024),
+    )
+
+    @classmethod
+    def owns(cls, key: str) -> bool:
+        """Whether ``key`` (dotted or underscored) is one of these settings."""
+        settings: dict[str, Any] = cls.settings()
+        return key in settings or key.replace("_", ".") in settings

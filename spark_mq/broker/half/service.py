@@ -1,0 +1,508 @@
+"""The half-message service: stores half messages, ends them, schedules their check-backs.
+
+State (on the event loop thread only): the pending messages with their check counts, the
+outcome of every ended message (for idempotent ends), the discarded messages. It is rebuilt
+at startup from ``__half_messages`` and ``__half_ops`` (:mod:`~spark_mq.broker.half.records`):
+a message is pending when it has a record and no final op.
+
+Order of appends, and what a crash between two of them leaves:
+
+- SendHalfMessage appends the record to ``__half_messages``. Before it: nothing is stored and
+  the producer's request failed. A retried send of the same id stores nothing more.
+- COMMIT appends the real record to its topic, then the COMMITTED op, then a tombstone of the
+  half record. The real record is written with the message's own producer id (fresh, given
+  out by SendHalfMessage and kept in the half record), epoch 0 and sequence 0, so the log's
+  idempotence recognises a second append of it and returns the first offset. A crash after
+  the real append and before the op leaves the message pending: its next COMMIT (the
+  producer's retry, or a check-back after the restart) appends the record again, which the
+  log answers as a duplicate, and only then is the op written. No loss, no double. This
+  holds while the partition remembers that producer id (``producer.id.expiration.ms`` after
+  its last write, Kafka's default one day), far longer than the restart it covers.
+- ROLLBACK appends the ROLLED_BACK op, then the tombstone.
+- A check appends a PENDING op with the count raised, then hands the message to a producer
+  (a crash in between counts a check that was not made: a count errs high, never low).
+- A discard appends the record to ``__half_discarded`` (same producer id and sequence, so a
+  repeat is again a duplicate), then the DISCARDED op.
+
+A crash after the final op and before the tombstone leaves a record compaction does not
+remove; the op decides, so loading ignores it.
+
+Check-backs: every ``transaction.check.interval.ms`` the service discards the messages whose
+last allowed check went unanswered and wakes the producers polling with CheckHalfMessages.
+A message is due for a check ``check_immunity_ms`` after it was sent, then again an interval
+after each check. A check counts only when it is handed to a live (polling) producer of the
+message's group: with none connected, the message waits, so a broker restarted before its
+producers does not discard everything.
+
+The three topics are created with the first half message, not at startup, so a broker
+that never sees one has none of them.
+
+Threads: everything runs on the event loop except loading and topic creation (executor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from spark_mq.broker.coordinator_topic import CoordinatorTopic
+from spark_mq.broker.half.config import HalfMessageConfig
+from spark_mq.broker.half.records import (
+    VERSION,
+    HalfOp,
+    HalfRecord,
+    decode_op,
+    decode_record,
+    encode_op,
+    encode_record,
+)
+from spark_mq.broker.half.state import is_final, is_transition_valid
+from spark_mq.broker.internal_topics import HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC
+from spark_mq.broker.replica_manager import ReplicaManager
+from spark_mq.broker.retried_step import RetriedStep
+from spark_mq.broker.txn.log_reader import read_batches
+from spark_mq.errors import (
+    CoordinatorNotAvailableError,
+    InvalidRequestError,
+    InvalidTxnStateError,
+    LogClosedError,
+    TopicExistsError,
+)
+from spark_mq.protocol.half_messages import (
+    EndHalfMessageRequest,
+    HalfAction,
+    HalfMessage,
+    HalfState,
+    SendHalfMessageRequest,
+)
+from spark_mq.storage.arrow_arrays import binary_array
+from spark_mq.storage.record_batch import encode_batch
+
+logger = logging.getLogger("spark_mq.broker.half")
+
+#: Where messages go after their last check went unanswered (RocketMQ's
+#: ``TRANS_CHECK_MAX_TIME_TOPIC``). An ordinary topic, kept until an operator deletes it.
+DISCARD_TOPIC: Final = "__half_discarded"
+#: Headers the service adds to a discarded record, so whoever handles it knows its origin.
+DISCARD_HEADERS: Final = ("half.message.id", "half.topic", "half.partition", "half.group")
+#: How much of a partition one read returns while loading.
+LOAD_BUFFER_BYTES: Final = 5 * 1024 * 1024
+#: Longest a CheckHalfMessages request may wait (a bound on every poll, whatever it asks).
+MAX_CHECK_WAIT_MS: Final = 30_000
+
+RunBlocking = Callable[..., Awaitable[Any]]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclasses.dataclass
+class _Pending:
+    record: HalfRecord
+    check_count: int
+    #: Wall-clock ms of the last check handed out (-1: none since this broker started).
+    last_check_ms: int = -1
+
+
+@dataclasses.dataclass
+class LoadedHalfMessages:
+    """What the two topics hold, newest value per key."""
+
+    records: dict[str, HalfRecord] = dataclasses.field(default_factory=dict)
+    ops: dict[str, HalfOp] = dataclasses.field(default_factory=dict)
+
+
+class HalfMessageService:
+    """The broker's half messages, bound to the running event loop."""
+
+    def __init__(
+        self,
+        config: HalfMessageConfig,
+        replicas: ReplicaManager,
+        run_blocking: RunBlocking,
+        *,
+        new_producer_id: Callable[[], int],
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.config = config
+        self.replicas = replicas
+        self._run_blocking = run_blocking
+        self._new_producer_id = new_producer_id
+        self._clock = clock
+        segment = config.transaction_half_log_segment_bytes
+        self.halves = CoordinatorTopic(
+            replicas, HALF_MESSAGES_TOPIC, num_partitions=1, segment_bytes=segment
+        )
+        self.ops = CoordinatorTopic(
+            replicas, HALF_OPS_TOPIC, num_partitions=1, segment_bytes=segment
+        )
+        self.pending: dict[str, _Pending] = {}
+        #: Ended messages: id -> (state, offset of the real record or -1).
+        self.ended: dict[str, tuple[HalfState, int]] = {}
+        self.discarded: dict[str, _Pending] = {}
+        self._wakeups: dict[str, asyncio.Event] = {}
+        self._ready = RetriedStep(self._load, what="loading half messages", owner="half messages")
+        self._job: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the two topics (creating them) and start the check job (on the loop)."""
+        self._ready.start()
+        if self._job is None:
+            self._job = asyncio.create_task(self._check_job(), name="half-message-checks")
+
+    def close(self) -> None:
+        self._closed = True
+        if self._job is not None:
+            self._job.cancel()
+        for event in self._wakeups.values():
+            event.set()
+
+    async def wait_closed(self) -> None:
+        if self._job is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._job
+
+    async def ready(self) -> HalfMessageService:
+        if self._closed:
+            raise CoordinatorNotAvailableError("the broker is shutting down; retry elsewhere")
+        await self._ready.wait()
+        return self
+
+    def _create_blocking(self) -> None:
+        """Create the service's three topics (on the first half message, as the group and
+        transaction coordinators create theirs on first use). Blocking."""
+        for topic in (self.halves, self.ops):
+            topic.ensure()
+        self._ensure_discard_topic()
+
+    def _load_blocking(self) -> LoadedHalfMessages:
+        loaded = LoadedHalfMessages()
+        if not self.replicas.logs.topic_exists(HALF_MESSAGES_TOPIC):
+            return loaded  # no half message was ever sent here
+        self._create_blocking()
+        for record_key, value in self._read(HALF_MESSAGES_TOPIC):
+            if value is None:
+                loaded.records.pop(record_key, None)
+            else:
+                loaded.records[record_key] = decode_record(value)
+        for record_key, value in self._read(HALF_OPS_TOPIC):
+            if value is not None:
+                loaded.ops[record_key] = decode_op(value)
+        return loaded
+
+    def _read(self, topic: str) -> list[tuple[str, bytes | None]]:
+        out: list[tuple[str, bytes | None]] = []
+        log = self.replicas.logs.get_log(topic, 0)
+        for batch in read_batches(log, LOAD_BUFFER_BYTES):
+            for record_key, value in batch.records:
+                if record_key is not None:
+                    out.append((record_key.decode(), value))
+        return out
+
+    def _ensure_discard_topic(self) -> None:
+        logs = self.replicas.logs
+        if not logs.topic_exists(DISCARD_TOPIC):
+            with contextlib.suppress(TopicExistsError):
+                logs.create_topic(DISCARD_TOPIC, 1, {"retention.ms": "-1", "retention.bytes": "-1"})
+
+    async def _load(self) -> None:
+        loaded = await self._run_blocking(self._load_blocking)
+        for message_id, op in loaded.ops.items():
+            state = HalfState(op.state)
+            if state is HalfState.DISCARDED:
+                record = loaded.records.get(message_id)
+                if record is not None:
+                    self.discarded[message_id] = _Pending(record, op.check_count)
+            elif state is not HalfState.PENDING:
+                self.ended[message_id] = (state, op.offset)
+        for message_id, record in loaded.records.items():
+            op_loaded = loaded.ops.get(message_id)
+            if op_loaded is None or op_loaded.state == HalfState.PENDING:
+                count = 0 if op_loaded is None else op_loaded.check_count
+                self.pending[message_id] = _Pending(record, count)
+        logger.info(
+            "half messages loaded: %d pending, %d ended, %d discarded",
+            len(self.pending),
+            len(self.ended),
+            len(self.discarded),
+        )
+
+    # -- SendHalfMessage --------------------------------------------------------------------
+
+    async def send(self, request: SendHalfMessageRequest) -> int:
+        """Store a half message; its partition. Idempotent per ``message_id``."""
+        await self.ready()
+        if not request.producer_group or not request.message_id:
+            raise InvalidRequestError(
+                "SendHalfMessage needs a producer_group and a message_id (a UUID the "
+                "producer makes)"
+            )
+        if request.topic in (HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC, DISCARD_TOPIC):
+            raise InvalidRequestError(
+                f"a half message cannot go to {request.topic!r}: it is the half-message "
+                "service's own topic; send to a topic of yours"
+            )
+        if request.partition < 0:
+            raise InvalidRequestError(
+                f"SendHalfMessage partition {request.partition}: give the partition (the "
+                "producer's partitioner chooses it)"
+            )
+        known = self._known_partition(request.message_id)
+        if known is not None:
+            return known
+        # The topic must exist (created if auto-creation is on) and have the partition.
+        await self._run_blocking(self.replicas.auto_create, request.topic)
+        self.replicas.partition(request.topic, request.partition)
+        if not (self.halves.ready and self.ops.ready):
+            await self._run_blocking(self._create_blocking)
+        producer_id = await self._run_blocking(self._new_producer_id)
+        known = self._known_partition(request.message_id)  # a racing retry stored it
+        if known is not None:
+            return known
+        immunity = request.check_immunity_ms
+        record = HalfRecord(
+            VERSION,
+            request.message_id,
+            request.producer_group,
+            request.topic,
+            request.partition,
+            request.key,
+            request.value,
+            list(request.headers),
+            self._clock(),
+            self.config.transaction_half_timeout_ms if immunity < 0 else immunity,
+            producer_id,
+        )
+        self.halves.append(
+            record.message_id, [(record.message_id.encode(), encode_record(record))], self._clock()
+        )
+        self.pending[record.message_id] = _Pending(record, 0)
+        return record.partition
+
+    def _known_partition(self, message_id: str) -> int | None:
+        for table in (self.pending, self.discarded):
+            entry = table.get(message_id)
+            if entry is not None:
+                return entry.record.partition
+        if message_id in self.ended:
+            return -1
+        return None
+
+    # -- EndHalfMessage ---------------------------------------------------------------------
+
+    async def end(self, request: EndHalfMessageRequest) -> tuple[HalfState, int]:
+        """End a half message; its outcome and the real record's offset (or -1)."""
+        await self.ready()
+        try:
+            action = HalfAction(request.action)
+        except ValueError:
+            raise InvalidRequestError(
+                f"EndHalfMessage action {request.action}: use 1 (COMMIT) or 2 (ROLLBACK)"
+            ) from None
+        wanted = HalfState.COMMITTED if action is HalfAction.COMMIT else HalfState.ROLLED_BACK
+        message_id = request.message_id
+        if message_id in self.ended:
+            state, offset = self.ended[message_id]
+            if state is not wanted:
+                raise _state_error(
+                    f"half message {message_id!r} was already {state.name}; "
+                    f"it cannot be {wanted.name} as well"
+                )
+            return state, offset
+        if message_id in self.discarded:
+            gone = self.discarded[message_id]
+            raise _state_error(
+                f"half message {message_id!r} was DISCARDED after {gone.check_count} "
+                f"unanswered checks; it is in {DISCARD_TOPIC} for an operator to handle",
+                gone.record.producer_id,
+            )
+        pending = self.pending.get(message_id)
+        if pending is None:
+            raise _state_error(
+                f"no half message {message_id!r} on this broker: send it first (SendHalfMessage)"
+            )
+        if pending.record.producer_group != request.producer_group:
+            raise InvalidRequestError(
+                f"half message {message_id!r} belongs to producer group "
+                f"{pending.record.producer_group!r}, not {request.producer_group!r}"
+            )
+        # No await from here on: the appends and the state change are one step on the loop.
+        offset = self._write_real(pending.record) if wanted is HalfState.COMMITTED else -1
+        self._finish(pending, wanted, offset)
+        if request.from_check:
+            logger.info("half message %s %s by a check-back", message_id, wanted.name)
+        return wanted, offset
+
+    def _write_real(self, record: HalfRecord, *, topic: str | None = None) -> int:
+        """Append the message's record to ``topic`` (its own by default) idempotently."""
+        headers = [(h.key, h.value) for h in record.headers]
+        target, partition = record.topic, record.partition
+        if topic is not None:
+            target, partition = topic, 0
+            headers += [
+                (name, str(value).encode())
+                for name, value in zip(
+                    DISCARD_HEADERS,
+                    (record.message_id, record.topic, record.partition, record.producer_group),
+                    strict=True,
+                )
+            ]
+        part = self.replicas.partition(target, partition)
+        batch = encode_batch(
+            binary_array([record.value]),
+            key=binary_array([record.key]),
+            headers=[headers or None],
+            producer_id=record.producer_id,
+            producer_epoch=0,
+            base_sequence=0,
+            now_ms=self._clock(),
+        )
+        info = part.append(batch)
+        self.replicas.notify([part])
+        return int(info.first_offset)
+
+    def _finish(self, pending: _Pending, state: HalfState, offset: int) -> None:
+        record = pending.record
+        # Only a pending message is finished here (the callers found it in ``pending``);
+        # a bug that finished one twice would rewrite a final outcome.
+        if record.message_id not in self.pending or not is_final(state):
+            raise AssertionError(f"half message {record.message_id} cannot become {state.name}")
+        if not is_transition_valid(HalfState.PENDING, state):
+            raise AssertionError(f"no transition from PENDING to {state.name}")
+        now = self._clock()
+        op = HalfOp(VERSION, record.message_id, state, pending.check_count, offset)
+        self.ops.append(record.message_id, [(record.message_id.encode(), encode_op(op))], now)
+        if state is HalfState.DISCARDED:
+            self.discarded[record.message_id] = pending
+        else:
+            self.halves.append(record.message_id, [(record.message_id.encode(), None)], now)
+            self.ended[record.message_id] = (state, offset)
+        self.pending.pop(record.message_id, None)
+
+    # -- CheckHalfMessages ------------------------------------------------------------------
+
+    def _due(self, pending: _Pending, now: int) -> bool:
+        if pending.last_check_ms >= 0:
+            return now - pending.last_check_ms >= self.config.transaction_check_interval_ms
+        return now - pending.record.created_ms >= pending.record.check_immunity_ms
+
+    async def poll_checks(
+        self, group: str, max_wait_ms: int, max_messages: int
+    ) -> list[HalfMessage]:
+        """Half messages of ``group`` to check, waiting up to ``max_wait_ms`` for some."""
+        await self.ready()
+        if not group:
+            raise InvalidRequestError("CheckHalfMessages needs the producer_group")
+        wait_s = max(0, min(max_wait_ms, MAX_CHECK_WAIT_MS)) / 1000
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            handed = self._hand_out(group, max(1, max_messages))
+            remaining = deadline - loop.time()
+            if handed or remaining <= 0 or self._closed:
+                return handed
+            event = self._wakeups.setdefault(group, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+
+    def _hand_out(self, group: str, limit: int) -> list[HalfMessage]:
+        now = self._clock()
+        out: list[HalfMessage] = []
+        for pending in list(self.pending.values()):
+            if len(out) >= limit:
+                break
+            record = pending.record
+            if record.producer_group != group or not self._due(pending, now):
+                continue
+            if pending.check_count >= self.config.transaction_check_max:
+                continue  # its last check is out; the job discards it if it stays unanswered
+            pending.check_count += 1
+            pending.last_check_ms = now
+            op = HalfOp(VERSION, record.message_id, HalfState.PENDING, pending.check_count)
+            self.ops.append(record.message_id, [(record.message_id.encode(), encode_op(op))], now)
+            out.append(_message(pending, HalfState.PENDING))
+        return out
+
+    async def _check_job(self) -> None:
+        interval_s = self.config.transaction_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            if not self._ready.succeeded:
+                continue
+            try:
+                self.run_checks()
+            except LogClosedError:
+                return
+            except Exception:
+                logger.exception("half-message checks failed; retrying at the next interval")
+
+    def run_checks(self) -> int:
+        """Discard the messages whose last check went unanswered and wake the pollers of
+        every group with a message due; the number discarded."""
+        now = self._clock()
+        discarded = 0
+        groups: set[str] = set()
+        for pending in list(self.pending.values()):
+            if not self._due(pending, now):
+                continue
+            if pending.check_count >= self.config.transaction_check_max:
+                self._write_real(pending.record, topic=DISCARD_TOPIC)
+                self._finish(pending, HalfState.DISCARDED, -1)
+                discarded += 1
+                logger.warning(
+                    "half message %s of group %s moved to %s after %d unanswered checks",
+                    pending.record.message_id,
+                    pending.record.producer_group,
+                    DISCARD_TOPIC,
+                    pending.check_count,
+                )
+            else:
+                groups.add(pending.record.producer_group)
+        for group in groups:
+            event = self._wakeups.pop(group, None)
+            if event is not None:
+                event.set()
+        return discarded
+
+    # -- ListHalfMessages -------------------------------------------------------------------
+
+    async def list(self, *, discarded: bool, group: str | None) -> list[HalfMessage]:
+        await self.ready()
+        table = self.discarded if discarded else self.pending
+        state = HalfState.DISCARDED if discarded else HalfState.PENDING
+        return [
+            _message(p, state)
+            for p in table.values()
+            if group is None or p.record.producer_group == group
+        ]
+
+
+def _state_error(message: str, producer_id: int = -1) -> InvalidTxnStateError:
+    """INVALID_TXN_STATE for an end that does not fit the message's state; the producer id
+    is the message's own (its real record's), -1 when the broker does not have it."""
+    return InvalidTxnStateError(message, producer_id=producer_id, producer_epoch=0)
+
+
+def _message(pending: _Pending, state: HalfState) -> HalfMessage:
+    r = pending.record
+    return HalfMessage(
+        r.message_id,
+        r.producer_group,
+        r.topic,
+        r.partition,
+        r.key,
+        r.value,
+        list(r.headers),
+        r.created_ms,
+        pending.check_count,
+        state,
+    )

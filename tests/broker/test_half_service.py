@@ -1,0 +1,235 @@
+"""The half-message service in-process: a BrokerCore over a LogManager in tmp_path, a
+controlled wall clock, requests through the dispatcher. Restarts are a new core over the
+same directory, which is what a broker restart reads."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_mq.broker.config import ServerConfig
+from spark_mq.broker.context import RequestContext
+from spark_mq.broker.core import BrokerCore
+from spark_mq.broker.dir_files import BrokerMeta
+from spark_mq.broker.half.service import DISCARD_TOPIC
+from spark_mq.broker.handlers import HANDLERS
+from spark_mq.broker.handlers.errors import answer
+from spark_mq.broker.txn.log_reader import read_batches
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.api import spec_for_request
+from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.framing import RequestHeader
+from spark_mq.protocol.half_messages import (
+    CheckHalfMessagesRequest,
+    EndHalfMessageRequest,
+    HalfAction,
+    HalfHeader,
+    HalfState,
+    ListHalfMessagesRequest,
+    SendHalfMessageRequest,
+)
+from spark_mq.storage.log_manager import LogManager
+
+GROUP = "orders"
+SETTINGS = {
+    "transaction.check.interval.ms": "1000",
+    "transaction.half.timeout.ms": "5000",
+    "transaction.check.max": "2",
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ms = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+class Broker:
+    """A core that can be restarted over the same directory."""
+
+    def __init__(self, root: Path, clock: Clock) -> None:
+        self.root, self.clock = root, clock
+        self.logs: LogManager | None = None
+        self.core: BrokerCore | None = None
+
+    def start(self) -> BrokerCore:
+        self.logs = LogManager(self.root)
+        config = ServerConfig.from_properties({"log.dirs": str(self.root), **SETTINGS})
+        self.core = BrokerCore(config, self.logs, BrokerMeta.take_over(self.root), clock=self.clock)
+        self.core.half_messages._ready.start()
+        return self.core
+
+    def stop(self) -> None:
+        assert self.core is not None and self.logs is not None
+        self.core.half_messages.close()
+        self.core.close()
+        self.logs.close()
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    b = Broker(tmp_path / "mq", Clock())
+    yield b
+    if b.core is not None and b.logs is not None:
+        b.stop()
+
+
+async def call(core: BrokerCore, request: Any) -> Any:
+    spec = spec_for_request(request)
+    ctx = RequestContext(
+        core, RequestHeader(spec.key, 0, 1, "test"), BrokerAddress("127.0.0.1", 9092), "test"
+    )
+    response = await answer(spec, HANDLERS[spec.key], ctx, request, memoryview(b""))
+    assert response is not None
+    return response.body
+
+
+def values(core: BrokerCore, topic: str) -> list[bytes | None]:
+    log = core.logs.get_log(topic, 0)
+    return [v for batch in read_batches(log, 1 << 20) for _, v in batch.records]
+
+
+def send(message_id: str, value: bytes = b"v", **kw: Any) -> SendHalfMessageRequest:
+    return SendHalfMessageRequest(
+        GROUP, message_id, "payments", 0, b"k", value, [HalfHeader("h", b"1")], **kw
+    )
+
+
+def end(message_id: str, action: HalfAction, **kw: Any) -> EndHalfMessageRequest:
+    return EndHalfMessageRequest(GROUP, message_id, action, **kw)
+
+
+def test_commit_writes_once_and_a_repeat_answers_the_same(broker: Broker) -> None:
+    async def scenario() -> None:
+        core = broker.start()
+        assert (await call(core, send("m1", b"one"))).error_code == 0
+        assert (await call(core, send("m1", b"one"))).error_code == 0  # a retried send
+        assert (await call(core, send("m2", b"two"))).error_code == 0
+        assert values(core, "payments") == []  # consumers see no half message
+        first = await call(core, end("m1", HalfAction.COMMIT))
+        assert (first.error_code, first.state, first.offset) == (0, HalfState.COMMITTED, 0)
+        again = await call(core, end("m1", HalfAction.COMMIT))
+        assert (again.error_code, again.offset) == (0, 0)
+        rolled = await call(core, end("m2", HalfAction.ROLLBACK))
+        assert (rolled.error_code, rolled.state) == (0, HalfState.ROLLED_BACK)
+        wrong = await call(core, end("m2", HalfAction.COMMIT))
+        assert wrong.error_code == ErrorCode.INVALID_TXN_STATE
+        assert wrong.state == HalfState.ROLLED_BACK
+        assert values(core, "payments") == [b"one"]
+        unknown = await call(core, end("never-sent", HalfAction.COMMIT))
+        assert unknown.error_code == ErrorCode.INVALID_TXN_STATE
+        assert (await call(core, ListHalfMessagesRequest())).messages == []
+
+    asyncio.run(scenario())
+
+
+def test_a_crash_between_the_real_write_and_the_op_neither_loses_nor_doubles(
+    broker: Broker,
+) -> None:
+    async def first_life() -> None:
+        core = broker.start()
+        await call(core, send("m1", b"one"))
+        service = core.half_messages
+        # What COMMIT does before its op is appended; the process dies here.
+        service._write_real(service.pending["m1"].record)
+
+    async def second_life() -> None:
+        core = broker.start()
+        pending = await call(core, ListHalfMessagesRequest())
+        assert [m.message_id for m in pending.messages] == ["m1"]
+        committed = await call(core, end("m1", HalfAction.COMMIT, from_check=True))
+        assert (committed.error_code, committed.offset) == (0, 0)
+        assert values(core, "payments") == [b"one"]
+
+    asyncio.run(first_life())
+    broker.stop()
+    asyncio.run(second_life())
+
+
+def test_checks_are_handed_out_counted_and_end_in_the_discard_topic(broker: Broker) -> None:
+    clock = broker.clock
+
+    async def first_life() -> None:
+        core = broker.start()
+        await call(core, send("m1", b"one"))
+        await call(core, send("m2", b"two", check_immunity_ms=60_000))
+        poll = CheckHalfMessagesRequest(GROUP, max_wait_ms=0)
+        assert (await call(core, poll)).messages == []  # not yet 5 s old
+        clock.now_ms += 5_000
+        handed = (await call(core, poll)).messages
+        assert [(m.message_id, m.check_count) for m in handed] == [("m1", 1)]
+        assert (await call(core, poll)).messages == []  # the next check waits an interval
+        other = CheckHalfMessagesRequest("another-group", max_wait_ms=0)
+        assert (await call(core, other)).messages == []
+
+    async def second_life() -> None:
+        core = broker.start()
+        await core.half_messages.ready()
+        service = core.half_messages
+        assert service.pending["m1"].check_count == 1  # survived the restart
+        poll = CheckHalfMessagesRequest(GROUP, max_wait_ms=0)
+        handed = (await call(core, poll)).messages
+        assert [(m.message_id, m.check_count) for m in handed] == [("m1", 2)]
+        assert service.run_checks() == 0  # the last check has its interval to be answered
+        clock.now_ms += 1_000
+        assert (await call(core, poll)).messages == []  # no check past the maximum
+        assert service.run_checks() == 1
+        discarded = await call(core, ListHalfMessagesRequest(discarded=True))
+        assert [m.message_id for m in discarded.messages] == ["m1"]
+        assert discarded.discarded_count == 1
+        assert values(core, DISCARD_TOPIC) == [b"one"]
+        assert values(core, "payments") == []
+        late = await call(core, end("m1", HalfAction.COMMIT, from_check=True))
+        assert (late.error_code, late.state) == (ErrorCode.INVALID_TXN_STATE, HalfState.DISCARDED)
+        pending = await call(core, ListHalfMessagesRequest())
+        assert [m.message_id for m in pending.messages] == ["m2"]
+
+    async def third_life() -> None:
+        core = broker.start()
+        discarded = await call(core, ListHalfMessagesRequest(discarded=True))
+        assert [m.message_id for m in discarded.messages] == ["m1"]
+        assert values(core, DISCARD_TOPIC) == [b"one"]
+
+    asyncio.run(first_life())
+    broker.stop()
+    clock.now_ms += 1_000
+    asyncio.run(second_life())
+    broker.stop()
+    asyncio.run(third_life())
+
+
+def test_a_waiting_poll_wakes_when_a_check_falls_due(broker: Broker) -> None:
+    async def scenario() -> None:
+        core = broker.start()
+        await call(core, send("m1"))
+        waiting = asyncio.create_task(call(core, CheckHalfMessagesRequest(GROUP, 20_000)))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        broker.clock.now_ms += 5_000
+        core.half_messages.run_checks()
+        response = await asyncio.wait_for(waiting, 5)
+        assert [m.message_id for m in response.messages] == ["m1"]
+
+    asyncio.run(scenario())
+
+
+def test_bad_requests_are_refused(broker: Broker) -> None:
+    async def scenario() -> None:
+        core = broker.start()
+        bad_partition = SendHalfMessageRequest(GROUP, "m", "payments", -1, None, b"v")
+        assert (await call(core, bad_partition)).error_code == ErrorCode.INVALID_REQUEST
+        own = SendHalfMessageRequest(GROUP, "m", "__half_ops", 0, None, b"v")
+        assert (await call(core, own)).error_code == ErrorCode.INVALID_REQUEST
+        await call(core, send("m1"))
+        other_group = EndHalfMessageRequest("not-orders", "m1", HalfAction.COMMIT)
+        assert (await call(core, other_group)).error_code == ErrorCode.INVALID_REQUEST
+        bad_action = end("m1", 7)  # type: ignore[arg-type]
+        assert (await call(core, bad_action)).error_code == ErrorCode.INVALID_REQUEST
+
+    asyncio.run(scenario())

@@ -1,0 +1,221 @@
+"""Half messages with check-back, with real processes: producer processes
+(``half_worker.py``) pair each half message with a SQLite transaction, and are killed with
+SIGKILL at the moments that matter; the broker is killed with half messages pending.
+
+At the end the consumer of the real topic sees exactly the messages whose local
+transaction committed, once each; the message whose listener never knows is in the discard
+topic.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spark_mq import Consumer, TopicPartition
+from spark_mq.broker import ensure_broker, stop_broker
+from spark_mq.broker.dir_files import Endpoint
+from spark_mq.broker.half.service import DISCARD_TOPIC
+from spark_mq.broker.persisted_config import write_persisted
+from spark_mq.client.cluster import Cluster
+from spark_mq.client.config import AdminConfig
+from spark_mq.protocol.half_messages import HalfMessage, ListHalfMessagesRequest
+
+WORKER = Path(__file__).with_name("half_worker.py")
+REPO = Path(__file__).resolve().parents[2]
+#: Short check-back settings, kept in the directory so that a broker a worker restarts has
+#: them too.
+SETTINGS = {
+    "broker.idle.exit.ms": "-1",
+    "transaction.check.interval.ms": "300",
+    "transaction.half.timeout.ms": "1500",
+    "transaction.check.max": "3",
+}
+TIMEOUT_S = 60
+
+
+def env() -> dict[str, str]:
+    out = dict(os.environ)
+    out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), out.get("PYTHONPATH")]))
+    return out
+
+
+class Workers:
+    def __init__(self, path: Path, db: Path, logs: Path) -> None:
+        self.path, self.db, self.logs = path, db, logs
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, group: str, mode: str, count: int = 1) -> subprocess.Popen[str]:
+        with open(self.logs / f"{group}-{mode}.stderr", "a") as err:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(WORKER),
+                    str(self.path),
+                    str(self.db),
+                    group,
+                    mode,
+                    str(count),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=env(),
+            )
+        self.procs.append(proc)
+        return proc
+
+    def run(self, group: str, mode: str, count: int) -> list[str]:
+        proc = self.start(group, mode, count)
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+        assert proc.returncode == 0, (self.logs / f"{group}-{mode}.stderr").read_text()
+        return out.split()
+
+    @staticmethod
+    def wait_for_line(proc: subprocess.Popen[str], line: str) -> None:
+        assert proc.stdout is not None
+        # A worker that hangs is killed, which ends the loop below with a clear failure.
+        watchdog = threading.Timer(TIMEOUT_S, proc.kill)
+        watchdog.start()
+        try:
+            for got in proc.stdout:
+                if got.strip() == line:
+                    return
+        finally:
+            watchdog.cancel()
+        raise AssertionError(f"worker exited (or hung) before printing {line!r}")
+
+    @staticmethod
+    def kill(proc: subprocess.Popen[str]) -> None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                self.kill(proc)
+
+
+@pytest.fixture
+def half_dir(tmp_path: Path) -> Iterator[Path]:
+    directory = tmp_path / "mq"
+    directory.mkdir(mode=0o700)
+    write_persisted(directory, SETTINGS)
+    ensure_broker(directory)
+    yield directory
+    stop_broker(directory)
+
+
+def kill_broker(path: Path) -> None:
+    endpoint = Endpoint.read(path)
+    assert endpoint is not None and endpoint.pid > 0
+    os.kill(endpoint.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(endpoint.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the broker did not die")
+
+
+def listed(path: Path, *, discarded: bool = False, group: str | None = None) -> list[HalfMessage]:
+    cluster = Cluster(AdminConfig.from_properties({"path": str(path)}))
+    try:
+        response = cluster.request(ListHalfMessagesRequest(discarded, group))
+    finally:
+        cluster.close()
+    assert response.error_code == 0, response.error_message
+    return list(response.messages)
+
+
+def wait_until(what: str, condition: object) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def read_topic(path: Path, topic: str) -> list[bytes]:
+    consumer = Consumer(path=path, auto_offset_reset="earliest")
+    try:
+        tp = TopicPartition(topic, 0)
+        # One partition: the broker's num.partitions default, and the discard topic's count.
+        partitions = [tp]
+        consumer.assign(partitions)
+        end = consumer.end_offsets(partitions)
+        values: list[bytes] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while any(consumer.position(p) < end[p] for p in partitions):
+            assert time.monotonic() < deadline, f"could not read {tp} to its end"
+            for records in consumer.poll(timeout_ms=500).values():
+                values.extend(record.value for record in records)
+        return values
+    finally:
+        consumer.close()
+
+
+def committed_rows(db: Path) -> list[bytes]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return [bytes(v) for (v,) in conn.execute("SELECT value FROM orders")]
+
+
+@pytest.mark.slow
+def test_half_messages_follow_their_local_transactions(half_dir: Path, tmp_path: Path) -> None:
+    db = tmp_path / "orders.sqlite"
+    workers = Workers(half_dir, db, tmp_path)
+    try:
+        assert workers.run("orders", "commit", 3) == ["COMMIT", "0", "COMMIT", "1", "COMMIT", "2"]
+        assert workers.run("orders", "rollback", 2) == ["ROLLBACK", "-1", "ROLLBACK", "-1"]
+
+        after = workers.start("orders", "die-after-local-commit")
+        workers.wait_for_line(after, "LOCAL-COMMITTED")
+        workers.kill(after)
+        # Another group, so that no live producer answers for either message before the
+        # broker dies (a live producer of the same group would: that is the point of it).
+        before = workers.start("refunds", "die-before-local-commit")
+        workers.wait_for_line(before, "IN-LOCAL-TXN")
+        workers.kill(before)
+        unknown = workers.start("unsure", "unknown")
+        workers.wait_for_line(unknown, "SENT")
+        groups = sorted(m.producer_group for m in listed(half_dir))
+        assert groups == ["orders", "refunds", "unsure"]
+
+        # The broker dies with the three half messages pending; its successor rebuilds them.
+        kill_broker(half_dir)
+        ensure_broker(half_dir)
+        assert sorted(m.producer_group for m in listed(half_dir)) == groups
+
+        # A live producer of each group answers the checks of the dead ones' messages.
+        workers.start("orders", "serve")
+        workers.start("refunds", "serve")
+        wait_until(
+            "the checks of orders and refunds",
+            lambda: {m.producer_group for m in listed(half_dir)} <= {"unsure"},
+        )
+        wait_until("the discard", lambda: listed(half_dir, discarded=True))
+        (gone,) = listed(half_dir, discarded=True)
+        assert (gone.producer_group, gone.value, gone.check_count) == ("unsure", b"unknown-0", 3)
+        assert read_topic(half_dir, DISCARD_TOPIC) == [b"unknown-0"]
+
+        values = read_topic(half_dir, "payments")
+        rows = committed_rows(db)
+        assert sorted(rows) == [b"commit-0", b"commit-1", b"commit-2", b"die-after-local-commit-0"]
+        assert collections.Counter(values) == collections.Counter(rows)
+    finally:
+        workers.kill_all()
