@@ -50,7 +50,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -322,7 +321,7 @@ class SparkMQCases:
         s = self.settings
         parent, child = _SPAWN.Pipe()
         reader = _SPAWN.Process(
-            target=_latency_reader,
+            target=peers.latency_reader,
             args=(self.conn, topic, partitions, s.latency_records, child),
             daemon=True,
         )
@@ -353,36 +352,6 @@ class SparkMQCases:
             if reader.is_alive():
                 reader.kill()
         return lat, seconds
-
-
-def _latency_reader(
-    conn: dict[str, Any], topic: str, partitions: int, n: int, pipe: Connection
-) -> None:
-    """Child process of the latency case: poll ``n`` records, send back their latencies."""
-    try:
-        from spark_mq import Consumer, TopicPartition
-
-        with Consumer(**conn) as consumer:
-            tps = [TopicPartition(topic, p) for p in range(partitions)]
-            consumer.assign(tps)
-            consumer.seek_to_beginning(tps)
-            consumer.poll(timeout_ms=10)
-            pipe.send("ready")
-            out = np.empty(n, dtype=np.int64)
-            got = 0
-            unpack = peers.STAMP.unpack_from
-            while got < n:
-                polled = consumer.poll(timeout_ms=1000, max_records=10_000)
-                now = time.monotonic_ns()
-                for records in polled.values():
-                    for r in records:
-                        stamp = unpack(r.value or peers.WARMUP_STAMP)[0]
-                        if stamp and got < n:  # 0: a warm-up record
-                            out[got] = now - stamp
-                            got += 1
-        pipe.send_bytes(out.tobytes())
-    except Exception as exc:  # reported to the parent, which raises it
-        pipe.send_bytes(f"error: latency consumer: {type(exc).__name__}: {exc}".encode())
 
 
 def tcp_address(directory: Path) -> str | None:

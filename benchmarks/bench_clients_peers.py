@@ -311,6 +311,37 @@ def paced_send(
     return (mono() - t_measured) / 1e9
 
 
+def latency_reader(
+    conn: dict[str, Any], topic: str, partitions: int, n: int, pipe: Connection
+) -> None:
+    """Child process of a latency case (bench_clients, bench_small_batches): poll ``n``
+    stamped records from the start of ``topic``'s partitions, send back their latencies (ns)."""
+    try:
+        from spark_mq import Consumer, TopicPartition
+
+        with Consumer(**conn) as consumer:
+            tps = [TopicPartition(topic, p) for p in range(partitions)]
+            consumer.assign(tps)
+            consumer.seek_to_beginning(tps)
+            consumer.poll(timeout_ms=10)
+            pipe.send("ready")
+            out = np.empty(n, dtype=np.int64)
+            got = 0
+            unpack = STAMP.unpack_from
+            while got < n:
+                polled = consumer.poll(timeout_ms=1000, max_records=10_000)
+                now = time.monotonic_ns()
+                for records in polled.values():
+                    for r in records:
+                        stamp = unpack(r.value or WARMUP_STAMP)[0]
+                        if stamp and got < n:  # 0: a warm-up record
+                            out[got] = now - stamp
+                            got += 1
+        pipe.send_bytes(out.tobytes())
+    except Exception as exc:  # reported to the parent, which raises it
+        pipe.send_bytes(f"error: latency consumer: {type(exc).__name__}: {exc}".encode())
+
+
 def _redis_latency_reader(port: int, names: list[str], n: int, ready: Connection) -> None:
     import redis
 

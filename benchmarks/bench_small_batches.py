@@ -45,7 +45,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -302,34 +301,6 @@ def run_spark(report: Report, directory: Path, records: int, runs: int) -> None:
 # End-to-end latency
 
 
-def _latency_reader(directory: str, topic: str, n: int, pipe: Connection) -> None:
-    """Child process: poll ``n`` stamped records, send back their latencies (ns)."""
-    try:
-        from spark_mq import Consumer, TopicPartition
-
-        with Consumer(path=directory, fetch_max_wait_ms=100) as consumer:
-            tp = TopicPartition(topic, 0)
-            consumer.assign([tp])
-            consumer.seek_to_beginning([tp])
-            consumer.poll(timeout_ms=10)
-            pipe.send("ready")
-            out = np.empty(n, dtype=np.int64)
-            got = 0
-            unpack = peers.STAMP.unpack_from
-            while got < n:
-                polled = consumer.poll(timeout_ms=1000, max_records=10_000)
-                now = time.monotonic_ns()
-                for batch in polled.values():
-                    for r in batch:
-                        stamp = unpack(r.value or peers.WARMUP_STAMP)[0]
-                        if stamp and got < n:
-                            out[got] = now - stamp
-                            got += 1
-        pipe.send_bytes(out.tobytes())
-    except Exception as exc:  # reported to the parent, which raises it
-        pipe.send_bytes(f"error: latency consumer: {type(exc).__name__}: {exc}".encode())
-
-
 def run_latency(
     report: Report, directory: Path, *, rate: int, records: int, warmup: int, runs: int
 ) -> None:
@@ -345,7 +316,8 @@ def run_latency(
                 admin.create_topic(topic, partitions=1)
             parent, child = _SPAWN.Pipe()
             reader = _SPAWN.Process(
-                target=_latency_reader, args=(str(directory), topic, records, child)
+                target=peers.latency_reader,
+                args=({"path": str(directory), "fetch_max_wait_ms": 100}, topic, 1, records, child),
             )
             reader.start()
             try:
