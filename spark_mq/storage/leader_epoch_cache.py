@@ -81,8 +81,10 @@ __all__ = [
     "EpochEntry",
     "LeaderEpochFileCache",
     "assign_epoch_starts",
+    "end_offset_for",
     "epoch_starts",
     "load_leader_epoch_cache",
+    "truncated_from_end",
 ]
 
 log = logging.getLogger(__name__)
@@ -116,6 +118,29 @@ class EpochEndOffset(NamedTuple):
 UNDEFINED: Final = EpochEndOffset(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
 
 
+def end_offset_for(
+    entries: Sequence[EpochEntry],
+    requested_epoch: int,
+    log_end_offset: int,
+    epochs: Sequence[int] | None = None,
+) -> EpochEndOffset:
+    """OffsetsForLeaderEpoch's answer for ``requested_epoch`` from ``entries`` (monotonic), in
+    a log ending at ``log_end_offset``; rules in the module doc. ``epochs`` is the entries'
+    epochs when the caller keeps them."""
+    if requested_epoch == UNDEFINED_EPOCH or not entries:
+        return UNDEFINED
+    if requested_epoch == entries[-1].epoch:
+        return EpochEndOffset(requested_epoch, log_end_offset)
+    if epochs is None:
+        epochs = [e.epoch for e in entries]
+    higher = bisect.bisect_right(epochs, requested_epoch)
+    if higher == len(entries):
+        return UNDEFINED  # newer than anything this log has seen
+    if higher == 0:
+        return EpochEndOffset(requested_epoch, entries[0].start_offset)
+    return EpochEndOffset(entries[higher - 1].epoch, entries[higher].start_offset)
+
+
 def _assigned(entries: list[EpochEntry], entry: EpochEntry) -> list[EpochEntry] | None:
     """``entries`` with ``entry`` assigned (module doc), or None if nothing changes."""
     if entries:
@@ -138,7 +163,7 @@ def _assigned(entries: list[EpochEntry], entry: EpochEntry) -> list[EpochEntry] 
     return kept
 
 
-def _truncated_from_end(entries: list[EpochEntry], end_offset: int) -> list[EpochEntry]:
+def truncated_from_end(entries: list[EpochEntry], end_offset: int) -> list[EpochEntry]:
     return [e for e in entries if e.start_offset < end_offset]
 
 
@@ -191,17 +216,7 @@ class LeaderEpochFileCache:
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> EpochEndOffset:
         """OffsetsForLeaderEpoch's answer for ``requested_epoch`` (rules in the module doc)."""
-        entries = self._entries
-        if requested_epoch == UNDEFINED_EPOCH or not entries:
-            return UNDEFINED
-        if requested_epoch == entries[-1].epoch:
-            return EpochEndOffset(requested_epoch, log_end_offset)
-        higher = bisect.bisect_right(self._epochs, requested_epoch)
-        if higher == len(entries):
-            return UNDEFINED  # newer than anything this log has seen
-        if higher == 0:
-            return EpochEndOffset(requested_epoch, entries[0].start_offset)
-        return EpochEndOffset(entries[higher - 1].epoch, entries[higher].start_offset)
+        return end_offset_for(self._entries, requested_epoch, log_end_offset, self._epochs)
 
     def epoch_for_offset(self, offset: int) -> int | None:
         """The epoch of the entry holding ``offset`` (the last one starting at or before it),
@@ -230,7 +245,7 @@ class LeaderEpochFileCache:
         """Drop the entries that start at or after ``end_offset`` (the new log end)."""
         if end_offset < 0 or not self._entries or self._entries[-1].start_offset < end_offset:
             return
-        self._replace(_truncated_from_end(self._entries, end_offset))
+        self._replace(truncated_from_end(self._entries, end_offset))
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Forget what lies below ``start_offset`` (the new log start): entries starting at or
@@ -436,7 +451,7 @@ def load_leader_epoch_cache(
         recovered_from = log_start_offset
     else:
         before = list(stored.entries)
-        entries = _truncated_from_end(before, recovered_from)
+        entries = truncated_from_end(before, recovered_from)
     if recovered_from < log_end_offset:
         entries = _rebuilt(entries, segments, recovered_from) or entries
     entries = _truncated_from_start(entries, log_start_offset)
