@@ -131,5 +131,7 @@ def truncate_as_follower(replica: PartitionLog, ask_leader: AskLeader) -> Trunca
             else "where its epochs stop agreeing with the leader's",
             decided.rounds,
         )
-        replica.truncate_to(decided.offset)
+    # Even at the log end: the cache may hold an epoch this replica started as leader without
+    # appending to it, which truncation forgets (as Kafka's truncateTo does).
+    replica.truncate_to(decided.offset)
     return decided

@@ -783,12 +783,18 @@ class PartitionLog:
 
         Replication uses it to drop a divergent tail. The log end may end up below ``offset``
         if a batch straddled it; truncating below the log start empties the log and restarts
-        it at ``offset``.
+        it at ``offset``. The leader epoch cache follows: its entries from the new log end on
+        go, even when no record does.
         """
         with self._lock:
             self._check_open()
             local = self._local
             if offset >= local.log_end_offset:
+                # Nothing to cut, but the epoch cache may end with an entry at the log end: a
+                # replica that became leader (assigning its epoch there) and was replaced
+                # before it appended anything. As a follower it must forget that epoch, or
+                # the leader's older epochs it copies next would look like going back.
+                self._epoch_cache.truncate_from_end(local.log_end_offset)
                 return
             if offset < self._log_start_offset:
                 local.truncate_fully_and_start_at(offset)

@@ -188,3 +188,18 @@ def test_edge_cases(
         ask_leader=lambda epoch: end_offset_for(leader, epoch, 8),
     )
     assert got == expected
+
+
+def test_a_replaced_leader_forgets_the_epoch_it_never_appended_to(replicas: Replicas) -> None:
+    a, b = replicas.open("a"), replicas.open("b")
+    lead(a, 0)
+    produce(a, b"m0")
+    lead(b, 1)  # elected, but replaced before it appends anything
+    lead(a, 2)
+    assert b.leader_epoch_cache.entries == ((1, 0),)
+    # b's log end is its truncation offset, yet its epoch 1 at the log end must go: the
+    # leader's epoch 0 batch it copies next would otherwise look like an epoch going back.
+    assert truncate_as_follower(b, a.end_offset_for_epoch).offset == 0
+    assert b.leader_epoch_cache.entries == ()
+    fetch(b, a)
+    assert content(b) == content(a) == [(0, 0, [b"m0"])]
