@@ -16,7 +16,10 @@ CRC; :mod:`~spark_mq.storage.log_append`), applies producer state
 (``segment.bytes``, ``segment.ms``, full indexes, and on compacted topics
 ``max.compaction.lag.ms``), flushes by ``flush.messages`` / ``flush.ms`` (by default never:
 the OS decides, as in Kafka), and applies retention by time, size and log start offset,
-deleting whole segments (:mod:`~spark_mq.storage.log_retention`). The segments themselves,
+deleting whole segments (:mod:`~spark_mq.storage.log_retention`). Its leader epoch cache
+(:mod:`~spark_mq.storage.leader_epoch_cache`) learns each epoch an append starts and follows
+truncation and the log start; :meth:`PartitionLog.append_as_follower` copies a leader's
+batches as they are. The segments themselves,
 the log end and the recovery point belong to its
 :class:`~spark_mq.storage.local_log.LocalLog`; reads are decoded by
 :mod:`~spark_mq.storage.log_read`, which also gives a reader the offset to continue from.
