@@ -300,3 +300,15 @@ def test_recovery_drops_entries_past_the_log_end_and_learns_recovered_epochs(
     reopened = open_log(had_clean_shutdown=False, recovery_point=2)
     assert reopened.log_end_offset == 4
     assert reopened.leader_epoch_cache.entries == ((0, 0), (1, 2))
+
+
+def test_retention_moves_the_first_entry_to_the_new_log_start(open_log: OpenLog) -> None:
+    log = open_log(LogConfig(segment_bytes=1024, retention_bytes=1))
+    for epoch in (0, 0, 1, 1, 2):
+        log.append(batch(), leader_epoch=epoch)
+    assert log.num_segments > 2
+    assert log.apply_retention() > 0
+    start = log.log_start_offset
+    assert start > 4  # every segment of epoch 0 went
+    assert log.leader_epoch_cache.entries[0].start_offset == start
+    assert epoch_file(log.directory).splitlines()[2].endswith(b" %d" % start)

@@ -149,7 +149,19 @@ class ReplicationMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), max_bytes=st.sampled_from([1, 600, 1 << 20]))
     def fetch(self, data: st.DataObject, max_bytes: int) -> None:
-        follower_id = data.draw(st.sampled_from([r for r in REPLICAS if r != self.leader]))
+        self.fetch_once(
+            data.draw(st.sampled_from([r for r in REPLICAS if r != self.leader])), max_bytes
+        )
+
+    @rule(reverse=st.booleans())
+    def fetch_round(self, reverse: bool) -> None:
+        """Every follower fetches once, as their fetchers do concurrently: the high watermark
+        moves, and the followers learn it one round late."""
+        followers = [r for r in REPLICAS if r != self.leader]
+        for follower_id in reversed(followers) if reverse else followers:
+            self.fetch_once(follower_id, 1 << 20)
+
+    def fetch_once(self, follower_id: int, max_bytes: int) -> None:
         follower, leader = self.log(follower_id), self.log(self.leader)
         if follower_id in self.must_truncate:
             # Truncation is its own step, as in Kafka's fetcher threads: the leader may change
@@ -253,7 +265,7 @@ class ReplicationMachine(RuleBasedStateMachine):
 
 TestReplicationModel = ReplicationMachine.TestCase
 TestReplicationModel.settings = settings(
-    max_examples=100,
+    max_examples=150,
     stateful_step_count=40,
     deadline=None,
     print_blob=True,
