@@ -265,7 +265,7 @@ class ReplicationMachine(RuleBasedStateMachine):
 
 TestReplicationModel = ReplicationMachine.TestCase
 TestReplicationModel.settings = settings(
-    max_examples=150,
+    max_examples=300,
     stateful_step_count=40,
     deadline=None,
     print_blob=True,
