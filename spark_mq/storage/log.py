@@ -16,7 +16,10 @@ CRC; :mod:`~spark_mq.storage.log_append`), applies producer state
 (``segment.bytes``, ``segment.ms``, full indexes, and on compacted topics
 ``max.compaction.lag.ms``), flushes by ``flush.messages`` / ``flush.ms`` (by default never:
 the OS decides, as in Kafka), and applies retention by time, size and log start offset,
-deleting whole segments (:mod:`~spark_mq.storage.log_retention`). The segments themselves,
+deleting whole segments (:mod:`~spark_mq.storage.log_retention`). Its leader epoch cache
+(:mod:`~spark_mq.storage.leader_epoch_cache`) learns each epoch an append starts and follows
+truncation and the log start; :meth:`PartitionLog.append_as_follower` copies a leader's
+batches as they are. The segments themselves,
 the log end and the recovery point belong to its
 :class:`~spark_mq.storage.local_log.LocalLog`; reads are decoded by
 :mod:`~spark_mq.storage.log_read`, which also gives a reader the offset to continue from.
@@ -52,6 +55,12 @@ import pyarrow as pa
 
 from spark_mq.errors import CorruptRecordError, LogClosedError, OffsetOutOfRangeError
 from spark_mq.storage.codecs import Bytes
+from spark_mq.storage.leader_epoch_cache import (
+    EpochEndOffset,
+    LeaderEpochFileCache,
+    assign_epoch_starts,
+    load_leader_epoch_cache,
+)
 from spark_mq.storage.local_log import LocalLog
 from spark_mq.storage.log_append import LogAppendInfo, check_append, stamp_batches
 from spark_mq.storage.log_config import LogConfig
@@ -131,6 +140,8 @@ class PartitionLog:
         flush_executor: concurrent.futures.Executor | None,
         high_watermark_follows_log_end: bool,
         producer_state: ProducerStateManager,
+        leader_epoch_cache: LeaderEpochFileCache,
+        high_watermark: int | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.directory = directory
@@ -147,7 +158,15 @@ class PartitionLog:
             rng=rng or random.Random(),
         )
         self._log_start_offset = log_start_offset
-        self._high_watermark = log_end_offset
+        # A replicated log starts from the high watermark checkpointed for it (Kafka's
+        # replication-offset-checkpoint), never above its log end; one that follows its log
+        # end starts there.
+        self._high_watermark = (
+            log_end_offset
+            if high_watermark is None or high_watermark_follows_log_end
+            else min(max(high_watermark, log_start_offset), log_end_offset)
+        )
+        self._epoch_cache = leader_epoch_cache
         self._time_ms = time_ms
         self._flush_executor = flush_executor
         self._hw_follows_leo = high_watermark_follows_log_end
@@ -171,6 +190,7 @@ class PartitionLog:
         time_ms: Callable[[], int] = wall_clock_ms,
         flush_executor: concurrent.futures.Executor | None = None,
         high_watermark_follows_log_end: bool = True,
+        high_watermark: int | None = None,
         rng: random.Random | None = None,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> PartitionLog:
@@ -178,7 +198,9 @@ class PartitionLog:
 
         Without ``had_clean_shutdown`` every segment from ``recovery_point`` on is validated,
         which is always safe and only slower. ``flush_executor`` runs the fsync of rolled
-        segments off the append path; without one it runs inline.
+        segments off the append path; without one it runs inline. ``high_watermark`` (the
+        checkpointed one) is where a log that does not follow its log end starts, clamped to
+        ``[log_start_offset, log_end_offset]``; without it, at the log end.
         """
         config = config or LogConfig()
         path = Path(directory)
@@ -208,12 +230,22 @@ class PartitionLog:
             log_end_offset=loaded.log_end_offset,
             txn_rebuild_from=loaded.txn_rebuild_from,
         )
+        epoch_cache = load_leader_epoch_cache(
+            path,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            log_end_offset=loaded.log_end_offset,
+            recovered_from=loaded.recovered_from,
+            name=f"{topic}-{partition}",
+        )
         return cls(
             path,
             config,
             topic=topic,
             partition=partition,
             producer_state=producer_state,
+            leader_epoch_cache=epoch_cache,
+            high_watermark=high_watermark,
             segments=loaded.segments,
             log_start_offset=loaded.log_start_offset,
             log_end_offset=loaded.log_end_offset,
@@ -291,6 +323,34 @@ class PartitionLog:
             self._high_watermark = min(max(offset, self._log_start_offset), end)
             return self._high_watermark
 
+    # -----------------------------------------------------------------------------------------
+    # Leader epochs (spark_mq.storage.leader_epoch_cache)
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochFileCache:
+        """The epoch -> start offset entries; change them only through this log's methods."""
+        return self._epoch_cache
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The newest leader epoch in the log's epoch cache, None if it holds none."""
+        with self._lock:
+            return self._epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> EpochEndOffset:
+        """OffsetsForLeaderEpoch: the largest epoch <= ``leader_epoch`` this log knows and
+        where it ends (the log end for the latest epoch); both -1 when undefined."""
+        with self._lock:
+            self._check_open()
+            return self._epoch_cache.end_offset_for(leader_epoch, self._local.log_end_offset)
+
+    def maybe_assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
+        """Record that ``leader_epoch`` starts at ``start_offset``: what a replica does when
+        it becomes leader (at its log end), before it appends anything in that epoch."""
+        with self._lock:
+            self._check_open()
+            self._epoch_cache.assign(leader_epoch, start_offset)
+
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"log of {self.topic}-{self.partition} is closed")
@@ -354,6 +414,13 @@ class PartitionLog:
             if local.should_roll(len(view), last.last_offset, now_ms):
                 self._roll(now_ms)
             segment = local.active_segment
+            # Before the batches are written, so the cache never lacks a batch's epoch.
+            assign_epoch_starts(
+                self._epoch_cache,
+                batches,
+                epoch if assign_offsets else None,
+                f"{self.topic}-{self.partition}",
+            )
             local.append(chunks, batches)
             if self._hw_follows_leo:
                 self._high_watermark = local.log_end_offset
@@ -368,6 +435,19 @@ class PartitionLog:
             self._unflushed_records += result.num_records
             self._maybe_flush(now_ms)
             return result
+
+    def append_as_follower(self, records: Bytes) -> LogAppendInfo:
+        """Append a leader's batches as they are: a follower's copy (Kafka's
+        ``appendAsFollower``).
+
+        The batches keep their offsets (which must start at or after the log end and
+        increase), leader epochs, producer ids, sequences and markers; producer state and the
+        transaction index are rebuilt from them as for any append, and every epoch they start
+        is assigned in the leader epoch cache. Epochs must not go back: a batch older than the
+        log's latest epoch raises :class:`~spark_mq.errors.FencedLeaderEpochError` and nothing
+        is written.
+        """
+        return self.append(records, assign_offsets=False, origin=AppendOrigin.REPLICATION)
 
     def append_transaction_marker(
         self,
@@ -706,15 +786,22 @@ class PartitionLog:
 
         Replication uses it to drop a divergent tail. The log end may end up below ``offset``
         if a batch straddled it; truncating below the log start empties the log and restarts
-        it at ``offset``.
+        it at ``offset``. The leader epoch cache follows: its entries from the new log end on
+        go, even when no record does.
         """
         with self._lock:
             self._check_open()
             local = self._local
             if offset >= local.log_end_offset:
+                # Nothing to cut, but the epoch cache may end with an entry at the log end: a
+                # replica that became leader (assigning its epoch there) and was replaced
+                # before it appended anything. As a follower it must forget that epoch, or
+                # the leader's older epochs it copies next would look like going back.
+                self._epoch_cache.truncate_from_end(local.log_end_offset)
                 return
             if offset < self._log_start_offset:
                 local.truncate_fully_and_start_at(offset)
+                self._epoch_cache.clear()
                 self._log_start_offset = self._high_watermark = offset
                 self._producer_state.reset()
                 self._producer_state.delete_snapshots_after(-1)
@@ -722,6 +809,7 @@ class PartitionLog:
                 return
             local.truncate_to(offset)
             end = local.log_end_offset
+            self._epoch_cache.truncate_from_end(end)
             self._high_watermark = min(self._high_watermark, end)
             self._log_start_offset = min(self._log_start_offset, end)
             # Producer state past the cut is gone with it: rebuild from a snapshot below it.
@@ -752,6 +840,7 @@ class PartitionLog:
                 )
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
+                self._epoch_cache.truncate_from_start(offset)
                 self._delete_oldest(
                     below_log_start(offset),
                     reason=f"DeleteRecords moved the log start offset to {offset}",
@@ -812,6 +901,7 @@ class PartitionLog:
         local.delete_oldest(len(doomed))
         self._log_start_offset = max(self._log_start_offset, local.segments[0].base_offset)
         local.recovery_point = max(local.recovery_point, self._log_start_offset)
+        self._epoch_cache.truncate_from_start(self._log_start_offset)
         self._producer_state.truncate_head(self._log_start_offset)
         log.info(
             "%s-%d: deleted %d segment%s holding offsets %d to %d (%d bytes) because %s; the "

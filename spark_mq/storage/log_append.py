@@ -188,13 +188,15 @@ def stamp_batches(
 ) -> tuple[list[Bytes], list[BatchPosition]]:
     """Give each batch its offset and epoch; return the chunks to write and the batches.
 
-    With ``assign`` the batches get consecutive offsets from ``next_offset`` (the log end);
-    without (a follower copying its leader) they keep theirs, which must not go below it.
+    With ``assign`` the batches get consecutive offsets from ``next_offset`` (the log end) and
+    ``epoch``; without (a follower copying its leader) they keep their offsets, which must not
+    go below it, and the epochs of the leaders that appended them.
     """
     out: list[BatchPosition] = []
     for header, pos in headers:
         if assign:
             base = next_offset
+            new_header = header._replace(base_offset=base, partition_leader_epoch=epoch)
         else:
             base = header.base_offset
             if base < next_offset:
@@ -202,7 +204,7 @@ def stamp_batches(
                     f"batch at offset {base} is below the log end {next_offset} of "
                     f"{topic_partition}"
                 )
-        new_header = header._replace(base_offset=base, partition_leader_epoch=epoch)
+            new_header = header
         if log_append_time_ms is not None:
             new_header = new_header._replace(
                 attributes=header.attributes | ATTR_TIMESTAMP_TYPE,

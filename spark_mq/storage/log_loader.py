@@ -71,6 +71,10 @@ class LoadedLog:
     #: or a failed sanity check): the log rebuilds them while replaying producer state. The
     #: log end offset when there is nothing to rebuild.
     txn_rebuild_from: int
+    #: The first offset crash recovery re-read (the base of the segment holding the recovery
+    #: point), the log end offset when it read nothing: the leader epoch cache learns the
+    #: epochs of the batches from there (:mod:`~spark_mq.storage.leader_epoch_cache`).
+    recovered_from: int
 
 
 def _new_segment(directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> LogSegment:
@@ -231,6 +235,7 @@ def load_log(
     segments = [segment for segment, _ in opened]
     truncated_total = 0
     txn_rebuild_from: int | None = None
+    recovered_from: int | None = None
     for segment in segments:
         try:
             segment.txn_index.sanity_check()
@@ -250,6 +255,7 @@ def load_log(
         # Not ``txn_rebuild_from or ...``: a failed check of the index at offset 0 is 0.
         if txn_rebuild_from is None or segments[first].base_offset < txn_rebuild_from:
             txn_rebuild_from = segments[first].base_offset
+        recovered_from = segments[first].base_offset
         unflushed = segments[first:]
         unflushed_bytes = sum(segment.size_bytes for segment in unflushed)
         # A partition that held nothing unflushed has nothing to tell; one that did says what
@@ -317,4 +323,7 @@ def load_log(
         txn_rebuild_from=log_end_offset
         if txn_rebuild_from is None
         else min(txn_rebuild_from, log_end_offset),
+        recovered_from=log_end_offset
+        if recovered_from is None
+        else min(recovered_from, log_end_offset),
     )

@@ -7,6 +7,7 @@ Layout of a log directory (``root``)::
     recovery-point-offset-checkpoint   per partition: everything below is fsynced
     log-start-offset-checkpoint        per partition: first offset readers may ask for
     cleaner-offset-checkpoint          per compacted partition: its first dirty offset
+    replication-offset-checkpoint      per partition: its high watermark
     __meta/topics/<topic>.json         one file per topic: the topic exists iff this exists
     __meta/deleting/<topic_id>.json    a committed topic deletion still being carried out
     <topic>-<partition>/               one partition log (owned by PartitionLog)
@@ -41,7 +42,7 @@ The metadata file is the commit point of every topic change, and the crash story
   removes every ``*.deleted`` directory.
 - **checkpoint**: each file is replaced atomically; a crash leaves the old or the new one.
   Old values are safe: a low recovery point only means more recovery work.
-- **close**: logs flushed and closed, both checkpoints written, then ``.clean_shutdown``
+- **close**: logs flushed and closed, the checkpoints written, then ``.clean_shutdown``
   written and fsynced, then the lock released. A crash before the marker is durable makes
   the next start an unclean one.
 
@@ -135,6 +136,10 @@ CLEAN_SHUTDOWN_FILE: Final = ".clean_shutdown"
 RECOVERY_POINT_CHECKPOINT: Final = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT: Final = "log-start-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT: Final = "cleaner-offset-checkpoint"
+#: Kafka's high watermark checkpoint: readers never see past the high watermark, so it must
+#: survive a restart rather than be recomputed (a replicated log's high watermark is not its
+#: log end).
+REPLICATION_OFFSET_CHECKPOINT: Final = "replication-offset-checkpoint"
 META_DIR: Final = "__meta"
 TMP_SUFFIX: Final = ".tmp"
 
@@ -201,6 +206,11 @@ class LogManager:
     is passed to every log for its background fsyncs. Opening takes the directory's lock:
     a second manager on the same directory, in any process, gets
     :class:`~spark_mq.errors.LogDirectoryLockedError`.
+
+    ``high_watermark_follows_log_end`` (the default: one node, no replication) makes every
+    log's high watermark its log end. A cluster broker turns it off: each log then starts at
+    the high watermark ``replication-offset-checkpoint`` kept for it (at its log start without
+    one, as Kafka), and replication moves it.
     """
 
     def __init__(
@@ -211,8 +221,10 @@ class LogManager:
         time_ms: Callable[[], int] = _wall_clock_ms,
         owner: str | None = None,
         flush_executor: concurrent.futures.Executor | None = None,
+        high_watermark_follows_log_end: bool = True,
     ) -> None:
         self.root = Path(root)
+        self._hw_follows_leo = high_watermark_follows_log_end
         self.default_config = default_config if default_config is not None else LogConfig()
         self._time_ms = time_ms
         self._flush_executor = flush_executor
@@ -221,6 +233,9 @@ class LogManager:
         self._recovery_checkpoint = OffsetCheckpointFile(self.root / RECOVERY_POINT_CHECKPOINT)
         self._start_checkpoint = OffsetCheckpointFile(self.root / LOG_START_OFFSET_CHECKPOINT)
         self._cleaner_checkpoint = OffsetCheckpointFile(self.root / CLEANER_OFFSET_CHECKPOINT)
+        self._hw_checkpoint = OffsetCheckpointFile(self.root / REPLICATION_OFFSET_CHECKPOINT)
+        #: High watermarks read at startup: offline partitions keep theirs in the checkpoint.
+        self._startup_high_watermarks: Mapping[tuple[str, int], int] = {}
         # One cleaning pass at a time; cleaning does not hold _lock, so admin calls go on.
         self._cleaning_lock = threading.Lock()
         self._lock = threading.RLock()
@@ -267,6 +282,7 @@ class LogManager:
             # Without recovery points every log is recovered from its start: slower, but safe.
             had_clean_shutdown = False
         log_start_offsets = self._read_checkpoint(self._start_checkpoint)
+        self._startup_high_watermarks = self._read_checkpoint(self._hw_checkpoint) or {}
         self._remove_tmp_files()
         metas: dict[str, TopicMetadata] = {}
         for path in sorted(self._topics_dir.glob("*.json")):
@@ -390,6 +406,8 @@ class LogManager:
             had_clean_shutdown=had_clean_shutdown,
             time_ms=self._time_ms,
             flush_executor=self._flush_executor,
+            high_watermark_follows_log_end=self._hw_follows_leo,
+            high_watermark=self._startup_high_watermarks.get(key, 0),
         )
 
     # -----------------------------------------------------------------------------------------
@@ -477,6 +495,7 @@ class LogManager:
                     had_clean_shutdown=not existed,
                     time_ms=self._time_ms,
                     flush_executor=self._flush_executor,
+                    high_watermark_follows_log_end=self._hw_follows_leo,
                 )
                 opened.append((log, not existed))
             # The new directory entries must be durable before the metadata that names them.
@@ -692,14 +711,19 @@ class LogManager:
         offline = [p for topic in self._topics.values() for p in topic.offline]
         recovery = {(x.topic, x.partition): x.recovery_point for x in logs}
         starts = {(x.topic, x.partition): x.log_start_offset for x in logs}
+        high_watermarks = {(x.topic, x.partition): x.high_watermark for x in logs}
         # Offline partitions keep what the checkpoints said of them when the directory opened.
         for p in offline:
+            key = (p.topic, p.partition)
             if p.recovery_point is not None:
-                recovery[(p.topic, p.partition)] = p.recovery_point
+                recovery[key] = p.recovery_point
             if p.log_start_offset is not None:
-                starts[(p.topic, p.partition)] = p.log_start_offset
+                starts[key] = p.log_start_offset
+            if key in self._startup_high_watermarks:
+                high_watermarks[key] = self._startup_high_watermarks[key]
         self._recovery_checkpoint.write(recovery)
         self._start_checkpoint.write(starts)
+        self._hw_checkpoint.write(high_watermarks)
         if self._cleaner_checkpoint.path.exists():
             # Like the two above, rewritten without topics that are gone or being created, so
             # a new topic never inherits the first dirty offset of an old one of its name.
@@ -709,7 +733,8 @@ class LogManager:
             self._cleaner_checkpoint.write({k: v for k, v in cleaned.items() if k in live})
 
     def checkpoint(self) -> None:
-        """Write every log's recovery point and log start offset to the checkpoint files."""
+        """Write every log's recovery point, log start offset and high watermark to the
+        checkpoint files."""
         with self._lock:
             self._check_open()
             with _io_errors("writing the checkpoints", self.root):

@@ -58,6 +58,7 @@ from spark_mq.errors import CorruptRecordError
 from spark_mq.storage import abstract_index, file_records
 from spark_mq.storage.batch_decoder import iter_batches, validate_batch_body
 from spark_mq.storage.codecs import codec_for_name
+from spark_mq.storage.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT
 from spark_mq.storage.log import MAX_TIMESTAMP, FetchIsolation, PartitionLog
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.record_batch import BatchHeader, encode_batch
@@ -255,8 +256,13 @@ def all_files(directory: Path) -> dict[str, bytes]:
 
 
 def segment_file_names(directory: Path) -> set[str]:
-    """Segment files only: producer state snapshots are named by offset, not segment base."""
-    return {p.name for p in directory.iterdir() if not p.name.endswith(".snapshot")}
+    """Segment files only: producer state snapshots are named by offset, not segment base, and
+    the leader epoch checkpoint belongs to the whole partition."""
+    return {
+        p.name
+        for p in directory.iterdir()
+        if not p.name.endswith(".snapshot") and p.name != LEADER_EPOCH_CHECKPOINT
+    }
 
 
 def open_log(directory: Path, config: LogConfig, **kwargs: object) -> PartitionLog:

@@ -39,6 +39,7 @@ from spark_mq.storage.log_manager import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
     LogManager,
 )
 from spark_mq.storage.record_batch import encode_batch
@@ -320,6 +321,7 @@ def test_unusual_but_legal_names_survive_reopen_and_delete(root: Path, clock: Cl
         "__meta",
         LOG_START_OFFSET_CHECKPOINT,
         RECOVERY_POINT_CHECKPOINT,
+        REPLICATION_OFFSET_CHECKPOINT,
     ]
 
 
