@@ -297,26 +297,23 @@ async def handle_list_transactions(
 
 
 # ---------------------------------------------------------------------------------------------
-# Two-phase commit: PrepareTxn, CommitPreparedTxns, AbortTxns, DescribeTxnOwner
+# Two-phase commit: PrepareTxn, CommitPreparedTxns, AbortTxns, DescribeTxnOwner. Each request
+# succeeds or fails whole: what they raise is answered by the dispatcher (errors.answer).
 
 
 async def handle_prepare_txn(
     ctx: RequestContext, request: PrepareTxnRequest, _: memoryview
 ) -> Response:
     txns = ctx.core.transactions
-    try:
-        coordinator = await txns.ready()
-        partitions = two_phase.prepare(
-            coordinator,
-            request.transactional_id,
-            request.producer_id,
-            request.producer_epoch,
-            txns.now_ms(),
-            owner_prefix=request.owner_prefix,
-        )
-    except TYPED_ERRORS as exc:
-        code, message = error_of(exc, f"prepare the transaction of {request.transactional_id!r}")
-        return Response(PrepareTxnResponse(code, error_message=message))
+    coordinator = await txns.ready()
+    partitions = two_phase.prepare(
+        coordinator,
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        txns.now_ms(),
+        owner_prefix=request.owner_prefix,
+    )
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(partitions):
         by_topic.setdefault(topic, []).append(partition)
@@ -338,12 +335,8 @@ async def handle_commit_prepared_txns(
 ) -> Response:
     txns = ctx.core.transactions
     what = "commit prepared transactions"
-    try:
-        coordinator = await txns.ready()
-        outcome = two_phase.commit(coordinator, request, txns.now_ms())
-    except TYPED_ERRORS as exc:
-        failed_code, failure = error_of(exc, what)
-        return Response(CommitPreparedTxnsResponse(failed_code, error_message=failure))
+    coordinator = await txns.ready()
+    outcome = two_phase.commit(coordinator, request, txns.now_ms())
     results, code, message = _results(outcome, what)
     return Response(
         CommitPreparedTxnsResponse(
@@ -362,12 +355,8 @@ async def handle_abort_txns(
 ) -> Response:
     txns = ctx.core.transactions
     what = "abort transactions"
-    try:
-        coordinator = await txns.ready()
-        outcome = two_phase.abort(coordinator, request, txns.now_ms())
-    except TYPED_ERRORS as exc:
-        failed_code, failure = error_of(exc, what)
-        return Response(AbortTxnsResponse(failed_code, error_message=failure))
+    coordinator = await txns.ready()
+    outcome = two_phase.abort(coordinator, request, txns.now_ms())
     results, code, message = _results(outcome, what)
     return Response(
         AbortTxnsResponse(
@@ -383,12 +372,8 @@ async def handle_abort_txns(
 async def handle_describe_txn_owner(
     ctx: RequestContext, request: OwnerSequenceRequest, _: memoryview
 ) -> Response:
-    try:
-        coordinator = await ctx.core.transactions.ready()
-        sequence = two_phase.last_sequence(coordinator, request.owner)
-    except TYPED_ERRORS as exc:
-        code, message = error_of(exc, f"describe owner {request.owner!r}")
-        return Response(OwnerSequenceResponse(code, error_message=message))
+    coordinator = await ctx.core.transactions.ready()
+    sequence = two_phase.last_sequence(coordinator, request.owner)
     return Response(OwnerSequenceResponse(0, sequence))
 
 
@@ -396,10 +381,6 @@ async def handle_owner_heartbeat(
     ctx: RequestContext, request: OwnerHeartbeatRequest, _: memoryview
 ) -> Response:
     txns = ctx.core.transactions
-    try:
-        coordinator = await txns.ready()
-        coordinator.owner_heartbeat(request.owner_prefix, txns.now_ms())
-    except TYPED_ERRORS as exc:
-        code, message = error_of(exc, f"heartbeat of owner prefix {request.owner_prefix!r}")
-        return Response(OwnerHeartbeatResponse(code, message))
+    coordinator = await txns.ready()
+    coordinator.owner_heartbeat(request.owner_prefix, txns.now_ms())
     return Response(OwnerHeartbeatResponse(0))
