@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kazoo.client import KazooClient
 
+from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
 from spark_mq.cluster.zookeeper_server import ZooKeeperServer, ZooKeeperServerConfig
 from spark_mq.errors import ZooKeeperNotInstalledError
 
@@ -56,3 +57,19 @@ def _expire_session(connect: str, session: tuple[int, bytes]) -> None:
 def expire_session() -> Callable[[str, tuple[int, bytes]], None]:
     """``expire_session(connect, kazoo_client.client_id)`` makes ZooKeeper expire it now."""
     return _expire_session
+
+
+@pytest.fixture
+def clients(zk_connect: str) -> Iterator[Callable[[], ZkClient]]:
+    """``make()``: a started ZkClient of this test's chroot (4 s sessions), closed after."""
+    made: list[ZkClient] = []
+
+    def make() -> ZkClient:
+        client = ZkClient(ZkClientConfig(zk_connect, session_timeout_ms=4000))
+        client.start()
+        made.append(client)
+        return client
+
+    yield make
+    for client in made:
+        client.close()

@@ -11,11 +11,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from waiting import wait_for
 
 from spark_mq.broker.dir_files import BrokerMeta, Endpoint
 from spark_mq.broker.local import ensure_broker
@@ -24,13 +25,6 @@ from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.zookeeper_server import ZooKeeperServer, free_loopback_port
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
-
-
-def _wait_for(condition: Callable[[], object], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def _broker(log_dir: Path, *overrides: str) -> subprocess.Popen[bytes]:
@@ -74,8 +68,8 @@ def test_a_cluster_broker_registers_its_real_port_and_leaves_on_a_clean_stop(
         "listeners=PLAINTEXT://127.0.0.1:0",
     )
     try:
-        _wait_for(lambda: zk_root.exists("/brokers/ids/7") and zk_root.exists("/controller"))
-        _wait_for(lambda: Endpoint.read(tmp_path / "b7") is not None)
+        wait_for(lambda: zk_root.exists("/brokers/ids/7") and zk_root.exists("/controller"))
+        wait_for(lambda: Endpoint.read(tmp_path / "b7") is not None)
         endpoint = Endpoint.read(tmp_path / "b7")
         assert endpoint is not None and endpoint.port
         registration = json.loads(zk_root.get("/brokers/ids/7")[0])
@@ -110,9 +104,9 @@ def test_a_second_broker_adopts_the_cluster_id_and_knows_the_controller(
     first = _broker(tmp_path / "b1", *common, "broker.id=1")
     second = None
     try:
-        _wait_for(lambda: zk_root.exists("/controller"))
+        wait_for(lambda: zk_root.exists("/controller"))
         second = _broker(tmp_path / "b2", *common, "broker.id=2")
-        _wait_for(lambda: Endpoint.read(tmp_path / "b2") is not None)
+        wait_for(lambda: Endpoint.read(tmp_path / "b2") is not None)
         endpoint = Endpoint.read(tmp_path / "b2")
         assert endpoint is not None and endpoint.port
         metadata = _metadata(endpoint.port)
@@ -186,7 +180,7 @@ def test_a_log_directory_serves_one_cluster_under_one_broker_id(
     common = ["listeners=PLAINTEXT://127.0.0.1:0", "zookeeper.connection.timeout.ms=10000"]
     first = _broker(log_dir, f"zookeeper.connect={zk_connect}", "broker.id=1", *common)
     try:
-        _wait_for(lambda: zk_root.exists("/brokers/ids/1"))
+        wait_for(lambda: zk_root.exists("/brokers/ids/1"))
     finally:
         first.send_signal(signal.SIGTERM)
         assert first.wait(30) == 0

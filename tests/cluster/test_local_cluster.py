@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from waiting import wait_for
 
 from spark_mq.cli.cluster import _status as cluster_status_of
 from spark_mq.client.connection import BrokerConnection
@@ -20,13 +21,6 @@ from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
 
 SESSION_TIMEOUT_MS = 4000
-
-
-def _wait_for(condition: Callable[[], object], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def _metadata(port: int) -> MetadataResponse:
@@ -95,9 +89,9 @@ def test_cluster_json_names_every_running_broker_and_follows_stops_and_starts(
     # A paused broker is stopped by the kernel, and runs again when resumed.
     pid2 = state["brokers"]["2"]["pid"]
     cluster.pause(2)
-    _wait_for(lambda: _process_state(pid2) == "T", timeout_s=5)
+    wait_for(lambda: _process_state(pid2) == "T", timeout_s=5)
     cluster.resume(2)
-    _wait_for(lambda: _process_state(pid2) != "T", timeout_s=5)
+    wait_for(lambda: _process_state(pid2) != "T", timeout_s=5)
 
     # A clean stop: the registration goes at once (the session is closed, not expired).
     cluster.stop_broker(2)
@@ -134,7 +128,7 @@ def test_killing_the_controller_elects_another_after_its_session_expires(
     assert old in cluster.registered_brokers() and cluster.controller_id() == old
     states = {b["id"]: b["state"] for b in cluster_status_of(cluster)["brokers"]}
     assert states[old] == "dead, still registered"
-    _wait_for(lambda: cluster.controller_id() not in (None, old), timeout_s=30)
+    wait_for(lambda: cluster.controller_id() not in (None, old), timeout_s=30)
     # ZooKeeper counts the timeout from the last packet it heard, and the client pings every
     # third of it: the session may end up to a third of the timeout after the kill, not less.
     assert time.monotonic() - killed_at >= SESSION_TIMEOUT_MS / 1000 * 2 / 3 - 0.1
@@ -142,7 +136,7 @@ def test_killing_the_controller_elects_another_after_its_session_expires(
     assert old not in cluster.registered_brokers()
     new = cluster.controller_id()
     ports = [cluster.state["brokers"][str(b)]["port"] for b in (1, 2, 3) if b != old]
-    _wait_for(lambda: {_metadata(port).controller_id for port in ports} == {new})
+    wait_for(lambda: {_metadata(port).controller_id for port in ports} == {new})
 
     # It comes back with its old settings, as a follower of the new controller.
     cluster.start_broker(old)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
+from waiting import wait_for
 
 from spark_mq.broker.zk import znodes
 from spark_mq.broker.zk.broker_registration import BrokerRegistrar
-from spark_mq.broker.zk.client import SessionEvent, ZkClient, ZkClientConfig
+from spark_mq.broker.zk.client import SessionEvent, ZkClient
 from spark_mq.errors import BrokerIdInUseError, ZooKeeperConnectionError
 
 
@@ -25,28 +26,6 @@ def _registration(
         rack=rack,
         timestamp_ms=time.time_ns() // 1_000_000,
     )
-
-
-@pytest.fixture
-def clients(zk_connect: str) -> Iterator[Callable[[], ZkClient]]:
-    made: list[ZkClient] = []
-
-    def make() -> ZkClient:
-        client = ZkClient(ZkClientConfig(zk_connect, session_timeout_ms=4000))
-        client.start()
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        client.close()
-
-
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def test_registration_writes_kafkas_json_and_the_epoch_is_the_czxid(
@@ -108,7 +87,7 @@ def test_session_expiry_unregisters_and_the_new_session_registers_again(
 
     assert seen_new_session.wait(15)
     assert SessionEvent.EXPIRED in events
-    _wait_for(lambda: registrar.broker_epoch is not None)
+    wait_for(lambda: registrar.broker_epoch is not None, timeout_s=15.0)
     stat = watcher.kazoo.exists("/brokers/ids/1")
     assert stat is not None and stat.ephemeralOwner == zk.session_id != old_session
     assert registrar.broker_epoch == stat.czxid > first_epoch

@@ -5,15 +5,15 @@ re-election when the controller's session ends, and partition state compare-and-
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from kazoo.client import TransactionRequest
 from kazoo.exceptions import BadVersionError
+from waiting import wait_for
 
 from spark_mq.broker.zk import znodes
-from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
+from spark_mq.broker.zk.client import ZkClient
 from spark_mq.broker.zk.controller_election import (
     ControllerElector,
     ControllerEpoch,
@@ -31,28 +31,6 @@ from spark_mq.broker.zk.partition_states import (
     update_partition_states,
 )
 from spark_mq.errors import ControllerMovedError, TopicExistsError
-
-
-@pytest.fixture
-def clients(zk_connect: str) -> Iterator[Callable[[], ZkClient]]:
-    made: list[ZkClient] = []
-
-    def make() -> ZkClient:
-        client = ZkClient(ZkClientConfig(zk_connect, session_timeout_ms=4000))
-        client.start()
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        client.close()
-
-
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def _set(path: str, value: bytes) -> Callable[[TransactionRequest], None]:
@@ -91,16 +69,16 @@ def test_electors_agree_and_a_closed_controller_is_replaced_with_the_next_epoch(
     electors = [ControllerElector(zk, broker_id) for broker_id, zk in enumerate(zks)]
     for e in electors:
         e.start()
-    _wait_for(lambda: sum(e.is_active for e in electors) == 1)
+    wait_for(lambda: sum(e.is_active for e in electors) == 1, timeout_s=15.0)
     first = next(e for e in electors if e.is_active)
     epoch = first.active_epoch
     assert epoch is not None and epoch.epoch == 1
-    _wait_for(lambda: all(e.controller_id == first.broker_id for e in electors))
+    wait_for(lambda: all(e.controller_id == first.broker_id for e in electors), timeout_s=15.0)
 
     zks[first.broker_id].close()  # the session ends: /controller goes with it
 
     rest = [e for e in electors if e is not first]
-    _wait_for(lambda: sum(e.is_active for e in rest) == 1)
+    wait_for(lambda: sum(e.is_active for e in rest) == 1, timeout_s=15.0)
     second = next(e for e in rest if e.is_active)
     assert second.active_epoch is not None and second.active_epoch.epoch == epoch.epoch + 1
     assert read_controller_id(zks[second.broker_id]) == second.broker_id
@@ -120,9 +98,9 @@ def test_a_deposed_controller_cannot_write(clients: Callable[[], ZkClient]) -> N
     # /controller is Kafka's way to force a move).
     new = ControllerElector(clients(), 2)
     new.start()
-    _wait_for(lambda: new.controller_id == 1)
+    wait_for(lambda: new.controller_id == 1, timeout_s=15.0)
     admin.kazoo.delete(znodes.CONTROLLER)
-    _wait_for(lambda: new.is_active)
+    wait_for(lambda: new.is_active, timeout_s=15.0)
     assert new.active_epoch is not None and new.active_epoch.epoch == old_epoch.epoch + 1
 
     # Whatever broker 1 believes, a write with its epoch is refused as a whole.
@@ -137,7 +115,7 @@ def test_an_elector_resigns_when_its_write_is_refused(clients: Callable[[], ZkCl
     resigned = threading.Event()
     elector = ControllerElector(clients(), 1, on_resigned=resigned.set)
     elector.start()
-    _wait_for(lambda: elector.is_active)
+    wait_for(lambda: elector.is_active, timeout_s=15.0)
     # Someone bumps the epoch behind the elector's back (as a newer controller's election
     # does); the elector learns it from its next write.
     admin = clients()

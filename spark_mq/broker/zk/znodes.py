@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, overload
 
 from spark_mq.errors import CorruptZnodeError
 
@@ -138,8 +138,15 @@ def _int(path: str, obj: Mapping[str, Any], key: str, *, minimum: int | None = N
     return value
 
 
-def _str(path: str, obj: Mapping[str, Any], key: str) -> str:
+@overload
+def _str(path: str, obj: Mapping[str, Any], key: str) -> str: ...
+@overload
+def _str(path: str, obj: Mapping[str, Any], key: str, *, optional: bool) -> str | None: ...
+def _str(path: str, obj: Mapping[str, Any], key: str, *, optional: bool = False) -> str | None:
+    """The string field ``key``; with ``optional``, None when it is absent or null."""
     value = obj.get(key)
+    if value is None and optional:
+        return None
     if not isinstance(value, str):
         raise CorruptZnodeError(
             f"znode {path}: field {key!r} must be a string, got {value!r}", path=path
@@ -264,11 +271,7 @@ class BrokerRegistration:
                 f"{texts!r}",
                 path=path,
             )
-        rack = obj.get("rack")
-        if rack is not None and not isinstance(rack, str):
-            raise CorruptZnodeError(
-                f"znode {path}: field 'rack' must be a string, got {rack!r}", path=path
-            )
+        rack = _str(path, obj, "rack", optional=True)
         return cls(
             broker_id=broker_id,
             endpoints=tuple(EndPoint.parse(path, t, protocol_map) for t in texts),
@@ -391,11 +394,7 @@ class TopicAssignment:
                 f"znode {path}: partitions must be numbered 0..n-1, got {sorted(partitions)}",
                 path=path,
             )
-        topic_id = obj.get("topic_id")
-        if topic_id is not None and not isinstance(topic_id, str):
-            raise CorruptZnodeError(
-                f"znode {path}: field 'topic_id' must be a string, got {topic_id!r}", path=path
-            )
+        topic_id = _str(path, obj, "topic_id", optional=True)
         return cls(
             partitions=partitions,
             adding=partition_map("adding_replicas", required=False),
