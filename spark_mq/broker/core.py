@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from spark_mq.broker.config import ServerConfig
+from spark_mq.broker.controller_fence import ControllerFence
 from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.broker.group.service import GroupService, wall_clock_ms
 from spark_mq.broker.half.service import HalfMessageService
@@ -65,6 +66,8 @@ class BrokerCore:
         self.cluster_id = meta.cluster_id
         #: A cluster broker's session with its cluster (None: a single-node broker).
         self.membership: ClusterMembership | None = None
+        #: The newest controller epoch accepted; refuses requests of older controllers.
+        self.controller_fence = ControllerFence()
         self.replicas = ReplicaManager(
             logs,
             node_id=self.node_id,
@@ -113,6 +116,12 @@ class BrokerCore:
             return self.node_id
         known = self.membership.controller_id
         return -1 if known is None else known
+
+    @property
+    def broker_epoch(self) -> int | None:
+        """A cluster broker's epoch (the czxid of its registration); None on a single node
+        or while unregistered."""
+        return None if self.membership is None else self.membership.broker_epoch
 
     def touch(self) -> None:
         """Record activity (a request or a connection): idle exit counts from here."""
