@@ -151,23 +151,6 @@ def _probe(
     return None
 
 
-def _unanswering_owner(root: Path) -> int | None:
-    """The pid of a broker that owns ``root`` and has published its endpoint but did not
-    answer the last probe; None when the endpoint is missing or stale (its pid is dead, or
-    the lock names another process).
-
-    The same test a starting ``--local`` broker makes before it exits as the loser of a race
-    (``spark_mq.broker.main``), read from the files without taking the lock: a broker that
-    passes it still owns the directory, so starting another cannot help."""
-    endpoint = Endpoint.read(root)
-    if endpoint is None or not pid_alive(endpoint.pid):
-        return None
-    owner = read_owner(root)
-    if owner is None or owner.pid != endpoint.pid:
-        return None
-    return endpoint.pid
-
-
 def _handshake_timeout_s(deadline: float) -> float:
     """A handshake's timeout that ends by ``deadline`` (a paused broker must not hold a
     caller past its own timeout)."""
@@ -187,6 +170,24 @@ def _lock_held(root: Path) -> bool:
     finally:
         os.close(fd)  # also drops the lock if we got it
     return False
+
+
+def _unanswering_owner(root: Path) -> int | None:
+    """The pid of a broker that owns ``root`` and has published its endpoint but did not
+    answer the last probe; None when the endpoint is missing or stale (its pid is dead, the
+    lock file names another process, or nobody holds the lock: a killed broker whose pid
+    was reused).
+
+    The test a starting ``--local`` broker makes before it exits as the loser of a race
+    (``spark_mq.broker.main``), plus the lock itself: a broker that passes it still owns the
+    directory, so starting another cannot help."""
+    endpoint = Endpoint.read(root)
+    if endpoint is None or not pid_alive(endpoint.pid):
+        return None
+    owner = read_owner(root)
+    if owner is None or owner.pid != endpoint.pid or not _lock_held(root):
+        return None
+    return endpoint.pid
 
 
 @contextlib.contextmanager

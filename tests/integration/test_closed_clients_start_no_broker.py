@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -25,11 +27,13 @@ from pathlib import Path
 
 import pytest
 
+from spark_mq.broker.dir_files import Endpoint
 from spark_mq.broker.local import broker_status, ensure_broker, stop_broker
 from spark_mq.client import Admin, Consumer, Producer, TopicPartition
 from spark_mq.client.cluster import ANY_NODE, Cluster
 from spark_mq.client.config import ConsumerConfig
 from spark_mq.errors import BrokerNotAvailableError, RequestTimedOutError, UsageError
+from spark_mq.storage.dir_lock import LOCK_FILE_NAME, LockOwner
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/cmdline").exists(), reason="finds broker processes through /proc"
@@ -108,6 +112,28 @@ def test_a_paused_broker_is_waited_for_not_replaced(mq: Path) -> None:
         os.kill(owner.pid, signal.SIGCONT)
     # The owner answers again: the same broker, found, not replaced.
     assert broker_status(mq) == owner
+
+
+def test_a_stale_endpoint_naming_a_live_stranger_is_replaced(mq: Path) -> None:
+    """A broker killed with -9 leaves ``broker.json`` and the lock file naming it; if its pid
+    now belongs to another process, nothing holds the lock and a new broker is started (the
+    waiting above is only for a broker that really owns the directory)."""
+    old = broker_status(mq)
+    assert old is not None
+    assert stop_broker(mq)
+    with subprocess.Popen(["sleep", "60"]) as stranger:
+        try:
+            Endpoint(stranger.pid, old.epoch or 1, 0, str(mq / "broker.sock"), None, None, 1).write(
+                mq
+            )
+            owner = LockOwner(stranger.pid, socket.gethostname(), 1, "a killed broker")
+            (mq / LOCK_FILE_NAME).write_bytes(owner.to_json())
+            ensure_broker(mq, timeout_ms=30_000, create=False)
+            new = broker_status(mq)
+            assert new is not None and new.state == "serving"
+            assert new.pid not in (old.pid, stranger.pid)
+        finally:
+            stranger.kill()
 
 
 def test_clients_closed_after_a_pause_leave_no_broker_behind(mq: Path) -> None:
