@@ -321,10 +321,6 @@ class Cluster:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError(
