@@ -116,8 +116,12 @@ DISCARD_HEADERS: Final = ("half.message.id", "half.topic", "half.partition", "ha
 LOAD_BUFFER_BYTES: Final = 5 * 1024 * 1024
 #: Longest a CheckHalfMessages request may wait (a bound on every poll, whatever it asks).
 MAX_CHECK_WAIT_MS: Final = 30_000
-#: Most tombstones in one batch when outcomes expire (a bound on one append, whatever expires).
-EXPIRE_BATCH_RECORDS: Final = 1_000
+#: Most outcomes one expiry step forgets (a bound on the work between two awaits).
+EXPIRE_STEP_RECORDS: Final = 1_000
+#: A batch's size beyond its records' keys, with room to spare (an encoded batch of one
+#: tombstone is about 670 bytes plus its key, and each further one adds its key and 24).
+TOMBSTONE_BATCH_OVERHEAD_BYTES: Final = 768
+TOMBSTONE_RECORD_OVERHEAD_BYTES: Final = 32
 
 RunBlocking = Callable[..., Awaitable[Any]]
 
@@ -556,24 +560,46 @@ class HalfMessageService:
             expired: list[str] = []
             for message_id, outcome in self.ended.items():
                 # Ended in order: the first one kept ends the pass.
-                if len(expired) >= EXPIRE_BATCH_RECORDS or now - outcome.ended_ms < retention_ms:
+                if len(expired) >= EXPIRE_STEP_RECORDS or now - outcome.ended_ms < retention_ms:
                     break
                 expired.append(message_id)
             if not expired:
                 return forgotten
-            tombstones: list[tuple[bytes, bytes | None]] = [(m.encode(), None) for m in expired]
-            self.halves.append(expired[0], tombstones, now)
+            batches = self._tombstone_batches(expired)
+            for batch in batches:
+                self.halves.append(HALF_MESSAGES_TOPIC, batch, now)
             # The records' tombstones on disk before the ops' go: after a power loss the ops
             # must not be gone while a record is back.
             halves_log = self.replicas.logs.get_log(HALF_MESSAGES_TOPIC, 0)
             await self._run_blocking(halves_log.flush)
-            self.ops.append(expired[0], tombstones, now)
+            for batch in batches:
+                self.ops.append(HALF_OPS_TOPIC, batch, now)
             for message_id in expired:
                 # (An end that came during the flush found the outcome: it is still final.)
                 self.ended.pop(message_id, None)
                 self.discarded.pop(message_id, None)
             forgotten += len(expired)
             logger.info("forgot the outcomes of %d ended half messages", len(expired))
+
+    def _tombstone_batches(self, message_ids: list[str]) -> list[list[tuple[bytes, None]]]:
+        """Tombstones of ``message_ids`` in batches that fit a segment of the two topics
+        (a batch larger than ``segment.bytes`` is refused). One tombstone always fits: it
+        is smaller than the half record that SendHalfMessage stored under the same id."""
+        limit = self.config.transaction_half_log_segment_bytes - TOMBSTONE_BATCH_OVERHEAD_BYTES
+        batches: list[list[tuple[bytes, None]]] = []
+        batch: list[tuple[bytes, None]] = []
+        size = 0
+        for message_id in message_ids:
+            key = message_id.encode()
+            record_bytes = len(key) + TOMBSTONE_RECORD_OVERHEAD_BYTES
+            if batch and size + record_bytes > limit:
+                batches.append(batch)
+                batch, size = [], 0
+            batch.append((key, None))
+            size += record_bytes
+        if batch:
+            batches.append(batch)
+        return batches
 
     # -- ListHalfMessages -------------------------------------------------------------------
 
