@@ -98,6 +98,20 @@ class Workers:
         raise AssertionError(f"worker exited (or hung) before printing {line!r}")
 
     @staticmethod
+    def next_check(proc: subprocess.Popen[str]) -> int:
+        """The ``check_count`` of the next check an ``unknown`` worker was asked."""
+        assert proc.stdout is not None
+        watchdog = threading.Timer(TIMEOUT_S, proc.kill)
+        watchdog.start()
+        try:
+            for got in proc.stdout:
+                if got.startswith("CHECKED "):
+                    return int(got.split()[1])
+        finally:
+            watchdog.cancel()
+        raise AssertionError("worker exited (or hung) before it was asked a check")
+
+    @staticmethod
     def kill(proc: subprocess.Popen[str]) -> None:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
@@ -110,12 +124,15 @@ class Workers:
 
 @pytest.fixture
 def half_dir(tmp_path: Path) -> Iterator[Path]:
-    directory = tmp_path / "mq"
+    yield half_broker(tmp_path / "mq", SETTINGS)
+    stop_broker(tmp_path / "mq")
+
+
+def half_broker(directory: Path, settings: dict[str, str]) -> Path:
     directory.mkdir(mode=0o700)
-    write_persisted(directory, SETTINGS)
+    write_persisted(directory, settings)
     ensure_broker(directory)
-    yield directory
-    stop_broker(directory)
+    return directory
 
 
 def kill_broker(path: Path) -> None:
@@ -219,3 +236,33 @@ def test_half_messages_follow_their_local_transactions(half_dir: Path, tmp_path:
         assert collections.Counter(values) == collections.Counter(rows)
     finally:
         workers.kill_all()
+
+
+@pytest.mark.slow
+def test_a_check_out_when_the_broker_dies_costs_no_check(tmp_path: Path) -> None:
+    # A long interval: the check handed out stays out (its answer not yet due) until the
+    # broker is killed, and no second check comes before it.
+    slow = {
+        **SETTINGS,
+        "transaction.check.interval.ms": "60000",
+        "transaction.half.timeout.ms": "500",
+    }
+    path = half_broker(tmp_path / "mq", slow)
+    workers = Workers(path, tmp_path / "orders.sqlite", tmp_path)
+    try:
+        unsure = workers.start("unsure", "unknown")
+        workers.wait_for_line(unsure, "SENT")
+        assert workers.next_check(unsure) == 1
+        (message,) = listed(path)
+        assert message.check_count == 1  # asked once, the answer not due for a minute
+
+        # The broker dies with that check out; the producer's answer would have come on the
+        # connection that died with it. The successor asks again, as the first check.
+        kill_broker(path)
+        ensure_broker(path)
+        assert workers.next_check(unsure) == 1
+        (message,) = listed(path)
+        assert message.check_count == 1
+    finally:
+        workers.kill_all()
+        stop_broker(path)
