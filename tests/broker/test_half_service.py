@@ -341,3 +341,37 @@ def test_ended_outcomes_are_forgotten_after_the_retention(broker: Broker) -> Non
     asyncio.run(first_life())
     broker.stop()
     asyncio.run(second_life())
+
+
+def test_a_crash_between_the_two_expiry_tombstones_forgets_at_the_next_pass(
+    broker: Broker,
+) -> None:
+    clock = broker.clock
+
+    async def first_life() -> None:
+        core = broker.start()
+        service = core.half_messages
+        await call(core, send("m1", b"one"))
+        await call(core, end("m1", HalfAction.COMMIT))
+        clock.now_ms += RETENTION_MS
+        # What expiry appends before it fsyncs and tombstones the op; the process dies here.
+        for batch in service._tombstone_batches(["m1"]):
+            service.halves.append(HALF_MESSAGES_TOPIC, batch, clock())
+
+    async def second_life() -> None:
+        core = broker.start()
+        service = core.half_messages
+        await service.ready()
+        # The op without its record: ended, not pending, and its outcome still answered.
+        assert list(service.pending) == []
+        again = await call(core, end("m1", HalfAction.COMMIT))
+        assert (again.error_code, again.state, again.offset) == (0, HalfState.COMMITTED, 0)
+        assert await service.expire_outcomes() == 1
+        assert service.ended == {}
+        late = await call(core, end("m1", HalfAction.COMMIT))
+        assert late.error_code == ErrorCode.HALF_MESSAGE_NOT_FOUND
+        assert values(core, "payments") == [b"one"]
+
+    asyncio.run(first_life())
+    broker.stop()
+    asyncio.run(second_life())
