@@ -15,6 +15,7 @@ from spark_mq.broker.config import ServerConfig
 from spark_mq.broker.context import RequestContext
 from spark_mq.broker.core import BrokerCore
 from spark_mq.broker.dir_files import BrokerMeta
+from spark_mq.broker.half.expiry import tombstone_batches
 from spark_mq.broker.half.records import encode_record
 from spark_mq.broker.half.service import DISCARD_TOPIC
 from spark_mq.broker.handlers import HANDLERS
@@ -355,7 +356,7 @@ def test_a_crash_between_the_two_expiry_tombstones_forgets_at_the_next_pass(
         await call(core, end("m1", HalfAction.COMMIT))
         clock.now_ms += RETENTION_MS
         # What expiry appends before it fsyncs and tombstones the op; the process dies here.
-        for batch in service._tombstone_batches(["m1"]):
+        for batch in tombstone_batches(["m1"], 1024):
             service.halves.append(HALF_MESSAGES_TOPIC, batch, clock())
 
     async def second_life() -> None:

@@ -34,18 +34,11 @@ Order of appends, and what a crash between two of them leaves:
 A crash after the final op and before the tombstone leaves a record compaction does not
 remove; the op decides, so loading ignores it.
 
-Expiry: an outcome is kept ``transaction.half.op.retention.ms`` after the message ended
-(committed, rolled back or discarded), then forgotten, in the order the messages ended.
-Forgetting appends a tombstone of the half record to ``__half_messages`` (again, whatever
-the end wrote: a crash leftover or a discarded message's record must be gone first),
-fsyncs that partition, and only then appends the tombstone of the op to ``__half_ops``. The
-op is thus never gone while its record is live, so the rebuild cannot take a forgotten
-message for a pending one; compaction removes both records (the tombstone in
-``__half_messages`` is newer than the record, so it outlives it) and then, after
-``delete.retention.ms``, the tombstones: the two topics hold the live messages plus what
-ended within the retention, and loading reads no more. A crash between the two tombstones
-leaves an ended op without a record: it is loaded as ended and forgotten at the next pass.
-A late end of a forgotten message is HALF_MESSAGE_NOT_FOUND, and writes nothing.
+Expiry: an outcome is forgotten ``transaction.half.op.retention.ms`` after the message
+ended: the half record's tombstone, an fsync, then the op's tombstone, so that the rebuild
+never finds a record without its op (:mod:`~spark_mq.broker.half.expiry`). Compaction then
+removes both, so the two topics hold the live messages plus what ended within the
+retention, and loading reads no more.
 
 Check-backs: every ``transaction.check.interval.ms`` the service counts the checks whose
 answer is overdue, discards the messages whose last allowed check went unanswered, wakes the
@@ -73,6 +66,7 @@ from typing import Any, Final
 
 from spark_mq.broker.coordinator_topic import CoordinatorTopic
 from spark_mq.broker.half.config import HalfMessageConfig
+from spark_mq.broker.half.expiry import EXPIRE_STEP_RECORDS, tombstone_batches
 from spark_mq.broker.half.records import (
     VERSION,
     HalfOp,
@@ -116,12 +110,6 @@ DISCARD_HEADERS: Final = ("half.message.id", "half.topic", "half.partition", "ha
 LOAD_BUFFER_BYTES: Final = 5 * 1024 * 1024
 #: Longest a CheckHalfMessages request may wait (a bound on every poll, whatever it asks).
 MAX_CHECK_WAIT_MS: Final = 30_000
-#: Most outcomes one expiry step forgets (a bound on the work between two awaits).
-EXPIRE_STEP_RECORDS: Final = 1_000
-#: A batch's size beyond its records' keys, with room to spare (an encoded batch of one
-#: tombstone is about 670 bytes plus its key, and each further one adds its key and 24).
-TOMBSTONE_BATCH_OVERHEAD_BYTES: Final = 768
-TOMBSTONE_RECORD_OVERHEAD_BYTES: Final = 32
 
 RunBlocking = Callable[..., Awaitable[Any]]
 
@@ -551,7 +539,8 @@ class HalfMessageService:
 
     async def expire_outcomes(self) -> int:
         """Forget the outcomes older than ``transaction.half.op.retention.ms`` (the order
-        of appends is in the module docstring); how many were forgotten."""
+        of appends, and why, is :mod:`~spark_mq.broker.half.expiry`); how many were
+        forgotten."""
         await self.ready()
         forgotten = 0
         while True:
@@ -565,12 +554,15 @@ class HalfMessageService:
                 expired.append(message_id)
             if not expired:
                 return forgotten
-            batches = self._tombstone_batches(expired)
+            halves_log = self.replicas.logs.get_log(HALF_MESSAGES_TOPIC, 0)
+            ops_log = self.replicas.logs.get_log(HALF_OPS_TOPIC, 0)
+            # The topics' own segment.bytes (an operator may have altered it since creation).
+            segment_bytes = min(halves_log.config.segment_bytes, ops_log.config.segment_bytes)
+            batches = tombstone_batches(expired, segment_bytes)
             for batch in batches:
                 self.halves.append(HALF_MESSAGES_TOPIC, batch, now)
             # The records' tombstones on disk before the ops' go: after a power loss the ops
             # must not be gone while a record is back.
-            halves_log = self.replicas.logs.get_log(HALF_MESSAGES_TOPIC, 0)
             await self._run_blocking(halves_log.flush)
             for batch in batches:
                 self.ops.append(HALF_OPS_TOPIC, batch, now)
@@ -580,26 +572,6 @@ class HalfMessageService:
                 self.discarded.pop(message_id, None)
             forgotten += len(expired)
             logger.info("forgot the outcomes of %d ended half messages", len(expired))
-
-    def _tombstone_batches(self, message_ids: list[str]) -> list[list[tuple[bytes, None]]]:
-        """Tombstones of ``message_ids`` in batches that fit a segment of the two topics
-        (a batch larger than ``segment.bytes`` is refused). One tombstone always fits: it
-        is smaller than the half record that SendHalfMessage stored under the same id."""
-        limit = self.config.transaction_half_log_segment_bytes - TOMBSTONE_BATCH_OVERHEAD_BYTES
-        batches: list[list[tuple[bytes, None]]] = []
-        batch: list[tuple[bytes, None]] = []
-        size = 0
-        for message_id in message_ids:
-            key = message_id.encode()
-            record_bytes = len(key) + TOMBSTONE_RECORD_OVERHEAD_BYTES
-            if batch and size + record_bytes > limit:
-                batches.append(batch)
-                batch, size = [], 0
-            batch.append((key, None))
-            size += record_bytes
-        if batch:
-            batches.append(batch)
-        return batches
 
     # -- ListHalfMessages -------------------------------------------------------------------
 
