@@ -23,14 +23,27 @@ from pathlib import Path
 
 import pytest
 
-from spark_mq import Consumer, TopicPartition
+from spark_mq import (
+    Consumer,
+    LocalTransactionState,
+    TopicPartition,
+    TransactionalMessage,
+    TransactionalMessageProducer,
+)
 from spark_mq.broker import ensure_broker, stop_broker
 from spark_mq.broker.dir_files import Endpoint
 from spark_mq.broker.half.service import DISCARD_TOPIC
 from spark_mq.broker.persisted_config import write_persisted
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import AdminConfig
-from spark_mq.protocol.half_messages import HalfMessage, ListHalfMessagesRequest
+from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.half_messages import (
+    EndHalfMessageRequest,
+    EndHalfMessageResponse,
+    HalfAction,
+    HalfMessage,
+    ListHalfMessagesRequest,
+)
 
 WORKER = Path(__file__).with_name("half_worker.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -265,4 +278,53 @@ def test_a_check_out_when_the_broker_dies_costs_no_check(tmp_path: Path) -> None
         assert message.check_count == 1
     finally:
         workers.kill_all()
+        stop_broker(path)
+
+
+class AlwaysCommit:
+    def execute_local_transaction(
+        self, message: TransactionalMessage, arg: object
+    ) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT
+
+    def check_local_transaction(self, message: TransactionalMessage) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT
+
+
+def end_again(path: Path, message_id: str) -> EndHalfMessageResponse:
+    cluster = Cluster(AdminConfig.from_properties({"path": str(path)}))
+    try:
+        response: EndHalfMessageResponse = cluster.request(
+            EndHalfMessageRequest("orders", message_id, HalfAction.COMMIT)
+        )
+        return response
+    finally:
+        cluster.close()
+
+
+@pytest.mark.slow
+def test_the_broker_forgets_an_outcome_after_its_retention(tmp_path: Path) -> None:
+    short = {**SETTINGS, "transaction.half.op.retention.ms": "1500"}
+    path = half_broker(tmp_path / "mq", short)
+    try:
+        with TransactionalMessageProducer(
+            path, producer_group="orders", listener=AlwaysCommit()
+        ) as producer:
+            result = producer.send("payments", b"paid", key=b"order-1")
+        assert (result.state, result.offset) == (LocalTransactionState.COMMIT, 0)
+        again = end_again(path, result.message_id)
+        assert (again.error_code, again.offset) == (0, 0)  # a repeat, within the retention
+        # The broker's check job forgets it once the retention has passed.
+        wait_until(
+            "the outcome to expire",
+            lambda: (
+                end_again(path, result.message_id).error_code == ErrorCode.HALF_MESSAGE_NOT_FOUND
+            ),
+        )
+        kill_broker(path)
+        ensure_broker(path)
+        late = end_again(path, result.message_id)
+        assert late.error_code == ErrorCode.HALF_MESSAGE_NOT_FOUND
+        assert listed(path) == [] and read_topic(path, "payments") == [b"paid"]
+    finally:
         stop_broker(path)
