@@ -7,10 +7,19 @@ of a real change and changes nothing. Internal topics (``__consumer_offsets``,
 (:mod:`~spark_mq.broker.internal_topics`). One may be created before its coordinator does it,
 with the configs an internal topic may take (``cleanup.policy=compact`` among them, since the
 broker's default is ``delete``): INVALID_CONFIG otherwise.
+
+A cluster broker (``core.cluster_admin`` set) does all three through ZooKeeper and the
+controller (:class:`~spark_mq.broker.core.ClusterTopicAdmin`): it writes the request, then,
+as Kafka's CreateTopics, DeleteTopics and CreatePartitions do, waits up to the request's
+``timeout_ms`` for the controller to carry it out (every new partition has a leader; the
+deleted topic is gone). A request not carried out in time is answered REQUEST_TIMED_OUT for
+that topic: it was written and the controller carries it out later. ``timeout_ms`` 0 does
+not wait.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -25,6 +34,7 @@ from spark_mq.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
+    RequestTimedOutError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -45,7 +55,7 @@ from spark_mq.storage.topic_metadata import MAX_PARTITIONS_PER_TOPIC
 from spark_mq.storage.topic_names import validate_topic_name
 
 if TYPE_CHECKING:
-    from spark_mq.broker.core import BrokerCore
+    from spark_mq.broker.core import BrokerCore, ClusterTopicAdmin
 
 
 def _duplicates(names: list[str]) -> set[str]:
@@ -101,14 +111,54 @@ def _create_one(
     return CreatableTopicResult(topic.name, 0, None, partitions, factor)
 
 
+def _create_in_cluster(
+    core: BrokerCore, admin: ClusterTopicAdmin, topic: CreatableTopic, validate_only: bool
+) -> CreatableTopicResult:
+    broker = core.config.broker
+    partitions = broker.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+    factor = None if topic.replication_factor == -1 else topic.replication_factor
+    if is_internal(topic.name) and not admin.topic_exists(topic.name):
+        effective = core.logs.default_config.with_overrides(topic.configs)
+        check_internal_config(topic.name, topic.configs, effective)
+    assignment = admin.create_topic(
+        topic.name, partitions, factor, topic.configs, validate_only=validate_only
+    )
+    return CreatableTopicResult(topic.name, 0, None, partitions, len(assignment[0]))
+
+
+def _deadline(timeout_ms: int) -> float:
+    return time.monotonic() + max(0, timeout_ms) / 1000
+
+
+def _remaining_ms(deadline: float) -> int:
+    return max(0, round((deadline - time.monotonic()) * 1000))
+
+
+def _timed_out(what: str, timeout_ms: int) -> RequestTimedOutError:
+    return RequestTimedOutError(
+        f"{what} was written to ZooKeeper but the controller did not carry it out within "
+        f"the request's timeout_ms={timeout_ms}; it will, once a controller is elected and "
+        "the brokers it needs are live: describe the topic to see when"
+    )
+
+
 def _create_topics(core: BrokerCore, request: CreateTopicsRequest) -> CreateTopicsResponse:
     dups = _duplicates([t.name for t in request.topics])
     results = []
+    admin = core.cluster_admin
+    deadline = _deadline(request.timeout_ms)
     for topic in request.topics:
         try:
             if topic.name in dups:
                 raise _duplicate_error(topic.name)
-            results.append(_create_one(core, topic, request.validate_only))
+            if admin is None:
+                results.append(_create_one(core, topic, request.validate_only))
+                continue
+            result = _create_in_cluster(core, admin, topic, request.validate_only)
+            wait = not request.validate_only and request.timeout_ms > 0
+            if wait and not admin.wait_for_leaders(topic.name, _remaining_ms(deadline)):
+                raise _timed_out(f"topic {topic.name!r}", request.timeout_ms)
+            results.append(result)
         except Exception as exc:
             # A boundary: the topics done before this one stay done and are
             # answered so; a bug here is this topic's UNKNOWN_SERVER_ERROR, logged with
@@ -124,6 +174,15 @@ async def handle_create_topics(
     return Response(await ctx.core.run_blocking(_create_topics, ctx.core, request))
 
 
+def _delete_in_cluster(admin: ClusterTopicAdmin, name: str, timeout_ms: int) -> None:
+    admin.delete_topic(name)
+    deadline = _deadline(timeout_ms)
+    while timeout_ms > 0 and not admin.topic_gone(name):
+        if time.monotonic() >= deadline:
+            raise _timed_out(f"deletion of topic {name!r}", timeout_ms)
+        time.sleep(0.05)
+
+
 async def handle_delete_topics(
     ctx: RequestContext, request: DeleteTopicsRequest, _: memoryview
 ) -> Response:
@@ -135,6 +194,11 @@ async def handle_delete_topics(
             if name in dups:
                 raise _duplicate_error(name)
             check_not_internal(name, "delete")
+            admin = core.cluster_admin
+            if admin is not None:
+                await core.run_blocking(_delete_in_cluster, admin, name, request.timeout_ms)
+                results.append(DeletableTopicResult(name, 0))
+                continue
             if not core.logs.topic_exists(name):
                 raise UnknownTopicOrPartitionError(
                     f"topic {name!r} does not exist, so it cannot be deleted", topic=name
@@ -152,6 +216,18 @@ async def handle_delete_topics(
     return Response(DeleteTopicsResponse(results))
 
 
+def _create_partitions_in_cluster(
+    admin: ClusterTopicAdmin, name: str, total: int, request: CreatePartitionsRequest
+) -> None:
+    deadline = _deadline(request.timeout_ms)
+    admin.create_partitions(name, total, validate_only=request.validate_only)
+    if request.validate_only or request.timeout_ms <= 0:
+        return
+    # The new partitions are those above the old count, which every one below total has.
+    if not admin.wait_for_leaders(name, _remaining_ms(deadline), range(total)):
+        raise _timed_out(f"adding partitions to topic {name!r}", request.timeout_ms)
+
+
 def _create_partitions(
     core: BrokerCore, request: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
@@ -162,7 +238,10 @@ def _create_partitions(
             if topic.name in dups:
                 raise _duplicate_error(topic.name)
             check_not_internal(topic.name, "add partitions to")
-            if request.validate_only:
+            admin = core.cluster_admin
+            if admin is not None:
+                _create_partitions_in_cluster(admin, topic.name, topic.count, request)
+            elif request.validate_only:
                 current = core.logs.describe_topic(topic.name).partition_count
                 if topic.count <= current:
                     raise InvalidPartitionsError(
