@@ -342,3 +342,26 @@ def test_a_deletion_request_for_an_unknown_topic_is_removed(
     zk.kazoo.create(znodes.delete_topic_path("ghost"), b"", makepath=True)
     start_controller()
     wait_for(lambda: zk.children(znodes.DELETE_TOPICS) == [], timeout_s=15)
+
+
+def test_a_new_controller_takes_dead_brokers_out_of_the_isr_and_elects_from_the_rest(
+    clients: Callable[[], ZkClient],
+    brokers: Callable[..., dict[int, ZkClient]],
+    start_controller: StartController,
+) -> None:
+    zk = clients()
+    brokers(2, 3)  # broker 1 died while there was no controller
+    create_topic(zk, "t", znodes.TopicAssignment({0: (1, 2, 3), 1: (2, 3, 1)}))
+    for p, leader in ((0, 1), (1, 2)):
+        zk.kazoo.create(
+            znodes.partition_state_path("t", p),
+            znodes.PartitionState(leader, 3, (1, 2, 3), 0).encode(),
+            makepath=True,
+        )
+    controller = start_controller()
+    led, followed = _state(zk, "t", 0), _state(zk, "t", 1)
+    assert led is not None and followed is not None
+    # Its leadership went to the next in-sync replica; it left the ISR of the other.
+    assert (led.leader, led.isr) == (2, (2, 3)) and led.leader_epoch > 3
+    assert (followed.leader, followed.isr, followed.leader_epoch) == (2, (2, 3), 4)
+    assert led.controller_epoch == followed.controller_epoch == controller.epoch.epoch

@@ -178,7 +178,7 @@ class Controller:
         and for callers that need the controller's reaction to a change)."""
         done = threading.Event()
         self._enqueue("Barrier", done.set)
-        return done.wait(timeout_s)
+        return self._active.is_set() and done.wait(timeout_s)
 
     def _enqueue(self, name: str, process: Callable[[], None]) -> None:
         if self._active.is_set():
@@ -197,9 +197,13 @@ class Controller:
                 self._moved(str(exc))
                 return
             except ZooKeeperConnectionError as exc:
+                # The event may have changed the context before its write failed, and a
+                # write cut off by a dropped connection may or may not have happened: once
+                # connected again, read everything anew (Startup) rather than resume.
                 log.warning("controller event %s waits for ZooKeeper: %s", name, exc)
                 while self._active.is_set() and not self._zk.wait_connected(500):
                     pass
+                name, process = "Startup (resync after a ZooKeeper disconnection)", self._startup
             except Exception:
                 # Kafka's controller logs a failed event and goes on with the next one.
                 log.exception("controller event %s failed", name)
@@ -346,6 +350,14 @@ class Controller:
         for broker in sorted(ctx.live_brokers):
             batch.add_full_leader_and_isr(broker)
         batch.send()
+        # Kafka's ReplicaStateMachine.startup: replicas on dead brokers go OfflineReplica,
+        # which takes them out of the ISR (and a dead leader out of the lead).
+        hosted = [tp for tp in ctx.all_partitions() if not ctx.is_being_deleted(tp)]
+        dead = {b for tp in hosted for b in ctx.replicas(tp)} - ctx.live_ids
+        if dead:
+            on_dead = [tp for tp in hosted if dead & set(ctx.replicas(tp))]
+            remove_replicas_from_isr(self._zk, ctx, dead, on_dead, batch)
+            batch.send()
         self._trigger_online_partition_state_change()
         self._topic_deletion()
 
