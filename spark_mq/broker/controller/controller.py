@@ -10,8 +10,8 @@ Events, in the order they arrive:
   brokers, assignments, partition states and deletion requests into a fresh context; send
   UpdateMetadata with every partition and live broker to every live broker *first*; then
   start the replica state machine (a FULL LeaderAndIsr to every live broker) and the
-  partition state machine (New and Offline partitions come online by election); then carry
-  out pending deletions.
+  partition state machine (New and Offline partitions come online by election); then take
+  replicas on dead brokers out of the ISRs; then carry out pending deletions.
 - **BrokerChange** (``/brokers/ids`` changed): a broker that left, or came back with a new
   broker epoch, fails: partitions it led are elected anew from their ISR (unclean only with
   ``unclean.leader.election.enable``), it leaves the ISR of the others (leader epoch + 1),
