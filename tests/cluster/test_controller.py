@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from waiting import wait_for
 
+from spark_mq.broker.controller.channel import BrokerResponse
 from spark_mq.broker.controller.controller import Controller, ControllerConfig
 from spark_mq.broker.zk import znodes
 from spark_mq.broker.zk.broker_registration import BrokerRegistrar
@@ -25,7 +26,13 @@ from spark_mq.broker.zk.membership import get_or_create_inter_broker_secret
 from spark_mq.broker.zk.partition_states import create_topic, read_partition_state
 from spark_mq.broker.zk.topic_admin import ZkTopicAdmin
 from spark_mq.cluster.zookeeper_server import free_loopback_port
-from spark_mq.errors import InvalidPartitionsError, InvalidReplicationFactorError
+from spark_mq.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    UnsupportedVersionError,
+)
+from spark_mq.protocol.controller import LeaderAndIsrRequest, LeaderAndIsrResponse
+from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.storage.log_config import LogConfig
 
 StartController = Callable[..., Controller]
@@ -365,3 +372,19 @@ def test_a_new_controller_takes_dead_brokers_out_of_the_isr_and_elects_from_the_
     assert (led.leader, led.isr, led.leader_epoch) == (2, (2, 3), 4)
     assert (followed.leader, followed.isr, followed.leader_epoch) == (2, (2, 3), 4)
     assert led.controller_epoch == followed.controller_epoch == controller.epoch.epoch
+
+
+def test_a_broker_that_saw_a_newer_controller_makes_this_one_resign(
+    brokers: Callable[..., dict[int, ZkClient]], start_controller: StartController
+) -> None:
+    brokers(1)
+    controller = start_controller()
+    request = LeaderAndIsrRequest(100, controller.epoch.epoch, -1, [], [])
+    refused = UnsupportedVersionError("LEADER_AND_ISR is not served by this broker")
+    controller.on_response(BrokerResponse(1, request, None, refused))
+    # An answer with another error is logged; the controller goes on.
+    assert controller.active and controller.responses[-1].error is refused
+    stale = LeaderAndIsrResponse(int(ErrorCode.STALE_CONTROLLER_EPOCH), [], "seen epoch 9")
+    controller.on_response(BrokerResponse(1, request, stale))
+    assert not controller.active
+    assert "STALE_CONTROLLER_EPOCH" in controller.moved[0][1]  # type: ignore[attr-defined]
