@@ -74,9 +74,9 @@ class ClusterTopicAdmin(Protocol):
 
     def topic_exists(self, name: str) -> bool: ...
 
-    def wait_for_leaders(self, name: str, timeout_ms: int, partitions: range | None = None) -> bool:
-        """Wait until the controller has elected a leader for every partition (or those of
-        ``partitions``), at most ``timeout_ms``; whether it has."""
+    def leaders_elected(self, name: str, partitions: range | None = None) -> bool:
+        """Whether the controller has elected a leader for every partition of the topic (or
+        those of ``partitions``)."""
         ...
 
     def topic_gone(self, name: str) -> bool:

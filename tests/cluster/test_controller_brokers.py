@@ -207,3 +207,34 @@ def test_find_coordinator_creates_the_offsets_topic_in_the_cluster(
     assert dict(assignment.partitions) == {p: (1,) for p in range(4)}
     config = json.loads(zk.get(znodes.topic_config_path("__consumer_offsets"))[0])["config"]
     assert config["cleanup.policy"] == "compact"
+
+
+def test_create_topics_times_out_while_no_controller_acts_and_completes_later(
+    clients: Callable[[], ZkClient], spawn: Spawn
+) -> None:
+    zk = clients()
+    secret = get_or_create_inter_broker_secret(zk)
+    # Broker 100 holds /controller but does nothing yet: the broker process cannot win.
+    epoch = register_controller_and_increment_epoch(zk, 100, 0)
+    _process, log_dir = spawn(1)
+    conn = BrokerConnection(BrokerAddress(host="127.0.0.1", port=_port(log_dir)))
+    conn.connect()
+    try:
+        created: CreateTopicsResponse = conn.request(
+            CreateTopicsRequest([CreatableTopic("late", 2, 1)], 1_000), timeout_s=30
+        )
+        (result,) = created.topics
+        assert result.error_code == ErrorCode.REQUEST_TIMED_OUT
+        assert "timeout_ms=1000" in (result.error_message or "")
+        # Written all the same: the controller carries it out once it acts.
+        assert zk.get(znodes.topic_path("late")) is not None
+        assert read_partition_state(zk, "late", 0) is None
+        controller = Controller(zk, epoch, ControllerConfig(100, secret, reconnect_backoff_ms=50))
+        controller.start()
+        try:
+            wait_for(lambda: read_partition_state(zk, "late", 1) is not None, timeout_s=30)
+        finally:
+            controller.shutdown()
+            controller.join()
+    finally:
+        conn.close()

@@ -133,7 +133,7 @@ class Controller:
                 reconnect_backoff_ms=config.reconnect_backoff_ms,
                 reconnect_backoff_max_ms=config.reconnect_backoff_max_ms,
             ),
-            self._on_response,
+            self.on_response,
         )
         #: The newest answers of the brokers to this controller's requests, oldest first.
         self.responses: collections.deque[BrokerResponse] = collections.deque(maxlen=RESPONSES_KEPT)
@@ -259,8 +259,9 @@ class Controller:
         if self.channel.send(broker_id, request):
             self.sent[broker_id] += 1
 
-    def _on_response(self, answer: BrokerResponse) -> None:
-        # On a sender thread: record, log, and resign if a broker knows a newer controller.
+    def on_response(self, answer: BrokerResponse) -> None:
+        """The channel's callback for every answered request (on a sender thread): record
+        it, log errors, and resign if the broker has seen a newer controller."""
         self.responses.append(answer)
         code = getattr(answer.response, "error_code", 0) if answer.error is None else None
         if code == ErrorCode.STALE_CONTROLLER_EPOCH:
@@ -350,15 +351,18 @@ class Controller:
         for broker in sorted(ctx.live_brokers):
             batch.add_full_leader_and_isr(broker)
         batch.send()
-        # Kafka's ReplicaStateMachine.startup: replicas on dead brokers go OfflineReplica,
-        # which takes them out of the ISR (and a dead leader out of the lead).
+        self._trigger_online_partition_state_change()
+        # Replicas on dead brokers go OfflineReplica, which takes them out of the ISR (Kafka's
+        # ReplicaStateMachine.startup). After the elections, as for a broker that dies
+        # under a running controller, so a partition whose leader died gets one new leader
+        # epoch, not one for losing its leader and another for its election.
         hosted = [tp for tp in ctx.all_partitions() if not ctx.is_being_deleted(tp)]
         dead = {b for tp in hosted for b in ctx.replicas(tp)} - ctx.live_ids
         if dead:
             on_dead = [tp for tp in hosted if dead & set(ctx.replicas(tp))]
             remove_replicas_from_isr(self._zk, ctx, dead, on_dead, batch)
+            batch.add_update_metadata(ctx.live_ids)
             batch.send()
-        self._trigger_online_partition_state_change()
         self._topic_deletion()
 
     def _initialize_states(self, tp: TopicPartition) -> None:

@@ -19,8 +19,11 @@ not wait.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
@@ -130,8 +133,15 @@ def _deadline(timeout_ms: int) -> float:
     return time.monotonic() + max(0, timeout_ms) / 1000
 
 
-def _remaining_ms(deadline: float) -> int:
-    return max(0, round((deadline - time.monotonic()) * 1000))
+async def _controller_done(core: BrokerCore, done: Callable[[], bool], deadline: float) -> bool:
+    """Poll ``done`` (a ZooKeeper read, on the executor) every 50 ms until it is true or the
+    deadline passes; whether it became true. Between polls neither the event loop nor an
+    executor thread is held (Kafka parks such a request in a purgatory)."""
+    while not await core.run_blocking(done):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 def _timed_out(what: str, timeout_ms: int) -> RequestTimedOutError:
@@ -146,7 +156,6 @@ def _create_topics(core: BrokerCore, request: CreateTopicsRequest) -> CreateTopi
     dups = _duplicates([t.name for t in request.topics])
     results = []
     admin = core.cluster_admin
-    deadline = _deadline(request.timeout_ms)
     for topic in request.topics:
         try:
             if topic.name in dups:
@@ -154,11 +163,7 @@ def _create_topics(core: BrokerCore, request: CreateTopicsRequest) -> CreateTopi
             if admin is None:
                 results.append(_create_one(core, topic, request.validate_only))
                 continue
-            result = _create_in_cluster(core, admin, topic, request.validate_only)
-            wait = not request.validate_only and request.timeout_ms > 0
-            if wait and not admin.wait_for_leaders(topic.name, _remaining_ms(deadline)):
-                raise _timed_out(f"topic {topic.name!r}", request.timeout_ms)
-            results.append(result)
+            results.append(_create_in_cluster(core, admin, topic, request.validate_only))
         except Exception as exc:
             # A boundary: the topics done before this one stay done and are
             # answered so; a bug here is this topic's UNKNOWN_SERVER_ERROR, logged with
@@ -171,22 +176,28 @@ def _create_topics(core: BrokerCore, request: CreateTopicsRequest) -> CreateTopi
 async def handle_create_topics(
     ctx: RequestContext, request: CreateTopicsRequest, _: memoryview
 ) -> Response:
-    return Response(await ctx.core.run_blocking(_create_topics, ctx.core, request))
-
-
-def _delete_in_cluster(admin: ClusterTopicAdmin, name: str, timeout_ms: int) -> None:
-    admin.delete_topic(name)
-    deadline = _deadline(timeout_ms)
-    while timeout_ms > 0 and not admin.topic_gone(name):
-        if time.monotonic() >= deadline:
-            raise _timed_out(f"deletion of topic {name!r}", timeout_ms)
-        time.sleep(0.05)
+    core = ctx.core
+    deadline = _deadline(request.timeout_ms)
+    response = await core.run_blocking(_create_topics, core, request)
+    admin = core.cluster_admin
+    if admin is None or request.validate_only or request.timeout_ms <= 0:
+        return Response(response)
+    for i, result in enumerate(response.topics):
+        elected = functools.partial(admin.leaders_elected, result.name)
+        if result.error_code == 0 and not await _controller_done(core, elected, deadline):
+            code, message = error_of(
+                _timed_out(f"topic {result.name!r}", request.timeout_ms),
+                f"create topic {result.name!r}",
+            )
+            response.topics[i] = CreatableTopicResult(result.name, code, message)
+    return Response(response)
 
 
 async def handle_delete_topics(
     ctx: RequestContext, request: DeleteTopicsRequest, _: memoryview
 ) -> Response:
     core = ctx.core
+    deadline = _deadline(request.timeout_ms)
     dups = _duplicates(request.topic_names)
     results = []
     for name in request.topic_names:
@@ -196,7 +207,10 @@ async def handle_delete_topics(
             check_not_internal(name, "delete")
             admin = core.cluster_admin
             if admin is not None:
-                await core.run_blocking(_delete_in_cluster, admin, name, request.timeout_ms)
+                await core.run_blocking(admin.delete_topic, name)
+                deleted = functools.partial(admin.topic_gone, name)
+                if request.timeout_ms > 0 and not await _controller_done(core, deleted, deadline):
+                    raise _timed_out(f"deletion of topic {name!r}", request.timeout_ms)
                 results.append(DeletableTopicResult(name, 0))
                 continue
             if not core.logs.topic_exists(name):
@@ -216,18 +230,6 @@ async def handle_delete_topics(
     return Response(DeleteTopicsResponse(results))
 
 
-def _create_partitions_in_cluster(
-    admin: ClusterTopicAdmin, name: str, total: int, request: CreatePartitionsRequest
-) -> None:
-    deadline = _deadline(request.timeout_ms)
-    admin.create_partitions(name, total, validate_only=request.validate_only)
-    if request.validate_only or request.timeout_ms <= 0:
-        return
-    # The new partitions are those above the old count, which every one below total has.
-    if not admin.wait_for_leaders(name, _remaining_ms(deadline), range(total)):
-        raise _timed_out(f"adding partitions to topic {name!r}", request.timeout_ms)
-
-
 def _create_partitions(
     core: BrokerCore, request: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
@@ -240,7 +242,9 @@ def _create_partitions(
             check_not_internal(topic.name, "add partitions to")
             admin = core.cluster_admin
             if admin is not None:
-                _create_partitions_in_cluster(admin, topic.name, topic.count, request)
+                admin.create_partitions(
+                    topic.name, topic.count, validate_only=request.validate_only
+                )
             elif request.validate_only:
                 current = core.logs.describe_topic(topic.name).partition_count
                 if topic.count <= current:
@@ -267,4 +271,19 @@ def _create_partitions(
 async def handle_create_partitions(
     ctx: RequestContext, request: CreatePartitionsRequest, _: memoryview
 ) -> Response:
-    return Response(await ctx.core.run_blocking(_create_partitions, ctx.core, request))
+    core = ctx.core
+    deadline = _deadline(request.timeout_ms)
+    response = await core.run_blocking(_create_partitions, core, request)
+    admin = core.cluster_admin
+    if admin is None or request.validate_only or request.timeout_ms <= 0:
+        return Response(response)
+    counts = {t.name: t.count for t in request.topics}
+    for i, result in enumerate(response.results):
+        elected = functools.partial(admin.leaders_elected, result.name, range(counts[result.name]))
+        if result.error_code == 0 and not await _controller_done(core, elected, deadline):
+            code, message = error_of(
+                _timed_out(f"adding partitions to topic {result.name!r}", request.timeout_ms),
+                f"create partitions of {result.name!r}",
+            )
+            response.results[i] = CreatePartitionsTopicResult(result.name, code, message)
+    return Response(response)
