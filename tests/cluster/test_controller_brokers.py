@@ -43,7 +43,11 @@ from spark_mq.protocol.admin import (
     DeleteTopicsResponse,
 )
 from spark_mq.protocol.error_codes import ErrorCode
-from spark_mq.protocol.groups import FindCoordinatorRequest, FindCoordinatorResponse
+from spark_mq.protocol.groups import (
+    COORDINATOR_TRANSACTION,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
 
 Spawn = Callable[..., tuple[subprocess.Popen[bytes], Path]]
 
@@ -170,8 +174,15 @@ def test_find_coordinator_with_too_few_brokers_for_the_offsets_topic_names_the_s
     conn.connect()
     try:
         answer: FindCoordinatorResponse = conn.request(FindCoordinatorRequest("g"), timeout_s=30)
+        txn: FindCoordinatorResponse = conn.request(
+            FindCoordinatorRequest("tx", COORDINATOR_TRANSACTION), timeout_s=30
+        )
     finally:
         conn.close()
+    assert txn.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert "(transaction.state.log.replication.factor) but only 1 broker is live" in (
+        txn.error_message or ""
+    )
     assert answer.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
     message = answer.error_message or ""
     assert "__consumer_offsets" in message

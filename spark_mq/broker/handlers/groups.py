@@ -125,14 +125,11 @@ def ensure_internal_topic_in_cluster(core: BrokerCore, topic: str) -> None:
 async def handle_find_coordinator(
     ctx: RequestContext, request: FindCoordinatorRequest, _: memoryview
 ) -> Response:
-    if ctx.core.cluster_admin is not None and request.key_type in (
-        COORDINATOR_GROUP,
-        COORDINATOR_TRANSACTION,
-    ):
-        topic = OFFSETS_TOPIC if request.key_type == COORDINATOR_GROUP else TRANSACTION_STATE_TOPIC
-        await ctx.core.run_blocking(ensure_internal_topic_in_cluster, ctx.core, topic)
+    core = ctx.core
     if request.key_type == COORDINATOR_TRANSACTION:
         validate_transactional_id(request.key)
+        if core.cluster_admin is not None:
+            await core.run_blocking(ensure_internal_topic_in_cluster, core, TRANSACTION_STATE_TOPIC)
         txns = ctx.core.transactions
         await txns.ready()
         # On one node this broker leads every partition of __transaction_state, so it
@@ -140,6 +137,8 @@ async def handle_find_coordinator(
         txns.partition_for(request.key)
     elif request.key_type == COORDINATOR_GROUP:
         validate_group_id(request.key)
+        if core.cluster_admin is not None:
+            await core.run_blocking(ensure_internal_topic_in_cluster, core, OFFSETS_TOPIC)
         groups = ctx.core.groups
         await groups.ready()
         # On one node this broker leads every partition, so it coordinates every group.
