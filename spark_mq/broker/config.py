@@ -352,7 +352,8 @@ class BrokerConfig(Config):
     default_replication_factor: int = setting(
         "default.replication.factor",
         1,
-        "Replication factor of auto-created topics (one node: must be 1).",
+        "Replication factor of auto-created topics and of CreateTopics requests that give "
+        "-1 (a single-node broker: must be 1; a cluster: at most the live brokers).",
         parse=parse_int,
         check=at_least(1),
     )

@@ -53,11 +53,34 @@ class ClusterTopicAdmin(Protocol):
         partitions: int,
         replication_factor: int | None,
         config: Mapping[str, str],
-    ) -> None:
+        *,
+        validate_only: bool = False,
+        replication_factor_setting: str | None = None,
+    ) -> dict[int, tuple[int, ...]]:
         """Assign replicas over the live brokers and write the topic (None:
-        ``default.replication.factor``). Raises TopicExistsError,
+        ``default.replication.factor``); the assignment. Raises TopicExistsError,
         InvalidReplicationFactorError (more replicas than live brokers, saying how many are
-        missing), InvalidPartitionsError, InvalidTopicError, ConfigError."""
+        missing and ``replication_factor_setting`` when the factor came from a broker key),
+        InvalidPartitionsError, InvalidTopicError, ConfigError."""
+        ...
+
+    def delete_topic(self, name: str) -> None:
+        """Ask the controller to delete the topic (UnknownTopicOrPartitionError if none)."""
+        ...
+
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+        """Grow the topic to ``total`` partitions (InvalidPartitionsError unless it grows)."""
+        ...
+
+    def topic_exists(self, name: str) -> bool: ...
+
+    def leaders_elected(self, name: str, partitions: range | None = None) -> bool:
+        """Whether the controller has elected a leader for every partition of the topic (or
+        those of ``partitions``)."""
+        ...
+
+    def topic_gone(self, name: str) -> bool:
+        """Whether the controller has deleted the topic (its assignment znode is gone)."""
         ...
 
 

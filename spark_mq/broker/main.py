@@ -212,9 +212,14 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         if broker.in_cluster:
             # Imported here: a single-node broker (the embedded default) never loads kazoo.
             from spark_mq.broker.zk.membership import ClusterMembership  # noqa: PLC0415
+            from spark_mq.broker.zk.topic_admin import ZkTopicAdmin  # noqa: PLC0415
 
             # After binding, so the registration carries the real ports of port-0 listeners.
-            membership = ClusterMembership(broker, addresses)
+            membership = ClusterMembership(
+                broker,
+                addresses,
+                unclean_leader_election_enable=config.log_defaults.unclean_leader_election_enable,
+            )
             await asyncio.to_thread(
                 membership.start,
                 lambda cluster_id: meta.join_cluster(root, cluster_id, broker.node_id),
@@ -222,6 +227,11 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             assert membership.cluster_id is not None
             core.membership = membership
             core.cluster_id = membership.cluster_id
+            core.cluster_admin = ZkTopicAdmin(
+                membership.zk,
+                default_replication_factor=broker.default_replication_factor,
+                log_defaults=config.log_defaults,
+            )
         tcp = next((a for a in addresses if a.unix_path is None), None)
         logger.info(
             "broker %d serving %s on %s (epoch %d, cluster %s, %s)",
@@ -258,6 +268,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             # Ends the session: the registration (and /controller, if ours) goes now, not
             # after zookeeper.session.timeout.ms.
             core.membership = None
+            core.cluster_admin = None
             await asyncio.to_thread(membership.close)
         await scheduler.stop(timeout_s)
         repeats.cancel()  # which writes the last counts of repeated failures

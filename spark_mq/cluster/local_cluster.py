@@ -381,6 +381,10 @@ class LocalCluster:
             "listeners": "PLAINTEXT://127.0.0.1:0",
             "zookeeper.connect": self.zookeeper_connect,
             "zookeeper.session.timeout.ms": str(self.session_timeout_ms),
+            # Kafka's default of 3 would leave a 1- or 2-broker cluster without group and
+            # transaction coordinators (Kafka's quickstart lowers them the same way).
+            "offsets.topic.replication.factor": str(min(3, len(self.broker_ids))),
+            "transaction.state.log.replication.factor": str(min(3, len(self.broker_ids))),
             **self._broker_properties,
         }
         self.broker_dir(broker_id).mkdir(parents=True, exist_ok=True)

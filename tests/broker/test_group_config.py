@@ -10,6 +10,7 @@ from spark_mq.errors import ConfigError
 
 KAFKA_DEFAULTS = {
     "offsets.topic.num.partitions": "50",
+    "offsets.topic.replication.factor": "3",
     "offsets.topic.segment.bytes": "104857600",
     "offsets.retention.minutes": "10080",
     "offsets.retention.check.interval.ms": "600000",

@@ -1,4 +1,7 @@
-"""The controller's pure logic: replica assignment, the partition and replica state machines
-and leader election rules. Nothing here talks to ZooKeeper or the network, so all of it is
-tested alone; the ZooKeeper side lives in :mod:`spark_mq.broker.zk`.
+"""The cluster controller. Its pure logic (replica assignment, the partition and replica state
+machines, leader election rules, the context and the per-broker request batch) talks to
+neither ZooKeeper nor the network and is tested alone; the controller itself
+(:mod:`.controller`), its leadership writes, topic deletion and its channel to the brokers
+use the ZooKeeper layer (:mod:`spark_mq.broker.zk`) and broker connections. docs/cluster.md,
+"The controller", describes it.
 """

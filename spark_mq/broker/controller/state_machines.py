@@ -108,6 +108,11 @@ class StateTracker(Generic[K, S]):
         else:
             self._states[key] = new
 
+    def forget(self, key: K) -> None:
+        """Drop ``key`` whatever its state: the thing it names is gone (a deleted topic's
+        partitions and replicas, once their znodes are deleted)."""
+        self._states.pop(key, None)
+
     def move_all(self, keys: Iterable[K], new: S) -> dict[K, StateChangeFailedError]:
         """Move every key that may move; return the refusals by key."""
         refused = {}

@@ -37,6 +37,15 @@ class GroupConfig(Config):
         parse=parse_int,
         check=between(1, 10_000),
     )
+    offsets_topic_replication_factor: int = setting(
+        "offsets.topic.replication.factor",
+        3,
+        "Replication factor of __consumer_offsets when a cluster broker creates it (on the "
+        "first FindCoordinator). With fewer live brokers it is not created and clients get "
+        "COORDINATOR_NOT_AVAILABLE saying so. A single-node broker keeps it on itself.",
+        parse=parse_int,
+        check=between(1, 32767),
+    )
     offsets_topic_segment_bytes: int = setting(
         "offsets.topic.segment.bytes",
         100 * 1024 * 1024,

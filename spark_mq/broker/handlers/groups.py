@@ -8,18 +8,32 @@ timer) and wraps the answer. What they raise is answered by the dispatcher
 and SyncGroup may wait: the coordinator completes a future when the rebalance round (or the
 leader's assignment) is there. If the connection
 closes meanwhile the future is cancelled and the later answer is dropped, as Kafka drops it.
+
+In a cluster, FindCoordinator first makes sure the coordinator's internal topic exists in
+ZooKeeper (``core.cluster_admin``), created with ``offsets.topic.replication.factor`` /
+``transaction.state.log.replication.factor``. With fewer live brokers than that, Kafka
+refuses to create it and answers COORDINATOR_NOT_AVAILABLE; so do we, and the broker log
+(WARNING) and the client's error say which setting and how many brokers are missing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.group.rebalance import validate_group_id
+from spark_mq.broker.handlers.errors import REPEATED
+from spark_mq.broker.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from spark_mq.broker.txn.coordinator import validate_transactional_id
-from spark_mq.errors import InvalidRequestError
+from spark_mq.errors import (
+    CoordinatorNotAvailableError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    TopicExistsError,
+)
 from spark_mq.protocol.groups import (
     COORDINATOR_GROUP,
     COORDINATOR_TRANSACTION,
@@ -38,7 +52,11 @@ from spark_mq.protocol.groups import (
     SyncGroupResponse,
 )
 
+if TYPE_CHECKING:
+    from spark_mq.broker.core import BrokerCore
+
 R = TypeVar("R")
+log = logging.getLogger(__name__)
 
 
 def client_host(peer: str) -> str:
@@ -58,11 +76,60 @@ def _completer(future: asyncio.Future[R]) -> Callable[[R], None]:
     return complete
 
 
+def ensure_internal_topic_in_cluster(core: BrokerCore, topic: str) -> None:
+    """Create a coordinator's internal topic in the cluster if it does not exist (blocking);
+    CoordinatorNotAvailableError naming the setting when too few brokers are live."""
+    admin = core.cluster_admin
+    assert admin is not None, "only a cluster broker creates internal topics in ZooKeeper"
+    if admin.topic_exists(topic):
+        return
+    if topic == OFFSETS_TOPIC:
+        groups = core.config.groups
+        partitions, factor = (
+            groups.offsets_topic_num_partitions,
+            groups.offsets_topic_replication_factor,
+        )
+        setting, segment_bytes = (
+            "offsets.topic.replication.factor",
+            groups.offsets_topic_segment_bytes,
+        )
+    else:
+        txns = core.config.transactions
+        partitions = txns.transaction_state_log_num_partitions
+        factor = txns.transaction_state_log_replication_factor
+        setting = "transaction.state.log.replication.factor"
+        segment_bytes = txns.transaction_state_log_segment_bytes
+    configs = {
+        "cleanup.policy": "compact",
+        "segment.bytes": str(segment_bytes),
+        "compression.type": "producer",
+    }
+    try:
+        admin.create_topic(topic, partitions, factor, configs, replication_factor_setting=setting)
+    except TopicExistsError:
+        return  # another broker's FindCoordinator created it first
+    except InvalidReplicationFactorError as exc:
+        message = (
+            f"the coordinator is not available: internal topic {topic} cannot be created: {exc}"
+        )
+        REPEATED.log(("internal topic not created", topic), logging.WARNING, "%s", message)
+        raise CoordinatorNotAvailableError(message) from exc
+    log.info(
+        "created internal topic %s (%d partitions, replication factor %d)",
+        topic,
+        partitions,
+        factor,
+    )
+
+
 async def handle_find_coordinator(
     ctx: RequestContext, request: FindCoordinatorRequest, _: memoryview
 ) -> Response:
+    core = ctx.core
     if request.key_type == COORDINATOR_TRANSACTION:
         validate_transactional_id(request.key)
+        if core.cluster_admin is not None:
+            await core.run_blocking(ensure_internal_topic_in_cluster, core, TRANSACTION_STATE_TOPIC)
         txns = ctx.core.transactions
         await txns.ready()
         # On one node this broker leads every partition of __transaction_state, so it
@@ -70,6 +137,8 @@ async def handle_find_coordinator(
         txns.partition_for(request.key)
     elif request.key_type == COORDINATOR_GROUP:
         validate_group_id(request.key)
+        if core.cluster_admin is not None:
+            await core.run_blocking(ensure_internal_topic_in_cluster, core, OFFSETS_TOPIC)
         groups = ctx.core.groups
         await groups.ready()
         # On one node this broker leads every partition, so it coordinates every group.

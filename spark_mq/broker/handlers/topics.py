@@ -7,11 +7,23 @@ of a real change and changes nothing. Internal topics (``__consumer_offsets``,
 (:mod:`~spark_mq.broker.internal_topics`). One may be created before its coordinator does it,
 with the configs an internal topic may take (``cleanup.policy=compact`` among them, since the
 broker's default is ``delete``): INVALID_CONFIG otherwise.
+
+A cluster broker (``core.cluster_admin`` set) does all three through ZooKeeper and the
+controller (:class:`~spark_mq.broker.core.ClusterTopicAdmin`): it writes the request, then,
+as Kafka's CreateTopics, DeleteTopics and CreatePartitions do, waits up to the request's
+``timeout_ms`` for the controller to carry it out (every new partition has a leader; the
+deleted topic is gone). A request not carried out in time is answered REQUEST_TIMED_OUT for
+that topic: it was written and the controller carries it out later. ``timeout_ms`` 0 does
+not wait.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
@@ -25,6 +37,7 @@ from spark_mq.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
+    RequestTimedOutError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -45,7 +58,7 @@ from spark_mq.storage.topic_metadata import MAX_PARTITIONS_PER_TOPIC
 from spark_mq.storage.topic_names import validate_topic_name
 
 if TYPE_CHECKING:
-    from spark_mq.broker.core import BrokerCore
+    from spark_mq.broker.core import BrokerCore, ClusterTopicAdmin
 
 
 def _duplicates(names: list[str]) -> set[str]:
@@ -101,14 +114,56 @@ def _create_one(
     return CreatableTopicResult(topic.name, 0, None, partitions, factor)
 
 
+def _create_in_cluster(
+    core: BrokerCore, admin: ClusterTopicAdmin, topic: CreatableTopic, validate_only: bool
+) -> CreatableTopicResult:
+    broker = core.config.broker
+    partitions = broker.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+    factor = None if topic.replication_factor == -1 else topic.replication_factor
+    if is_internal(topic.name) and not admin.topic_exists(topic.name):
+        effective = core.logs.default_config.with_overrides(topic.configs)
+        check_internal_config(topic.name, topic.configs, effective)
+    assignment = admin.create_topic(
+        topic.name, partitions, factor, topic.configs, validate_only=validate_only
+    )
+    return CreatableTopicResult(topic.name, 0, None, partitions, len(assignment[0]))
+
+
+def _deadline(timeout_ms: int) -> float:
+    return time.monotonic() + max(0, timeout_ms) / 1000
+
+
+async def _controller_done(core: BrokerCore, done: Callable[[], bool], deadline: float) -> bool:
+    """Poll ``done`` (a ZooKeeper read, on the executor) every 50 ms until it is true or the
+    deadline passes; whether it became true. Between polls neither the event loop nor an
+    executor thread is held (Kafka parks such a request in a purgatory)."""
+    while not await core.run_blocking(done):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+def _timed_out(what: str, timeout_ms: int) -> RequestTimedOutError:
+    return RequestTimedOutError(
+        f"{what} was written to ZooKeeper but the controller did not carry it out within "
+        f"the request's timeout_ms={timeout_ms}; it will, once a controller is elected and "
+        "the brokers it needs are live: describe the topic to see when"
+    )
+
+
 def _create_topics(core: BrokerCore, request: CreateTopicsRequest) -> CreateTopicsResponse:
     dups = _duplicates([t.name for t in request.topics])
     results = []
+    admin = core.cluster_admin
     for topic in request.topics:
         try:
             if topic.name in dups:
                 raise _duplicate_error(topic.name)
-            results.append(_create_one(core, topic, request.validate_only))
+            if admin is None:
+                results.append(_create_one(core, topic, request.validate_only))
+                continue
+            results.append(_create_in_cluster(core, admin, topic, request.validate_only))
         except Exception as exc:
             # A boundary: the topics done before this one stay done and are
             # answered so; a bug here is this topic's UNKNOWN_SERVER_ERROR, logged with
@@ -121,13 +176,28 @@ def _create_topics(core: BrokerCore, request: CreateTopicsRequest) -> CreateTopi
 async def handle_create_topics(
     ctx: RequestContext, request: CreateTopicsRequest, _: memoryview
 ) -> Response:
-    return Response(await ctx.core.run_blocking(_create_topics, ctx.core, request))
+    core = ctx.core
+    deadline = _deadline(request.timeout_ms)
+    response = await core.run_blocking(_create_topics, core, request)
+    admin = core.cluster_admin
+    if admin is None or request.validate_only or request.timeout_ms <= 0:
+        return Response(response)
+    for i, result in enumerate(response.topics):
+        elected = functools.partial(admin.leaders_elected, result.name)
+        if result.error_code == 0 and not await _controller_done(core, elected, deadline):
+            code, message = error_of(
+                _timed_out(f"topic {result.name!r}", request.timeout_ms),
+                f"create topic {result.name!r}",
+            )
+            response.topics[i] = CreatableTopicResult(result.name, code, message)
+    return Response(response)
 
 
 async def handle_delete_topics(
     ctx: RequestContext, request: DeleteTopicsRequest, _: memoryview
 ) -> Response:
     core = ctx.core
+    deadline = _deadline(request.timeout_ms)
     dups = _duplicates(request.topic_names)
     results = []
     for name in request.topic_names:
@@ -135,6 +205,14 @@ async def handle_delete_topics(
             if name in dups:
                 raise _duplicate_error(name)
             check_not_internal(name, "delete")
+            admin = core.cluster_admin
+            if admin is not None:
+                await core.run_blocking(admin.delete_topic, name)
+                deleted = functools.partial(admin.topic_gone, name)
+                if request.timeout_ms > 0 and not await _controller_done(core, deleted, deadline):
+                    raise _timed_out(f"deletion of topic {name!r}", request.timeout_ms)
+                results.append(DeletableTopicResult(name, 0))
+                continue
             if not core.logs.topic_exists(name):
                 raise UnknownTopicOrPartitionError(
                     f"topic {name!r} does not exist, so it cannot be deleted", topic=name
@@ -162,7 +240,12 @@ def _create_partitions(
             if topic.name in dups:
                 raise _duplicate_error(topic.name)
             check_not_internal(topic.name, "add partitions to")
-            if request.validate_only:
+            admin = core.cluster_admin
+            if admin is not None:
+                admin.create_partitions(
+                    topic.name, topic.count, validate_only=request.validate_only
+                )
+            elif request.validate_only:
                 current = core.logs.describe_topic(topic.name).partition_count
                 if topic.count <= current:
                     raise InvalidPartitionsError(
@@ -188,4 +271,19 @@ def _create_partitions(
 async def handle_create_partitions(
     ctx: RequestContext, request: CreatePartitionsRequest, _: memoryview
 ) -> Response:
-    return Response(await ctx.core.run_blocking(_create_partitions, ctx.core, request))
+    core = ctx.core
+    deadline = _deadline(request.timeout_ms)
+    response = await core.run_blocking(_create_partitions, core, request)
+    admin = core.cluster_admin
+    if admin is None or request.validate_only or request.timeout_ms <= 0:
+        return Response(response)
+    counts = {t.name: t.count for t in request.topics}
+    for i, result in enumerate(response.results):
+        elected = functools.partial(admin.leaders_elected, result.name, range(counts[result.name]))
+        if result.error_code == 0 and not await _controller_done(core, elected, deadline):
+            code, message = error_of(
+                _timed_out(f"adding partitions to topic {result.name!r}", request.timeout_ms),
+                f"create partitions of {result.name!r}",
+            )
+            response.results[i] = CreatePartitionsTopicResult(result.name, code, message)
+    return Response(response)

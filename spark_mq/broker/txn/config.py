@@ -37,6 +37,16 @@ class TxnConfig(Config):
         parse=parse_int,
         check=between(1, 10_000),
     )
+    transaction_state_log_replication_factor: int = setting(
+        "transaction.state.log.replication.factor",
+        3,
+        "Replication factor of __transaction_state when a cluster broker creates it (on the "
+        "first FindCoordinator of a transactional id). With fewer live brokers it is not "
+        "created and clients get COORDINATOR_NOT_AVAILABLE saying so. A single-node broker "
+        "keeps it on itself.",
+        parse=parse_int,
+        check=between(1, 32767),
+    )
     transaction_state_log_segment_bytes: int = setting(
         "transaction.state.log.segment.bytes",
         16 * 1024 * 1024,

@@ -107,3 +107,17 @@ class BrokerRegistrar:
             self.register()
         except ZooKeeperConnectionError as exc:
             log.warning("re-registration after session expiry failed, will retry: %s", exc)
+
+
+def read_live_brokers(zk: ZkClient) -> dict[int, tuple[znodes.BrokerRegistration, int]]:
+    """Every registered broker: id -> (registration, broker epoch). A registration that
+    vanishes between the listing and its read is left out (its session just ended)."""
+    out = {}
+    for child in zk.children(znodes.BROKER_IDS):
+        if not child.isdigit():
+            continue
+        found = zk.get(znodes.broker_path(int(child)))
+        if found is not None:
+            data, stat = found
+            out[int(child)] = (znodes.BrokerRegistration.decode(int(child), data), int(stat.czxid))
+    return out

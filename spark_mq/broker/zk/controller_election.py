@@ -273,9 +273,13 @@ class ControllerElector:
         try:
             return checked_commit(self._zk, epoch, add_ops, what)
         except ControllerMovedError as exc:
-            reason = str(exc)
-            # Resign only the epoch that was refused, not a newer one won in the meantime.
-            self._zk.submit(
-                lambda: self._resign_if_active(reason) if self.active_epoch == epoch else None
-            )
+            self.controller_moved(epoch, str(exc))
             raise
+
+    def controller_moved(self, epoch: ControllerEpoch, reason: str) -> None:
+        """A write or request of ``epoch`` was refused because another broker is controller:
+        resign (on the event thread, never blocking the caller), but only that epoch, not a
+        newer one won in the meantime."""
+        self._zk.submit(
+            lambda: self._resign_if_active(reason) if self.active_epoch == epoch else None
+        )

@@ -13,11 +13,11 @@ announces that it serves. Start-up, in Kafka's order:
 3. register ``/brokers/ids/<broker.id>`` (ephemeral) with the advertised endpoint and rack;
 4. join controller election.
 
-The controller's own work (state machines, requests to brokers) comes with a later part of
-the cluster issue: for now an elected broker logs it and records its controller epoch, and a
-resigning one drops it at once. :meth:`ClusterMembership.close` ends the session, so
-ZooKeeper deletes the registration (and ``/controller``, if it was ours) at once instead of
-after the session timeout.
+An elected broker starts a :class:`~spark_mq.broker.controller.controller.Controller` for
+the epoch it won (its own event thread; starting it never blocks the ZooKeeper event
+thread); a resigning one stops it at once. :meth:`ClusterMembership.close` stops the
+controller and ends the session, so ZooKeeper deletes the registration (and
+``/controller``, if it was ours) at once instead of after the session timeout.
 
 Threads: :meth:`start` and :meth:`close` block and run on a worker thread of the broker's
 event loop; the session's events run on the ZooKeeper event thread; the properties may be
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -38,6 +39,7 @@ from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.errors import CorruptZnodeError
 from spark_mq.protocol.address import BrokerAddress
 
+from ..controller.controller import Controller, ControllerConfig
 from . import znodes
 from .broker_registration import BrokerRegistrar
 from .client import ZkClient, ZkClientConfig, translate_errors
@@ -116,9 +118,14 @@ class ClusterMembership:
         broker: BrokerConfig,
         bound: Sequence[BrokerAddress],
         *,
+        unclean_leader_election_enable: bool = False,
         wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self.broker_id = broker.node_id
+        self._unclean_leader_election_enable = unclean_leader_election_enable
+        #: The running controller while this broker is controller, else None.
+        self.controller: Controller | None = None
+        self._controller_lock = threading.Lock()
         self.endpoint = advertised_endpoint(broker, bound)
         self._rack = broker.broker_rack or None
         self._wall_clock_ms = wall_clock_ms
@@ -172,13 +179,32 @@ class ClusterMembership:
         )
 
     def _on_elected(self, epoch: ControllerEpoch) -> None:
-        # The elector has logged it; the controller's work starts here in a later part.
+        # On the ZooKeeper event thread: the controller does its work on its own thread.
         self.elections.append(epoch)
+        assert self.inter_broker_secret is not None, "read at start(), before the election"
+        controller = Controller(
+            self.zk,
+            epoch,
+            ControllerConfig(
+                broker_id=self.broker_id,
+                inter_broker_secret=self.inter_broker_secret,
+                unclean_leader_election_enable=self._unclean_leader_election_enable,
+                own_broker_epoch=lambda: self.registrar.broker_epoch,
+            ),
+            on_controller_moved=self.elector.controller_moved,
+        )
+        with self._controller_lock:
+            previous, self.controller = self.controller, controller
+        if previous is not None:
+            previous.shutdown()
+        controller.start()
 
     def _on_resigned(self) -> None:
-        # The elector has logged why. Nothing runs as controller yet, so there is nothing
-        # to stop; the controller's work, when it comes, stops here at once.
-        pass
+        # The elector has logged why. Stop at once; never block the ZooKeeper event thread.
+        with self._controller_lock:
+            controller, self.controller = self.controller, None
+        if controller is not None:
+            controller.shutdown()
 
     @property
     def controller_id(self) -> int | None:
@@ -200,5 +226,9 @@ class ClusterMembership:
         if self._closed:
             return
         self._closed = True
+        controller = self.controller
+        self._on_resigned()
         self.zk.close()
+        if controller is not None:
+            controller.join(timeout_s=5.0)
         log.info("broker %d left the cluster (ZooKeeper session closed)", self.broker_id)
