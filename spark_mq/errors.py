@@ -51,6 +51,10 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
     │   ├── CorruptZnodeError                    a znode whose data fails validation
     │   ├── BrokerIdInUseError                   /brokers/ids/<id> is another session's
     │   ├── ControllerMovedError                 (41) a controller write the epoch refused
+    │   ├── StaleControllerEpochError            (11) a request from an ex-controller
+    │   ├── StaleBrokerEpochError                (77) a request for an earlier life of a broker
+    │   ├── InvalidUpdateVersionError            (95) a partition change at an old epoch
+    │   ├── BrokerAuthenticationError            (58) a wrong inter-broker secret
     │   ├── StateChangeFailedError               a move a state machine does not allow
     │   ├── InconsistentClusterIdError           the log directory served another cluster
     │   ├── InconsistentBrokerIdError            the log directory served another broker.id
@@ -861,6 +865,38 @@ class ControllerMovedError(ClusterError):
     ControllerMovedException, NOT_CONTROLLER)."""
 
     error_code = 41
+
+
+class StaleControllerEpochError(ClusterError):
+    """A request from a controller whose epoch is older than one this broker has already
+    seen: it comes from an ex-controller that has not noticed yet (paused, partitioned, or
+    its ZooKeeper session expired). Refused whole; nothing was changed."""
+
+    error_code = 11
+
+
+class StaleBrokerEpochError(ClusterError):
+    """A controller request meant for an earlier life of this broker (its broker epoch, the
+    czxid of ``/brokers/ids/<id>``, is older than this broker's registration). Refused whole;
+    the controller sends again once it sees the new registration."""
+
+    error_code = 77
+
+
+class InvalidUpdateVersionError(ClusterError):
+    """A partition change proposed at a partition epoch that is no longer current: the
+    partition's state changed since the proposer read it. Read the new state and decide
+    again."""
+
+    error_code = 95
+
+
+class BrokerAuthenticationError(ClusterError):
+    """A connection claimed to be a broker of the cluster without the cluster's inter-broker
+    secret (AuthenticateBroker). The connection stays a client's; inter-broker APIs on it are
+    refused."""
+
+    error_code = 58
 
 
 class StateChangeFailedError(ClusterError):

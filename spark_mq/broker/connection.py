@@ -62,7 +62,7 @@ import termios
 from typing import IO, TYPE_CHECKING, Any, Final, cast
 
 from spark_mq.broker.connection_quotas import peer_host
-from spark_mq.broker.context import RequestContext, Response
+from spark_mq.broker.context import ConnectionSession, RequestContext, Response
 from spark_mq.broker.handlers import HANDLERS
 from spark_mq.broker.handlers.errors import UnanswerableError, answer
 from spark_mq.broker.request_memory import MemoryWaiter
@@ -143,6 +143,8 @@ class Connection(asyncio.BufferedProtocol):
         self.core = server.core
         self.listener = listener
         self.peer = str(listener)
+        #: What the peer has proven (a broker of the cluster, after AuthenticateBroker).
+        self.session = ConnectionSession()
         #: The address this connection counts under for max.connections.per.ip.
         self.host = ""
         self.busy = False
@@ -499,7 +501,15 @@ class Connection(asyncio.BufferedProtocol):
             return self._frame_error(
                 cid, ErrorCode.INVALID_REQUEST, f"undecodable request body: {exc!r}"
             )
-        ctx = RequestContext(self.core, header, self.listener, self.peer)
+        session = self.session
+        ctx = RequestContext(
+            self.core,
+            header,
+            self.listener,
+            self.peer,
+            inter_broker=session.broker_id is not None,
+            session=session,
+        )
         try:
             # Every error a handler raises is answered there, once (handlers.errors).
             response = await answer(spec, handler, ctx, request, frame.records)

@@ -46,6 +46,14 @@ class Response:
         self.records = []
 
 
+@dataclasses.dataclass(slots=True)
+class ConnectionSession:
+    """What a connection has proven about its peer, for every request after it: the broker
+    id it authenticated as with AuthenticateBroker (None: a client)."""
+
+    broker_id: int | None = None
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class RequestContext:
     """Who asked, through which listener, of which broker."""
@@ -56,10 +64,11 @@ class RequestContext:
     listener: BrokerAddress
     peer: str
     #: Whether the request came from another broker of the cluster, which may call the
-    #: inter-broker APIs (``protocol.api.INTER_BROKER_APIS``). No listener accepts such
-    #: connections yet (the cluster work adds them, authenticated), so every request that
-    #: arrives over the wire is a client's.
+    #: inter-broker APIs (``protocol.api.INTER_BROKER_APIS``): its connection authenticated
+    #: with the cluster's inter-broker secret (AuthenticateBroker).
     inter_broker: bool = False
+    #: The connection's session (AuthenticateBroker records the broker there).
+    session: ConnectionSession = dataclasses.field(default_factory=ConnectionSession)
 
 
 Handler = Callable[[RequestContext, Any, memoryview], Awaitable[Response | None]]

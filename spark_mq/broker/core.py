@@ -19,10 +19,11 @@ import asyncio
 import concurrent.futures
 import functools
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from spark_mq.broker.config import ServerConfig
+from spark_mq.broker.controller_fence import ControllerFence
 from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.broker.group.service import GroupService, wall_clock_ms
 from spark_mq.broker.half.service import HalfMessageService
@@ -39,6 +40,25 @@ T = TypeVar("T")
 
 #: Threads for blocking storage work (produce of large requests, admin, background jobs).
 IO_THREADS = 4
+
+
+class ClusterTopicAdmin(Protocol):
+    """Topic administration of a cluster broker, through ZooKeeper and the controller
+    (Kafka's AdminZkClient): any broker writes the request, the controller carries it out.
+    Blocking: call from an executor thread."""
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int | None,
+        config: Mapping[str, str],
+    ) -> None:
+        """Assign replicas over the live brokers and write the topic (None:
+        ``default.replication.factor``). Raises TopicExistsError,
+        InvalidReplicationFactorError (more replicas than live brokers, saying how many are
+        missing), InvalidPartitionsError, InvalidTopicError, ConfigError."""
+        ...
 
 
 def _monotonic_ms() -> int:
@@ -65,6 +85,11 @@ class BrokerCore:
         self.cluster_id = meta.cluster_id
         #: A cluster broker's session with its cluster (None: a single-node broker).
         self.membership: ClusterMembership | None = None
+        #: A cluster broker's topic administration (None: a single-node broker, whose
+        #: topics are its LogManager's).
+        self.cluster_admin: ClusterTopicAdmin | None = None
+        #: The newest controller epoch accepted; refuses requests of older controllers.
+        self.controller_fence = ControllerFence()
         self.replicas = ReplicaManager(
             logs,
             node_id=self.node_id,
@@ -113,6 +138,12 @@ class BrokerCore:
             return self.node_id
         known = self.membership.controller_id
         return -1 if known is None else known
+
+    @property
+    def broker_epoch(self) -> int | None:
+        """A cluster broker's epoch (the czxid of its registration); None on a single node
+        or while unregistered."""
+        return None if self.membership is None else self.membership.broker_epoch
 
     def touch(self) -> None:
         """Record activity (a request or a connection): idle exit counts from here."""

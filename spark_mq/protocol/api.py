@@ -23,6 +23,7 @@ from spark_mq.errors import CorruptFrameError, UnsupportedVersionError
 from spark_mq.protocol import (
     admin,
     api_versions,
+    controller,
     fetch,
     group_offsets,
     groups,
@@ -85,17 +86,33 @@ class ApiKey(enum.IntEnum):
     END_HALF_MESSAGE = 1006
     CHECK_HALF_MESSAGES = 1007
     LIST_HALF_MESSAGES = 1008
+    # The cluster: the controller's requests to brokers, a broker's to the controller, and
+    # how a broker authenticates to another (protocol/controller.py).
+    LEADER_AND_ISR = 4
+    STOP_REPLICA = 5
+    UPDATE_METADATA = 6
+    CONTROLLED_SHUTDOWN = 7
+    ALTER_PARTITION = 56
+    AUTHENTICATE_BROKER = 1009
 
 
 #: The APIs only a broker of the cluster may send (Kafka: the ones that need the CLUSTER
 #: ClusterAction permission: LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown,
 #: WriteTxnMarkers). A broker answers a client's request for one of them with
-#: CLUSTER_AUTHORIZATION_FAILED (31) and changes nothing. Today the only such API is
-#: WriteTxnMarkers: the broker's own transaction coordinator writes its markers in process,
-#: and no listener accepts inter-broker connections yet. The cluster work adds its
-#: controller and replica APIs here, together with a way to authenticate the brokers that
-#: may send them.
-INTER_BROKER_APIS: Final[frozenset[ApiKey]] = frozenset({ApiKey.WRITE_TXN_MARKERS})
+#: CLUSTER_AUTHORIZATION_FAILED (31) and changes nothing. A connection is a broker's once
+#: it has authenticated with AuthenticateBroker (the cluster's inter-broker secret, see
+#: protocol/controller.py); on a single node no connection is, so only the broker's own
+#: in-process callers use them.
+INTER_BROKER_APIS: Final[frozenset[ApiKey]] = frozenset(
+    {
+        ApiKey.WRITE_TXN_MARKERS,
+        ApiKey.LEADER_AND_ISR,
+        ApiKey.STOP_REPLICA,
+        ApiKey.UPDATE_METADATA,
+        ApiKey.CONTROLLED_SHUTDOWN,
+        ApiKey.ALTER_PARTITION,
+    }
+)
 
 
 class FrameErrorBody(msgspec.Struct, array_like=True):
@@ -372,6 +389,42 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             half_messages.ListHalfMessagesRequest,
             half_messages.ListHalfMessagesResponse,
             half_messages.list_half_messages_error,
+        ),
+        ApiSpec(
+            ApiKey.LEADER_AND_ISR,
+            controller.LeaderAndIsrRequest,
+            controller.LeaderAndIsrResponse,
+            controller.leader_and_isr_error,
+        ),
+        ApiSpec(
+            ApiKey.STOP_REPLICA,
+            controller.StopReplicaRequest,
+            controller.StopReplicaResponse,
+            controller.stop_replica_error,
+        ),
+        ApiSpec(
+            ApiKey.UPDATE_METADATA,
+            controller.UpdateMetadataRequest,
+            controller.UpdateMetadataResponse,
+            controller.update_metadata_error,
+        ),
+        ApiSpec(
+            ApiKey.CONTROLLED_SHUTDOWN,
+            controller.ControlledShutdownRequest,
+            controller.ControlledShutdownResponse,
+            controller.controlled_shutdown_error,
+        ),
+        ApiSpec(
+            ApiKey.ALTER_PARTITION,
+            controller.AlterPartitionRequest,
+            controller.AlterPartitionResponse,
+            controller.alter_partition_error,
+        ),
+        ApiSpec(
+            ApiKey.AUTHENTICATE_BROKER,
+            controller.AuthenticateBrokerRequest,
+            controller.AuthenticateBrokerResponse,
+            controller.authenticate_broker_error,
         ),
     )
 }

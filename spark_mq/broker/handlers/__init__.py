@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from spark_mq.broker.context import Handler
+from spark_mq.broker.handlers.authenticate_broker import handle_authenticate_broker
 from spark_mq.broker.handlers.configs import handle_alter_configs, handle_describe_configs
 from spark_mq.broker.handlers.fetch import handle_fetch
 from spark_mq.broker.handlers.group_offsets import handle_offset_commit, handle_offset_fetch
@@ -101,6 +102,7 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.END_HALF_MESSAGE: handle_end_half_message,
     ApiKey.CHECK_HALF_MESSAGES: handle_check_half_messages,
     ApiKey.LIST_HALF_MESSAGES: handle_list_half_messages,
+    ApiKey.AUTHENTICATE_BROKER: handle_authenticate_broker,
 }
 
 HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(

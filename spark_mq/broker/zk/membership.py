@@ -27,6 +27,7 @@ read from any thread.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable, Sequence
 
@@ -34,6 +35,7 @@ from kazoo.exceptions import NodeExistsError
 
 from spark_mq.broker.config import BrokerConfig, Listener
 from spark_mq.broker.dir_files import BrokerMeta
+from spark_mq.errors import CorruptZnodeError
 from spark_mq.protocol.address import BrokerAddress
 
 from . import znodes
@@ -66,21 +68,44 @@ def advertised_endpoint(broker: BrokerConfig, bound: Sequence[BrokerAddress]) ->
     return znodes.EndPoint("PLAINTEXT", tcp.host, tcp.port)
 
 
+def _get_or_create(zk: ZkClient, path: str, new_value: bytes) -> bytes:
+    """The data of persistent ``path``, creating it with ``new_value`` if no broker has yet
+    (the first broker's value is the cluster's: a broker that loses the race adopts it)."""
+    found = zk.get(path)
+    if found is not None:
+        return found[0]
+    with translate_errors(f"creating {path}"):
+        try:
+            zk.kazoo.create(path, new_value, makepath=True)
+            return new_value
+        except NodeExistsError:
+            pass
+    found = zk.get(path)
+    assert found is not None, f"{path} is persistent and never deleted"
+    return found[0]
+
+
 def get_or_create_cluster_id(zk: ZkClient) -> str:
     """``/cluster/id``'s id, creating the znode with a new id if no broker has yet."""
-    found = zk.get(znodes.CLUSTER_ID)
-    if found is not None:
-        return znodes.decode_cluster_id(found[0])
     new_id = BrokerMeta.new_cluster_id()
-    with translate_errors(f"creating {znodes.CLUSTER_ID}"):
-        try:
-            zk.kazoo.create(znodes.CLUSTER_ID, znodes.encode_cluster_id(new_id), makepath=True)
-            return new_id
-        except NodeExistsError:
-            pass  # another broker created it first: its id is the cluster's.
-    found = zk.get(znodes.CLUSTER_ID)
-    assert found is not None, "/cluster/id is persistent and never deleted"
-    return znodes.decode_cluster_id(found[0])
+    return znodes.decode_cluster_id(
+        _get_or_create(zk, znodes.CLUSTER_ID, znodes.encode_cluster_id(new_id))
+    )
+
+
+def get_or_create_inter_broker_secret(zk: ZkClient) -> str:
+    """The secret brokers authenticate to each other with (AuthenticateBroker), made with
+    the cluster (256 random bits)."""
+    data = _get_or_create(zk, znodes.INTER_BROKER_SECRET, secrets.token_hex(32).encode())
+    secret = data.decode("ascii", errors="replace")
+    if len(secret) < 32:
+        raise CorruptZnodeError(
+            f"{znodes.INTER_BROKER_SECRET} holds {len(secret)} characters, not a secret of "
+            "at least 32: delete the znode (every broker of the cluster must then restart "
+            "to adopt the new one)",
+            path=znodes.INTER_BROKER_SECRET,
+        )
+    return secret
 
 
 class ClusterMembership:
@@ -99,6 +124,8 @@ class ClusterMembership:
         self._wall_clock_ms = wall_clock_ms
         self.zk = ZkClient(zk_client_config(broker))
         self.cluster_id: str | None = None
+        #: The cluster's inter-broker secret (read at :meth:`start`).
+        self.inter_broker_secret: str | None = None
         self.registrar = BrokerRegistrar(self.zk, self._registration)
         self.elector = ControllerElector(
             self.zk,
@@ -129,6 +156,7 @@ class ClusterMembership:
         try:
             self.cluster_id = get_or_create_cluster_id(self.zk)
             check_cluster_id(self.cluster_id)
+            self.inter_broker_secret = get_or_create_inter_broker_secret(self.zk)
             self.registrar.register()
             self.elector.start()
         except BaseException:

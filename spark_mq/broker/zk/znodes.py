@@ -49,6 +49,9 @@ DELETE_TOPICS: Final = "/admin/delete_topics"
 CONFIG: Final = "/config"
 CONFIG_TOPICS: Final = "/config/topics"
 CLUSTER_ID: Final = "/cluster/id"
+#: spark_mq's own: the secret brokers show each other with AuthenticateBroker
+#: (protocol/controller.py). Made once, by the first broker, like /cluster/id.
+INTER_BROKER_SECRET: Final = "/spark_mq/inter_broker_secret"
 
 #: Persistent parents every broker makes sure exist at start-up (Kafka's PersistentZkPaths,
 #: the part of it we use).

@@ -1,0 +1,122 @@
+"""AuthenticateBroker against a real cluster broker: a connection that shows the cluster's
+inter-broker secret (from ZooKeeper) may use the inter-broker APIs; a client's may not, a
+wrong secret is refused and its connection closed, and a single-node broker authenticates
+nobody."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from waiting import wait_for
+
+from spark_mq.broker.dir_files import Endpoint
+from spark_mq.broker.local import ensure_broker, stop_broker
+from spark_mq.client.broker_auth import authenticate_as_broker
+from spark_mq.client.connection import BrokerConnection
+from spark_mq.errors import BrokerAuthenticationError
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.metadata import MetadataRequest
+from spark_mq.protocol.transactions import (
+    TxnTopic,
+    WritableTxnMarker,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
+
+
+@pytest.fixture
+def cluster_broker(tmp_path: Path, zk_connect: str) -> Iterator[tuple[BrokerAddress, str]]:
+    """One cluster broker; yields its address and the secret read from its ZooKeeper."""
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "spark_mq.broker", "--log-dir", str(tmp_path / "b1")),
+            *("--override", f"zookeeper.connect={zk_connect}"),
+            *("--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", "broker.id=1"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=10)
+    try:
+        wait_for(lambda: Endpoint.read(tmp_path / "b1") is not None)
+        endpoint = Endpoint.read(tmp_path / "b1")
+        assert endpoint is not None and endpoint.port
+        secret = zk.get("/spark_mq/inter_broker_secret")[0].decode()
+        yield BrokerAddress(host="127.0.0.1", port=endpoint.port), secret
+    finally:
+        zk.stop()
+        zk.close()
+        process.kill()
+        process.wait()
+
+
+def _markers(conn: BrokerConnection) -> WriteTxnMarkersResponse:
+    marker = WritableTxnMarker(1, 0, True, [TxnTopic("t", [0])], 0)
+    response: WriteTxnMarkersResponse = conn.request(WriteTxnMarkersRequest([marker]), timeout_s=10)
+    return response
+
+
+def test_only_a_connection_with_the_secret_may_use_the_inter_broker_apis(
+    cluster_broker: tuple[BrokerAddress, str],
+) -> None:
+    address, secret = cluster_broker
+    assert len(secret) >= 32
+    client = BrokerConnection(address)
+    client.connect()
+    try:
+        refused = _markers(client)
+        codes = {p.error_code for m in refused.markers for t in m.topics for p in t.partitions}
+        assert codes == {int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)}
+    finally:
+        client.close()
+
+    broker = BrokerConnection(address)
+    try:
+        authenticate_as_broker(broker, broker_id=2, broker_epoch=-1, secret=secret, timeout_s=10)
+        # The same connection now reaches the inter-broker handler itself: the marker for a
+        # topic the broker does not have is answered as such, not refused.
+        codes = {
+            p.error_code for m in _markers(broker).markers for t in m.topics for p in t.partitions
+        }
+        assert codes and int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED) not in codes
+    finally:
+        broker.close()
+
+
+def test_a_wrong_secret_is_refused_and_its_connection_closed(
+    cluster_broker: tuple[BrokerAddress, str],
+) -> None:
+    address, secret = cluster_broker
+    conn = BrokerConnection(address)
+    with pytest.raises(BrokerAuthenticationError, match="wrong inter-broker secret"):
+        authenticate_as_broker(
+            conn, broker_id=2, broker_epoch=-1, secret=secret[::-1], timeout_s=10
+        )
+    assert not conn.connected
+    # The broker closed its side too: a new request on a fresh socket still works, and
+    # that one is a client's.
+    conn.connect()
+    try:
+        assert conn.request(MetadataRequest(topics=[]), timeout_s=10).controller_id == 1
+    finally:
+        conn.close()
+
+
+def test_a_single_node_broker_authenticates_nobody(tmp_path: Path) -> None:
+    address = ensure_broker(tmp_path / "single", create=True)
+    conn = BrokerConnection(address)
+    try:
+        with pytest.raises(BrokerAuthenticationError, match="not in a cluster"):
+            authenticate_as_broker(
+                conn, broker_id=2, broker_epoch=-1, secret="x" * 64, timeout_s=10
+            )
+    finally:
+        conn.close()
+        stop_broker(tmp_path / "single")
