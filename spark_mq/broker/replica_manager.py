@@ -240,34 +240,23 @@ class ReplicaManager:
             results: list[tuple[str, int, Exception | None]] = []
             touched: list[Partition] = []
             for ps in request.partition_states:
+                error: Exception | None = None
                 current = self._current(ps.topic, ps.partition)
-                if (
-                    ps.leader_epoch not in (EPOCH_DURING_DELETE, NO_EPOCH)
-                    and current is not None
-                    and ps.leader_epoch < current.leader_epoch
-                ):
-                    results.append(
-                        (
-                            ps.topic,
-                            ps.partition,
-                            self._fenced(
-                                ps.topic,
-                                ps.partition,
-                                ps.leader_epoch,
-                                current.leader_epoch,
-                                "StopReplica",
-                            ),
-                        )
+                checked = ps.leader_epoch not in (EPOCH_DURING_DELETE, NO_EPOCH)
+                if checked and current is not None and ps.leader_epoch < current.leader_epoch:
+                    error = self._fenced(
+                        ps.topic, ps.partition, ps.leader_epoch, current.leader_epoch, "StopReplica"
                     )
-                    continue
-                try:
-                    part = self._stop(ps.topic, ps.partition, delete=ps.delete_partition)
-                except Exception as exc:
-                    results.append((ps.topic, ps.partition, exc))
-                    continue
-                if part is not None:
-                    touched.append(part)
-                results.append((ps.topic, ps.partition, None))
+                else:
+                    try:
+                        part = self._stop(ps.topic, ps.partition, delete=ps.delete_partition)
+                    except Exception as exc:
+                        # A boundary, as in become_leader_or_follower: one partition's failure
+                        # (a full disk) is its own answer.
+                        error = exc
+                    else:
+                        touched.extend([] if part is None else [part])
+                results.append((ps.topic, ps.partition, error))
         return ReplicaChanges(results, touched)
 
     def _require_cluster(self, api: str) -> None:
