@@ -46,6 +46,7 @@ from spark_mq.broker.handlers.metadata import handle_api_versions, handle_metada
 from spark_mq.broker.handlers.offsets import handle_delete_records, handle_list_offsets
 from spark_mq.broker.handlers.produce import handle_produce
 from spark_mq.broker.handlers.producer_id import handle_init_producer_id
+from spark_mq.broker.handlers.replication import handle_offset_for_leader_epoch
 from spark_mq.broker.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -109,6 +110,7 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.CHECK_HALF_MESSAGES: handle_check_half_messages,
     ApiKey.LIST_HALF_MESSAGES: handle_list_half_messages,
     ApiKey.AUTHENTICATE_BROKER: handle_authenticate_broker,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     ApiKey.LEADER_AND_ISR: handle_leader_and_isr,
     ApiKey.STOP_REPLICA: handle_stop_replica,
 }
