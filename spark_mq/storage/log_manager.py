@@ -103,11 +103,10 @@ import functools
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Final, Self
@@ -133,11 +132,11 @@ from spark_mq.storage.log import PartitionLog
 from spark_mq.storage.log_cleaner import CleanerStats, LogCleaner
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.offline_partition import OfflinePartition, open_or_offline
+from spark_mq.storage.partition_opening import PartitionOpener, discard
 from spark_mq.storage.topic_deletion import (
     carry_out_deletion,
     delete_partition_dir,
     finish_deletions,
-    has_records,
     remove_deleted_dir,
     remove_deleted_dirs,
     warn_about_orphans,
@@ -255,6 +254,9 @@ class LogManager:
         self.default_config = default_config if default_config is not None else LogConfig()
         self._time_ms = time_ms
         self._flush_executor = flush_executor
+        self._opener = PartitionOpener(
+            self.root, time_ms, flush_executor, high_watermark_follows_log_end
+        )
         self._topics_dir = self.root / META_DIR / "topics"
         self._deleting_dir = self.root / META_DIR / "deleting"
         self._recovery_checkpoint = OffsetCheckpointFile(self.root / RECOVERY_POINT_CHECKPOINT)
@@ -285,7 +287,7 @@ class LogManager:
             # Leave nothing open and the directory unlocked, so the caller can fix and retry.
             self._closed = True
             for topic in self._topics.values():
-                self._discard([(log, False) for log in topic.logs])
+                discard([(log, False) for log in topic.logs])
             self._topics = MappingProxyType({})
             self._dir_lock.release()
             raise
@@ -497,48 +499,6 @@ class LogManager:
             )
         return requested
 
-    def _open_new_partitions(
-        self, name: str, partitions: Sequence[int], config: LogConfig
-    ) -> list[tuple[PartitionLog, bool]]:
-        """Open empty logs for new partitions: ``(log, created)``; leftovers with data refuse."""
-        opened: list[tuple[PartitionLog, bool]] = []
-        directory, existed = self.root, True
-        try:
-            for p in partitions:
-                directory = self.root / partition_dir_name(name, p)
-                existed = directory.exists()
-                if existed and (not directory.is_dir() or has_records(directory)):
-                    raise TopicExistsError(
-                        f"cannot create partition {p} of topic {name!r}: {directory} already "
-                        "exists and holds data, but no topic metadata claims it (an orphan, "
-                        "perhaps copied in or left by lost metadata). Move it out of the log "
-                        "directory, or delete it, and try again",
-                        topic=name,
-                    )
-                if existed:
-                    logger.info("reusing empty leftover directory %s", directory)
-                log = PartitionLog.open(
-                    directory,
-                    config,
-                    topic=name,
-                    partition=p,
-                    had_clean_shutdown=not existed,
-                    time_ms=self._time_ms,
-                    flush_executor=self._flush_executor,
-                    high_watermark_follows_log_end=self._hw_follows_leo,
-                )
-                opened.append((log, not existed))
-            # The new directory entries must be durable before the metadata that names them.
-            fsync_directory(self.root)
-        except BaseException:
-            self._discard(opened)
-            if not existed and len(opened) < len(partitions):
-                # The partition whose open failed (a full disk, say) may have made its
-                # directory and some files: a failed change leaves nothing behind.
-                shutil.rmtree(directory, ignore_errors=True)
-            raise
-        return opened
-
     @staticmethod
     def _check_hosted(name: str, partitions: Collection[int]) -> list[int]:
         """The partitions to host, sorted; anything but ints from 0 up is refused."""
@@ -552,57 +512,6 @@ class LogManager:
                 requested=-1,
             )
         return chosen
-
-    def _open_kept_partitions(
-        self, name: str, partitions: Sequence[int], config: LogConfig
-    ) -> list[tuple[PartitionLog, bool]]:
-        """Open partitions of the topic that it has but did not host: a directory kept when
-        the broker stopped hosting one is this topic's (a deletion of the topic removes every
-        partition's directory, hosted or not), so it is opened with its records."""
-        opened: list[tuple[PartitionLog, bool]] = []
-        try:
-            for p in partitions:
-                directory = self.root / partition_dir_name(name, p)
-                existed = directory.exists()
-                if existed and not directory.is_dir():
-                    raise StorageError(
-                        f"cannot host partition {p} of topic {name!r}: {directory} is not a "
-                        "directory; move it out of the log directory and try again"
-                    )
-                if existed:
-                    logger.info("opening the kept log of %s-%d in %s", name, p, directory)
-                opened.append(
-                    (
-                        PartitionLog.open(
-                            directory,
-                            config,
-                            topic=name,
-                            partition=p,
-                            had_clean_shutdown=not existed,
-                            time_ms=self._time_ms,
-                            flush_executor=self._flush_executor,
-                            high_watermark_follows_log_end=self._hw_follows_leo,
-                        ),
-                        not existed,
-                    )
-                )
-            fsync_directory(self.root)
-        except BaseException:
-            self._discard(opened)
-            raise
-        return opened
-
-    @staticmethod
-    def _discard(opened: list[tuple[PartitionLog, bool]]) -> None:
-        """Undo _open_new_partitions after a failure: remove what it created, close the rest."""
-        for log, created in opened:
-            try:
-                if created:
-                    log.delete()
-                else:
-                    log.close()
-            except Exception as exc:  # the original failure is the one to raise
-                logger.warning("cleaning up %s after a failed change: %s", log.directory, exc)
 
     # -----------------------------------------------------------------------------------------
     # Topic administration
@@ -645,7 +554,7 @@ class LogManager:
                 )
             with _io_errors(f"creating topic {name!r}", self.root):
                 finish_deletions(self.root, self._deleting_dir, live=set(self._topics))
-                opened = self._open_new_partitions(name, local, effective)
+                opened = self._opener.open(name, local, effective, keep_records=False)
                 meta = TopicMetadata(
                     name,
                     uuid.uuid4().hex,
@@ -660,7 +569,7 @@ class LogManager:
                     self._write_checkpoints()
                     self._write_metadata(meta)
                 except BaseException:
-                    self._discard(opened)
+                    discard(opened)
                     # If only the final directory fsync failed, the metadata may be in place.
                     with contextlib.suppress(OSError):
                         self._metadata_path(name).unlink()
@@ -693,7 +602,9 @@ class LogManager:
                 )
             count = self._check_count(name, total, current)
             with _io_errors(f"adding partitions to topic {name!r}", self.root):
-                opened = self._open_new_partitions(name, range(current, count), topic.config)
+                opened = self._opener.open(
+                    name, range(current, count), topic.config, keep_records=False
+                )
                 hosted = topic.meta.hosted
                 meta = dataclasses.replace(
                     topic.meta,
@@ -703,7 +614,7 @@ class LogManager:
                 try:
                     self._write_metadata(meta)
                 except BaseException:
-                    self._discard(opened)
+                    discard(opened)
                     raise
             logs = topic.partitions + tuple(log for log, _ in opened)
             self._publish(name, _Topic(meta, topic.config, logs))
@@ -749,11 +660,11 @@ class LogManager:
             opened: list[tuple[PartitionLog, bool]] = []
             with _io_errors(f"hosting partitions {wanted} of topic {name!r}", self.root):
                 try:
-                    opened += self._open_kept_partitions(name, kept, topic.config)
-                    opened += self._open_new_partitions(name, fresh, topic.config)
+                    opened += self._opener.open(name, kept, topic.config, keep_records=True)
+                    opened += self._opener.open(name, fresh, topic.config, keep_records=False)
                     self._write_metadata(meta)
                 except BaseException:
-                    self._discard(opened)
+                    discard(opened)
                     raise
             slots = list(topic.partitions) + [None] * (count - current)
             for log, _ in opened:

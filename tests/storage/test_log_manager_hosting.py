@@ -265,7 +265,8 @@ def test_crash_after_hosting_directories_before_the_metadata(
         raise KeyboardInterrupt  # stands for the process dying at the commit point
 
     monkeypatch.setattr(manager, "_write_metadata", crash)
-    monkeypatch.setattr(manager, "_discard", lambda opened: None)  # a dead process undoes nothing
+    # A dead process undoes nothing.
+    monkeypatch.setattr(log_manager, "discard", lambda opened: None)
     with pytest.raises(KeyboardInterrupt):
         manager.host_partitions("t", [1])
     monkeypatch.undo()
