@@ -18,7 +18,9 @@ controller's requests are applied here:
   older leader epoch (or the same one with another state) is FENCED_LEADER_EPOCH. A FULL
   request lists every partition the broker should host: the ones it hosts and the request
   does not list are stray (their topic was deleted, or the replica moved, while this broker
-  was away) and are stopped and deleted, logged at WARNING, as Kafka does (KIP-516).
+  was away) and are stopped, logged at WARNING, their directories set aside as ``*.stray``:
+  out of the log for good but kept, so that a controller's mistake loses no data (Kafka's
+  stray logs since KIP-516).
 - :meth:`ReplicaManager.stop_replica` (StopReplica): the partition stops serving, and its log
   is deleted when asked. A leader epoch older than the local one is FENCED_LEADER_EPOCH;
   -1 and -2 (Kafka's ``EpochDuringDelete``) skip that check.
@@ -353,14 +355,16 @@ class ReplicaManager:
         )
         return part
 
-    def _stop(self, topic: str, index: int, *, delete: bool) -> Partition | None:
+    def _stop(
+        self, topic: str, index: int, *, delete: bool, stray: bool = False
+    ) -> Partition | None:
         """Stop the replica (its partition object goes offline first, so an append racing
         with this gets NOT_LEADER_OR_FOLLOWER, not a closed log) and stop hosting its log."""
         with self._lock:
             part = self._partitions.pop((topic, index), None)
         if part is not None:
             part.stop()
-        self.logs.stop_hosting(topic, index, delete=delete)
+        self.logs.stop_hosting(topic, index, delete=delete, stray=stray)
         return part
 
     def _stop_strays(self, listed: set[tuple[str, int]]) -> list[Partition]:
@@ -372,12 +376,13 @@ class ReplicaManager:
                 logger.warning(
                     "stray replica %s-%d: the controller's full LeaderAndIsr does not list it "
                     "(its topic was deleted, or the replica moved, while this broker was "
-                    "away); stopping it and deleting its log",
+                    "away); stopping it and setting its directory aside as *.stray (kept, "
+                    "never served)",
                     topic,
                     index,
                 )
                 try:
-                    part = self._stop(topic, index, delete=True)
+                    part = self._stop(topic, index, delete=True, stray=True)
                 except SparkMQError as exc:
                     logger.error("could not remove stray replica %s-%d: %s", topic, index, exc)
                     continue

@@ -41,9 +41,11 @@ The metadata file is the commit point of every topic change, and the crash story
   log closed; the directory stays (its records are kept, as Kafka keeps a stopped replica's
   log) and host_partitions opens it again, data and all. With deletion: the log is closed, the
   directory renamed to ``<dir>.<uuid>.deleted`` (it leaves the log at once), the metadata
-  written, the directory removed. A crash before the metadata is written finds the directory
-  gone and the partition still hosted: startup makes it a new empty partition (with a
-  warning), which the controller's next request stops again. When the deletion leaves the
+  written, the directory removed. A stray replica goes the same way but its directory is
+  renamed to ``<dir>.<uuid>.stray`` and kept (see
+  :mod:`~spark_mq.storage.topic_deletion`). A crash before the metadata is written finds the
+  directory gone and the partition still hosted: startup makes it a new empty partition (with
+  a warning), which the controller's next request stops again. When the deletion leaves the
   topic with no partition hosted and no kept directory, the topic itself is deleted as
   delete_topic does.
 - **alter_topic_config**: the metadata is rewritten, then open logs get the new config. A
@@ -64,14 +66,15 @@ Startup, in order: take the lock (:class:`~spark_mq.storage.dir_lock.DirLock`); 
 ``.clean_shutdown`` (deleted at once and the deletion fsynced, so any later crash counts as
 unclean); read the checkpoints (a corrupt one is logged and ignored, like Kafka does; a corrupt
 recovery-point checkpoint also makes the start unclean); remove ``*.tmp`` leftovers; load the
-topic metadata; finish interrupted deletions; remove ``*.deleted`` directories; warn about
-orphan partition directories (no metadata claims them, or the metadata does not host them:
-left untouched); open every hosted partition log with its checkpointed offsets and
-``had_clean_shutdown``. A metadata file whose partition
-directory is missing gets a new, empty partition (with a warning: that data is lost). A
-partition whose log cannot be opened does not stop the others: it is logged once and kept as
-offline, with the reason (:mod:`~spark_mq.storage.offline_partition` says what that means for
-its files, its checkpoints and the clean-shutdown marker); :meth:`LogManager.get_log` raises
+topic metadata; finish interrupted deletions; remove ``*.deleted`` directories; list the
+``*.stray`` directories kept for the operator; warn about orphan partition directories (no
+metadata claims them, or the metadata does not host them: left untouched); open every hosted
+partition log with its checkpointed offsets and ``had_clean_shutdown``. A metadata file whose
+partition directory is missing gets a new, empty partition (with a warning: that data is
+lost). A partition whose log cannot be opened does not stop the others: it is logged once and
+kept as offline, with the reason (:mod:`~spark_mq.storage.offline_partition` says what that
+means for its files, its checkpoints and the clean-shutdown marker); :meth:`LogManager.get_log`
+raises
 :class:`~spark_mq.errors.PartitionOfflineError` for it, and
 :class:`~spark_mq.errors.NotLeaderOrFollowerError` for a partition the topic has but this
 broker does not host.
@@ -139,7 +142,9 @@ from spark_mq.storage.topic_deletion import (
     finish_deletions,
     remove_deleted_dir,
     remove_deleted_dirs,
+    set_aside_stray_dir,
     warn_about_orphans,
+    warn_about_strays,
 )
 from spark_mq.storage.topic_metadata import (
     MAX_PARTITIONS_PER_TOPIC,
@@ -326,6 +331,7 @@ class LogManager:
         finish_deletions(self.root, self._deleting_dir, live=set(metas))
         remove_deleted_dirs(self.root)
         warn_about_orphans(self.root, metas)
+        warn_about_strays(self.root)
 
         topics: dict[str, _Topic] = {}
         for name, meta in metas.items():
@@ -673,13 +679,15 @@ class LogManager:
             logger.info("now hosting %s of topic %r", sorted(p for p in kept + fresh), name)
             return self.describe_topic(name)
 
-    def stop_hosting(self, name: str, partition: int, *, delete: bool) -> bool:
+    def stop_hosting(self, name: str, partition: int, *, delete: bool, stray: bool = False) -> bool:
         """Stop holding a replica of ``name``-``partition`` here: its log is closed and, with
         ``delete``, its directory removed; without, the directory is kept for
-        :meth:`host_partitions` to open again. Whether the partition was hosted (a partition
-        not hosted, or of a topic not here, is no error: the controller may say it twice;
-        ``delete`` still removes a kept directory). A deletion that leaves the topic with
-        nothing here deletes the topic. Crash-safe: see the module docstring.
+        :meth:`host_partitions` to open again. ``stray`` (with ``delete``): the directory is
+        set aside as ``*.stray`` instead of removed, kept for an operator and never opened.
+        Whether the partition was hosted (a partition not hosted, or of a topic not here, is
+        no error: the controller may say it twice; ``delete`` still removes a kept
+        directory). A deletion that leaves the topic with nothing here deletes the topic.
+        Crash-safe: see the module docstring.
         """
         with self._lock:
             self._check_open()
@@ -707,7 +715,12 @@ class LogManager:
                 self._publish(name, _Topic(meta, topic.config, tuple(slots)))
                 if isinstance(log, PartitionLog):
                     log.close()
-                doomed = delete_partition_dir(self.root, directory) if directory.exists() else None
+                doomed = None
+                if directory.exists():
+                    if stray:
+                        set_aside_stray_dir(self.root, directory)
+                    else:
+                        doomed = delete_partition_dir(self.root, directory)
                 left = [
                     p for p in range(count) if (self.root / partition_dir_name(name, p)).exists()
                 ]

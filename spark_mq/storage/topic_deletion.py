@@ -11,7 +11,11 @@ At startup :func:`finish_deletions` carries out every deletion a crash interrupt
 A cluster broker that stops hosting one partition with deletion
 (:meth:`~spark_mq.storage.log_manager.LogManager.stop_hosting`) removes its directory the same
 way: :func:`delete_partition_dir` renames it to ``*.deleted`` and fsyncs the root, and
-:func:`remove_deleted_dir` removes it once the metadata no longer hosts it.
+:func:`remove_deleted_dir` removes it once the metadata no longer hosts it. A stray replica
+(one the controller's full LeaderAndIsr does not list) is set aside instead, as Kafka does:
+:func:`set_aside_stray_dir` renames it to ``<dir>.<uuid>.stray``, out of the log and never
+opened again, but kept, so that nothing is lost if the controller was wrong; startup lists
+those directories at WARNING (:func:`warn_about_strays`) until an operator removes them.
 
 Partition directories that no metadata claims (an interrupted create, or copied in), or that
 their topic's metadata does not host (a replica stopped without deletion), are never removed
@@ -42,18 +46,22 @@ from spark_mq.storage.topic_names import (
 
 __all__ = [
     "DELETED_DIR_SUFFIX",
+    "STRAY_DIR_SUFFIX",
     "carry_out_deletion",
     "delete_partition_dir",
     "finish_deletions",
     "has_records",
     "remove_deleted_dir",
     "remove_deleted_dirs",
+    "set_aside_stray_dir",
     "warn_about_orphans",
+    "warn_about_strays",
 ]
 
 logger = logging.getLogger(__name__)
 
 DELETED_DIR_SUFFIX: Final = ".deleted"
+STRAY_DIR_SUFFIX: Final = ".stray"
 
 
 def has_records(directory: Path) -> bool:
@@ -104,6 +112,25 @@ def delete_partition_dir(root: Path, directory: Path) -> Path:
     return target
 
 
+def set_aside_stray_dir(root: Path, directory: Path) -> Path:
+    """Take a stray replica's directory out of the log without deleting it: renamed to
+    ``*.stray`` (never opened, adopted or removed by the log), the rename made durable."""
+    target = _rename_with_suffix(directory, STRAY_DIR_SUFFIX)
+    fsync_directory(root)
+    return target
+
+
+def warn_about_strays(root: Path) -> None:
+    """Log every directory :func:`set_aside_stray_dir` left (kept for the operator)."""
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if entry.name.endswith(STRAY_DIR_SUFFIX) and entry.is_dir(follow_symlinks=False):
+            logger.warning(
+                "stray replica directory %s is kept, not served: the controller said this "
+                "broker no longer holds that replica. Copy out what you need and delete it",
+                entry.path,
+            )
+
+
 def remove_deleted_dir(directory: Path) -> None:
     """Remove a directory :func:`delete_partition_dir` renamed (a failure is logged: startup
     retries)."""
@@ -111,7 +138,11 @@ def remove_deleted_dir(directory: Path) -> None:
 
 
 def _rename_to_deleted(directory: Path) -> Path:
-    suffix = f".{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}"
+    return _rename_with_suffix(directory, DELETED_DIR_SUFFIX)
+
+
+def _rename_with_suffix(directory: Path, kind: str) -> Path:
+    suffix = f".{uuid.uuid4().hex}{kind}"
     # Like Kafka, shorten the name so that it fits the filesystem's limit; only the suffix
     # matters to startup, and the uuid keeps names unique.
     stem = directory.name[: MAX_FILE_NAME_BYTES - len(suffix)]

@@ -267,16 +267,24 @@ def test_a_partition_not_assigned_here_is_refused(core: BrokerCore) -> None:
 def test_full_request_removes_stray_partitions(
     core: BrokerCore, root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    run(core, leader_and_isr(state(0, NODE, 1), state(1, 2, 1), state(0, NODE, 1, topic="gone")))
+    run(core, leader_and_isr(state(0, NODE, 1), state(1, NODE, 1), state(0, NODE, 1, topic="gone")))
     assert produce_code(core, "t", 0) == ErrorCode.NONE
+    assert produce_code(core, "t", 1) == ErrorCode.NONE
     with caplog.at_level(logging.WARNING):
         body = run(core, leader_and_isr(state(0, NODE, 1), type=LEADER_AND_ISR_FULL))
     assert codes(body) == [("t", 0, 0)]
     assert "stray replica t-1" in caplog.text and "stray replica gone-0" in caplog.text
     assert core.logs.hosted_partitions("t") == [0]
     assert not core.logs.topic_exists("gone")
-    assert sorted(p.name for p in root.iterdir() if p.name[:2] in ("t-", "go")) == ["t-0"]
+    # Out of the log for good, but kept: a controller's mistake loses no data.
+    names = sorted(p.name for p in root.iterdir() if p.name[:2] in ("t-", "go"))
+    assert [n.split(".")[0] for n in names] == ["gone-0", "t-0", "t-1"]
+    assert names[0].endswith(".stray") and names[2].endswith(".stray")
     assert core.replicas.partition("t", 0).log_end_offset == 1
+    assert produce_code(core, "t", 1) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    # Given back later, the replica starts empty: a stray log is never adopted.
+    run(core, leader_and_isr(state(1, NODE, 2)))
+    assert core.replicas.partition("t", 1).log_end_offset == 0
 
 
 def test_an_incremental_request_leaves_unlisted_partitions(core: BrokerCore) -> None:

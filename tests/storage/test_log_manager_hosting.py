@@ -303,3 +303,25 @@ def test_crash_in_a_delete_before_the_metadata(
         assert manager.get_log("t", 1).log_end_offset == 0
         assert "t-1 of topic 't' is missing" in caplog.text
         assert not [p for p in root.iterdir() if p.name.endswith(".deleted")]
+
+
+def test_a_stray_replica_is_set_aside_and_kept(
+    root: Path, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    with LogManager(root, time_ms=clock) as manager:
+        manager.create_topic("t", partitions=2)
+        manager.get_log("t", 1).append(batch(b"a", b"b"))
+        assert manager.stop_hosting("t", 1, delete=True, stray=True) is True
+        (aside,) = [p for p in root.iterdir() if p.name.endswith(".stray")]
+        assert aside.name.startswith("t-1.") and (aside / "00000000000000000000.log").stat().st_size
+        assert partition_dirs(root, "t") == ["t-0", aside.name]
+        # Hosting it again starts empty: a stray log is never adopted.
+        manager.host_partitions("t", [1])
+        assert manager.get_log("t", 1).log_end_offset == 0
+        # The last replica of a topic set aside removes the topic, not the kept directory.
+        manager.create_topic("u", partitions=1)
+        manager.stop_hosting("u", 0, delete=True, stray=True)
+        assert not manager.topic_exists("u")
+    with caplog.at_level(logging.WARNING), LogManager(root, time_ms=clock):
+        assert caplog.text.count("is kept, not served") == 2
+    assert aside.is_dir()
