@@ -12,6 +12,7 @@ Layout of a log directory (``root``)::
     __meta/deleting/<topic_id>.json    a committed topic deletion still being carried out
     <topic>-<partition>/               one partition log (owned by PartitionLog)
     <topic>-<partition>.<uuid>.deleted/  a partition directory being removed
+    <topic>-<partition>.<uuid>.stray/    a stray replica's log, set aside: kept, never opened
 
 The topic metadata file is described in :mod:`~spark_mq.storage.topic_metadata`. A topic's
 effective config is the manager's default config with the topic's overrides applied, so
