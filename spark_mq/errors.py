@@ -93,6 +93,7 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
         ├── TransactionalIdNotFoundError         (105)
         ├── TransactionAbortableError            (120) abort the transaction, start another
         ├── OwnerInstanceConflictError           (1000) a two-phase owner of another instance
+        ├── HalfMessageNotFoundError             (1001) never sent, or ended and forgotten
         ├── OffsetMetadataTooLargeError          (12)
         ├── IllegalGenerationError               (22)
         ├── InconsistentGroupProtocolError       (23)
@@ -603,6 +604,16 @@ class OwnerInstanceConflictError(ProtocolError):
     sink id. spark_mq's own code (1000 and up), like the two-phase APIs it belongs to."""
 
     error_code = 1000
+
+
+class HalfMessageNotFoundError(ProtocolError):
+    """An EndHalfMessage for a half message the broker does not know: it was never sent to
+    this broker, or it ended more than ``transaction.half.op.retention.ms`` ago and its
+    outcome was forgotten. Nothing was written (a late COMMIT writes no second record);
+    the end that counted was the first one. spark_mq's own code, as the half-message APIs
+    are (docs/half_messages.md)."""
+
+    error_code = 1001
 
 
 class ClusterAuthorizationError(ProtocolError):

@@ -124,7 +124,7 @@ def _expiry(topic: str) -> str:
     if topic == OFFSETS_TOPIC:
         return "offsets.retention.minutes"
     if topic in (HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC):
-        return "tombstones once a half message is ended"
+        return "transaction.half.op.retention.ms"
     return "transactional.id.expiration.ms"
 
 

@@ -88,6 +88,7 @@ class ErrorCode(enum.IntEnum):
     TRANSACTION_ABORTABLE = 120
     #: spark_mq's own codes start at 1000, as its own API keys do.
     OWNER_INSTANCE_CONFLICT = 1000
+    HALF_MESSAGE_NOT_FOUND = 1001
 
     @property
     def retriable(self) -> bool:

@@ -15,7 +15,7 @@ transaction never committed). MODE:
   and wait to be killed: SQLite rolls the transaction back.
 - ``serve``: send nothing; answer check-backs until killed (prints ``SERVING``).
 - ``unknown``: send one message and answer UNKNOWN to it and to every check, until killed
-  (prints ``SENT``).
+  (prints ``SENT``, then ``CHECKED n`` for each check, ``n`` the check's ``check_count``).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ class Listener:
 
     def check_local_transaction(self, message: TransactionalMessage) -> LocalTransactionState:
         if self.mode == "unknown":
+            print("CHECKED", message.check_count, flush=True)
             return LocalTransactionState.UNKNOWN
         with self.lock:
             row = (

@@ -23,14 +23,27 @@ from pathlib import Path
 
 import pytest
 
-from spark_mq import Consumer, TopicPartition
+from spark_mq import (
+    Consumer,
+    LocalTransactionState,
+    TopicPartition,
+    TransactionalMessage,
+    TransactionalMessageProducer,
+)
 from spark_mq.broker import ensure_broker, stop_broker
 from spark_mq.broker.dir_files import Endpoint
 from spark_mq.broker.half.service import DISCARD_TOPIC
 from spark_mq.broker.persisted_config import write_persisted
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import AdminConfig
-from spark_mq.protocol.half_messages import HalfMessage, ListHalfMessagesRequest
+from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.half_messages import (
+    EndHalfMessageRequest,
+    EndHalfMessageResponse,
+    HalfAction,
+    HalfMessage,
+    ListHalfMessagesRequest,
+)
 
 WORKER = Path(__file__).with_name("half_worker.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -98,6 +111,20 @@ class Workers:
         raise AssertionError(f"worker exited (or hung) before printing {line!r}")
 
     @staticmethod
+    def next_check(proc: subprocess.Popen[str]) -> int:
+        """The ``check_count`` of the next check an ``unknown`` worker was asked."""
+        assert proc.stdout is not None
+        watchdog = threading.Timer(TIMEOUT_S, proc.kill)
+        watchdog.start()
+        try:
+            for got in proc.stdout:
+                if got.startswith("CHECKED "):
+                    return int(got.split()[1])
+        finally:
+            watchdog.cancel()
+        raise AssertionError("worker exited (or hung) before it was asked a check")
+
+    @staticmethod
     def kill(proc: subprocess.Popen[str]) -> None:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
@@ -110,12 +137,15 @@ class Workers:
 
 @pytest.fixture
 def half_dir(tmp_path: Path) -> Iterator[Path]:
-    directory = tmp_path / "mq"
+    yield half_broker(tmp_path / "mq", SETTINGS)
+    stop_broker(tmp_path / "mq")
+
+
+def half_broker(directory: Path, settings: dict[str, str]) -> Path:
     directory.mkdir(mode=0o700)
-    write_persisted(directory, SETTINGS)
+    write_persisted(directory, settings)
     ensure_broker(directory)
-    yield directory
-    stop_broker(directory)
+    return directory
 
 
 def kill_broker(path: Path) -> None:
@@ -219,3 +249,82 @@ def test_half_messages_follow_their_local_transactions(half_dir: Path, tmp_path:
         assert collections.Counter(values) == collections.Counter(rows)
     finally:
         workers.kill_all()
+
+
+@pytest.mark.slow
+def test_a_check_out_when_the_broker_dies_costs_no_check(tmp_path: Path) -> None:
+    # A long interval: the check handed out stays out (its answer not yet due) until the
+    # broker is killed, and no second check comes before it.
+    slow = {
+        **SETTINGS,
+        "transaction.check.interval.ms": "60000",
+        "transaction.half.timeout.ms": "500",
+    }
+    path = half_broker(tmp_path / "mq", slow)
+    workers = Workers(path, tmp_path / "orders.sqlite", tmp_path)
+    try:
+        unsure = workers.start("unsure", "unknown")
+        workers.wait_for_line(unsure, "SENT")
+        assert workers.next_check(unsure) == 1
+        (message,) = listed(path)
+        assert message.check_count == 1  # asked once, the answer not due for a minute
+
+        # The broker dies with that check out; the producer's answer would have come on the
+        # connection that died with it. The successor asks again, as the first check.
+        kill_broker(path)
+        ensure_broker(path)
+        assert workers.next_check(unsure) == 1
+        (message,) = listed(path)
+        assert message.check_count == 1
+    finally:
+        workers.kill_all()
+        stop_broker(path)
+
+
+class AlwaysCommit:
+    def execute_local_transaction(
+        self, message: TransactionalMessage, arg: object
+    ) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT
+
+    def check_local_transaction(self, message: TransactionalMessage) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT
+
+
+def end_again(path: Path, message_id: str) -> EndHalfMessageResponse:
+    cluster = Cluster(AdminConfig.from_properties({"path": str(path)}))
+    try:
+        response: EndHalfMessageResponse = cluster.request(
+            EndHalfMessageRequest("orders", message_id, HalfAction.COMMIT)
+        )
+        return response
+    finally:
+        cluster.close()
+
+
+@pytest.mark.slow
+def test_the_broker_forgets_an_outcome_after_its_retention(tmp_path: Path) -> None:
+    short = {**SETTINGS, "transaction.half.op.retention.ms": "1500"}
+    path = half_broker(tmp_path / "mq", short)
+    try:
+        with TransactionalMessageProducer(
+            path, producer_group="orders", listener=AlwaysCommit()
+        ) as producer:
+            result = producer.send("payments", b"paid", key=b"order-1")
+        assert (result.state, result.offset) == (LocalTransactionState.COMMIT, 0)
+        again = end_again(path, result.message_id)
+        assert (again.error_code, again.offset) == (0, 0)  # a repeat, within the retention
+        # The broker's check job forgets it once the retention has passed.
+        wait_until(
+            "the outcome to expire",
+            lambda: (
+                end_again(path, result.message_id).error_code == ErrorCode.HALF_MESSAGE_NOT_FOUND
+            ),
+        )
+        kill_broker(path)
+        ensure_broker(path)
+        late = end_again(path, result.message_id)
+        assert late.error_code == ErrorCode.HALF_MESSAGE_NOT_FOUND
+        assert listed(path) == [] and read_topic(path, "payments") == [b"paid"]
+    finally:
+        stop_broker(path)

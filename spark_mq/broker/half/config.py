@@ -3,7 +3,9 @@
 RocketMQ's defaults under Kafka-style keys: a check every 30 s
 (``transactionCheckInterval``), a message is first checked 6 s after it was sent
 (``transactionTimeOut``; a message may override it), and at most 15 checks
-(``transactionCheckMax``) before it is moved to the discard topic.
+(``transactionCheckMax``) before it is moved to the discard topic. The outcome of an ended
+message is kept 7 days (``transaction.half.op.retention.ms``, as Kafka's
+``offsets.retention.minutes``), then forgotten.
 
     >>> cfg = HalfMessageConfig.from_properties({"transaction.check.max": "3"})
     >>> cfg.transaction_check_max, cfg.transaction_check_interval_ms
@@ -21,7 +23,7 @@ from spark_mq.config import Config, at_least, between, parse_int, setting
 @dataclasses.dataclass(frozen=True)
 class HalfMessageConfig(Config):
     """Half messages and their check-back (``transaction.check.*``,
-    ``transaction.half.timeout.ms``)."""
+    ``transaction.half.*``)."""
 
     component = "half-message service"
 
@@ -49,6 +51,17 @@ class HalfMessageConfig(Config):
         "(RocketMQ's transactionCheckMax).",
         parse=parse_int,
         check=between(1, 1_000_000),
+    )
+    transaction_half_op_retention_ms: int = setting(
+        "transaction.half.op.retention.ms",
+        7 * 24 * 60 * 60 * 1000,
+        "How long the outcome of an ended half message (committed, rolled back or "
+        "discarded) is kept to answer a repeated end; after it the broker forgets the "
+        "message (tombstones in __half_messages and __half_ops, removed by compaction) "
+        "and a late end is answered HALF_MESSAGE_NOT_FOUND (Kafka's offsets.retention "
+        "default, 7 days).",
+        parse=parse_int,
+        check=at_least(1),
     )
     transaction_half_log_segment_bytes: int = setting(
         "transaction.half.log.segment.bytes",

@@ -5,18 +5,21 @@ Values are MessagePack arrays whose first element is the record's version (0):
 
 - ``__half_messages``: :class:`HalfRecord`, written once by SendHalfMessage; a tombstone
   (null value) once the message is committed or rolled back, so compaction removes it. A
-  discarded message keeps its record (the listing of discarded messages reads it).
+  discarded message keeps its record (the listing of discarded messages reads it) until its
+  outcome expires.
 - ``__half_ops``: :class:`HalfOp`, the newest state of the message: PENDING with a check
-  count (each check handed to a producer), then one of COMMITTED (with the real record's
-  offset), ROLLED_BACK or DISCARDED. It is never removed, so a repeated end of a finished
-  message answers what the first end did.
+  count (each check whose answer was due and did not come), then one of COMMITTED (with the
+  real record's offset), ROLLED_BACK or DISCARDED, so that a repeated end of a finished
+  message answers what the first end did. A tombstone once the outcome is
+  ``transaction.half.op.retention.ms`` old (written after the half record's tombstone), so
+  compaction removes it too.
 
 Who writes: only the broker's half-message service, on the event loop. What a crash leaves:
 the last append may be missing (never torn: a batch is checked by its CRC on recovery);
 the service's order of appends makes every such prefix a valid state (see
 :mod:`~spark_mq.broker.half.service`).
 
-    >>> op = HalfOp(0, "m-1", 1, 0, 42)
+    >>> op = HalfOp(0, "m-1", 1, 0, 42, 1_700_000_000_000)
     >>> decode_op(encode_op(op)) == op
     True
 """
@@ -63,6 +66,10 @@ class HalfOp(msgspec.Struct, array_like=True, frozen=True):
     check_count: int
     #: The real record's offset when COMMITTED, else -1.
     offset: int = -1
+    #: The service's clock (wall-clock ms) when it wrote this op: for a final op, when the
+    #: message ended, from which its outcome expires. -1 in ops written before the field
+    #: existed (the trailing field is optional, so they still decode as version 0).
+    time_ms: int = -1
 
 
 _ENCODER = msgspec.msgpack.Encoder()

@@ -1,9 +1,10 @@
 """The half-message service: stores half messages, ends them, schedules their check-backs.
 
 State (on the event loop thread only): the pending messages with their check counts, the
-outcome of every ended message (for idempotent ends), the discarded messages. It is rebuilt
-at startup from ``__half_messages`` and ``__half_ops`` (:mod:`~spark_mq.broker.half.records`):
-a message is pending when it has a record and no final op.
+outcome of every message that ended within ``transaction.half.op.retention.ms`` (for
+idempotent ends), the discarded messages among them. It is rebuilt at startup from
+``__half_messages`` and ``__half_ops`` (:mod:`~spark_mq.broker.half.records`): a message is
+pending when it has a record and no final op.
 
 Order of appends, and what a crash between two of them leaves:
 
@@ -19,20 +20,33 @@ Order of appends, and what a crash between two of them leaves:
   holds while the partition remembers that producer id (``producer.id.expiration.ms`` after
   its last write, Kafka's default one day), far longer than the restart it covers.
 - ROLLBACK appends the ROLLED_BACK op, then the tombstone.
-- A check appends a PENDING op with the count raised, then hands the message to a producer
-  (a crash in between counts a check that was not made: a count errs high, never low).
+- A check is handed to a producer and remembered in memory only. It counts when its
+  answer is due (``transaction.check.interval.ms`` later) and has not come: only then is a
+  PENDING op with the count raised appended. A broker that dies with a check out loses
+  that check with the connection its answer would have come on, and does not count it: the
+  message is checked again after the restart, with as many checks left as before. (A crash
+  after the deadline and before the service saw it, at most an interval, also leaves that
+  check uncounted: a count errs low by at most one per crash, and never discards a message
+  early.)
 - A discard appends the record to ``__half_discarded`` (same producer id and sequence, so a
   repeat is again a duplicate), then the DISCARDED op.
 
 A crash after the final op and before the tombstone leaves a record compaction does not
 remove; the op decides, so loading ignores it.
 
-Check-backs: every ``transaction.check.interval.ms`` the service discards the messages whose
-last allowed check went unanswered and wakes the producers polling with CheckHalfMessages.
-A message is due for a check ``check_immunity_ms`` after it was sent, then again an interval
-after each check. A check counts only when it is handed to a live (polling) producer of the
-message's group: with none connected, the message waits, so a broker restarted before its
-producers does not discard everything.
+Expiry: an outcome is forgotten ``transaction.half.op.retention.ms`` after the message
+ended: the half record's tombstone, an fsync, then the op's tombstone, so that the rebuild
+never finds a record without its op (:mod:`~spark_mq.broker.half.expiry`). Compaction then
+removes both, so the two topics hold the live messages plus what ended within the
+retention, and loading reads no more.
+
+Check-backs: every ``transaction.check.interval.ms`` the service counts the checks whose
+answer is overdue, discards the messages whose last allowed check went unanswered, wakes the
+producers polling with CheckHalfMessages and forgets expired outcomes. A message is due for a
+check ``check_immunity_ms`` after it was sent, then again an interval after each check. Only
+a check handed to a live (polling) producer of the message's group can count: with none
+connected, the message waits, so a broker restarted before its producers does not discard
+everything.
 
 The three topics are created with the first half message, not at startup, so a broker
 that never sees one has none of them.
@@ -47,11 +61,12 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Final
 
 from spark_mq.broker.coordinator_topic import CoordinatorTopic
 from spark_mq.broker.half.config import HalfMessageConfig
+from spark_mq.broker.half.expiry import EXPIRE_STEP_RECORDS, tombstone_batches
 from spark_mq.broker.half.records import (
     VERSION,
     HalfOp,
@@ -68,6 +83,7 @@ from spark_mq.broker.retried_step import RetriedStep
 from spark_mq.broker.txn.log_reader import read_batches
 from spark_mq.errors import (
     CoordinatorNotAvailableError,
+    HalfMessageNotFoundError,
     InvalidRequestError,
     InvalidTxnStateError,
     LogClosedError,
@@ -105,14 +121,33 @@ def wall_clock_ms() -> int:
 @dataclasses.dataclass
 class _Pending:
     record: HalfRecord
+    #: Checks whose answer was due and did not come (as ``__half_ops`` has it).
     check_count: int
-    #: Wall-clock ms of the last check handed out (-1: none since this broker started).
-    last_check_ms: int = -1
+    #: Wall-clock ms when the check now out was handed to a producer; -1 when none is out
+    #: (none since this broker started, or the last one was counted).
+    check_out_ms: int = -1
+
+    @property
+    def checks_asked(self) -> int:
+        """How many times a producer was asked: the counted checks and the one out."""
+        return self.check_count + (1 if self.check_out_ms >= 0 else 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a message ended, kept for ``transaction.half.op.retention.ms``."""
+
+    state: HalfState
+    #: The real record's offset when COMMITTED, else -1.
+    offset: int
+    #: The service's clock when it ended.
+    ended_ms: int
 
 
 @dataclasses.dataclass
 class LoadedHalfMessages:
-    """What the two topics hold, newest value per key."""
+    """What the two topics hold, newest value per key; ``ops`` in the order of their newest
+    op (so ended messages come in the order they ended)."""
 
     records: dict[str, HalfRecord] = dataclasses.field(default_factory=dict)
     ops: dict[str, HalfOp] = dataclasses.field(default_factory=dict)
@@ -143,8 +178,10 @@ class HalfMessageService:
             replicas, HALF_OPS_TOPIC, num_partitions=1, segment_bytes=segment
         )
         self.pending: dict[str, _Pending] = {}
-        #: Ended messages: id -> (state, offset of the real record or -1).
-        self.ended: dict[str, tuple[HalfState, int]] = {}
+        #: Ended messages (discarded ones too) in the order they ended, which is the order
+        #: they expire in: the front is the next to be forgotten.
+        self.ended: dict[str, Outcome] = {}
+        #: The discarded messages among ``ended``, with their records, for the listing.
         self.discarded: dict[str, _Pending] = {}
         self._wakeups: dict[str, asyncio.Event] = {}
         self._ready = RetriedStep(self._load, what="loading half messages", owner="half messages")
@@ -189,24 +226,25 @@ class HalfMessageService:
         if not self.replicas.logs.topic_exists(HALF_MESSAGES_TOPIC):
             return loaded  # no half message was ever sent here
         self._create_blocking()
+        # Batch by batch, keeping only the newest value of each key: memory is the live set.
         for record_key, value in self._read(HALF_MESSAGES_TOPIC):
             if value is None:
                 loaded.records.pop(record_key, None)
             else:
                 loaded.records[record_key] = decode_record(value)
         for record_key, value in self._read(HALF_OPS_TOPIC):
+            # Moved to the end: the dict's order is that of each message's newest op.
+            loaded.ops.pop(record_key, None)
             if value is not None:
                 loaded.ops[record_key] = decode_op(value)
         return loaded
 
-    def _read(self, topic: str) -> list[tuple[str, bytes | None]]:
-        out: list[tuple[str, bytes | None]] = []
+    def _read(self, topic: str) -> Iterator[tuple[str, bytes | None]]:
         log = self.replicas.logs.get_log(topic, 0)
         for batch in read_batches(log, LOAD_BUFFER_BYTES):
             for record_key, value in batch.records:
                 if record_key is not None:
-                    out.append((record_key.decode(), value))
-        return out
+                    yield record_key.decode(), value
 
     def _ensure_discard_topic(self) -> None:
         logs = self.replicas.logs
@@ -216,14 +254,18 @@ class HalfMessageService:
 
     async def _load(self) -> None:
         loaded = await self._run_blocking(self._load_blocking)
+        now = self._clock()
         for message_id, op in loaded.ops.items():
             state = HalfState(op.state)
-            if state is HalfState.DISCARDED:
-                record = loaded.records.get(message_id)
-                if record is not None:
-                    self.discarded[message_id] = _Pending(record, op.check_count)
-            elif state is not HalfState.PENDING:
-                self.ended[message_id] = (state, op.offset)
+            if state is HalfState.PENDING:
+                continue
+            # An op written before ops carried their time expires a retention from now.
+            ended_ms = op.time_ms if op.time_ms >= 0 else now
+            self.ended[message_id] = Outcome(state, op.offset, ended_ms)
+            record = loaded.records.get(message_id)
+            if state is HalfState.DISCARDED and record is not None:
+                # (Without its record, its expiry was under way: the next pass finishes it.)
+                self.discarded[message_id] = _Pending(record, op.check_count)
         for message_id, record in loaded.records.items():
             op_loaded = loaded.ops.get(message_id)
             if op_loaded is None or op_loaded.state == HalfState.PENDING:
@@ -310,25 +352,30 @@ class HalfMessageService:
             ) from None
         wanted = HalfState.COMMITTED if action is HalfAction.COMMIT else HalfState.ROLLED_BACK
         message_id = request.message_id
-        if message_id in self.ended:
-            state, offset = self.ended[message_id]
-            if state is not wanted:
+        outcome = self.ended.get(message_id)
+        if outcome is not None and outcome.state is HalfState.DISCARDED:
+            gone = self.discarded.get(message_id)
+            raise _state_error(
+                f"half message {message_id!r} was DISCARDED after "
+                f"{'its' if gone is None else gone.check_count} unanswered checks; it is in "
+                f"{DISCARD_TOPIC} for an operator to handle",
+                -1 if gone is None else gone.record.producer_id,
+            )
+        if outcome is not None:
+            if outcome.state is not wanted:
                 raise _state_error(
-                    f"half message {message_id!r} was already {state.name}; "
+                    f"half message {message_id!r} was already {outcome.state.name}; "
                     f"it cannot be {wanted.name} as well"
                 )
-            return state, offset
-        if message_id in self.discarded:
-            gone = self.discarded[message_id]
-            raise _state_error(
-                f"half message {message_id!r} was DISCARDED after {gone.check_count} "
-                f"unanswered checks; it is in {DISCARD_TOPIC} for an operator to handle",
-                gone.record.producer_id,
-            )
+            return outcome.state, outcome.offset
         pending = self.pending.get(message_id)
         if pending is None:
-            raise _state_error(
-                f"no half message {message_id!r} on this broker: send it first (SendHalfMessage)"
+            retention_ms = self.config.transaction_half_op_retention_ms
+            raise HalfMessageNotFoundError(
+                f"no half message {message_id!r} on this broker: either it was never sent "
+                f"here (send it first with SendHalfMessage), or it ended more than "
+                f"transaction.half.op.retention.ms ({retention_ms} ms) ago and its outcome "
+                "was forgotten; nothing was written, the first end is the one that counted"
             )
         if pending.record.producer_group != request.producer_group:
             raise InvalidRequestError(
@@ -379,20 +426,36 @@ class HalfMessageService:
         if not is_transition_valid(HalfState.PENDING, state):
             raise AssertionError(f"no transition from PENDING to {state.name}")
         now = self._clock()
-        op = HalfOp(VERSION, record.message_id, state, pending.check_count, offset)
+        op = HalfOp(VERSION, record.message_id, state, pending.check_count, offset, now)
         self.ops.append(record.message_id, [(record.message_id.encode(), encode_op(op))], now)
         if state is HalfState.DISCARDED:
             self.discarded[record.message_id] = pending
         else:
             self.halves.append(record.message_id, [(record.message_id.encode(), None)], now)
-            self.ended[record.message_id] = (state, offset)
+        self.ended[record.message_id] = Outcome(state, offset, now)
         self.pending.pop(record.message_id, None)
 
     # -- CheckHalfMessages ------------------------------------------------------------------
 
+    def _settle(self, pending: _Pending, now: int) -> None:
+        """Count the check that is out if its answer is due and has not come (a COMMIT or
+        ROLLBACK would have ended the message), and record the count in ``__half_ops``."""
+        if pending.check_out_ms < 0:
+            return
+        if now - pending.check_out_ms < self.config.transaction_check_interval_ms:
+            return
+        pending.check_count += 1
+        pending.check_out_ms = -1
+        record = pending.record
+        op = HalfOp(VERSION, record.message_id, HalfState.PENDING, pending.check_count, -1, now)
+        self.ops.append(record.message_id, [(record.message_id.encode(), encode_op(op))], now)
+
     def _due(self, pending: _Pending, now: int) -> bool:
-        if pending.last_check_ms >= 0:
-            return now - pending.last_check_ms >= self.config.transaction_check_interval_ms
+        """Whether a check of ``pending`` may be handed out (after :meth:`_settle`)."""
+        if pending.check_out_ms >= 0:
+            return False  # its answer has until the interval ends
+        if pending.check_count >= self.config.transaction_check_max:
+            return False  # its last check went unanswered: the job discards it
         return now - pending.record.created_ms >= pending.record.check_immunity_ms
 
     async def poll_checks(
@@ -420,15 +483,13 @@ class HalfMessageService:
         for pending in list(self.pending.values()):
             if len(out) >= limit:
                 break
-            record = pending.record
-            if record.producer_group != group or not self._due(pending, now):
+            if pending.record.producer_group != group:
                 continue
-            if pending.check_count >= self.config.transaction_check_max:
-                continue  # its last check is out; the job discards it if it stays unanswered
-            pending.check_count += 1
-            pending.last_check_ms = now
-            op = HalfOp(VERSION, record.message_id, HalfState.PENDING, pending.check_count)
-            self.ops.append(record.message_id, [(record.message_id.encode(), encode_op(op))], now)
+            self._settle(pending, now)
+            if not self._due(pending, now):
+                continue
+            # Not recorded: a check counts when its answer is overdue (see _settle).
+            pending.check_out_ms = now
             out.append(_message(pending, HalfState.PENDING))
         return out
 
@@ -440,20 +501,21 @@ class HalfMessageService:
                 continue
             try:
                 self.run_checks()
+                await self.expire_outcomes()
             except LogClosedError:
                 return
             except Exception:
                 logger.exception("half-message checks failed; retrying at the next interval")
 
     def run_checks(self) -> int:
-        """Discard the messages whose last check went unanswered and wake the pollers of
-        every group with a message due; the number discarded."""
+        """Count the checks whose answer is overdue, discard the messages whose last check
+        went unanswered and wake the pollers of every group with a message due; the number
+        discarded."""
         now = self._clock()
         discarded = 0
         groups: set[str] = set()
         for pending in list(self.pending.values()):
-            if not self._due(pending, now):
-                continue
+            self._settle(pending, now)
             if pending.check_count >= self.config.transaction_check_max:
                 self._write_real(pending.record, topic=DISCARD_TOPIC)
                 self._finish(pending, HalfState.DISCARDED, -1)
@@ -465,7 +527,7 @@ class HalfMessageService:
                     DISCARD_TOPIC,
                     pending.check_count,
                 )
-            else:
+            elif self._due(pending, now):
                 groups.add(pending.record.producer_group)
         for group in groups:
             event = self._wakeups.pop(group, None)
@@ -473,7 +535,52 @@ class HalfMessageService:
                 event.set()
         return discarded
 
+    # -- expiry -----------------------------------------------------------------------------
+
+    async def expire_outcomes(self) -> int:
+        """Forget the outcomes older than ``transaction.half.op.retention.ms`` (the order
+        of appends, and why, is :mod:`~spark_mq.broker.half.expiry`); how many were
+        forgotten."""
+        await self.ready()
+        forgotten = 0
+        while True:
+            now = self._clock()
+            retention_ms = self.config.transaction_half_op_retention_ms
+            expired: list[str] = []
+            for message_id, outcome in self.ended.items():
+                # Ended in order: the first one kept ends the pass.
+                if len(expired) >= EXPIRE_STEP_RECORDS or now - outcome.ended_ms < retention_ms:
+                    break
+                expired.append(message_id)
+            if not expired:
+                return forgotten
+            halves_log = self.replicas.logs.get_log(HALF_MESSAGES_TOPIC, 0)
+            ops_log = self.replicas.logs.get_log(HALF_OPS_TOPIC, 0)
+            # The topics' own segment.bytes (an operator may have altered it since creation).
+            segment_bytes = min(halves_log.config.segment_bytes, ops_log.config.segment_bytes)
+            batches = tombstone_batches(expired, segment_bytes)
+            for batch in batches:
+                self.halves.append(HALF_MESSAGES_TOPIC, batch, now)
+            # The records' tombstones on disk before the ops' go: after a power loss the ops
+            # must not be gone while a record is back.
+            await self._run_blocking(halves_log.flush)
+            for batch in batches:
+                self.ops.append(HALF_OPS_TOPIC, batch, now)
+            for message_id in expired:
+                # (An end that came during the flush found the outcome: it is still final.)
+                self.ended.pop(message_id, None)
+                self.discarded.pop(message_id, None)
+            forgotten += len(expired)
+            logger.info("forgot the outcomes of %d ended half messages", len(expired))
+
     # -- ListHalfMessages -------------------------------------------------------------------
+
+    def discarded_total(self) -> int:
+        """Messages moved to the discard topic since it was created (its log end: each
+        discard appends one record, and a repeat is a duplicate the log does not append)."""
+        if not self.replicas.logs.topic_exists(DISCARD_TOPIC):
+            return 0
+        return int(self.replicas.logs.get_log(DISCARD_TOPIC, 0).log_end_offset)
 
     async def list(self, *, discarded: bool, group: str | None) -> list[HalfMessage]:
         await self.ready()
@@ -503,6 +610,6 @@ def _message(pending: _Pending, state: HalfState) -> HalfMessage:
         r.value,
         list(r.headers),
         r.created_ms,
-        pending.check_count,
+        pending.checks_asked,
         state,
     )

@@ -4,7 +4,8 @@ and ListHalfMessages (1008), answered by the broker's half-message service
 
 Errors escape to the dispatcher, which answers each API's error response: the services
 raise typed errors naming what was wrong. An EndHalfMessage that contradicts the recorded
-outcome answers INVALID_TXN_STATE with that outcome in ``state``.
+outcome answers INVALID_TXN_STATE with that outcome in ``state``; one of a message the broker
+does not know (never sent, or its outcome expired) answers HALF_MESSAGE_NOT_FOUND.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from spark_mq.protocol.half_messages import (
     CheckHalfMessagesResponse,
     EndHalfMessageRequest,
     EndHalfMessageResponse,
-    HalfState,
     ListHalfMessagesRequest,
     ListHalfMessagesResponse,
     SendHalfMessageRequest,
@@ -39,14 +39,12 @@ async def handle_end_half_message(
         state, offset = await service.end(request)
     except InvalidTxnStateError as exc:
         known = service.ended.get(request.message_id)
-        if known is not None:
-            recorded, offset = known
-        elif request.message_id in service.discarded:
-            recorded, offset = HalfState.DISCARDED, -1
-        else:
+        if known is None:
             raise
         return Response(
-            EndHalfMessageResponse(exc.error_code, recorded, offset, error_message=str(exc))
+            EndHalfMessageResponse(
+                exc.error_code, known.state, known.offset, error_message=str(exc)
+            )
         )
     return Response(EndHalfMessageResponse(0, state, offset))
 
@@ -65,4 +63,4 @@ async def handle_list_half_messages(
 ) -> Response:
     service = ctx.core.half_messages
     messages = await service.list(discarded=request.discarded, group=request.producer_group)
-    return Response(ListHalfMessagesResponse(0, messages, len(service.discarded)))
+    return Response(ListHalfMessagesResponse(0, messages, service.discarded_total()))
