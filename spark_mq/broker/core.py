@@ -121,6 +121,8 @@ class BrokerCore:
             leader_epoch=meta.epoch,
             num_partitions=config.broker.num_partitions,
             auto_create_topics=config.broker.auto_create_topics_enable,
+            # In a cluster the controller decides each replica's role and creates topics.
+            cluster=config.broker.in_cluster,
         )
         self.producer_ids = ProducerIdManager(logs.root)
         self.executor = concurrent.futures.ThreadPoolExecutor(

@@ -12,6 +12,7 @@ Layout of a log directory (``root``)::
     __meta/deleting/<topic_id>.json    a committed topic deletion still being carried out
     <topic>-<partition>/               one partition log (owned by PartitionLog)
     <topic>-<partition>.<uuid>.deleted/  a partition directory being removed
+    <topic>-<partition>.<uuid>.stray/    a stray replica's log, set aside: kept, never opened
 
 The topic metadata file is described in :mod:`~spark_mq.storage.topic_metadata`. A topic's
 effective config is the manager's default config with the topic's overrides applied, so
@@ -32,6 +33,22 @@ The metadata file is the commit point of every topic change, and the crash story
   applied to the new one.
 - **add_partitions**: same as create: new directories first, then the metadata with the new
   count. A crash in between leaves empty directories that the next attempt adopts.
+- **host_partitions** (a cluster broker given replicas of a topic by the controller): as
+  create or add_partitions: the directories first, then the metadata naming them hosted (and
+  with the partition count grown if the replica is of a partition beyond it). A crash in
+  between leaves directories that no metadata hosts: startup leaves them alone (with a
+  warning) and the next host_partitions of them opens them.
+- **stop_hosting** without deletion: the metadata without the partition is written, then its
+  log closed; the directory stays (its records are kept, as Kafka keeps a stopped replica's
+  log) and host_partitions opens it again, data and all. With deletion: the log is closed, the
+  directory renamed to ``<dir>.<uuid>.deleted`` (it leaves the log at once), the metadata
+  written, the directory removed. A stray replica goes the same way but its directory is
+  renamed to ``<dir>.<uuid>.stray`` and kept (see
+  :mod:`~spark_mq.storage.topic_deletion`). A crash before the metadata is written finds the
+  directory gone and the partition still hosted: startup makes it a new empty partition (with
+  a warning), which the controller's next request stops again. When the deletion leaves the
+  topic with no partition hosted and no kept directory, the topic itself is deleted as
+  delete_topic does.
 - **alter_topic_config**: the metadata is rewritten, then open logs get the new config. A
   crash in between is harmless: the logs are opened with the new config at startup.
 - **delete_topic**: the metadata file is *renamed* into ``__meta/deleting/`` (one atomic
@@ -50,14 +67,18 @@ Startup, in order: take the lock (:class:`~spark_mq.storage.dir_lock.DirLock`); 
 ``.clean_shutdown`` (deleted at once and the deletion fsynced, so any later crash counts as
 unclean); read the checkpoints (a corrupt one is logged and ignored, like Kafka does; a corrupt
 recovery-point checkpoint also makes the start unclean); remove ``*.tmp`` leftovers; load the
-topic metadata; finish interrupted deletions; remove ``*.deleted`` directories; warn about
-orphan partition directories (no metadata claims them: left untouched); open every partition
-log with its checkpointed offsets and ``had_clean_shutdown``. A metadata file whose partition
-directory is missing gets a new, empty partition (with a warning: that data is lost). A
-partition whose log cannot be opened does not stop the others: it is logged once and kept as
-offline, with the reason (:mod:`~spark_mq.storage.offline_partition` says what that means for
-its files, its checkpoints and the clean-shutdown marker); :meth:`LogManager.get_log` raises
-:class:`~spark_mq.errors.PartitionOfflineError` for it.
+topic metadata; finish interrupted deletions; remove ``*.deleted`` directories; list the
+``*.stray`` directories kept for the operator; warn about orphan partition directories (no
+metadata claims them, or the metadata does not host them: left untouched); open every hosted
+partition log with its checkpointed offsets and ``had_clean_shutdown``. A metadata file whose
+partition directory is missing gets a new, empty partition (with a warning: that data is
+lost). A partition whose log cannot be opened does not stop the others: it is logged once and
+kept as offline, with the reason (:mod:`~spark_mq.storage.offline_partition` says what that
+means for its files, its checkpoints and the clean-shutdown marker); :meth:`LogManager.get_log`
+raises
+:class:`~spark_mq.errors.PartitionOfflineError` for it, and
+:class:`~spark_mq.errors.NotLeaderOrFollowerError` for a partition the topic has but this
+broker does not host.
 
 Threads: one ``threading.RLock`` serialises every change of topic metadata (create, add
 partitions, alter, delete), the checkpoint writes (two writers would share the ``.tmp``
@@ -86,11 +107,10 @@ import functools
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import Final, Self
@@ -101,6 +121,7 @@ from spark_mq.errors import (
     InvalidPartitionsError,
     LogClosedError,
     LogDirectoryFullError,
+    NotLeaderOrFollowerError,
     StorageError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
@@ -115,12 +136,16 @@ from spark_mq.storage.log import PartitionLog
 from spark_mq.storage.log_cleaner import CleanerStats, LogCleaner
 from spark_mq.storage.log_config import LogConfig
 from spark_mq.storage.offline_partition import OfflinePartition, open_or_offline
+from spark_mq.storage.partition_opening import PartitionOpener, discard
 from spark_mq.storage.topic_deletion import (
     carry_out_deletion,
+    delete_partition_dir,
     finish_deletions,
-    has_records,
+    remove_deleted_dir,
     remove_deleted_dirs,
+    set_aside_stray_dir,
     warn_about_orphans,
+    warn_about_strays,
 )
 from spark_mq.storage.topic_metadata import (
     MAX_PARTITIONS_PER_TOPIC,
@@ -148,14 +173,21 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _hosted_or_all(hosted: Collection[int], count: int) -> frozenset[int] | None:
+    """The metadata's ``hosted`` for these partitions: None when they are all of them."""
+    chosen = frozenset(hosted)
+    return None if chosen == frozenset(range(count)) else chosen
+
+
 @dataclasses.dataclass(frozen=True)
 class _Topic:
     """A live topic: its metadata, effective config and partitions (index = partition): an
-    open log, or an offline partition that could not be opened at startup."""
+    open log, an offline partition that could not be opened at startup, or None for a
+    partition this broker does not host."""
 
     meta: TopicMetadata
     config: LogConfig
-    partitions: tuple[PartitionLog | OfflinePartition, ...]
+    partitions: tuple[PartitionLog | OfflinePartition | None, ...]
 
     @property
     def logs(self) -> tuple[PartitionLog, ...]:
@@ -228,6 +260,9 @@ class LogManager:
         self.default_config = default_config if default_config is not None else LogConfig()
         self._time_ms = time_ms
         self._flush_executor = flush_executor
+        self._opener = PartitionOpener(
+            self.root, time_ms, flush_executor, high_watermark_follows_log_end
+        )
         self._topics_dir = self.root / META_DIR / "topics"
         self._deleting_dir = self.root / META_DIR / "deleting"
         self._recovery_checkpoint = OffsetCheckpointFile(self.root / RECOVERY_POINT_CHECKPOINT)
@@ -258,7 +293,7 @@ class LogManager:
             # Leave nothing open and the directory unlocked, so the caller can fix and retry.
             self._closed = True
             for topic in self._topics.values():
-                self._discard([(log, False) for log in topic.logs])
+                discard([(log, False) for log in topic.logs])
             self._topics = MappingProxyType({})
             self._dir_lock.release()
             raise
@@ -297,6 +332,7 @@ class LogManager:
         finish_deletions(self.root, self._deleting_dir, live=set(metas))
         remove_deleted_dirs(self.root)
         warn_about_orphans(self.root, metas)
+        warn_about_strays(self.root)
 
         topics: dict[str, _Topic] = {}
         for name, meta in metas.items():
@@ -308,9 +344,12 @@ class LogManager:
                     key=exc.key,
                     value=exc.value,
                 ) from exc
-            logs: list[PartitionLog | OfflinePartition] = []
+            logs: list[PartitionLog | OfflinePartition | None] = []
             try:
                 for p in range(meta.partitions):
+                    if not meta.hosts(p):
+                        logs.append(None)
+                        continue
                     key = (name, p)
                     logs.append(
                         open_or_offline(
@@ -467,68 +506,35 @@ class LogManager:
             )
         return requested
 
-    def _open_new_partitions(
-        self, name: str, partitions: range, config: LogConfig
-    ) -> list[tuple[PartitionLog, bool]]:
-        """Open empty logs for new partitions: ``(log, created)``; leftovers with data refuse."""
-        opened: list[tuple[PartitionLog, bool]] = []
-        directory, existed = self.root, True
-        try:
-            for p in partitions:
-                directory = self.root / partition_dir_name(name, p)
-                existed = directory.exists()
-                if existed and (not directory.is_dir() or has_records(directory)):
-                    raise TopicExistsError(
-                        f"cannot create partition {p} of topic {name!r}: {directory} already "
-                        "exists and holds data, but no topic metadata claims it (an orphan, "
-                        "perhaps copied in or left by lost metadata). Move it out of the log "
-                        "directory, or delete it, and try again",
-                        topic=name,
-                    )
-                if existed:
-                    logger.info("reusing empty leftover directory %s", directory)
-                log = PartitionLog.open(
-                    directory,
-                    config,
-                    topic=name,
-                    partition=p,
-                    had_clean_shutdown=not existed,
-                    time_ms=self._time_ms,
-                    flush_executor=self._flush_executor,
-                    high_watermark_follows_log_end=self._hw_follows_leo,
-                )
-                opened.append((log, not existed))
-            # The new directory entries must be durable before the metadata that names them.
-            fsync_directory(self.root)
-        except BaseException:
-            self._discard(opened)
-            if not existed and len(opened) < len(partitions):
-                # The partition whose open failed (a full disk, say) may have made its
-                # directory and some files: a failed change leaves nothing behind.
-                shutil.rmtree(directory, ignore_errors=True)
-            raise
-        return opened
-
     @staticmethod
-    def _discard(opened: list[tuple[PartitionLog, bool]]) -> None:
-        """Undo _open_new_partitions after a failure: remove what it created, close the rest."""
-        for log, created in opened:
-            try:
-                if created:
-                    log.delete()
-                else:
-                    log.close()
-            except Exception as exc:  # the original failure is the one to raise
-                logger.warning("cleaning up %s after a failed change: %s", log.directory, exc)
+    def _check_hosted(name: str, partitions: Collection[int]) -> list[int]:
+        """The partitions to host, sorted; anything but ints from 0 up is refused."""
+        chosen = sorted(set(partitions))
+        if not all(type(p) is int and 0 <= p < MAX_PARTITIONS_PER_TOPIC for p in chosen):
+            raise InvalidPartitionsError(
+                f"topic {name!r}: the partitions to host must be ints from 0 to "
+                f"{MAX_PARTITIONS_PER_TOPIC - 1}, got {sorted(partitions, key=repr)!r}",
+                topic=name,
+                current=None,
+                requested=-1,
+            )
+        return chosen
 
     # -----------------------------------------------------------------------------------------
     # Topic administration
 
     def create_topic(
-        self, name: str, partitions: int = 1, config: Mapping[str, object] | None = None
+        self,
+        name: str,
+        partitions: int = 1,
+        config: Mapping[str, object] | None = None,
+        *,
+        hosted: Collection[int] | None = None,
     ) -> TopicInfo:
         """Create a topic with ``partitions`` empty partitions and config overrides.
 
+        ``hosted``: the partitions this broker holds a replica of (a cluster broker's, as the
+        controller assigned them); None, the default, is every partition, as on one node.
         Raises InvalidTopicError, InvalidPartitionsError, ConfigError (naming the key) or
         TopicExistsError. Crash-safe: see the module docstring.
         """
@@ -536,6 +542,15 @@ class LogManager:
         with self._lock:
             self._check_open()
             count = self._check_count(name, partitions, None)
+            local = list(range(count)) if hosted is None else self._check_hosted(name, hosted)
+            if local and local[-1] >= count:
+                raise InvalidPartitionsError(
+                    f"topic {name!r} has {count} partitions, so it cannot host partition "
+                    f"{local[-1]}: hosted partitions must be from 0 to {count - 1}",
+                    topic=name,
+                    current=None,
+                    requested=count,
+                )
             overrides = self._normalize_overrides(config or {})
             effective = self.default_config.with_overrides(overrides)
             if name in self._topics:
@@ -546,9 +561,14 @@ class LogManager:
                 )
             with _io_errors(f"creating topic {name!r}", self.root):
                 finish_deletions(self.root, self._deleting_dir, live=set(self._topics))
-                opened = self._open_new_partitions(name, range(count), effective)
+                opened = self._opener.open(name, local, effective, keep_records=False)
                 meta = TopicMetadata(
-                    name, uuid.uuid4().hex, count, MappingProxyType(overrides), self._time_ms()
+                    name,
+                    uuid.uuid4().hex,
+                    count,
+                    MappingProxyType(overrides),
+                    self._time_ms(),
+                    _hosted_or_all(local, count),
                 )
                 try:
                     # Offsets checkpointed for an earlier topic of this name must not be applied
@@ -556,12 +576,15 @@ class LogManager:
                     self._write_checkpoints()
                     self._write_metadata(meta)
                 except BaseException:
-                    self._discard(opened)
+                    discard(opened)
                     # If only the final directory fsync failed, the metadata may be in place.
                     with contextlib.suppress(OSError):
                         self._metadata_path(name).unlink()
                     raise
-            self._publish(name, _Topic(meta, effective, tuple(log for log, _ in opened)))
+            slots: list[PartitionLog | OfflinePartition | None] = [None] * count
+            for log, _ in opened:
+                slots[log.partition] = log
+            self._publish(name, _Topic(meta, effective, tuple(slots)))
             return self.describe_topic(name)
 
     def add_partitions(self, name: str, total: int) -> TopicInfo:
@@ -586,16 +609,135 @@ class LogManager:
                 )
             count = self._check_count(name, total, current)
             with _io_errors(f"adding partitions to topic {name!r}", self.root):
-                opened = self._open_new_partitions(name, range(current, count), topic.config)
-                meta = dataclasses.replace(topic.meta, partitions=count)
+                opened = self._opener.open(
+                    name, range(current, count), topic.config, keep_records=False
+                )
+                hosted = topic.meta.hosted
+                meta = dataclasses.replace(
+                    topic.meta,
+                    partitions=count,
+                    hosted=None if hosted is None else hosted | frozenset(range(current, count)),
+                )
                 try:
                     self._write_metadata(meta)
                 except BaseException:
-                    self._discard(opened)
+                    discard(opened)
                     raise
             logs = topic.partitions + tuple(log for log, _ in opened)
             self._publish(name, _Topic(meta, topic.config, logs))
             return self.describe_topic(name)
+
+    def host_partitions(
+        self,
+        name: str,
+        partitions: Collection[int],
+        *,
+        partition_count: int | None = None,
+        config: Mapping[str, object] | None = None,
+    ) -> TopicInfo:
+        """Hold replicas of ``partitions`` of topic ``name`` here (a cluster broker given them
+        by the controller); partitions already hosted are left as they are.
+
+        A topic not here yet is created (with ``config`` as its overrides; an existing topic
+        keeps its own) hosting only these. The topic's partition count grows to
+        ``partition_count`` or past the largest partition named, whichever is more; it never
+        shrinks. A partition this broker stopped hosting without deleting it gets its kept
+        log back, records and all (recovered from its start, as after a crash: nothing says
+        how it was closed). Crash-safe: see the module docstring.
+        """
+        validate_topic_name(name)
+        with self._lock:
+            self._check_open()
+            wanted = self._check_hosted(name, partitions)
+            topic = self._topics.get(name)
+            needed = max([partition_count or 0, *(p + 1 for p in wanted)])
+            if topic is None:
+                return self.create_topic(name, max(needed, 1), config, hosted=wanted)
+            current = topic.meta.partitions
+            count = self._check_count(name, max(current, needed), current)
+            kept = [p for p in wanted if p < current and topic.partitions[p] is None]
+            fresh = [p for p in wanted if p >= current]
+            if not kept and not fresh and count == current:
+                return self.describe_topic(name)
+            hosted = {p for p in range(current) if topic.meta.hosts(p)}
+            hosted.update(wanted)
+            meta = dataclasses.replace(
+                topic.meta, partitions=count, hosted=_hosted_or_all(hosted, count)
+            )
+            opened: list[tuple[PartitionLog, bool]] = []
+            with _io_errors(f"hosting partitions {wanted} of topic {name!r}", self.root):
+                try:
+                    opened += self._opener.open(name, kept, topic.config, keep_records=True)
+                    opened += self._opener.open(name, fresh, topic.config, keep_records=False)
+                    self._write_metadata(meta)
+                except BaseException:
+                    discard(opened)
+                    raise
+            slots = list(topic.partitions) + [None] * (count - current)
+            for log, _ in opened:
+                slots[log.partition] = log
+            self._publish(name, _Topic(meta, topic.config, tuple(slots)))
+            logger.info("now hosting %s of topic %r", sorted(p for p in kept + fresh), name)
+            return self.describe_topic(name)
+
+    def stop_hosting(self, name: str, partition: int, *, delete: bool, stray: bool = False) -> bool:
+        """Stop holding a replica of ``name``-``partition`` here: its log is closed and, with
+        ``delete``, its directory removed; without, the directory is kept for
+        :meth:`host_partitions` to open again. ``stray`` (with ``delete``): the directory is
+        set aside as ``*.stray`` instead of removed, kept for an operator and never opened.
+        Whether the partition was hosted (a partition not hosted, or of a topic not here, is
+        no error: the controller may say it twice; ``delete`` still removes a kept
+        directory). A deletion that leaves the topic with nothing here deletes the topic.
+        Crash-safe: see the module docstring.
+        """
+        with self._lock:
+            self._check_open()
+            topic = self._topics.get(name)
+            if topic is None or type(partition) is not int:
+                return False
+            if not 0 <= partition < len(topic.partitions):
+                return False
+            directory = self.root / partition_dir_name(name, partition)
+            log = topic.partitions[partition]
+            if log is None and not (delete and directory.exists()):
+                return False
+            count = topic.meta.partitions
+            hosted = {p for p in range(count) if topic.meta.hosts(p) and p != partition}
+            meta = dataclasses.replace(topic.meta, hosted=_hosted_or_all(hosted, count))
+            slots = list(topic.partitions)
+            slots[partition] = None
+            with _io_errors(f"stopping the replica of {name}-{partition}", self.root):
+                if not delete:
+                    self._write_metadata(meta)
+                    self._publish(name, _Topic(meta, topic.config, tuple(slots)))
+                    if isinstance(log, PartitionLog):
+                        log.close()
+                    return True
+                self._publish(name, _Topic(meta, topic.config, tuple(slots)))
+                if isinstance(log, PartitionLog):
+                    log.close()
+                doomed = None
+                if directory.exists():
+                    if stray:
+                        set_aside_stray_dir(self.root, directory)
+                    else:
+                        doomed = delete_partition_dir(self.root, directory)
+                left = [
+                    p for p in range(count) if (self.root / partition_dir_name(name, p)).exists()
+                ]
+                if hosted or left:
+                    self._write_metadata(meta)
+                else:
+                    # Nothing of the topic is left here: delete it, as delete_topic does.
+                    record = self._deleting_dir / f"{meta.topic_id}.json"
+                    os.replace(self._metadata_path(name), record)
+                    self._publish(name, None)
+                    fsync_directory(self._deleting_dir)
+                    fsync_directory(self._topics_dir)
+                    carry_out_deletion(self.root, self._deleting_dir, meta, record)
+                if doomed is not None:
+                    remove_deleted_dir(doomed)
+            return log is not None
 
     def alter_topic_config(self, name: str, config: Mapping[str, object | None]) -> TopicInfo:
         """Set (or with a ``None`` value, remove) config overrides of topic ``name``.
@@ -658,6 +800,8 @@ class LogManager:
                 num_segments=log.num_segments,
             )
             if isinstance(log, PartitionLog)
+            else PartitionInfo.not_hosted(name, p)
+            if log is None
             else PartitionInfo.offline(name, p, log.reason)
             for p, log in enumerate(topic.partitions)
         )
@@ -676,7 +820,8 @@ class LogManager:
 
     def get_log(self, topic: str, partition: int) -> PartitionLog:
         """The log of one partition; UnknownTopicOrPartitionError names what does not exist,
-        PartitionOfflineError a partition that could not be opened (and why)."""
+        PartitionOfflineError a partition that could not be opened (and why),
+        NotLeaderOrFollowerError one this broker does not host."""
         self._check_open()
         live = self._require_topic(topic)
         if type(partition) is not int or not 0 <= partition < len(live.partitions):
@@ -687,9 +832,20 @@ class LogManager:
                 partition=partition if type(partition) is int else None,
             )
         log = live.partitions[partition]
+        if log is None:
+            raise NotLeaderOrFollowerError(
+                f"this broker hosts no replica of {topic}-{partition} (log directory "
+                f"{self.root}); refresh metadata to find the brokers that do"
+            )
         if isinstance(log, OfflinePartition):
             raise log.error()
         return log
+
+    def hosted_partitions(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` this broker holds a replica of (offline ones included);
+        UnknownTopicOrPartitionError for a topic not here."""
+        self._check_open()
+        return [p for p, log in enumerate(self._require_topic(topic).partitions) if log is not None]
 
     def offline_partitions(self) -> list[OfflinePartition]:
         """The partitions that could not be opened, by topic name then partition."""

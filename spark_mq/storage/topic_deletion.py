@@ -8,8 +8,18 @@ once), the root is fsynced, the deletion record is removed, and the directories 
 At startup :func:`finish_deletions` carries out every deletion a crash interrupted, and
 :func:`remove_deleted_dirs` removes the ``*.deleted`` directories left behind.
 
-Partition directories that no metadata claims (an interrupted create, or copied in) are
-never removed automatically: :func:`warn_about_orphans` reports them, and a later create of
+A cluster broker that stops hosting one partition with deletion
+(:meth:`~spark_mq.storage.log_manager.LogManager.stop_hosting`) removes its directory the same
+way: :func:`delete_partition_dir` renames it to ``*.deleted`` and fsyncs the root, and
+:func:`remove_deleted_dir` removes it once the metadata no longer hosts it. A stray replica
+(one the controller's full LeaderAndIsr does not list) is set aside instead, as Kafka does:
+:func:`set_aside_stray_dir` renames it to ``<dir>.<uuid>.stray``, out of the log and never
+opened again, but kept, so that nothing is lost if the controller was wrong; startup lists
+those directories at WARNING (:func:`warn_about_strays`) until an operator removes them.
+
+Partition directories that no metadata claims (an interrupted create, or copied in), or that
+their topic's metadata does not host (a replica stopped without deletion), are never removed
+automatically: :func:`warn_about_orphans` reports them, and a later create of
 that partition adopts one only if it holds no records (:func:`has_records`).
 
 Threads: the manager calls these under its lock, or at startup before anything else runs.
@@ -36,16 +46,22 @@ from spark_mq.storage.topic_names import (
 
 __all__ = [
     "DELETED_DIR_SUFFIX",
+    "STRAY_DIR_SUFFIX",
     "carry_out_deletion",
+    "delete_partition_dir",
     "finish_deletions",
     "has_records",
+    "remove_deleted_dir",
     "remove_deleted_dirs",
+    "set_aside_stray_dir",
     "warn_about_orphans",
+    "warn_about_strays",
 ]
 
 logger = logging.getLogger(__name__)
 
 DELETED_DIR_SUFFIX: Final = ".deleted"
+STRAY_DIR_SUFFIX: Final = ".stray"
 
 
 def has_records(directory: Path) -> bool:
@@ -88,8 +104,45 @@ def carry_out_deletion(root: Path, deleting_dir: Path, meta: TopicMetadata, reco
         _remove_tree(directory)
 
 
+def delete_partition_dir(root: Path, directory: Path) -> Path:
+    """Take one partition directory out of the log (renamed to ``*.deleted``, the rename made
+    durable); :func:`remove_deleted_dir` removes it afterwards, or the next startup does."""
+    target = _rename_to_deleted(directory)
+    fsync_directory(root)
+    return target
+
+
+def set_aside_stray_dir(root: Path, directory: Path) -> Path:
+    """Take a stray replica's directory out of the log without deleting it: renamed to
+    ``*.stray`` (never opened, adopted or removed by the log), the rename made durable."""
+    target = _rename_with_suffix(directory, STRAY_DIR_SUFFIX)
+    fsync_directory(root)
+    return target
+
+
+def warn_about_strays(root: Path) -> None:
+    """Log every directory :func:`set_aside_stray_dir` left (kept for the operator)."""
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if entry.name.endswith(STRAY_DIR_SUFFIX) and entry.is_dir(follow_symlinks=False):
+            logger.warning(
+                "stray replica directory %s is kept, not served: the controller said this "
+                "broker no longer holds that replica. Copy out what you need and delete it",
+                entry.path,
+            )
+
+
+def remove_deleted_dir(directory: Path) -> None:
+    """Remove a directory :func:`delete_partition_dir` renamed (a failure is logged: startup
+    retries)."""
+    _remove_tree(directory)
+
+
 def _rename_to_deleted(directory: Path) -> Path:
-    suffix = f".{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}"
+    return _rename_with_suffix(directory, DELETED_DIR_SUFFIX)
+
+
+def _rename_with_suffix(directory: Path, kind: str) -> Path:
+    suffix = f".{uuid.uuid4().hex}{kind}"
     # Like Kafka, shorten the name so that it fits the filesystem's limit; only the suffix
     # matters to startup, and the uuid keeps names unique.
     stem = directory.name[: MAX_FILE_NAME_BYTES - len(suffix)]
@@ -129,4 +182,13 @@ def warn_about_orphans(root: Path, metas: Mapping[str, TopicMetadata]) -> None:
                 "that partition is created; otherwise move it out of %s",
                 entry.path,
                 root,
+            )
+        elif not meta.hosts(partition):
+            logger.warning(
+                "partition directory %s is not opened: this broker does not host a replica "
+                "of %s-%d (stopped by the controller, or an interrupted hosting). It is kept "
+                "and opened again if the controller gives this broker that replica",
+                entry.path,
+                topic,
+                partition,
             )

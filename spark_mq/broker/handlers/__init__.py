@@ -18,6 +18,11 @@ from typing import Final
 from spark_mq.broker.context import Handler
 from spark_mq.broker.handlers.authenticate_broker import handle_authenticate_broker
 from spark_mq.broker.handlers.configs import handle_alter_configs, handle_describe_configs
+from spark_mq.broker.handlers.controller_requests import (
+    REFUSAL_HINT,
+    handle_leader_and_isr,
+    handle_stop_replica,
+)
 from spark_mq.broker.handlers.fetch import handle_fetch
 from spark_mq.broker.handlers.group_offsets import handle_offset_commit, handle_offset_fetch
 from spark_mq.broker.handlers.groups import (
@@ -63,6 +68,7 @@ from spark_mq.broker.handlers.transactions import (
     refuse_write_txn_markers,
 )
 from spark_mq.protocol.api import ApiKey
+from spark_mq.protocol.controller import leader_and_isr_error, stop_replica_error
 
 _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.PRODUCE: handle_produce,
@@ -105,6 +111,8 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.LIST_HALF_MESSAGES: handle_list_half_messages,
     ApiKey.AUTHENTICATE_BROKER: handle_authenticate_broker,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+    ApiKey.LEADER_AND_ISR: handle_leader_and_isr,
+    ApiKey.STOP_REPLICA: handle_stop_replica,
 }
 
 HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(
@@ -115,6 +123,8 @@ HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(
             "A client ends its transaction with EndTxn (Producer.commit_transaction() or "
             "abort_transaction()); the transaction coordinator writes the markers.",
         ),
+        ApiKey.LEADER_AND_ISR: (leader_and_isr_error, REFUSAL_HINT),
+        ApiKey.STOP_REPLICA: (stop_replica_error, REFUSAL_HINT),
     },
 )
 

@@ -76,6 +76,10 @@ def _read_pass(core: BrokerCore, request: FetchRequest, isolation: FetchIsolatio
             part: Partition | None = None
             try:
                 part = core.replicas.partition(topic.name, fp.partition)
+                # Fetches are served by the leader only (a follower's log lags, and until
+                # replication a follower's is empty): NOT_LEADER_OR_FOLLOWER sends the
+                # consumer to refresh metadata. On one node every partition leads.
+                part.require_leader()
                 part.check_leader_epoch(fp.current_leader_epoch)
                 first_data = out.total_bytes == 0
                 limit = max(0, min(fp.partition_max_bytes, remaining))
