@@ -250,5 +250,5 @@ def test_write_txn_markers_refuses_clients_and_serves_brokers(core):
 
 def test_every_inter_broker_api_needs_a_refusal():
     served = {api: HANDLERS[api] for api in INTER_BROKER_APIS if api in HANDLERS}
-    with pytest.raises(RuntimeError, match="WRITE_TXN_MARKERS is an inter-broker API"):
+    with pytest.raises(RuntimeError, match="is an inter-broker API but has no refusal"):
         guard(served, {})

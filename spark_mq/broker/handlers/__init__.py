@@ -61,7 +61,9 @@ from spark_mq.broker.handlers.transactions import (
     handle_write_txn_markers,
     refuse_write_txn_markers,
 )
+from spark_mq.broker.handlers.update_metadata import CLIENT_HINT, handle_update_metadata
 from spark_mq.protocol.api import ApiKey
+from spark_mq.protocol.controller import update_metadata_error
 
 _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.PRODUCE: handle_produce,
@@ -103,6 +105,7 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.CHECK_HALF_MESSAGES: handle_check_half_messages,
     ApiKey.LIST_HALF_MESSAGES: handle_list_half_messages,
     ApiKey.AUTHENTICATE_BROKER: handle_authenticate_broker,
+    ApiKey.UPDATE_METADATA: handle_update_metadata,
 }
 
 HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(
@@ -113,6 +116,7 @@ HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(
             "A client ends its transaction with EndTxn (Producer.commit_transaction() or "
             "abort_transaction()); the transaction coordinator writes the markers.",
         ),
+        ApiKey.UPDATE_METADATA: (update_metadata_error, CLIENT_HINT),
     },
 )
 
