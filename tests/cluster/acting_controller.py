@@ -1,0 +1,181 @@
+"""The test as the cluster's controller: real cluster broker processes (real ZooKeeper), to
+which the test sends what a controller sends (UpdateMetadata, LeaderAndIsr) over connections
+authenticated with the cluster's inter-broker secret. Clients then see exactly the leaders
+the test chose, so leader moves can be made at will, before the controller of the cluster
+issue sends them by itself."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from kazoo.client import KazooClient
+from waiting import wait_for
+
+from spark_mq.broker.dir_files import Endpoint
+from spark_mq.client.broker_auth import authenticate_as_broker
+from spark_mq.client.connection import BrokerConnection
+from spark_mq.errors import UnsupportedVersionError
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.api_versions import ApiVersionsRequest
+from spark_mq.protocol.controller import (
+    LeaderAndIsrPartitionState,
+    LeaderAndIsrRequest,
+    LiveLeader,
+    UpdateMetadataBroker,
+    UpdateMetadataEndpoint,
+    UpdateMetadataPartitionState,
+    UpdateMetadataRequest,
+)
+from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
+
+#: The broker id the acting controller claims.
+CONTROLLER_ID = 99
+
+
+class ClusterBroker:
+    """One cluster broker process and what a controller knows of it."""
+
+    def __init__(self, broker_id: int, address: BrokerAddress, broker_epoch: int) -> None:
+        self.broker_id = broker_id
+        self.address = address
+        self.broker_epoch = broker_epoch
+
+    def call(self, request: object, *, secret: str | None = None) -> object:
+        """Send ``request`` (as a broker when ``secret`` is given) and return the answer."""
+        conn = BrokerConnection(self.address)
+        try:
+            if secret is not None:
+                authenticate_as_broker(
+                    conn, broker_id=CONTROLLER_ID, broker_epoch=-1, secret=secret, timeout_s=10
+                )
+            else:
+                conn.connect()
+            return conn.request(request, timeout_s=10)  # type: ignore[arg-type]
+        finally:
+            conn.close()
+
+    def metadata(self, topics: list[str] | None = None, **kw: bool) -> MetadataResponse:
+        response = self.call(MetadataRequest(topics, **kw))
+        assert isinstance(response, MetadataResponse)
+        return response
+
+    def local_epoch(self) -> int:
+        """The epoch of this broker's log directory (ApiVersions' ``broker_epoch``)."""
+        return int(self.call(ApiVersionsRequest()).broker_epoch)  # type: ignore[attr-defined]
+
+
+class ActingController:
+    """Sends a cluster's brokers the controller's requests, with a growing controller
+    epoch."""
+
+    def __init__(self, zk: KazooClient, brokers: dict[int, ClusterBroker]) -> None:
+        self.zk = zk
+        self.brokers = brokers
+        self.secret = zk.get("/spark_mq/inter_broker_secret")[0].decode()
+        self.controller_epoch = 0
+
+    def publish(
+        self,
+        states: list[UpdateMetadataPartitionState],
+        live: dict[int, BrokerAddress],
+        *,
+        leaders: bool = True,
+    ) -> None:
+        """Make the partitions' leaders lead (LeaderAndIsr to each live leader, when
+        ``leaders``) and tell every broker of ``brokers`` the new metadata."""
+        self.controller_epoch += 1
+        epoch = self.controller_epoch
+        live_brokers = [
+            UpdateMetadataBroker(
+                broker_id, [UpdateMetadataEndpoint(a.host, a.port, "PLAINTEXT")], None
+            )
+            for broker_id, a in sorted(live.items())
+        ]
+        for state in states:
+            state.controller_epoch = epoch
+            target = self.brokers.get(state.leader)
+            if not leaders or target is None:
+                continue
+            lead = LeaderAndIsrPartitionState(
+                state.topic,
+                state.partition,
+                epoch,
+                state.leader,
+                state.leader_epoch,
+                state.isr,
+                state.partition_epoch,
+                state.replicas,
+                is_new=True,
+            )
+            live_leader = LiveLeader(target.broker_id, target.address.host, target.address.port)
+            # A broker that does not serve LeaderAndIsr yet (before the replica manager of
+            # the cluster issue) leads every partition of its own directory anyway.
+            with contextlib.suppress(UnsupportedVersionError):
+                answer = target.call(
+                    LeaderAndIsrRequest(CONTROLLER_ID, epoch, -1, [lead], [live_leader]),
+                    secret=self.secret,
+                )
+                assert answer.error_code == 0, answer  # type: ignore[attr-defined]
+        for broker in self.brokers.values():
+            answer = broker.call(
+                UpdateMetadataRequest(CONTROLLER_ID, epoch, -1, states, live_brokers),
+                secret=self.secret,
+            )
+            assert answer.error_code == 0, answer  # type: ignore[attr-defined]
+
+
+def partition_state(
+    topic: str, partition: int, leader: int, leader_epoch: int, replicas: list[int]
+) -> UpdateMetadataPartitionState:
+    return UpdateMetadataPartitionState(
+        topic, partition, 0, leader, leader_epoch, list(replicas), 0, list(replicas), []
+    )
+
+
+@contextmanager
+def cluster_brokers(
+    root: Path, zk_connect: str, ids: tuple[int, ...]
+) -> Iterator[tuple[ActingController, dict[int, ClusterBroker]]]:
+    """Start one cluster broker process per id under ``root``; stop them all after."""
+    processes = []
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=10)
+    try:
+        for broker_id in ids:
+            processes.append(
+                subprocess.Popen(
+                    [
+                        *(sys.executable, "-m", "spark_mq.broker"),
+                        *("--log-dir", str(root / f"b{broker_id}")),
+                        *("--override", f"zookeeper.connect={zk_connect}"),
+                        *("--override", "listeners=PLAINTEXT://127.0.0.1:0"),
+                        *("--override", f"broker.id={broker_id}"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        brokers: dict[int, ClusterBroker] = {}
+        for broker_id in ids:
+            log_dir = root / f"b{broker_id}"
+            wait_for(lambda d=log_dir: Endpoint.read(d) is not None)  # type: ignore[misc]
+            endpoint = Endpoint.read(log_dir)
+            assert endpoint is not None and endpoint.port
+            path = f"/brokers/ids/{broker_id}"
+            wait_for(lambda p=path: zk.exists(p) is not None)  # type: ignore[misc]
+            stat = zk.exists(path)
+            brokers[broker_id] = ClusterBroker(
+                broker_id, BrokerAddress("127.0.0.1", endpoint.port), stat.czxid
+            )
+        yield ActingController(zk, brokers), brokers
+    finally:
+        zk.stop()
+        zk.close()
+        for process in processes:
+            process.kill()
+            process.wait()

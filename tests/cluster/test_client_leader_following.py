@@ -1,0 +1,114 @@
+"""Clients follow leaders, against real cluster brokers (a real ZooKeeper) whose metadata the
+test sets as a controller would (tests/cluster/acting_controller.py): a partition's leader is
+first a broker that is down, then it moves to a live one; the producer and the consumer must
+notice the dropped connection, refresh their metadata and go to the new leader within their
+timeouts. ``bootstrap.servers`` may list dead brokers before a live one; the client's node
+map follows the live brokers the metadata lists."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from acting_controller import cluster_brokers, partition_state
+
+from spark_mq import Consumer, Producer, TopicPartition
+from spark_mq.client.cluster import Cluster
+from spark_mq.client.config import ClientConfig
+from spark_mq.cluster.zookeeper_server import free_loopback_port
+from spark_mq.errors import BrokerNotAvailableError
+from spark_mq.protocol.address import BrokerAddress
+
+
+def _dead_address() -> BrokerAddress:
+    return BrokerAddress("127.0.0.1", free_loopback_port())
+
+
+def test_the_producer_follows_a_leader_that_moves_off_a_dead_broker(
+    tmp_path: Path, zk_connect: str
+) -> None:
+    with cluster_brokers(tmp_path, zk_connect, (1,)) as (controller, brokers):
+        b1 = brokers[1]
+        epoch = b1.local_epoch()
+        dead = _dead_address()
+        # Partition 0's leader is broker 2, which does not answer.
+        controller.publish(
+            [partition_state("t", 0, 2, epoch - 1, [2, 1])], {1: b1.address, 2: dead}
+        )
+        with Producer(
+            bootstrap_servers=f"{b1.address.host}:{b1.address.port}",
+            config={"delivery.timeout.ms": 60000, "retry.backoff.max.ms": 200},
+        ) as producer:
+            future = producer.send("t", b"moved", partition=0)
+            time.sleep(1.0)  # the sender tries broker 2 and fails
+            assert not future.done()
+            # The controller elects broker 1 (broker 2's session ended).
+            controller.publish([partition_state("t", 0, 1, epoch, [2, 1])], {1: b1.address})
+            metadata = future.get(timeout=30)
+        assert (metadata.partition, metadata.offset) == (0, 0)
+
+        with Consumer(bootstrap_servers=f"{b1.address.host}:{b1.address.port}") as consumer:
+            consumer.assign([TopicPartition("t", 0)])
+            consumer.seek(TopicPartition("t", 0), 0)
+            records = consumer.poll(timeout_ms=10000).get(TopicPartition("t", 0), [])
+        assert [r.value for r in records] == [b"moved"]
+
+
+def test_the_consumer_follows_a_leader_that_moves_off_a_dead_broker(
+    tmp_path: Path, zk_connect: str
+) -> None:
+    with cluster_brokers(tmp_path, zk_connect, (1,)) as (controller, brokers):
+        b1 = brokers[1]
+        epoch = b1.local_epoch()
+        bootstrap = f"{b1.address.host}:{b1.address.port}"
+        controller.publish([partition_state("c", 0, 1, epoch, [1, 2])], {1: b1.address})
+        with Producer(bootstrap_servers=bootstrap) as producer:
+            producer.send("c", b"r0", partition=0).get(timeout=30)
+
+        dead = _dead_address()
+        controller.publish(
+            [partition_state("c", 0, 2, epoch + 1, [2, 1])],
+            {1: b1.address, 2: dead},
+            leaders=False,
+        )
+        with Consumer(
+            bootstrap_servers=bootstrap, config={"retry.backoff.max.ms": 200}
+        ) as consumer:
+            tp = TopicPartition("c", 0)
+            consumer.assign([tp])
+            consumer.seek(tp, 0)
+            assert consumer.poll(timeout_ms=1000) == {}  # its leader is down
+            controller.publish([partition_state("c", 0, 1, epoch, [1, 2])], {1: b1.address})
+            deadline = time.monotonic() + 20
+            got: list[bytes | None] = []
+            while not got and time.monotonic() < deadline:
+                got = [r.value for r in consumer.poll(timeout_ms=500).get(tp, [])]
+        assert got == [b"r0"]
+
+
+def test_bootstrap_skips_dead_servers_and_the_node_map_follows_the_live_brokers(
+    tmp_path: Path, zk_connect: str
+) -> None:
+    with cluster_brokers(tmp_path, zk_connect, (1,)) as (controller, brokers):
+        b1 = brokers[1]
+        dead_a, dead_b, other = _dead_address(), _dead_address(), _dead_address()
+        controller.publish([], {1: b1.address, 2: other})
+        servers = ",".join(f"{a.host}:{a.port}" for a in (dead_a, dead_b, b1.address))
+        cluster = Cluster(ClientConfig.from_properties({"bootstrap.servers": servers}))
+        try:
+            # Two dead bootstrap servers are skipped for the live third.
+            assert sorted(b.node_id for b in cluster.refresh([]).brokers) == [1, 2]
+            assert sorted(cluster.nodes()) == [1, 2]
+            # Broker 2 leaves the cluster: the next metadata no longer lists it, and the
+            # client no longer dials it by id (it asks for a refresh instead).
+            controller.publish([], {1: b1.address})
+            cluster.refresh([])
+            assert sorted(cluster.nodes()) == [1]
+            with pytest.raises(BrokerNotAvailableError, match="not among the live brokers"):
+                cluster.address_for(2)
+            assert cluster.update_requested
+            cluster.refresh([])
+            assert not cluster.update_requested
+        finally:
+            cluster.close()
