@@ -218,12 +218,14 @@ class Cluster:
         deadline = self.clock() + self._timeout_ms(timeout_ms) / 1000
         candidates = self._any_node_addresses()
         failures: list[str] = []
+        last: BrokerNotAvailableError | None = None
         for address in candidates:
             conn.address = address
             try:
                 conn.connect()
             except BrokerNotAvailableError as exc:
                 failures.append(f"{address}: {exc}")
+                last = exc
                 if self.clock() >= deadline:
                     break
                 continue
@@ -233,6 +235,8 @@ class Cluster:
             if failures:
                 log.info("skipped unreachable brokers: %s", "; ".join(failures))
             return
+        if len(failures) == 1 and last is not None:
+            raise last  # the one broker there is to try: its own error says it all
         raise BrokerNotAvailableError(
             f"no broker answered ({'; '.join(failures)}); check bootstrap.servers="
             f"{self.config.bootstrap_servers!r} and that the brokers are running"

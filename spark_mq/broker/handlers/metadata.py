@@ -100,12 +100,16 @@ def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool) -> Topic
     try:
         # Internal topics are created by their coordinator, with its settings, never here.
         core.replicas.require_topic(name, allow_create=allow_create and name not in INTERNAL_TOPICS)
-        count = core.replicas.describe(name).partition_count
-        partitions = [_partition_metadata(ctx, name, index) for index in range(count)]
+        info = core.replicas.describe(name)
+        partitions = [
+            _partition_metadata(ctx, name, index) for index in range(info.partition_count)
+        ]
     except TYPED_ERRORS as exc:
         code, message = error_of(exc, f"metadata of topic {name!r}")
         return TopicMetadata(code, name, [], error_message=message)
-    return TopicMetadata(0, name, partitions, is_internal=name in INTERNAL_TOPICS)
+    return TopicMetadata(
+        0, name, partitions, is_internal=name in INTERNAL_TOPICS, topic_id=info.topic_id
+    )
 
 
 def _metadata(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
