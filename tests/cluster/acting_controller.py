@@ -139,9 +139,10 @@ def partition_state(
 
 @contextmanager
 def cluster_brokers(
-    root: Path, zk_connect: str, ids: tuple[int, ...]
+    root: Path, zk_connect: str, ids: tuple[int, ...], *overrides: str
 ) -> Iterator[tuple[ActingController, dict[int, ClusterBroker]]]:
-    """Start one cluster broker process per id under ``root``; stop them all after."""
+    """Start one cluster broker process per id under ``root`` (``overrides``: more
+    ``key=value`` settings for each); stop them all after."""
     processes = []
     zk = KazooClient(hosts=zk_connect)
     zk.start(timeout=10)
@@ -155,6 +156,7 @@ def cluster_brokers(
                         *("--override", f"zookeeper.connect={zk_connect}"),
                         *("--override", "listeners=PLAINTEXT://127.0.0.1:0"),
                         *("--override", f"broker.id={broker_id}"),
+                        *(arg for item in overrides for arg in ("--override", item)),
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
