@@ -12,12 +12,13 @@ operations to each partition's leader.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
-from spark_mq.client.cluster import ANY_NODE, Cluster
+from spark_mq.client.cluster import ANY_NODE, LEADER_MOVED, Cluster
 from spark_mq.client.config import AdminConfig, client_config_props
 from spark_mq.client.group.admin_groups import (
     GroupAdmin,
@@ -383,15 +384,37 @@ class Admin:
             (k if isinstance(k, TopicPartition) else TopicPartition(*k)): v
             for k, v in offsets.items()
         }
+        pending = dict(tps)
+        out: dict[TopicPartition, int] = {}
+        retry = self._retry()
+        while True:
+            last = self._delete_records_round(pending, out)
+            if not pending:
+                return out
+            if not retry.backoff():
+                raise RequestTimedOutError(
+                    f"DeleteRecords for {', '.join(map(str, pending))} found no leader "
+                    f"within default.api.timeout.ms={self.config.default_api_timeout_ms} "
+                    f"(last error: {last})"
+                )
+
+    def _delete_records_round(
+        self, pending: dict[TopicPartition, int], out: dict[TopicPartition, int]
+    ) -> SparkMQError | None:
+        """Send each pending partition's DeleteRecords to its leader once; move the answered
+        ones to ``out``. A leader that moved or a lost connection leaves the partition
+        pending (the metadata is refreshed before the next round); any other error raises.
+        Returns the last retriable error."""
+        cluster = self._cluster
+        unknown = [tp for tp in pending if cluster.leader(tp.topic, tp.partition) is None]
+        if unknown or cluster.update_requested:
+            cluster.refresh(sorted({tp.topic for tp in pending}))
         by_node: dict[int, dict[str, list[DeleteRecordsPartition]]] = {}
-        unknown = [tp for tp in tps if self._cluster.leader(tp.topic, tp.partition) is None]
-        if unknown:
-            self._cluster.refresh(sorted({tp.topic for tp in unknown}))
-        for tp, offset in tps.items():
-            node = self._cluster.leader(tp.topic, tp.partition)
+        for tp, offset in pending.items():
+            node = cluster.leader(tp.topic, tp.partition)
             topics = by_node.setdefault(ANY_NODE if node is None else node, {})
             topics.setdefault(tp.topic, []).append(DeleteRecordsPartition(tp.partition, offset))
-        out: dict[TopicPartition, int] = {}
+        last: SparkMQError | None = None
         for node, topics in by_node.items():
             request = DeleteRecordsRequest(
                 [DeleteRecordsTopic(name, parts) for name, parts in topics.items()],
@@ -399,27 +422,33 @@ class Admin:
             )
             if self._closed:
                 raise UsageError("the admin client is closed")
-            response: DeleteRecordsResponse = self._cluster.request(
-                request, node_id=node, timeout_ms=self.config.default_api_timeout_ms
+            response: DeleteRecordsResponse | Again = sent(
+                functools.partial(
+                    cluster.request,
+                    request,
+                    node_id=node,
+                    timeout_ms=self.config.default_api_timeout_ms,
+                )
             )
-            errors: list[SparkMQError] = []
+            if isinstance(response, Again):
+                cluster.request_update()
+                last = response.error
+                continue
             for topic in response.topics:
                 for part in topic.partitions:
                     tp = TopicPartition(topic.name, part.partition)
-                    if part.error_code != ErrorCode.NONE:
-                        errors.append(
-                            error_from_code(
-                                part.error_code,
-                                part.error_message,
-                                topic=tp.topic,
-                                partition=tp.partition,
-                            )
-                        )
-                    else:
+                    if part.error_code == ErrorCode.NONE:
                         out[tp] = part.low_watermark
-            if errors:
-                raise errors[0]
-        return out
+                        pending.pop(tp, None)
+                        continue
+                    error = error_from_code(
+                        part.error_code, part.error_message, topic=tp.topic, partition=tp.partition
+                    )
+                    if part.error_code not in LEADER_MOVED:
+                        raise error
+                    cluster.request_update()
+                    last = error
+        return last
 
     # -- consumer groups ------------------------------------------------------------------
 

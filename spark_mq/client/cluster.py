@@ -65,6 +65,17 @@ EnsureBroker = Callable[..., BrokerAddress]
 #: The node id a request goes to when any broker will do.
 ANY_NODE = -1
 
+#: Partition errors that mean the request went to a broker that does not (or no longer, or
+#: not yet) lead the partition: refresh the metadata and send it to the leader again.
+LEADER_MOVED = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
+
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:

@@ -7,13 +7,14 @@ map follows the live brokers the metadata lists."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from acting_controller import cluster_brokers, partition_state
 
-from spark_mq import Consumer, Producer, TopicPartition
+from spark_mq import Admin, Consumer, Producer, TopicPartition
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import ClientConfig
 from spark_mq.cluster.zookeeper_server import free_loopback_port
@@ -112,3 +113,32 @@ def test_bootstrap_skips_dead_servers_and_the_node_map_follows_the_live_brokers(
             assert not cluster.update_requested
         finally:
             cluster.close()
+
+
+def test_admin_delete_records_follows_a_leader_that_moves_off_a_dead_broker(
+    tmp_path: Path, zk_connect: str
+) -> None:
+    with cluster_brokers(tmp_path, zk_connect, (1,)) as (controller, brokers):
+        b1 = brokers[1]
+        epoch = b1.local_epoch()
+        bootstrap = f"{b1.address.host}:{b1.address.port}"
+        controller.publish([partition_state("d", 0, 1, epoch, [1, 2])], {1: b1.address})
+        with Producer(bootstrap_servers=bootstrap) as producer:
+            for value in (b"a", b"b", b"c"):
+                producer.send("d", value, partition=0).get(timeout=30)
+        controller.publish(
+            [partition_state("d", 0, 2, epoch + 1, [2, 1])],
+            {1: b1.address, 2: _dead_address()},
+            leaders=False,
+        )
+        outcome: list[object] = []
+        with Admin(bootstrap_servers=bootstrap, config={"retry.backoff.max.ms": 200}) as admin:
+            worker = threading.Thread(
+                target=lambda: outcome.append(admin.delete_records({("d", 0): 2}))
+            )
+            worker.start()
+            time.sleep(1.0)  # it finds broker 2 down and waits for a new leader
+            assert worker.is_alive() and not outcome
+            controller.publish([partition_state("d", 0, 1, epoch, [1, 2])], {1: b1.address})
+            worker.join(30)
+        assert outcome == [{TopicPartition("d", 0): 2}]
