@@ -27,6 +27,12 @@ How :func:`ensure_broker` copes with the world:
 - **many processes at once**: starters serialise on ``DIR/.start.lock`` (flock), re-checking
   for a live broker after taking it, so normally one process spawns one broker; and if two
   brokers are started anyway, only the lock winner serves and the others exit with status 0.
+- **a broker that holds DIR but does not answer** (paused with SIGSTOP, swapping, stuck): its
+  pid is alive, it owns the lock and its ``broker.json`` is published, so a broker started
+  now could only wait for the lock and would take the directory over whenever the owner
+  stops, even when it was stopped on purpose (``stop_broker``) and nobody wants a broker any
+  more. It is waited for until the caller's timeout, then BrokerNotAvailableError
+  (retriable) names it; nothing is spawned.
 - **a broker that cannot start** (a port taken, a damaged file): reported in one line, the
   cause it wrote last to its stderr since this start and where its log is. Settings kept in
   the directory (``server.properties``) are checked before a broker is spawned.
@@ -164,6 +170,24 @@ def _lock_held(root: Path) -> bool:
     finally:
         os.close(fd)  # also drops the lock if we got it
     return False
+
+
+def _unanswering_owner(root: Path) -> int | None:
+    """The pid of a broker that owns ``root`` and has published its endpoint but did not
+    answer the last probe; None when the endpoint is missing or stale (its pid is dead, the
+    lock file names another process, or nobody holds the lock: a killed broker whose pid
+    was reused).
+
+    The test a starting ``--local`` broker makes before it exits as the loser of a race
+    (``spark_mq.broker.main``), plus the lock itself: a broker that passes it still owns the
+    directory, so starting another cannot help."""
+    endpoint = Endpoint.read(root)
+    if endpoint is None or not pid_alive(endpoint.pid):
+        return None
+    owner = read_owner(root)
+    if owner is None or owner.pid != endpoint.pid or not _lock_held(root):
+        return None
+    return endpoint.pid
 
 
 @contextlib.contextmanager
@@ -327,12 +351,16 @@ def ensure_broker(
         found = _probe(root, _handshake_timeout_s(deadline))
         if found is not None:
             return found[0]
+        if _wait_for_owner(root, deadline):
+            continue
         with _start_lock(root, deadline) as holding:
             if not holding:
                 continue
             found = _probe(root, _handshake_timeout_s(deadline))
             if found is not None:
                 return found[0]
+            if _wait_for_owner(root, deadline):
+                continue
             kept = load_persisted(root)
             ServerConfig.from_properties(
                 {**LOCAL_DEFAULTS, **kept, **(config or {}), "log.dirs": str(root)}
@@ -344,6 +372,24 @@ def ensure_broker(
                 return address
         if time.monotonic() > deadline:
             raise BrokerNotAvailableError(f"no broker could be started for {root} in time")
+
+
+def _wait_for_owner(root: Path, deadline: float) -> bool:
+    """After a failed probe: True (having paused a moment) when a live broker still owns
+    ``root`` and is only slow to answer, so the caller probes again instead of starting a
+    broker (see the module docstring); raises BrokerNotAvailableError once ``deadline``
+    passes. False when no broker owns it, and one may be started."""
+    pid = _unanswering_owner(root)
+    if pid is None:
+        return False
+    if time.monotonic() > deadline:
+        raise BrokerNotAvailableError(
+            f"the broker of {root} (pid {pid}) owns the directory but did not answer in time; "
+            f"it may be paused, overloaded or stuck (see {root / LOG_FILE}). Retry later, or "
+            f"stop it ('kill -9 {pid}' if it hangs: the log recovers at the next start)"
+        )
+    time.sleep(_POLL_S)
+    return True
 
 
 def broker_status(path: str | os.PathLike[str]) -> BrokerStatus | None:

@@ -17,11 +17,12 @@ and watch processes, and read ZooKeeper), so they take ``--dir`` instead of ``--
 from __future__ import annotations
 
 import argparse
+from collections.abc import Collection
 from typing import Any, Final
 
 from spark_mq.cli.common import EXIT_OK, CommandGroup, Handler, handler_table, positive_int
 from spark_mq.cli.format import json_text, render_pairs, render_table
-from spark_mq.cluster.local_cluster import DEFAULT_SESSION_TIMEOUT_MS, LocalCluster
+from spark_mq.cluster.local_cluster import DEFAULT_SESSION_TIMEOUT_MS, LocalCluster, PartitionView
 from spark_mq.errors import ZooKeeperConnectionError
 
 
@@ -68,7 +69,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         one.add_argument("--id", type=positive_int, required=True, metavar="ID")
     actions.add("stop", cluster_stop, help="stop every broker, then ZooKeeper")
     status = actions.add(
-        "status", cluster_status, help="show brokers, their ports and the controller"
+        "status",
+        cluster_status,
+        help="show brokers, their ports, the controller and unhealthy partitions",
     )
     status.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -145,21 +148,74 @@ def cluster_status(args: argparse.Namespace) -> int:
         for b in document["brokers"]
     ]
     print(render_table(["ID", "STATE", "PID", "HOST", "PORT", "LOG DIR"], rows))
+    for title, key in (
+        ("offline partitions", "offline_partitions"),
+        ("under-replicated partitions", "under_replicated_partitions"),
+    ):
+        entries = document[key]
+        print()
+        if entries is None:
+            print(f"{title}: unknown (ZooKeeper is not reachable)")
+        elif not entries:
+            print(f"{title}: none")
+        else:
+            print(f"{title}: {len(entries)}")
+            print(
+                render_table(
+                    ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"],
+                    [
+                        (
+                            e["topic"],
+                            e["partition"],
+                            "none" if e["leader"] is None else e["leader"],
+                            ",".join(map(str, e["replicas"])),
+                            ",".join(map(str, e["isr"])),
+                        )
+                        for e in entries
+                    ],
+                )
+            )
     return EXIT_OK
 
 
+def _partition_entry(view: PartitionView) -> dict[str, Any]:
+    state = view.state
+    return {
+        "topic": view.topic,
+        "partition": view.partition,
+        "leader": None if state is None or state.leader < 0 else state.leader,
+        "replicas": list(view.replicas),
+        "isr": [] if state is None else list(state.isr),
+    }
+
+
+def _partition_health(
+    cluster: LocalCluster, live: Collection[int]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(offline partitions, under-replicated partitions), as Kafka's describe filters
+    ``--unavailable-partitions`` and ``--under-replicated-partitions`` see them."""
+    views = cluster.partitions()
+    offline = [_partition_entry(v) for v in views if v.is_offline(live)]
+    under = [_partition_entry(v) for v in views if not v.is_offline(live) and v.is_under_replicated]
+    return offline, under
+
+
 def _status(cluster: LocalCluster) -> dict[str, Any]:
-    """What runs: each broker's process and registration, and the controller. Partition
-    health (offline, under-replicated) joins once the controller manages partitions."""
+    """What runs: each broker's process and registration, the controller, and the
+    partitions that are offline (no live leader) or under-replicated (ISR smaller than
+    the replicas)."""
     zookeeper_up = bool(cluster.state.get("zookeeper")) and (
         cluster.state.get("zookeeper_pid") is None or cluster.zookeeper_running()
     )
     registered: dict[int, Any] = {}
     controller: int | None = None
+    offline: list[dict[str, Any]] | None = None
+    under: list[dict[str, Any]] | None = None
     if zookeeper_up:
         try:
             registered = cluster.registered_brokers()
             controller = cluster.controller_id()
+            offline, under = _partition_health(cluster, registered)
         except ZooKeeperConnectionError:
             zookeeper_up = False
     brokers = []
@@ -190,6 +246,9 @@ def _status(cluster: LocalCluster) -> dict[str, Any]:
         "controller": controller,
         "bootstrap_servers": cluster.bootstrap_servers,
         "brokers": brokers,
+        # None when ZooKeeper cannot be asked.
+        "offline_partitions": offline,
+        "under_replicated_partitions": under,
     }
 
 

@@ -28,6 +28,11 @@ request/response calls (Metadata, ListOffsets, admin APIs) from any thread, unde
 Producers and consumers open their own data connections (:meth:`Cluster.connect`) so that a
 long-polling fetch or pipelined produce requests never queue a metadata call behind them.
 
+A closed cluster connects to nothing: ``connect``, ``address_for``, ``new_connection`` and
+``request`` raise :class:`~spark_mq.errors.UsageError`, so nothing left of a closed client (a
+thread that outlived its join timeout, a handler run late) can start a local broker again
+for DIR after the application, or a test, stopped it.
+
 Threads: every method may be called from any thread; state changes happen under one lock.
 ``partition_count`` reads a dict without the lock (the producer's hot path); the dict is only
 ever replaced by a new entry, never mutated in a way a reader could see half done.
@@ -141,6 +146,8 @@ class Cluster:
     def _local(self, *, renew: bool = False, timeout_ms: int | None = None) -> BrokerAddress:
         assert self._path is not None
         with self._lock:
+            # Checked under the lock close() takes: once close() returned, no ensure_broker.
+            self._check_open()
             if self._local_address is None or renew:
                 if self._ensure_broker is None:
                     self._ensure_broker = _default_ensure_broker()
@@ -154,6 +161,7 @@ class Cluster:
     def address_for(self, node_id: int, *, timeout_ms: int | None = None) -> BrokerAddress:
         """Where node ``node_id`` listens (any reachable broker for ANY_NODE); finding (or
         starting) the local broker waits at most ``timeout_ms``."""
+        self._check_open()
         if self._path is not None:
             return self._local(timeout_ms=timeout_ms)
         with self._lock:
@@ -181,6 +189,7 @@ class Cluster:
     def new_connection(self, node_id: int) -> BrokerConnection:
         """A data connection to ``node_id`` for the caller to own; not yet connected (its
         address is looked up again when it connects: :meth:`connect`)."""
+        self._check_open()
         if self._path is not None:
             address = self._local()
         else:
@@ -202,6 +211,7 @@ class Cluster:
         """Open ``conn``, re-resolving the broker when its last known address is dead: the
         local broker is found or restarted with ``ensure_broker`` (waiting at most
         ``timeout_ms``); with bootstrap servers the next one is tried."""
+        self._check_open()
         if conn.connected:
             return
         if self._path is not None:
@@ -428,9 +438,14 @@ class Cluster:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise UsageError(f"{self.config.component} is closed")
+            raise UsageError(
+                f"{self.config.component} is closed: it connects to no broker (and starts "
+                "none) any more; create a new client"
+            )
 
     def close(self) -> None:
+        """Close the control connections; every later connection attempt raises
+        UsageError. Data connections belong to their owners, which close them first."""
         with self._lock:
             self._closed = True
             for conn in self._control.values():

@@ -37,17 +37,18 @@ Threads: one LocalCluster is used from one thread.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from spark_mq.broker.zk import znodes
+from spark_mq.broker.zk import partition_states, znodes
 from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
 from spark_mq.cluster.zookeeper_server import MAIN_CLASS, ZooKeeperServer, ZooKeeperServerConfig
 from spark_mq.errors import LocalClusterError
@@ -94,6 +95,25 @@ def _tail(path: Path, lines: int = 15) -> str:
     except OSError as exc:
         return f"(could not read {path}: {exc})"
     return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionView:
+    """One partition as ZooKeeper describes it (``state`` None: not online yet)."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    state: znodes.PartitionState | None
+
+    def is_offline(self, live_brokers: Collection[int]) -> bool:
+        """No leader, or a leader that is not alive (Kafka's offline partition)."""
+        return self.state is None or self.state.leader not in live_brokers
+
+    @property
+    def is_under_replicated(self) -> bool:
+        """Fewer in-sync replicas than assigned ones."""
+        return self.state is not None and len(self.state.isr) < len(self.replicas)
 
 
 class LocalCluster:
@@ -300,6 +320,21 @@ class LocalCluster:
             found = zk.get(znodes.broker_path(int(child)))
             if found is not None:
                 out[int(child)] = znodes.BrokerRegistration.decode(int(child), found[0])
+        return out
+
+    def partitions(self) -> list[PartitionView]:
+        """Every partition of every topic as ZooKeeper holds it now: its assigned replicas
+        and, once the controller has brought it online, its leader and ISR."""
+        zk = self._zk_session()
+        out = []
+        for topic in sorted(partition_states.list_topics(zk)):
+            assignment = partition_states.read_topic_assignment(zk, topic)
+            if assignment is None:  # deleted meanwhile
+                continue
+            for partition, replicas in sorted(assignment.partitions.items()):
+                found = partition_states.read_partition_state(zk, topic, partition)
+                state = None if found is None else found.value
+                out.append(PartitionView(topic, partition, replicas, state))
         return out
 
     # -----------------------------------------------------------------------------------------

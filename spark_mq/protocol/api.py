@@ -32,6 +32,7 @@ from spark_mq.protocol import (
     offsets,
     produce,
     producer_id,
+    replication,
     transactions,
 )
 from spark_mq.protocol.framing import (
@@ -94,6 +95,8 @@ class ApiKey(enum.IntEnum):
     CONTROLLED_SHUTDOWN = 7
     ALTER_PARTITION = 56
     AUTHENTICATE_BROKER = 1009
+    # Replication (protocol/replication.py).
+    OFFSET_FOR_LEADER_EPOCH = 23
 
 
 #: The APIs only a broker of the cluster may send (Kafka: the ones that need the CLUSTER
@@ -419,6 +422,12 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             controller.AlterPartitionRequest,
             controller.AlterPartitionResponse,
             controller.alter_partition_error,
+        ),
+        ApiSpec(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            replication.OffsetForLeaderEpochRequest,
+            replication.OffsetForLeaderEpochResponse,
+            replication.offset_for_leader_epoch_error,
         ),
         ApiSpec(
             ApiKey.AUTHENTICATE_BROKER,

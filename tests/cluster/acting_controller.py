@@ -1,8 +1,12 @@
 """The test as the cluster's controller: real cluster broker processes (real ZooKeeper), to
 which the test sends what a controller sends (UpdateMetadata, LeaderAndIsr) over connections
 authenticated with the cluster's inter-broker secret. Clients then see exactly the leaders
-the test chose, so leader moves can be made at will, before the controller of the cluster
-issue sends them by itself."""
+the test chose, so leader moves can be made at will, whether or not the elected controller
+sends its own (the tests write no topic to ZooKeeper, so a real controller knows none of
+theirs).
+
+Also usable as a function (:func:`publish_from_directory`) by tests of a cluster broker that
+need its directory's topics in its metadata before a controller sends them."""
 
 from __future__ import annotations
 
@@ -70,14 +74,17 @@ class ClusterBroker:
 
 
 class ActingController:
-    """Sends a cluster's brokers the controller's requests, with a growing controller
-    epoch."""
+    """Sends a cluster's brokers the controller's requests, at the controller epoch of the
+    cluster's elected controller: the brokers' fences accept both (an equal epoch passes),
+    so the test's requests neither are refused by nor refuse those of a real controller;
+    whichever comes last describes a partition."""
 
     def __init__(self, zk: KazooClient, brokers: dict[int, ClusterBroker]) -> None:
         self.zk = zk
         self.brokers = brokers
         self.secret = zk.get("/spark_mq/inter_broker_secret")[0].decode()
-        self.controller_epoch = 0
+        wait_for(lambda: zk.exists("/controller") is not None)
+        self.controller_epoch = int(zk.get("/controller_epoch")[0])
 
     def publish(
         self,
@@ -88,7 +95,6 @@ class ActingController:
     ) -> None:
         """Make the partitions' leaders lead (LeaderAndIsr to each live leader, when
         ``leaders``) and tell every broker of ``brokers`` the new metadata."""
-        self.controller_epoch += 1
         epoch = self.controller_epoch
         live_brokers = [
             UpdateMetadataBroker(
@@ -181,3 +187,25 @@ def cluster_brokers(
         for process in processes:
             process.kill()
             process.wait()
+
+
+def publish_from_directory(
+    zk_connect: str, broker_id: int, address: BrokerAddress, topic: str, partitions: int
+) -> None:
+    """Tell broker ``broker_id`` (alone in its cluster) that it leads every partition of
+    ``topic``, at its directory's epoch (the leader epoch its partitions have when no
+    controller made it leader)."""
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=10)
+    try:
+        stat = zk.exists(f"/brokers/ids/{broker_id}")
+        assert stat is not None
+        broker = ClusterBroker(broker_id, address, stat.czxid)
+        epoch = broker.local_epoch()
+        states = [
+            partition_state(topic, p, broker_id, epoch, [broker_id]) for p in range(partitions)
+        ]
+        ActingController(zk, {broker_id: broker}).publish(states, {broker_id: address})
+    finally:
+        zk.stop()
+        zk.close()

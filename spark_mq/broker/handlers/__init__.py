@@ -41,6 +41,7 @@ from spark_mq.broker.handlers.metadata import handle_api_versions, handle_metada
 from spark_mq.broker.handlers.offsets import handle_delete_records, handle_list_offsets
 from spark_mq.broker.handlers.produce import handle_produce
 from spark_mq.broker.handlers.producer_id import handle_init_producer_id
+from spark_mq.broker.handlers.replication import handle_offset_for_leader_epoch
 from spark_mq.broker.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -106,6 +107,7 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.LIST_HALF_MESSAGES: handle_list_half_messages,
     ApiKey.AUTHENTICATE_BROKER: handle_authenticate_broker,
     ApiKey.UPDATE_METADATA: handle_update_metadata,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
 }
 
 HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(

@@ -378,6 +378,16 @@ class MembershipState(ABC):
             self._lock.notify_all()
         thread = self._heartbeat_thread
         if thread is not None and thread is not threading.current_thread():
+            # A heartbeat in flight ends within request.timeout.ms; the thread then sees the
+            # member closed and exits. Should it still be running (a broker that answers
+            # nothing), the consumer closes the cluster next, which refuses every
+            # connection, so the thread can reach no broker and start none.
             thread.join(self.config.request_timeout_ms / 1000 + 1)
+            if thread.is_alive():
+                log.warning(
+                    "group %s: the heartbeat thread did not stop within request.timeout.ms; "
+                    "it exits once its request in flight ends",
+                    self.group_id,
+                )
         self._group_channel.close()
         self.offset_channel.close()

@@ -1,0 +1,121 @@
+"""A follower's ReplicaFetcher against a real cluster broker process as leader: it
+authenticates with the cluster's secret, truncates a divergent tail by the leader-epoch rules
+(OffsetForLeaderEpoch) and then copies the leader's batches byte for byte, offsets and
+leader epochs kept, with its high watermark following the leader's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from acting_controller import publish_from_directory
+from kazoo.client import KazooClient
+from waiting import wait_for
+
+from spark_mq.broker.dir_files import Endpoint
+from spark_mq.broker.replica_fetcher import (
+    BrokerIdentity,
+    FetchState,
+    ReplicaFetcher,
+    ReplicaFetcherConfig,
+)
+from spark_mq.client import Admin, Producer
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.storage.log import PartitionLog
+from spark_mq.storage.record_batch import encode_batch
+
+
+@pytest.fixture
+def leader(tmp_path: Path, zk_connect: str) -> Iterator[tuple[BrokerAddress, str, Path]]:
+    """One cluster broker (id 1): its address, the inter-broker secret, its log directory."""
+    log_dir = tmp_path / "leader"
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "spark_mq.broker", "--log-dir", str(log_dir)),
+            *("--override", f"zookeeper.connect={zk_connect}"),
+            *("--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", "broker.id=1"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=10)
+    try:
+        wait_for(lambda: Endpoint.read(log_dir) is not None)
+        endpoint = Endpoint.read(log_dir)
+        assert endpoint is not None and endpoint.port
+        secret = zk.get("/spark_mq/inter_broker_secret")[0].decode()
+        yield BrokerAddress(host="127.0.0.1", port=endpoint.port), secret, log_dir
+    finally:
+        zk.stop()
+        zk.close()
+        process.kill()
+        process.wait()
+
+
+def _values(replica: PartitionLog) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record below the high watermark."""
+    out: list[tuple[int, bytes]] = []
+    start = 0
+    while start < replica.high_watermark:
+        table = replica.read_records(start, 1 << 24)
+        assert table.num_rows
+        out += zip(
+            table.column("offset").to_pylist(), table.column("value").to_pylist(), strict=True
+        )
+        start = out[-1][0] + 1
+    return out
+
+
+def test_a_follower_truncates_its_divergent_tail_and_copies_the_leader(
+    tmp_path: Path, leader: tuple[BrokerAddress, str, Path], zk_connect: str
+) -> None:
+    address, secret, _ = leader
+    bootstrap = f"{address.host}:{address.port}"
+    with Admin(bootstrap_servers=bootstrap) as admin:
+        admin.create_topic("r", partitions=1, replication_factor=1)
+        # A cluster broker's Metadata comes from what a controller sent it: the test sends
+        # it (harmless once a real controller sends the same).
+        publish_from_directory(zk_connect, 1, address, "r", 1)
+        with Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=0) as producer:
+            for i in range(3):
+                producer.send("r", f"leader-{i}".encode(), partition=0).get(30)
+        # The epoch the follower follows is the one the controller gave the leader.
+        leader_epoch = admin.describe_topic("r").partitions[0].leader_epoch
+
+    # The follower holds a tail the leader never had: ten records of an epoch the leader's
+    # log does not continue.
+    follower = PartitionLog.open(tmp_path / "follower" / "r-0", topic="r", partition=0)
+    stale = encode_batch(pa.array([f"stale-{i}".encode() for i in range(10)]))
+    follower.append(stale, leader_epoch=max(leader_epoch - 1, 0))
+    assert follower.log_end_offset == 10
+
+    fetcher = ReplicaFetcher(
+        name="test-fetcher",
+        leader_id=1,
+        leader=address,
+        identity=BrokerIdentity(broker_id=2, broker_epoch=lambda: -1, secret=secret),
+        config=ReplicaFetcherConfig(fetch_wait_max_ms=100, fetch_backoff_ms=50),
+    )
+    fetcher.start()
+    try:
+        fetcher.add_partitions({("r", 0): (follower, leader_epoch)})
+        wait_for(lambda: follower.log_end_offset == 3 and follower.high_watermark == 3)
+        state = fetcher.partition_state(("r", 0))
+        assert state is not None and state.state is FetchState.FETCHING
+        with Producer(bootstrap_servers=bootstrap, acks=1) as producer:
+            for i in range(3, 10):
+                producer.send("r", f"leader-{i}".encode(), partition=0).get(30)
+        wait_for(lambda: follower.log_end_offset == 10 and follower.high_watermark == 10)
+    finally:
+        fetcher.shutdown()
+    try:
+        assert _values(follower) == [(i, f"leader-{i}".encode()) for i in range(10)]
+        # The leader's epochs came with its batches.
+        assert [e.epoch for e in follower.leader_epoch_cache.entries] == [leader_epoch]
+    finally:
+        follower.close()
