@@ -1,9 +1,8 @@
 """The test as the cluster's controller: real cluster broker processes (real ZooKeeper), to
 which the test sends what a controller sends (UpdateMetadata, LeaderAndIsr) over connections
-authenticated with the cluster's inter-broker secret. Clients then see exactly the leaders
-the test chose, so leader moves can be made at will, whether or not the elected controller
-sends its own (the tests write no topic to ZooKeeper, so a real controller knows none of
-theirs).
+authenticated with the cluster's inter-broker secret. The test wins the controller election
+before the brokers start (it holds ``/controller`` for broker id 99), so no broker is
+controller and clients see exactly the leaders the test chose: leader moves are made at will.
 
 Also usable as a function (:func:`publish_from_directory`) by tests of a cluster broker that
 need its directory's topics in its metadata before a controller sends them."""
@@ -13,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +21,7 @@ from kazoo.client import KazooClient
 from waiting import wait_for
 
 from spark_mq.broker.dir_files import Endpoint
+from spark_mq.broker.zk import znodes
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.errors import UnsupportedVersionError
@@ -73,18 +74,41 @@ class ClusterBroker:
         return int(self.call(ApiVersionsRequest()).broker_epoch)  # type: ignore[attr-defined]
 
 
-class ActingController:
-    """Sends a cluster's brokers the controller's requests, at the controller epoch of the
-    cluster's elected controller: the brokers' fences accept both (an equal epoch passes),
-    so the test's requests neither are refused by nor refuse those of a real controller;
-    whichever comes last describes a partition."""
+def claim_controller(zk: KazooClient) -> int:
+    """Win the controller election for :data:`CONTROLLER_ID` before any broker starts, as a
+    broker wins it (one transaction: create the ephemeral ``/controller``, bump
+    ``/controller_epoch``), so that no broker becomes controller while the test acts as
+    one; returns the epoch. The claim lasts as long as ``zk``'s session."""
+    zk.ensure_path(znodes.BROKERS)
+    if zk.exists(znodes.CONTROLLER_EPOCH) is None:
+        zk.create(
+            znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(znodes.INITIAL_CONTROLLER_EPOCH)
+        )
+    data, stat = zk.get(znodes.CONTROLLER_EPOCH)
+    epoch = znodes.decode_controller_epoch(data) + 1
+    registration = znodes.ControllerRegistration(CONTROLLER_ID, int(time.time() * 1000))
+    transaction = zk.transaction()
+    transaction.create(znodes.CONTROLLER, registration.encode(), ephemeral=True)
+    transaction.set_data(
+        znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(epoch), version=stat.version
+    )
+    results = transaction.commit()
+    assert not any(isinstance(r, Exception) for r in results), results
+    return epoch
 
-    def __init__(self, zk: KazooClient, brokers: dict[int, ClusterBroker]) -> None:
+
+class ActingController:
+    """Sends a cluster's brokers the controller's requests at ``controller_epoch``: the
+    epoch it won the election with (:func:`claim_controller`), or that of the elected
+    controller, which the brokers' fences accept as well (an equal epoch passes)."""
+
+    def __init__(
+        self, zk: KazooClient, brokers: dict[int, ClusterBroker], controller_epoch: int
+    ) -> None:
         self.zk = zk
         self.brokers = brokers
         self.secret = zk.get("/spark_mq/inter_broker_secret")[0].decode()
-        wait_for(lambda: zk.exists("/controller") is not None)
-        self.controller_epoch = int(zk.get("/controller_epoch")[0])
+        self.controller_epoch = controller_epoch
 
     def publish(
         self,
@@ -148,11 +172,13 @@ def cluster_brokers(
     root: Path, zk_connect: str, ids: tuple[int, ...], *overrides: str
 ) -> Iterator[tuple[ActingController, dict[int, ClusterBroker]]]:
     """Start one cluster broker process per id under ``root`` (``overrides``: more
-    ``key=value`` settings for each); stop them all after."""
+    ``key=value`` settings for each), with the test as their controller; stop them all
+    after."""
     processes = []
     zk = KazooClient(hosts=zk_connect)
     zk.start(timeout=10)
     try:
+        epoch = claim_controller(zk)
         for broker_id in ids:
             processes.append(
                 subprocess.Popen(
@@ -180,7 +206,8 @@ def cluster_brokers(
             brokers[broker_id] = ClusterBroker(
                 broker_id, BrokerAddress("127.0.0.1", endpoint.port), stat.czxid
             )
-        yield ActingController(zk, brokers), brokers
+        wait_for(lambda: zk.exists(znodes.INTER_BROKER_SECRET) is not None)
+        yield ActingController(zk, brokers, epoch), brokers
     finally:
         zk.stop()
         zk.close()
@@ -205,7 +232,10 @@ def publish_from_directory(
         states = [
             partition_state(topic, p, broker_id, epoch, [broker_id]) for p in range(partitions)
         ]
-        ActingController(zk, {broker_id: broker}).publish(states, {broker_id: address})
+        wait_for(lambda: zk.exists(znodes.CONTROLLER) is not None)
+        controller_epoch = znodes.decode_controller_epoch(zk.get(znodes.CONTROLLER_EPOCH)[0])
+        acting = ActingController(zk, {broker_id: broker}, controller_epoch)
+        acting.publish(states, {broker_id: address})
     finally:
         zk.stop()
         zk.close()

@@ -5,16 +5,12 @@ without a live leader is answered LEADER_NOT_AVAILABLE; leader -2 deletes a topi
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kazoo.client import KazooClient
-from waiting import wait_for
+from acting_controller import cluster_brokers
 
-from spark_mq.broker.dir_files import Endpoint
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.protocol.address import BrokerAddress
@@ -63,30 +59,10 @@ class Broker:
 
 @pytest.fixture
 def broker(tmp_path: Path, zk_connect: str) -> Iterator[Broker]:
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "spark_mq.broker", "--log-dir", str(tmp_path / "b1")),
-            *("--override", f"zookeeper.connect={zk_connect}"),
-            *("--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", "broker.id=1"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    zk = KazooClient(hosts=zk_connect)
-    zk.start(timeout=10)
-    try:
-        wait_for(lambda: Endpoint.read(tmp_path / "b1") is not None)
-        endpoint = Endpoint.read(tmp_path / "b1")
-        assert endpoint is not None and endpoint.port
-        wait_for(lambda: zk.exists("/brokers/ids/1") is not None)
-        stat = zk.exists("/brokers/ids/1")
-        secret = zk.get("/spark_mq/inter_broker_secret")[0].decode()
-        yield Broker(BrokerAddress("127.0.0.1", endpoint.port), secret, stat.czxid)
-    finally:
-        zk.stop()
-        zk.close()
-        process.kill()
-        process.wait()
+    """Broker 1, with the test holding the controller's place (no broker is controller)."""
+    with cluster_brokers(tmp_path, zk_connect, (1,)) as (controller, brokers):
+        b1 = brokers[1]
+        yield Broker(b1.address, controller.secret, b1.broker_epoch)
 
 
 def _live(*ids: int, port_of_1: int) -> list[UpdateMetadataBroker]:
