@@ -13,6 +13,7 @@ kafka-topics does (then without the topic lines).
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any, Final
 
 from spark_mq import Admin, TopicExistsError, TopicPartition, UnknownTopicOrPartitionError
@@ -44,7 +45,7 @@ def topics_create(args: argparse.Namespace) -> int:
             if not args.if_not_exists:
                 raise
             created = False
-        partitions = admin.describe_topic(args.topic).partition_count
+        partitions = _partition_count_once_known(admin, args.topic)
     print_result(
         args.json,
         {"topic": args.topic, "partitions": partitions, "created": created},
@@ -53,6 +54,24 @@ def topics_create(args: argparse.Namespace) -> int:
         else f"Topic {args.topic} already exists ({plural(partitions, 'partition')}).",
     )
     return 0
+
+
+#: How long ``topics create`` waits for the broker to know the topic it created.
+CREATED_TOPIC_WAIT_S: Final = 30.0
+
+
+def _partition_count_once_known(admin: Admin, topic: str) -> int:
+    """The partition count of a topic just created. In a cluster the broker that created it
+    learns it when the controller's UpdateMetadata arrives, a moment after CreateTopics
+    answered; until then it does not know it (as in Kafka, where clients retry)."""
+    deadline = time.monotonic() + CREATED_TOPIC_WAIT_S
+    while True:
+        try:
+            return admin.describe_topic(topic).partition_count
+        except UnknownTopicOrPartitionError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
 
 
 def topics_list(args: argparse.Namespace) -> int:
