@@ -21,7 +21,11 @@ from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
 from spark_mq.cli import main
+from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
 
 pytestmark = [
     pytest.mark.slow,
@@ -133,3 +137,41 @@ def test_clients_follow_leaders_in_a_three_broker_cluster(
         while not values and time.monotonic() < deadline:
             values = [r.value for r in consumer.poll(timeout_ms=500).get(tp, [])]
     assert values[:1] == [b"after"]
+
+
+def test_metadata_auto_creates_a_topic_through_the_controller(cluster: LocalCluster) -> None:
+    server = _server(cluster, 2)
+    host, port = server.rsplit(":", 1)
+    conn = BrokerConnection(BrokerAddress(host, int(port)))
+    conn.connect()
+    try:
+        first: MetadataResponse = conn.request(
+            MetadataRequest(["auto"], allow_auto_topic_creation=True), timeout_s=30
+        )
+        # Created, but its leaders are not elected yet: Kafka's answer.
+        assert first.topics[0].error_code == ErrorCode.LEADER_NOT_AVAILABLE
+        internal: MetadataResponse = conn.request(
+            MetadataRequest(["__transaction_state"], allow_auto_topic_creation=True),
+            timeout_s=30,
+        )
+        assert internal.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    finally:
+        conn.close()
+    # A producer writing to a topic nobody created gets it the same way, and its leader.
+    with Producer(bootstrap_servers=server, acks=1) as producer:
+        assert producer.send("auto", b"x").get(timeout=60).offset == 0
+        assert producer.send("fresh", b"y").get(timeout=60).offset == 0
+    # (Metadata, not Admin.describe_topic: that also reads the topic's configs, which a
+    # cluster broker answers from its own directory, where a topic of replication factor 1
+    # is on one broker only.)
+    conn = BrokerConnection(BrokerAddress(host, int(port)))
+    conn.connect()
+    try:
+        answer: MetadataResponse = conn.request(MetadataRequest(None), timeout_s=30)
+    finally:
+        conn.close()
+    topics = {t.name: t for t in answer.topics}
+    assert "__transaction_state" not in topics
+    (fresh,) = topics["fresh"].partitions
+    # Without a replication factor the topic takes default.replication.factor (1).
+    assert fresh.leader_id in (1, 2, 3) and fresh.replicas == [fresh.leader_id]
