@@ -283,6 +283,10 @@ class Cluster:
         deadline = self.clock() + self._timeout_ms(timeout_ms) / 1000
         with self._lock:
             for attempt in range(2):
+                if node_id != ANY_NODE and self._path is None and self._stale_node(node_id):
+                    # Where is it now? (A broker that restarted listens on a new port; one
+                    # that the metadata does not list yet may be new.)
+                    self.refresh([], timeout_ms=self._remaining_ms(deadline))
                 conn = self._control.get(node_id)
                 if conn is None:
                     conn = self._control[node_id] = self.new_connection(node_id)
@@ -296,6 +300,11 @@ class Cluster:
                     if attempt or self.clock() >= deadline:
                         raise
         raise AssertionError("unreachable")
+
+    def _stale_node(self, node_id: int) -> bool:
+        """Whether the address of ``node_id`` should be looked up again before a request:
+        the metadata lists other brokers but not it, or a refresh was asked for."""
+        return (bool(self._nodes) and node_id not in self._nodes) or self._update_requested
 
     # -- metadata -------------------------------------------------------------------------
 
@@ -327,7 +336,10 @@ class Cluster:
                     else:
                         nodes[broker.node_id] = BrokerAddress(broker.host, broker.port)
                 self._nodes = nodes
-            self._update_requested = False
+            if topics is None or set(self._topics) <= set(topics):
+                # Every topic this client follows was looked up again: the update asked for
+                # is done (a lookup of other topics, or of the brokers only, is not it).
+                self._update_requested = False
             counts = dict(self.partition_counts)
             for topic in response.topics:
                 if topic.error_code == ErrorCode.NONE and topic.partitions:

@@ -20,6 +20,7 @@ from spark_mq.client.config import ClientConfig
 from spark_mq.cluster.zookeeper_server import free_loopback_port
 from spark_mq.errors import BrokerNotAvailableError
 from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.api_versions import ApiVersionsRequest
 
 
 def _dead_address() -> BrokerAddress:
@@ -142,3 +143,28 @@ def test_admin_delete_records_follows_a_leader_that_moves_off_a_dead_broker(
             controller.publish([partition_state("d", 0, 1, epoch, [1, 2])], {1: b1.address})
             worker.join(30)
         assert outcome == [{TopicPartition("d", 0): 2}]
+
+
+def test_a_request_to_a_broker_looks_up_where_it_listens_now(
+    tmp_path: Path, zk_connect: str
+) -> None:
+    with cluster_brokers(tmp_path, zk_connect, (1,)) as (controller, brokers):
+        b1 = brokers[1]
+        servers = f"{b1.address.host}:{b1.address.port}"
+        cluster = Cluster(ClientConfig.from_properties({"bootstrap.servers": servers}))
+        try:
+            # The client learns an address of broker 1 where nothing listens (as after the
+            # broker restarted on another port)...
+            controller.publish([], {1: _dead_address()})
+            cluster.refresh([])
+            # ... and the cluster then says where it is: the failed connection makes the
+            # request look again before its second attempt.
+            controller.publish([], {1: b1.address})
+            answer = cluster.request(ApiVersionsRequest(), node_id=1)
+            assert answer.broker_id == 1 and cluster.nodes()[1] == b1.address
+            # A broker the client has not heard of yet (new in the cluster) is looked up
+            # instead of refused.
+            controller.publish([], {1: b1.address, 7: b1.address})
+            assert cluster.request(ApiVersionsRequest(), node_id=7).error_code == 0
+        finally:
+            cluster.close()
