@@ -117,8 +117,9 @@ class ActingController:
         *,
         leaders: bool = True,
     ) -> None:
-        """Make the partitions' leaders lead (LeaderAndIsr to each live leader, when
-        ``leaders``) and tell every broker of ``brokers`` the new metadata."""
+        """Give the partitions' replicas their roles (LeaderAndIsr to each replica that is one
+        of ``brokers``, when ``leaders``: the leader leads, the others follow) and tell every
+        broker of ``brokers`` the new metadata."""
         epoch = self.controller_epoch
         live_brokers = [
             UpdateMetadataBroker(
@@ -128,32 +129,40 @@ class ActingController:
         ]
         for state in states:
             state.controller_epoch = epoch
-            target = self.brokers.get(state.leader)
-            if not leaders or target is None:
+            leader = self.brokers.get(state.leader)
+            if not leaders or leader is None:
                 continue
-            lead = LeaderAndIsrPartitionState(
-                state.topic,
-                state.partition,
-                epoch,
-                state.leader,
-                state.leader_epoch,
-                state.isr,
-                state.partition_epoch,
-                state.replicas,
-                is_new=True,
-            )
-            live_leader = LiveLeader(target.broker_id, target.address.host, target.address.port)
-            # A broker that does not serve LeaderAndIsr yet (before the replica manager of
-            # the cluster issue) leads every partition of its own directory anyway.
-            with contextlib.suppress(UnsupportedVersionError):
-                answer = target.call(
-                    LeaderAndIsrRequest(CONTROLLER_ID, epoch, -1, [lead], [live_leader]),
-                    secret=self.secret,
-                )
-                assert answer.error_code == 0, answer  # type: ignore[attr-defined]
+            for replica in state.replicas:
+                if replica in self.brokers:
+                    self._leader_and_isr(self.brokers[replica], leader, state)
         for broker in self.brokers.values():
             answer = broker.call(
                 UpdateMetadataRequest(CONTROLLER_ID, epoch, -1, states, live_brokers),
+                secret=self.secret,
+            )
+            assert answer.error_code == 0, answer  # type: ignore[attr-defined]
+
+    def _leader_and_isr(
+        self, target: ClusterBroker, leader: ClusterBroker, state: UpdateMetadataPartitionState
+    ) -> None:
+        epoch = self.controller_epoch
+        lead = LeaderAndIsrPartitionState(
+            state.topic,
+            state.partition,
+            epoch,
+            state.leader,
+            state.leader_epoch,
+            state.isr,
+            state.partition_epoch,
+            state.replicas,
+            is_new=True,
+        )
+        live_leader = LiveLeader(leader.broker_id, leader.address.host, leader.address.port)
+        # A broker that does not serve LeaderAndIsr yet (before the replica manager of
+        # the cluster issue) leads every partition of its own directory anyway.
+        with contextlib.suppress(UnsupportedVersionError):
+            answer = target.call(
+                LeaderAndIsrRequest(CONTROLLER_ID, epoch, -1, [lead], [live_leader]),
                 secret=self.secret,
             )
             assert answer.error_code == 0, answer  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ map follows the live brokers the metadata lists."""
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 from pathlib import Path
@@ -168,3 +169,26 @@ def test_a_request_to_a_broker_looks_up_where_it_listens_now(
             assert cluster.request(ApiVersionsRequest(), node_id=7).error_code == 0
         finally:
             cluster.close()
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("spark_mq.broker.handlers.controller_requests") is None,
+    reason="needs brokers that take leader and follower roles (LeaderAndIsr)",
+)
+def test_the_producer_refreshes_on_not_leader_or_follower(tmp_path: Path, zk_connect: str) -> None:
+    with cluster_brokers(tmp_path, zk_connect, (1, 2)) as (controller, brokers):
+        b1, b2 = brokers[1], brokers[2]
+        live = {1: b1.address, 2: b2.address}
+        # Broker 1 leads, broker 2 follows (their roles from LeaderAndIsr) ...
+        controller.publish([partition_state("n", 0, 1, 5, [1, 2])], live)
+        # ... but the clients are told that broker 2 leads (metadata that lags a move).
+        controller.publish([partition_state("n", 0, 2, 5, [1, 2])], live, leaders=False)
+        with Producer(
+            bootstrap_servers=f"{b1.address.host}:{b1.address.port}",
+            config={"delivery.timeout.ms": 60000, "retry.backoff.max.ms": 200},
+        ) as producer:
+            future = producer.send("n", b"v", partition=0)
+            time.sleep(1.0)  # broker 2 answers NOT_LEADER_OR_FOLLOWER, again and again
+            assert not future.done()
+            controller.publish([partition_state("n", 0, 1, 5, [1, 2])], live, leaders=False)
+            assert future.get(timeout=30).offset == 0
