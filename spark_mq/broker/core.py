@@ -28,6 +28,7 @@ from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.broker.group.service import GroupService, wall_clock_ms
 from spark_mq.broker.half.service import HalfMessageService
 from spark_mq.broker.handlers import HANDLERS
+from spark_mq.broker.metadata_cache import MetadataCache
 from spark_mq.broker.producer_ids import ProducerIdManager
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.txn.service import TransactionService
@@ -113,6 +114,9 @@ class BrokerCore:
         self.cluster_admin: ClusterTopicAdmin | None = None
         #: The newest controller epoch accepted; refuses requests of older controllers.
         self.controller_fence = ControllerFence()
+        #: A cluster broker's view of the cluster, from the controller's UpdateMetadata
+        #: (empty, and unused, on a single node).
+        self.metadata_cache = MetadataCache()
         self.replicas = ReplicaManager(
             logs,
             node_id=self.node_id,

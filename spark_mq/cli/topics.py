@@ -1,15 +1,19 @@
 """``spark-mq topics create|list|describe|alter|delete``: topic administration through
 :class:`~spark_mq.Admin`.
 
-``describe`` joins three answers of the broker per partition: the metadata (leader, leader
-epoch, replicas, in-sync replicas), the log start offset and high watermark (ListOffsets
-earliest / latest, read_uncommitted) and the last stable offset (latest, read_committed);
-plus the topic's configuration overrides.
+``describe`` prints kafka-topics.sh --describe's layout (a topic line, then a line per
+partition with its leader, replicas and ISR) and joins to it, per partition, the leader epoch,
+the offline replicas, the log start offset and high watermark (ListOffsets earliest / latest,
+read_uncommitted) and the last stable offset (latest, read_committed) from the partition's
+leader. ``--under-replicated-partitions`` and ``--unavailable-partitions`` keep only the
+partitions with fewer in-sync replicas than replicas, or with no live leader, as
+kafka-topics does (then without the topic lines).
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any, Final
 
 from spark_mq import Admin, TopicExistsError, TopicPartition, UnknownTopicOrPartitionError
@@ -22,7 +26,7 @@ from spark_mq.cli.common import (
     parse_key_values,
     positive_int,
 )
-from spark_mq.cli.format import plural, print_listing, print_result, render_table
+from spark_mq.cli.format import plural, print_listing, print_result
 
 
 def topics_create(args: argparse.Namespace) -> int:
@@ -41,7 +45,7 @@ def topics_create(args: argparse.Namespace) -> int:
             if not args.if_not_exists:
                 raise
             created = False
-        partitions = admin.describe_topic(args.topic).partition_count
+        partitions = _partition_count_once_known(admin, args.topic)
     print_result(
         args.json,
         {"topic": args.topic, "partitions": partitions, "created": created},
@@ -50,6 +54,24 @@ def topics_create(args: argparse.Namespace) -> int:
         else f"Topic {args.topic} already exists ({plural(partitions, 'partition')}).",
     )
     return 0
+
+
+#: How long ``topics create`` waits for the broker to know the topic it created.
+CREATED_TOPIC_WAIT_S: Final = 30.0
+
+
+def _partition_count_once_known(admin: Admin, topic: str) -> int:
+    """The partition count of a topic just created. In a cluster the broker that created it
+    learns it when the controller's UpdateMetadata arrives, a moment after CreateTopics
+    answered; until then it does not know it (as in Kafka, where clients retry)."""
+    deadline = time.monotonic() + CREATED_TOPIC_WAIT_S
+    while True:
+        try:
+            return admin.describe_topic(topic).partition_count
+        except UnknownTopicOrPartitionError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
 
 
 def topics_list(args: argparse.Namespace) -> int:
@@ -65,75 +87,121 @@ def topics_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe_document(admin: Admin, topic: str) -> dict[str, Any]:
-    """Everything ``topics describe`` shows, as one JSON-ready document."""
+def describe_document(admin: Admin, topic: str, live: frozenset[int]) -> dict[str, Any]:
+    """Everything ``topics describe`` shows of ``topic``, as one JSON-ready document.
+    ``live``: the live brokers, to tell a partition whose leader is down."""
     description = admin.describe_topic(topic)
-    tps = [TopicPartition(topic, p.partition) for p in description.partitions]
-    starts = admin.list_offsets(dict.fromkeys(tps, "earliest"), isolation_level="read_uncommitted")
-    ends = admin.list_offsets(dict.fromkeys(tps, "latest"), isolation_level="read_uncommitted")
-    stable = admin.list_offsets(dict.fromkeys(tps, "latest"), isolation_level="read_committed")
-    partitions = [
-        {
-            "partition": p.partition,
-            "leader": p.leader,
-            "leader_epoch": p.leader_epoch,
-            "replicas": list(p.replicas),
-            "isr": list(p.isr),
-            "log_start_offset": starts[tp].offset,
-            "high_watermark": ends[tp].offset,
-            "last_stable_offset": stable[tp].offset,
-        }
-        for p, tp in zip(description.partitions, tps, strict=True)
+    # Offsets come from each partition's leader: a partition without one has none to give
+    # (asking would wait for a leader until default.api.timeout.ms).
+    led = [
+        TopicPartition(topic, p.partition)
+        for p in description.partitions
+        if not _unavailable(p.leader, live)
     ]
-    return {"topic": topic, "partitions": partitions, "configs": dict(description.configs)}
+    starts = admin.list_offsets(dict.fromkeys(led, "earliest"), isolation_level="read_uncommitted")
+    ends = admin.list_offsets(dict.fromkeys(led, "latest"), isolation_level="read_uncommitted")
+    stable = admin.list_offsets(dict.fromkeys(led, "latest"), isolation_level="read_committed")
+    partitions = []
+    for p in description.partitions:
+        tp = TopicPartition(topic, p.partition)
+        partitions.append(
+            {
+                "partition": p.partition,
+                "leader": p.leader,
+                "leader_epoch": p.leader_epoch,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+                "offline_replicas": list(p.offline_replicas),
+                "log_start_offset": starts[tp].offset if tp in starts else None,
+                "high_watermark": ends[tp].offset if tp in ends else None,
+                "last_stable_offset": stable[tp].offset if tp in stable else None,
+            }
+        )
+    return {
+        "topic": topic,
+        "topic_id": description.topic_id,
+        "partition_count": description.partition_count,
+        "replication_factor": description.replication_factor,
+        "partitions": partitions,
+        "configs": dict(description.configs),
+    }
+
+
+def _unavailable(leader: int, live: frozenset[int]) -> bool:
+    """No leader, or a leader that is not a live broker (kafka-topics'
+    ``--unavailable-partitions``)."""
+    return leader < 0 or leader not in live
+
+
+def _keep(partition: dict[str, Any], args: argparse.Namespace, live: frozenset[int]) -> bool:
+    """Whether ``--under-replicated-partitions`` / ``--unavailable-partitions`` keep it
+    (both given: either)."""
+    if not (args.under_replicated_partitions or args.unavailable_partitions):
+        return True
+    under = len(partition["isr"]) < len(partition["replicas"])
+    return (args.under_replicated_partitions and under) or (
+        args.unavailable_partitions and _unavailable(partition["leader"], live)
+    )
 
 
 def topics_describe(args: argparse.Namespace) -> int:
+    filtered = args.under_replicated_partitions or args.unavailable_partitions
     with admin_client(args) as admin:
-        document = describe_document(admin, args.topic)
-    print_result(args.json, document, _describe_text(args.topic, document))
+        live = admin.describe_cluster().broker_ids
+        names = [args.topic] if args.topic else admin.list_topics()
+        documents = []
+        for name in names:
+            try:
+                document = describe_document(admin, name, live)
+            except UnknownTopicOrPartitionError:
+                if args.topic:
+                    raise
+                continue  # deleted since it was listed
+            document["partitions"] = [p for p in document["partitions"] if _keep(p, args, live)]
+            if not filtered or document["partitions"]:
+                documents.append(document)
+    if args.topic and not filtered:
+        print_result(args.json, documents[0], describe_text(documents[0], summary=True))
+        return 0
+    text = "\n".join(describe_text(d, summary=not filtered) for d in documents)
+    if args.json or text:  # kafka-topics prints nothing when no partition matches
+        print_result(args.json, documents, text)
     return 0
 
 
-def _describe_text(topic: str, document: dict[str, Any]) -> str:
-    """What ``topics describe`` prints for people: a summary line, the configs, a table."""
-    parts = document["partitions"]
-    records = sum(p["high_watermark"] - p["log_start_offset"] for p in parts)
-    configs = document["configs"]
-    overrides = ", ".join(f"{k}={v}" for k, v in sorted(configs.items()))
-    table = render_table(
-        [
-            "partition",
-            "leader",
-            "epoch",
-            "replicas",
-            "isr",
-            "start offset",
-            "end offset",
-            "stable offset",
-        ],
-        [
-            [
-                p["partition"],
-                p["leader"],
-                p["leader_epoch"],
-                ",".join(map(str, p["replicas"])),
-                ",".join(map(str, p["isr"])),
-                p["log_start_offset"],
-                p["high_watermark"],
-                p["last_stable_offset"],
-            ]
-            for p in parts
-        ],
-    )
-    return "\n".join(
-        [
-            f"Topic {topic}: {plural(len(parts), 'partition')}, {plural(records, 'record')}",
-            f"Configs: {overrides or '(broker defaults)'}",
-            "",
-            table,
+def describe_text(document: dict[str, Any], *, summary: bool) -> str:
+    """kafka-topics.sh --describe's layout: a topic line (with ``summary``; the filters of
+    kafka-topics print only partition lines), then one tab-separated line per partition.
+    Kafka's fields come first, as Kafka prints them; spark_mq's follow (leader epoch, the
+    offline replicas when there are any, and the leader's offsets)."""
+    topic = document["topic"]
+    lines = []
+    if summary:
+        configs = ",".join(f"{k}={v}" for k, v in sorted(document["configs"].items()))
+        lines.append(
+            f"Topic: {topic}\tTopicId: {document['topic_id'] or 'none'}\t"
+            f"PartitionCount: {document['partition_count']}\t"
+            f"ReplicationFactor: {document['replication_factor']}\tConfigs: {configs}"
+        )
+    for p in document["partitions"]:
+        fields = [
+            f"Topic: {topic}",
+            f"Partition: {p['partition']}",
+            f"Leader: {p['leader'] if p['leader'] >= 0 else 'none'}",
+            f"Replicas: {','.join(map(str, p['replicas']))}",
+            f"Isr: {','.join(map(str, p['isr']))}",
+            f"LeaderEpoch: {p['leader_epoch']}",
         ]
-    )
+        if p["offline_replicas"]:
+            fields.append(f"Offline: {','.join(map(str, p['offline_replicas']))}")
+        if p["high_watermark"] is not None:
+            fields += [
+                f"LogStartOffset: {p['log_start_offset']}",
+                f"HighWatermark: {p['high_watermark']}",
+                f"LastStableOffset: {p['last_stable_offset']}",
+            ]
+        lines.append("\t" + "\t".join(fields))
+    return "\n".join(lines)
 
 
 def topics_alter(args: argparse.Namespace) -> int:
@@ -207,7 +275,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="number of partitions (default: the broker's num.partitions, 1 unless set)",
     )
     create.add_argument(
-        "--replication-factor", type=positive_int, default=1, help="(default %(default)s)"
+        "--replication-factor",
+        type=positive_int,
+        help="replicas of each partition (default: the brokers' default.replication.factor)",
     )
     create.add_argument(
         "--config",
@@ -222,9 +292,19 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     describe = actions.add(
         "describe",
         topics_describe,
-        help="partitions, offsets and settings of a topic",
+        help="partitions, leaders, replicas, offsets and settings of a topic (or of all)",
     )
-    describe.add_argument("topic")
+    describe.add_argument("topic", nargs="?", help="the topic (default: every topic)")
+    describe.add_argument(
+        "--under-replicated-partitions",
+        action="store_true",
+        help="only partitions whose in-sync replicas are fewer than their replicas",
+    )
+    describe.add_argument(
+        "--unavailable-partitions",
+        action="store_true",
+        help="only partitions without a leader, or whose leader is not a live broker",
+    )
     alter = actions.add("alter", topics_alter, help="add partitions or change settings")
     alter.add_argument("topic")
     alter.add_argument(

@@ -10,9 +10,10 @@ requests), ``subscription_state`` / ``fetcher`` / ``offset_lookup`` (the consume
 threads and guarantees.
 """
 
-from spark_mq.client.admin import Admin, PartitionDescription, TopicDescription
+from spark_mq.client.admin import Admin
 from spark_mq.client.config import AdminConfig, ConsumerConfig, ProducerConfig
 from spark_mq.client.consumer import Consumer
+from spark_mq.client.descriptions import PartitionDescription, TopicDescription
 from spark_mq.client.errors import (
     BufferExhaustedError,
     CommitFailedError,

@@ -12,13 +12,18 @@ operations to each partition's leader.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from typing import Any
 
-from spark_mq.client.cluster import ANY_NODE, Cluster
+from spark_mq.client.cluster import ANY_NODE, LEADER_MOVED, Cluster
 from spark_mq.client.config import AdminConfig, client_config_props
+from spark_mq.client.descriptions import (
+    ClusterDescription,
+    PartitionDescription,
+    TopicDescription,
+)
 from spark_mq.client.group.admin_groups import (
     GroupAdmin,
     GroupDescription,
@@ -28,6 +33,7 @@ from spark_mq.client.group.admin_groups import (
 from spark_mq.client.group.offsets import OffsetAndMetadata, OffsetsArg, normalize_offsets
 from spark_mq.client.offset_lookup import list_offsets
 from spark_mq.client.records import EARLIEST, LATEST, OffsetAndTimestamp, TopicPartition
+from spark_mq.client.retry import Again, Retry, sent
 from spark_mq.client.transactions import (
     CompletionResult,
     PreparedTransaction,
@@ -36,10 +42,16 @@ from spark_mq.client.transactions import (
 )
 from spark_mq.client.txn_admin import TransactionAdmin
 from spark_mq.client.txn_owner import TxnOwner
-from spark_mq.errors import SparkMQError, UnknownTopicOrPartitionError, UsageError
+from spark_mq.errors import (
+    RequestTimedOutError,
+    SparkMQError,
+    UnknownTopicOrPartitionError,
+    UsageError,
+)
 from spark_mq.protocol import admin as msg
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
 from spark_mq.protocol.fetch import READ_COMMITTED, READ_UNCOMMITTED
+from spark_mq.protocol.metadata import MetadataResponse, TopicMetadata
 from spark_mq.protocol.offsets import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -56,31 +68,6 @@ OFFSET_SPECS = {
     LATEST: LATEST_TIMESTAMP,
     "max_timestamp": MAX_TIMESTAMP,
 }
-
-
-@dataclass(frozen=True)
-class PartitionDescription:
-    """One partition of a described topic."""
-
-    partition: int
-    leader: int
-    leader_epoch: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class TopicDescription:
-    """What :meth:`Admin.describe_topic` returns: partitions with their leaders, and the
-    topic's configuration overrides (keys set on the topic, not the broker defaults)."""
-
-    name: str
-    partitions: tuple[PartitionDescription, ...]
-    configs: dict[str, str]
-
-    @property
-    def partition_count(self) -> int:
-        return len(self.partitions)
 
 
 def _as_tp(item: TopicPartition | tuple[str, int]) -> TopicPartition:
@@ -130,12 +117,48 @@ class Admin:
             raise UsageError("the admin client is closed")
         node = ANY_NODE
         if controller:
-            if self._cluster.controller_id == ANY_NODE:
+            if self._cluster.controller_id == ANY_NODE or self._cluster.update_requested:
                 self._cluster.refresh([])
             node = self._cluster.controller_id
         return self._cluster.request(
             request, node_id=node, timeout_ms=self.config.default_api_timeout_ms
         )
+
+    def _retry(self) -> Retry:
+        """The deadline of one admin call: ``default.api.timeout.ms``."""
+        return Retry.within_ms(
+            self.config.default_api_timeout_ms,
+            backoff_s=max(self.config.retry_backoff_ms, 1) / 1000,
+            max_backoff_s=max(self.config.retry_backoff_max_ms, self.config.retry_backoff_ms)
+            / 1000,
+            clock=self._cluster.clock,
+            sleep=self._cluster.sleep,
+        )
+
+    def _controller_request(self, request: Any, codes: Callable[[Any], list[int]]) -> Any:
+        """Send ``request`` to the controller, as Kafka's admin client does in a ZooKeeper
+        cluster: a broker that is no longer controller (NOT_CONTROLLER) or a lost connection
+        refreshes the metadata and tries the new controller, within
+        ``default.api.timeout.ms``. ``codes`` gives the error codes of the response."""
+
+        def attempt() -> Any:
+            response = sent(lambda: self._request(request, controller=True))
+            if isinstance(response, Again):
+                self._cluster.request_update()
+                return response
+            if ErrorCode.NOT_CONTROLLER in codes(response):
+                self._cluster.request_update()
+                return Again(error_from_code(ErrorCode.NOT_CONTROLLER))
+            return response
+
+        def timed_out(last: SparkMQError) -> SparkMQError:
+            return RequestTimedOutError(
+                f"{type(request).__name__} did not reach the controller within "
+                f"default.api.timeout.ms={self.config.default_api_timeout_ms} "
+                f"(last error: {last})"
+            )
+
+        return self._retry().until(attempt, timed_out)
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -143,27 +166,34 @@ class Admin:
         self,
         name: str,
         partitions: int = 1,
-        replication_factor: int = 1,
+        replication_factor: int | None = None,
         config: Mapping[str, object] | None = None,
     ) -> None:
         """Create a topic; ``config`` holds topic-level keys (``retention.ms``,
-        ``cleanup.policy``, ...). Raises TopicExistsError if it exists. With ``path=DIR``,
-        this is the one call that creates DIR's log when it holds none yet; every other
-        call raises LogDirectoryNotFoundError for such a path."""
+        ``cleanup.policy``, ...). ``replication_factor`` None (or -1) takes the brokers'
+        ``default.replication.factor``; more than the live brokers is
+        InvalidReplicationFactorError. Raises TopicExistsError if it exists. With
+        ``path=DIR``, this is the one call that creates DIR's log when it holds none yet;
+        every other call raises LogDirectoryNotFoundError for such a path."""
         self._cluster.create_log = True
         configs = {k: str(v) for k, v in (config or {}).items()}
+        factor = -1 if replication_factor is None else replication_factor
         request = msg.CreateTopicsRequest(
-            [msg.CreatableTopic(name, partitions, replication_factor, configs)],
+            [msg.CreatableTopic(name, partitions, factor, configs)],
             timeout_ms=self.config.default_api_timeout_ms,
         )
-        response: msg.CreateTopicsResponse = self._request(request, controller=True)
+        response: msg.CreateTopicsResponse = self._controller_request(
+            request, lambda r: [t.error_code for t in r.topics]
+        )
         for result in response.topics:
             _raise_for(result.error_code, result.error_message, result.name)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data."""
         request = msg.DeleteTopicsRequest([name], timeout_ms=self.config.default_api_timeout_ms)
-        response: msg.DeleteTopicsResponse = self._request(request, controller=True)
+        response: msg.DeleteTopicsResponse = self._controller_request(
+            request, lambda r: [t.error_code for t in r.responses]
+        )
         for result in response.responses:
             _raise_for(result.error_code, result.error_message, result.name)
 
@@ -173,7 +203,9 @@ class Admin:
             [msg.CreatePartitionsTopic(name, total)],
             timeout_ms=self.config.default_api_timeout_ms,
         )
-        response: msg.CreatePartitionsResponse = self._request(request, controller=True)
+        response: msg.CreatePartitionsResponse = self._controller_request(
+            request, lambda r: [t.error_code for t in r.results]
+        )
         for result in response.results:
             _raise_for(result.error_code, result.error_message, result.name)
 
@@ -183,21 +215,45 @@ class Admin:
         return sorted(t.name for t in response.topics if t.error_code == ErrorCode.NONE)
 
     def describe_topic(self, name: str) -> TopicDescription:
-        """Partitions, leaders and in-sync replicas, and the topic's config overrides."""
-        response = self._check(self._cluster.refresh([name]))
-        for topic in response.topics:
-            if topic.name == name:
+        """Per partition the leader (-1: none now), leader epoch, replicas, in-sync replicas
+        and offline replicas, and the topic's config overrides. A topic just created whose
+        leaders are not elected yet (LEADER_NOT_AVAILABLE) is asked again within
+        ``default.api.timeout.ms``; a partition that lost its leader is described as it is
+        (leader -1)."""
+        topic = self._topic_metadata(name)
+        parts = tuple(
+            PartitionDescription(
+                p.partition,
+                p.leader_id,
+                p.leader_epoch,
+                tuple(p.replicas),
+                tuple(p.isr),
+                tuple(p.offline_replicas),
+            )
+            for p in sorted(topic.partitions, key=lambda p: p.partition)
+        )
+        entries = self._config_entries(name)
+        overrides = {e.name: e.value for e in entries if not e.is_default}
+        return TopicDescription(
+            name, parts, {k: v for k, v in overrides.items() if v}, topic.topic_id
+        )
+
+    def describe_cluster(self) -> ClusterDescription:
+        """The cluster id, the controller and every live broker (from Metadata)."""
+        response: MetadataResponse = self._check(self._cluster.refresh([]))
+        brokers = tuple(sorted((b.node_id, b.host, b.port, b.rack) for b in response.brokers))
+        return ClusterDescription(response.cluster_id, response.controller_id, brokers)
+
+    def _topic_metadata(self, name: str) -> TopicMetadata:
+        retry = self._retry()
+        while True:
+            response: MetadataResponse = self._check(self._cluster.refresh([name]))
+            topic = next((t for t in response.topics if t.name == name), None)
+            if topic is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
+            if topic.error_code != ErrorCode.LEADER_NOT_AVAILABLE or not retry.backoff():
                 _raise_for(topic.error_code, topic.error_message, name)
-                parts = tuple(
-                    PartitionDescription(
-                        p.partition, p.leader_id, p.leader_epoch, tuple(p.replicas), tuple(p.isr)
-                    )
-                    for p in sorted(topic.partitions, key=lambda p: p.partition)
-                )
-                entries = self._config_entries(name)
-                overrides = {e.name: e.value for e in entries if not e.is_default}
-                return TopicDescription(name, parts, {k: v for k, v in overrides.items() if v})
-        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist", topic=name)
+                return topic
 
     def _check(self, response: Any) -> Any:
         if self._closed:
@@ -277,15 +333,37 @@ class Admin:
             (k if isinstance(k, TopicPartition) else TopicPartition(*k)): v
             for k, v in offsets.items()
         }
+        pending = dict(tps)
+        out: dict[TopicPartition, int] = {}
+        retry = self._retry()
+        while True:
+            last = self._delete_records_round(pending, out)
+            if not pending:
+                return out
+            if not retry.backoff():
+                raise RequestTimedOutError(
+                    f"DeleteRecords for {', '.join(map(str, pending))} found no leader "
+                    f"within default.api.timeout.ms={self.config.default_api_timeout_ms} "
+                    f"(last error: {last})"
+                )
+
+    def _delete_records_round(
+        self, pending: dict[TopicPartition, int], out: dict[TopicPartition, int]
+    ) -> SparkMQError | None:
+        """Send each pending partition's DeleteRecords to its leader once; move the answered
+        ones to ``out``. A leader that moved or a lost connection leaves the partition
+        pending (the metadata is refreshed before the next round); any other error raises.
+        Returns the last retriable error."""
+        cluster = self._cluster
+        unknown = [tp for tp in pending if cluster.leader(tp.topic, tp.partition) is None]
+        if unknown or cluster.update_requested:
+            cluster.refresh(sorted({tp.topic for tp in pending}))
         by_node: dict[int, dict[str, list[DeleteRecordsPartition]]] = {}
-        unknown = [tp for tp in tps if self._cluster.leader(tp.topic, tp.partition) is None]
-        if unknown:
-            self._cluster.refresh(sorted({tp.topic for tp in unknown}))
-        for tp, offset in tps.items():
-            node = self._cluster.leader(tp.topic, tp.partition)
+        for tp, offset in pending.items():
+            node = cluster.leader(tp.topic, tp.partition)
             topics = by_node.setdefault(ANY_NODE if node is None else node, {})
             topics.setdefault(tp.topic, []).append(DeleteRecordsPartition(tp.partition, offset))
-        out: dict[TopicPartition, int] = {}
+        last: SparkMQError | None = None
         for node, topics in by_node.items():
             request = DeleteRecordsRequest(
                 [DeleteRecordsTopic(name, parts) for name, parts in topics.items()],
@@ -293,27 +371,33 @@ class Admin:
             )
             if self._closed:
                 raise UsageError("the admin client is closed")
-            response: DeleteRecordsResponse = self._cluster.request(
-                request, node_id=node, timeout_ms=self.config.default_api_timeout_ms
+            response: DeleteRecordsResponse | Again = sent(
+                functools.partial(
+                    cluster.request,
+                    request,
+                    node_id=node,
+                    timeout_ms=self.config.default_api_timeout_ms,
+                )
             )
-            errors: list[SparkMQError] = []
+            if isinstance(response, Again):
+                cluster.request_update()
+                last = response.error
+                continue
             for topic in response.topics:
                 for part in topic.partitions:
                     tp = TopicPartition(topic.name, part.partition)
-                    if part.error_code != ErrorCode.NONE:
-                        errors.append(
-                            error_from_code(
-                                part.error_code,
-                                part.error_message,
-                                topic=tp.topic,
-                                partition=tp.partition,
-                            )
-                        )
-                    else:
+                    if part.error_code == ErrorCode.NONE:
                         out[tp] = part.low_watermark
-            if errors:
-                raise errors[0]
-        return out
+                        pending.pop(tp, None)
+                        continue
+                    error = error_from_code(
+                        part.error_code, part.error_message, topic=tp.topic, partition=tp.partition
+                    )
+                    if part.error_code not in LEADER_MOVED:
+                        raise error
+                    cluster.request_update()
+                    last = error
+        return last
 
     # -- consumer groups ------------------------------------------------------------------
 

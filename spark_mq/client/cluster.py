@@ -10,6 +10,18 @@ creates DIR when it holds no log yet; the others raise
 empty log (docs/broker.md, "Reading and creating entry points").
 With ``bootstrap.servers`` the client asks any reachable server for Metadata and then routes
 each partition to its leader by node id, with the addresses the brokers advertise.
+``bootstrap.servers`` may list any subset of the brokers: a request for any broker tries them
+in turn (then every broker the last Metadata listed), skipping a dead one for the next, as
+Kafka's clients pick their least loaded node.
+
+Following leaders (Kafka's ``Metadata.requestUpdate``): the producer, the consumer and the
+admin client call :meth:`Cluster.request_update` when a partition's broker answers that it is
+not (or no longer) the leader (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE,
+FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, an unknown partition) or when the connection to
+a broker drops; the next look at the metadata refreshes it (:attr:`update_requested`) before
+the request is retried. A Metadata answer lists every live broker, so the node map is
+replaced by it: a broker that died is no longer dialled by its id, and its partitions are
+leaderless (-1) until the controller elects new leaders.
 
 The cluster also owns *control* connections: one per node, used for synchronous
 request/response calls (Metadata, ListOffsets, admin APIs) from any thread, under a lock.
@@ -57,6 +69,17 @@ EnsureBroker = Callable[..., BrokerAddress]
 
 #: The node id a request goes to when any broker will do.
 ANY_NODE = -1
+
+#: Partition errors that mean the request went to a broker that does not (or no longer, or
+#: not yet) lead the partition: refresh the metadata and send it to the leader again.
+LEADER_MOVED = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +131,7 @@ class Cluster:
         self._control: dict[int, BrokerConnection] = {}
         self._refreshed_at = -1e18
         self._bootstrap_turn = 0
+        self._update_requested = False
         self.cluster_id = ""
         self.controller_id = ANY_NODE
         self._closed = False
@@ -143,12 +167,36 @@ class Cluster:
         with self._lock:
             if node_id != ANY_NODE and node_id in self._nodes:
                 return self._nodes[node_id]
+            if node_id != ANY_NODE and self._nodes:
+                # The last Metadata listed every live broker, and not this one.
+                self._update_requested = True
+                raise BrokerNotAvailableError(
+                    f"broker {node_id} is not among the live brokers of the last metadata "
+                    f"({sorted(self._nodes)}); it is down or the metadata is stale, which "
+                    "the next refresh settles"
+                )
             return self._bootstrap[self._bootstrap_turn % len(self._bootstrap)]
 
+    def _any_node_addresses(self) -> list[BrokerAddress]:
+        """Where a request for any broker may go, in the order to try: the bootstrap servers
+        from the one that last answered, then the other brokers the metadata lists."""
+        with self._lock:
+            turn = self._bootstrap_turn % len(self._bootstrap)
+            out = self._bootstrap[turn:] + self._bootstrap[:turn]
+            out += [a for _, a in sorted(self._nodes.items()) if a not in out]
+            return out
+
     def new_connection(self, node_id: int) -> BrokerConnection:
-        """A data connection to ``node_id`` for the caller to own; not yet connected."""
+        """A data connection to ``node_id`` for the caller to own; not yet connected (its
+        address is looked up again when it connects: :meth:`connect`)."""
+        self._check_open()
+        if self._path is not None:
+            address = self._local()
+        else:
+            with self._lock:
+                address = self._nodes.get(node_id) or self._bootstrap[0]
         return BrokerConnection(
-            self.address_for(node_id),
+            address,
             node_id=node_id,
             client_id=self.config.client_id or None,
             max_frame_bytes=self.config.receive_message_max_bytes,
@@ -166,17 +214,54 @@ class Cluster:
         self._check_open()
         if conn.connected:
             return
-        try:
-            conn.address = self.address_for(conn.node_id, timeout_ms=timeout_ms)
-            conn.connect()
-        except BrokerNotAvailableError:
-            if self._path is not None:
+        if self._path is not None:
+            try:
+                conn.address = self.address_for(conn.node_id, timeout_ms=timeout_ms)
+                conn.connect()
+            except BrokerNotAvailableError:
                 conn.address = self._local(renew=True, timeout_ms=timeout_ms)
-            else:
-                with self._lock:
-                    self._bootstrap_turn += 1
+                conn.connect()
+            return
+        if conn.node_id != ANY_NODE:
+            try:
                 conn.address = self.address_for(conn.node_id)
-            conn.connect()
+                conn.connect()
+            except BrokerNotAvailableError:
+                # The broker is down: its partitions have (or will have) other leaders.
+                self.request_update()
+                raise
+            return
+        self._connect_any(conn, timeout_ms)
+
+    def _connect_any(self, conn: BrokerConnection, timeout_ms: int | None) -> None:
+        """Connect ``conn`` to the first broker that accepts (bootstrap servers first),
+        within ``timeout_ms``; remember which, so the next request starts there."""
+        deadline = self.clock() + self._timeout_ms(timeout_ms) / 1000
+        candidates = self._any_node_addresses()
+        failures: list[str] = []
+        last: BrokerNotAvailableError | None = None
+        for address in candidates:
+            conn.address = address
+            try:
+                conn.connect()
+            except BrokerNotAvailableError as exc:
+                failures.append(f"{address}: {exc}")
+                last = exc
+                if self.clock() >= deadline:
+                    break
+                continue
+            with self._lock:
+                if address in self._bootstrap:
+                    self._bootstrap_turn = self._bootstrap.index(address)
+            if failures:
+                log.info("skipped unreachable brokers: %s", "; ".join(failures))
+            return
+        if len(failures) == 1 and last is not None:
+            raise last  # the one broker there is to try: its own error says it all
+        raise BrokerNotAvailableError(
+            f"no broker answered ({'; '.join(failures)}); check bootstrap.servers="
+            f"{self.config.bootstrap_servers!r} and that the brokers are running"
+        )
 
     def connection_failed(self, conn: BrokerConnection) -> list[Any]:
         """Close a failed connection; its address is re-resolved when it next connects."""
@@ -198,6 +283,10 @@ class Cluster:
         deadline = self.clock() + self._timeout_ms(timeout_ms) / 1000
         with self._lock:
             for attempt in range(2):
+                if node_id != ANY_NODE and self._path is None and self._stale_node(node_id):
+                    # Where is it now? (A broker that restarted listens on a new port; one
+                    # that the metadata does not list yet may be new.)
+                    self.refresh([], timeout_ms=self._remaining_ms(deadline))
                 conn = self._control.get(node_id)
                 if conn is None:
                     conn = self._control[node_id] = self.new_connection(node_id)
@@ -206,9 +295,16 @@ class Cluster:
                     return conn.request(request, timeout_s=self._remaining_ms(deadline) / 1000)
                 except NetworkError:
                     self.connection_failed(conn)
+                    if node_id != ANY_NODE:
+                        self.request_update()
                     if attempt or self.clock() >= deadline:
                         raise
         raise AssertionError("unreachable")
+
+    def _stale_node(self, node_id: int) -> bool:
+        """Whether the address of ``node_id`` should be looked up again before a request:
+        the metadata lists other brokers but not it, or a refresh was asked for."""
+        return (bool(self._nodes) and node_id not in self._nodes) or self._update_requested
 
     # -- metadata -------------------------------------------------------------------------
 
@@ -231,11 +327,19 @@ class Cluster:
         with self._lock:
             self.cluster_id = response.cluster_id
             self.controller_id = response.controller_id
-            for broker in response.brokers:
-                if broker.host.startswith("unix:"):
-                    self._nodes[broker.node_id] = BrokerAddress.parse(broker.host)
-                else:
-                    self._nodes[broker.node_id] = BrokerAddress(broker.host, broker.port)
+            if response.brokers:
+                # Every live broker: one that is gone must not be dialled by its id.
+                nodes: dict[int, BrokerAddress] = {}
+                for broker in response.brokers:
+                    if broker.host.startswith("unix:"):
+                        nodes[broker.node_id] = BrokerAddress.parse(broker.host)
+                    else:
+                        nodes[broker.node_id] = BrokerAddress(broker.host, broker.port)
+                self._nodes = nodes
+            if topics is None or set(self._topics) <= set(topics):
+                # Every topic this client follows was looked up again: the update asked for
+                # is done (a lookup of other topics, or of the brokers only, is not it).
+                self._update_requested = False
             counts = dict(self.partition_counts)
             for topic in response.topics:
                 if topic.error_code == ErrorCode.NONE and topic.partitions:
@@ -259,6 +363,21 @@ class Cluster:
     def metadata_is_stale(self) -> bool:
         return (self.clock() - self._refreshed_at) * 1000 >= self.config.metadata_max_age_ms
 
+    def request_update(self) -> None:
+        """Ask for a metadata refresh before the next retry: a leader moved or a broker
+        went away (Kafka's ``Metadata.requestUpdate``)."""
+        self._update_requested = True
+
+    @property
+    def update_requested(self) -> bool:
+        """Whether metadata should be refreshed now (asked for since the last refresh)."""
+        return self._update_requested
+
+    def nodes(self) -> dict[int, BrokerAddress]:
+        """The live brokers of the last Metadata, by id."""
+        with self._lock:
+            return dict(self._nodes)
+
     def known_topics(self) -> list[str]:
         with self._lock:
             return list(self._topics)
@@ -279,6 +398,14 @@ class Cluster:
             return None
         leader = info.partitions[partition].leader_id
         return leader if leader >= 0 else None
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """The partition's leader epoch as last seen (-1: unknown), for the requests that
+        carry ``current_leader_epoch`` so a stale leader or a stale client is told so."""
+        info = self._topics.get(topic)
+        if info is None or not 0 <= partition < len(info.partitions):
+            return -1
+        return info.partitions[partition].leader_epoch
 
     def wait_for_topic(
         self, topic: str, *, timeout_ms: int, allow_auto_create: bool = False

@@ -243,7 +243,7 @@ class Fetcher:
         for node, items in by_node.items():
             if node not in self._in_flight:
                 self._send_fetch(node, items, now)
-        if missing_leader:
+        if missing_leader or self._cluster.update_requested:
             self._refresh_metadata(missing_leader, now)
 
     def _send_fetch(self, node: int, items: list[tuple[TopicPartition, int]], now: float) -> None:
@@ -253,8 +253,11 @@ class Fetcher:
         cfg = self._config
         topics: dict[str, list[FetchPartition]] = {}
         for tp, offset in items:
+            # The leader epoch this client knows: a broker that is no longer leader, or one
+            # that is ahead of this client's metadata, says so instead of answering.
+            epoch = self._cluster.leader_epoch(tp.topic, tp.partition)
             topics.setdefault(tp.topic, []).append(
-                FetchPartition(tp.partition, offset, cfg.max_partition_fetch_bytes)
+                FetchPartition(tp.partition, offset, cfg.max_partition_fetch_bytes, epoch)
             )
         request = FetchRequest(
             max_wait_ms=cfg.fetch_max_wait_ms,
@@ -289,6 +292,8 @@ class Fetcher:
         log.warning("connection to broker %s lost: %s; fetching again", conn.address, exc)
         self._in_flight.pop(node, None)
         self._cluster.connection_failed(conn)
+        # The broker may be gone, and its partitions led elsewhere: look before fetching.
+        self._cluster.request_update()
         self._reconnect_at[node] = self._cluster.clock() + self._config.retry_backoff_ms / 1000
 
     def _refresh_metadata(self, topics: set[str], now: float) -> None:
@@ -399,6 +404,7 @@ class Fetcher:
             return
         if error.retriable:
             self._retry_at[tp] = self._cluster.clock() + self._config.retry_backoff_ms / 1000
+            self._cluster.request_update()
             self._metadata_at = 0.0
             self._refresh_metadata({tp.topic}, self._cluster.clock())
             return

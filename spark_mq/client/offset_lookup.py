@@ -76,8 +76,11 @@ def list_offsets(
         for node, tps in _leaders(cluster, list(pending)).items():
             topics: dict[str, list[ListOffsetsPartition]] = {}
             for tp in tps:
+                # The leader epoch as this client knows it: a broker that no longer leads,
+                # or one ahead of the client, says so (and the metadata is refreshed).
+                epoch = cluster.leader_epoch(tp.topic, tp.partition)
                 topics.setdefault(tp.topic, []).append(
-                    ListOffsetsPartition(tp.partition, pending[tp])
+                    ListOffsetsPartition(tp.partition, pending[tp], epoch)
                 )
             request = ListOffsetsRequest(
                 [ListOffsetsTopic(name, parts) for name, parts in topics.items()],

@@ -278,7 +278,8 @@ class Sender(threading.Thread):
             tp for tp in self._acc.partitions_with_data() if self._cluster.leader(*tp) is None
         ]
         known = self._cluster.known_topics()
-        if not missing and (not known or not self._cluster.metadata_is_stale()):
+        wanted = self._cluster.update_requested or self._cluster.metadata_is_stale()
+        if not missing and (not known or not wanted):
             return
         topics = sorted({tp[0] for tp in missing} | set(known))
         try:
@@ -301,6 +302,7 @@ class Sender(threading.Thread):
             try:
                 self._cluster.connect(conn)
             except SparkMQError as exc:
+                # Cluster.connect asked for a metadata update: the leader may have moved.
                 log.warning("cannot connect to broker %s: %s", conn.address, exc)
                 self._reconnect_at[node] = now + self._config.retry_backoff_max_ms / 1000
                 continue
@@ -484,6 +486,8 @@ class Sender(threading.Thread):
             self._selector.unregister(fd)
         log.warning("connection to broker %s lost: %s; retrying its requests", conn.address, exc)
         pending: list[Any] = self._cluster.connection_failed(conn)
+        # The broker may be gone, and its partitions led elsewhere: look before resending.
+        self._cluster.request_update()
         if extra:
             pending.append(extra)
         self._reconnect_at[conn.node_id] = self._clock() + self._config.retry_backoff_ms / 1000
@@ -565,6 +569,8 @@ class Sender(threading.Thread):
             and not self._force_close
         ):
             if error.error_code in _STALE_METADATA:
+                # The leader moved (or is being elected): refresh before the retry.
+                self._cluster.request_update()
                 self._metadata_retry_at = 0.0
             backoff_ms = min(
                 self._config.retry_backoff_ms * 2 ** max(batch.attempts - 1, 0),

@@ -40,6 +40,8 @@ class TopicMetadata(msgspec.Struct, array_like=True):
     partitions: list[PartitionMetadata]
     is_internal: bool = False
     error_message: str | None = None
+    #: The topic's id ("": not known to the answering broker).
+    topic_id: str = ""
 
 
 class MetadataResponse(msgspec.Struct, array_like=True):

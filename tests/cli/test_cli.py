@@ -110,11 +110,23 @@ def test_topics_create_list_describe_alter_delete(cli, mq_path, topic):
 
     doc = json.loads(cli("topics", "describe", topic, "--json", *p).out)
     assert doc["topic"] == topic and doc["configs"] == {"retention.ms": "86400000"}
+    assert (doc["partition_count"], doc["replication_factor"]) == (3, 1)
     assert [p_["partition"] for p_ in doc["partitions"]] == [0, 1, 2]
     assert {(p_["log_start_offset"], p_["high_watermark"]) for p_ in doc["partitions"]} == {(0, 0)}
-    text = cli("topics", "describe", topic, *p).out
-    assert f"Topic {topic}: 3 partitions, 0 records" in text
-    assert "retention.ms=86400000" in text and "stable offset" in text
+    # kafka-topics.sh --describe's layout: the topic line, then one line per partition.
+    lines = cli("topics", "describe", topic, *p).out.splitlines()
+    assert lines[0] == (
+        f"Topic: {topic}\tTopicId: {doc['topic_id']}\tPartitionCount: 3\t"
+        "ReplicationFactor: 1\tConfigs: retention.ms=86400000"
+    )
+    leader = doc["partitions"][0]["leader"]
+    for index, line in enumerate(lines[1:]):
+        assert line.startswith(
+            f"\tTopic: {topic}\tPartition: {index}\tLeader: {leader}\t"
+            f"Replicas: {leader}\tIsr: {leader}\tLeaderEpoch: "
+        )
+        assert line.endswith("\tLogStartOffset: 0\tHighWatermark: 0\tLastStableOffset: 0")
+    assert len(lines) == 4 and len(doc["topic_id"]) == 32
 
     r = cli("topics", "alter", topic, "--partitions", "5", "--config", "cleanup.policy=compact", *p)
     assert r.code == 0 and "partitions 3 -> 5" in r.out

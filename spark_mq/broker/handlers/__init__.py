@@ -67,8 +67,13 @@ from spark_mq.broker.handlers.transactions import (
     handle_write_txn_markers,
     refuse_write_txn_markers,
 )
+from spark_mq.broker.handlers.update_metadata import CLIENT_HINT, handle_update_metadata
 from spark_mq.protocol.api import ApiKey
-from spark_mq.protocol.controller import leader_and_isr_error, stop_replica_error
+from spark_mq.protocol.controller import (
+    leader_and_isr_error,
+    stop_replica_error,
+    update_metadata_error,
+)
 
 _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.PRODUCE: handle_produce,
@@ -110,6 +115,7 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.CHECK_HALF_MESSAGES: handle_check_half_messages,
     ApiKey.LIST_HALF_MESSAGES: handle_list_half_messages,
     ApiKey.AUTHENTICATE_BROKER: handle_authenticate_broker,
+    ApiKey.UPDATE_METADATA: handle_update_metadata,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     ApiKey.LEADER_AND_ISR: handle_leader_and_isr,
     ApiKey.STOP_REPLICA: handle_stop_replica,
@@ -125,6 +131,7 @@ HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(
         ),
         ApiKey.LEADER_AND_ISR: (leader_and_isr_error, REFUSAL_HINT),
         ApiKey.STOP_REPLICA: (stop_replica_error, REFUSAL_HINT),
+        ApiKey.UPDATE_METADATA: (update_metadata_error, CLIENT_HINT),
     },
 )
 
