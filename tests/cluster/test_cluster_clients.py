@@ -4,14 +4,10 @@ through any one broker; a producer and a consumer that each know one bootstrap b
 produce and consume every partition, wherever its leader is; ``spark-mq topics describe``
 shows the replicas and the filters; after a partition's leader is killed, the controller
 moves the leadership and the producer and consumer follow it (metadata refresh on the
-dropped connection), while the killed broker's partitions show as under-replicated.
-
-Needs the controller (broker/controller/controller.py); until it is part of the tree the
-test is skipped, and it runs once it is."""
+dropped connection), while the killed broker's partitions show as under-replicated."""
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,19 +17,14 @@ from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
 from spark_mq.cli import main
+from spark_mq.cli.cluster import _status as cluster_status_of
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("spark_mq.broker.controller.controller") is None,
-        reason="needs the cluster's controller (broker/controller/controller.py)",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 RECORDS = 20
 
@@ -127,6 +118,12 @@ def test_clients_follow_leaders_in_a_three_broker_cluster(
     under = _describe(capsys, _server(cluster, survivor), "--under-replicated-partitions")
     assert len(under.splitlines()) == 3  # every partition had a replica on the killed broker
     assert _describe(capsys, _server(cluster, survivor), "--unavailable-partitions") == ""
+    # spark-mq cluster status reads the same from ZooKeeper.
+    status = cluster_status_of(cluster)
+    assert status["offline_partitions"] == []
+    under_t = [e for e in status["under_replicated_partitions"] if e["topic"] == "t"]
+    assert [e["partition"] for e in under_t] == [0, 1, 2]
+    assert all(victim not in e["isr"] and victim in e["replicas"] for e in under_t)
 
     tp = TopicPartition("t", victim_partition.partition)
     with Consumer(bootstrap_servers=_server(cluster, survivor)) as consumer:
