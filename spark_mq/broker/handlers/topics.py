@@ -144,6 +144,24 @@ async def _controller_done(core: BrokerCore, done: Callable[[], bool], deadline:
     return True
 
 
+async def _known_here(core: BrokerCore, topic: str, deadline: float) -> bool:
+    """Wait until this broker's metadata cache knows ``topic`` with a leader for each
+    partition (the controller's UpdateMetadata follows its ZooKeeper write), as Kafka's
+    CreateTopics answers only then: a client that asks this broker's Metadata right after
+    sees the topic. Whether it did before the deadline."""
+    cache = core.metadata_cache
+
+    def known() -> bool:
+        partitions = cache.snapshot.partitions(topic)
+        return bool(partitions) and all(p.leader >= 0 for p in partitions.values())
+
+    while not known():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
 def _timed_out(what: str, timeout_ms: int) -> RequestTimedOutError:
     return RequestTimedOutError(
         f"{what} was written to ZooKeeper but the controller did not carry it out within "
@@ -184,7 +202,10 @@ async def handle_create_topics(
         return Response(response)
     for i, result in enumerate(response.topics):
         elected = functools.partial(admin.leaders_elected, result.name)
-        if result.error_code == 0 and not await _controller_done(core, elected, deadline):
+        if result.error_code == 0 and not (
+            await _controller_done(core, elected, deadline)
+            and await _known_here(core, result.name, deadline)
+        ):
             code, message = error_of(
                 _timed_out(f"topic {result.name!r}", request.timeout_ms),
                 f"create topic {result.name!r}",
