@@ -227,6 +227,16 @@ class Partition:
             f"this broker is not the leader of {self.topic}-{self.index}: {who}; refresh metadata"
         )
 
+    def update_follower(self, broker_id: int, fetch_offset: int) -> None:
+        """A follower fetches from ``fetch_offset`` (its log end): refused unless it is a
+        replica of the partition."""
+        if broker_id == self.node_id or broker_id not in self._replicas:
+            raise NotLeaderOrFollowerError(
+                f"broker {broker_id} fetches {self.topic}-{self.index} as a follower, but the "
+                f"partition's replicas are {list(self._replicas)}; it waits for the "
+                "controller's LeaderAndIsr"
+            )
+
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Kafka's fencing of requests carrying a leader epoch (-1: the client has none)."""
         if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
