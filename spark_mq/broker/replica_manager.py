@@ -51,9 +51,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from spark_mq.broker.partition import LeaderAndIsr, Partition, ReplicaState
+from spark_mq.broker.delayed_produce import ProducePurgatory
+from spark_mq.broker.partition import LeaderAndIsr, Partition, ReplicaState, monotonic_ms
 from spark_mq.errors import (
     FencedLeaderEpochError,
+    NotLeaderOrFollowerError,
     SparkMQError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
@@ -113,8 +115,12 @@ class ReplicaManager:
         num_partitions: int,
         auto_create_topics: bool,
         cluster: bool = False,
+        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
         self.logs = logs
+        self._clock_ms = clock_ms
+        #: acks=all produce requests waiting for the high watermark (event loop only).
+        self.purgatory = ProducePurgatory()
         self.node_id = node_id
         self.leader_epoch = leader_epoch
         self.num_partitions = num_partitions
@@ -148,9 +154,14 @@ class ReplicaManager:
                 if part is not None:
                     part.stop()
                 if self.cluster:
-                    part = Partition.for_cluster(log, node_id=self.node_id)
+                    part = Partition.for_cluster(log, node_id=self.node_id, clock_ms=self._clock_ms)
                 else:
-                    part = Partition(log, leader_epoch=self.leader_epoch, node_id=self.node_id)
+                    part = Partition(
+                        log,
+                        leader_epoch=self.leader_epoch,
+                        node_id=self.node_id,
+                        clock_ms=self._clock_ms,
+                    )
                 self._partitions[key] = part
             return part
 
@@ -501,11 +512,31 @@ class ReplicaManager:
         self._closing = True
         for waiter in list(self._waiting):
             _resolve(waiter)
+        self.purgatory.abort_all(
+            NotLeaderOrFollowerError(
+                f"broker {self.node_id} is shutting down; the records were appended by the "
+                "leader but may not be on every in-sync replica: retry with the new leader"
+            )
+        )
 
-    @staticmethod
-    def notify(partitions: Iterable[Partition]) -> None:
+    def notify(self, partitions: Iterable[Partition]) -> None:
+        """Partitions were appended to, changed role or moved their high watermark: wake
+        their waiting fetches, complete the acks=all waits their high watermark allows, and
+        end those of partitions this broker no longer leads."""
         for part in partitions:
             part.notify_waiters()
+            key = (part.topic, part.index)
+            if part.state is ReplicaState.LEADER:
+                self.purgatory.advance(key, part.high_watermark)
+            elif self.purgatory.waiting(key):
+                self.purgatory.abort(
+                    key,
+                    NotLeaderOrFollowerError(
+                        f"broker {self.node_id} no longer leads {part.topic}-{part.index}; the "
+                        "records were appended but may not be on every in-sync replica: "
+                        "refresh metadata and retry with the new leader"
+                    ),
+                )
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

@@ -1,6 +1,8 @@
 """Replication between real broker processes (a three-broker LocalCluster): followers copy
 the leader's batches byte for byte (same offsets, same leader epochs); a client may not fetch
-as a replica.
+as a replica; acks=all answers once every in-sync replica has the records, and with
+min.insync.replicas=2 goes on with one follower stopped and is refused with two stopped
+(while acks=1 works); a restarted follower catches up.
 
 One cluster is shared by the tests of this module: each uses topics of its own.
 """
@@ -109,11 +111,19 @@ def create_topic(cluster: LocalCluster, zk: ZkClient, topic: str, config: dict[s
 
 
 def produce(
-    cluster: LocalCluster, broker_id: int, topic: str, values: list[bytes], *, acks: int
+    cluster: LocalCluster,
+    broker_id: int,
+    topic: str,
+    values: list[bytes],
+    *,
+    acks: int,
+    timeout_ms: int = 5000,
 ) -> tuple[int, int]:
     """Produce one batch; (error code, base offset)."""
     records = encode_batch(pa.array(values))
-    body = ProduceRequest(acks, 5000, [ProduceTopic(topic, [ProducePartition(0, len(records))])])
+    body = ProduceRequest(
+        acks, timeout_ms, [ProduceTopic(topic, [ProducePartition(0, len(records))])]
+    )
     conn = connect(cluster, broker_id)
     try:
         conn.send(body, records=[records])
@@ -175,3 +185,56 @@ def test_a_client_may_not_fetch_as_a_replica(cluster: LocalCluster, zk: ZkClient
     answer = response.topics[0].partitions[0]
     assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     assert f"broker {follower}" in (answer.error_message or "")
+
+
+def isr(zk: ZkClient, topic: str) -> list[int]:
+    state = read_partition_state(zk, topic, 0)
+    assert state is not None
+    return sorted(state.value.isr)
+
+
+def test_acks_all_with_min_insync_replicas(cluster: LocalCluster, zk: ZkClient) -> None:
+    topic = "durable"
+    leader = create_topic(cluster, zk, topic, {"min.insync.replicas": "2"})
+    followers = [b for b in cluster.broker_ids if b != leader]
+    wait_for(lambda: produce(cluster, leader, topic, [b"first"], acks=-1)[0] == 0, 30)
+    # Acknowledged with acks=all: every in-sync replica has the records already.
+    expected = segment_bytes(cluster, leader, topic)
+    for follower in followers:
+        assert segment_bytes(cluster, follower, topic) == expected
+
+    stopped: list[int] = []
+    try:
+        stopped.append(followers[0])
+        cluster.stop_broker(followers[0])
+        wait_for(lambda: followers[0] not in isr(zk, topic), 30)
+        # Two in sync of min.insync.replicas=2: acks=all goes on (once the leader has
+        # heard of the new ISR: until then the wait for the stopped follower times out).
+        wait_for(
+            lambda: produce(cluster, leader, topic, [b"two"], acks=-1, timeout_ms=1000)[0] == 0,
+            30,
+        )
+        assert segment_bytes(cluster, followers[1], topic) == segment_bytes(cluster, leader, topic)
+
+        stopped.append(followers[1])
+        cluster.stop_broker(followers[1])
+        wait_for(lambda: isr(zk, topic) == [leader], 30)
+        end = len(batch_heads(segment_bytes(cluster, leader, topic)))
+
+        def refused() -> bool:
+            code, _ = produce(cluster, leader, topic, [b"refused"], acks=-1, timeout_ms=1000)
+            return code == ErrorCode.NOT_ENOUGH_REPLICAS
+
+        wait_for(refused, 30)
+        # Refused before the append: nothing was written.
+        assert len(batch_heads(segment_bytes(cluster, leader, topic))) == end
+        code, _ = produce(cluster, leader, topic, [b"one"], acks=1)
+        assert code == 0
+        assert len(batch_heads(segment_bytes(cluster, leader, topic))) == end + 1
+    finally:
+        for broker in stopped:
+            cluster.start_broker(broker)
+    # The restarted followers truncate as the leader says and catch up.
+    expected = segment_bytes(cluster, leader, topic)
+    for follower in followers:
+        wait_for(lambda f=follower: segment_bytes(cluster, f, topic) == expected, 30)

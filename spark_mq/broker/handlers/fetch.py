@@ -89,8 +89,12 @@ def _read_pass(core: BrokerCore, request: FetchRequest, isolation: FetchIsolatio
                 # consumer to refresh metadata. On one node every partition leads.
                 part.require_leader()
                 part.check_leader_epoch(fp.current_leader_epoch)
-                if request.replica_id >= 0:
-                    part.update_follower(request.replica_id, fp.fetch_offset)
+                if request.replica_id >= 0 and part.update_follower(
+                    request.replica_id, fp.fetch_offset
+                ):
+                    # The high watermark moved: acks=all producers and consumers waiting for
+                    # it go on.
+                    core.replicas.notify([part])
                 first_data = out.total_bytes == 0
                 limit = max(0, min(fp.partition_max_bytes, remaining))
                 info = part.log.read(
