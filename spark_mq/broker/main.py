@@ -238,6 +238,18 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 log_defaults=config.log_defaults,
             )
             await asyncio.to_thread(core.replicas.attach_fetchers, _fetchers(config, membership))
+            from spark_mq.broker.alter_partition_manager import (  # noqa: PLC0415
+                AlterPartitionManager,
+            )
+
+            core.isr_changes = AlterPartitionManager(
+                core.replicas,
+                membership,
+                node_id=broker.node_id,
+                lag_time_max_ms=config.replication.replica_lag_time_max_ms,
+                run_blocking=core.run_blocking,
+            )
+            core.isr_changes.start()
         tcp = next((a for a in addresses if a.unix_path is None), None)
         logger.info(
             "broker %d serving %s on %s (epoch %d, cluster %s, %s)",
@@ -269,6 +281,9 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         core.groups.close()
         core.transactions.close()
         core.half_messages.close()
+        if core.isr_changes is not None:
+            await core.isr_changes.close()
+            core.isr_changes = None
         # Followers stop fetching before the logs they append to close.
         await asyncio.to_thread(core.replicas.close_fetchers)
         await server.close(timeout_s)

@@ -47,6 +47,8 @@ from spark_mq.errors import (
     UnknownLeaderEpochError,
     UsageError,
 )
+from spark_mq.protocol.controller import AlterPartitionResult, AlterPartitionState
+from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.storage.log import LogAppendInfo, PartitionLog
 
 
@@ -111,6 +113,11 @@ class Partition:
         self._clock_ms = clock_ms
         #: A cluster leader's view of its followers (None: one node, or not leading).
         self.isr_state: LeaderIsrState | None = None
+        # Where the current leader epoch starts: a follower joins the ISR only past it.
+        self._epoch_start_offset = 0
+        # The controller refused an ISR proposal as stale: propose nothing until the next
+        # LeaderAndIsr tells this leader the partition's current state.
+        self._isr_fenced = False
         self.topic = log.topic
         self.index = log.partition
         self.node_id = node_id
@@ -192,7 +199,9 @@ class Partition:
             )
         with self._role_lock:
             self.transition_to(ReplicaState.LEADER)
-            self.log.maybe_assign_epoch_start_offset(state.leader_epoch, self.log.log_end_offset)
+            self._epoch_start_offset = self.log.log_end_offset
+            self._isr_fenced = False
+            self.log.maybe_assign_epoch_start_offset(state.leader_epoch, self._epoch_start_offset)
             self.log.leader_epoch = state.leader_epoch
             self._apply(state)
             # Followers in the ISR count as caught up now; their log ends are learned from
@@ -229,6 +238,7 @@ class Partition:
             )
         with self._role_lock:
             self._apply(state)
+            self._isr_fenced = False
             if self.isr_state is not None:
                 self.isr_state.replicas = tuple(state.replicas)
                 self.isr_state.settle(state.isr)
@@ -288,6 +298,69 @@ class Partition:
                     "controller's LeaderAndIsr"
                 )
             return self.maybe_advance_high_watermark()
+
+    # -----------------------------------------------------------------------------------------
+    # ISR changes (KIP-497: proposed to the controller with AlterPartition)
+
+    def propose_isr_change(self, lag_time_max_ms: int) -> AlterPartitionState | None:
+        """The ISR change this leader proposes now, marked in flight: without the followers
+        that have not caught up for ``lag_time_max_ms``, else with the followers that
+        caught up. None if there is none, if a proposal is in flight, or if the last one
+        was refused as stale (until the next LeaderAndIsr)."""
+        with self._role_lock:
+            isr_state = self.isr_state
+            if self.state is not ReplicaState.LEADER or isr_state is None or self._isr_fenced:
+                return None
+            new = isr_state.proposed_shrink(self._clock_ms(), lag_time_max_ms)
+            if new is None:
+                new = isr_state.proposed_expansion(
+                    self.log.high_watermark, self._epoch_start_offset
+                )
+            if new is None:
+                return None
+            isr_state.propose(new)
+            return AlterPartitionState(
+                self.topic, self.index, self.leader_epoch, sorted(new), self.partition_epoch
+            )
+
+    def wants_isr_expansion(self) -> bool:
+        """Whether a follower outside the ISR has caught up and may be proposed now."""
+        with self._role_lock:
+            isr_state = self.isr_state
+            return (
+                isr_state is not None
+                and not self._isr_fenced
+                and isr_state.pending_isr is None
+                and bool(isr_state.ready_to_join(self.log.high_watermark, self._epoch_start_offset))
+            )
+
+    def on_alter_partition(
+        self, proposal: AlterPartitionState, result: AlterPartitionResult
+    ) -> bool:
+        """The controller's answer to ``proposal``: take the new ISR and partition epoch,
+        or drop the proposal (a stale one, INVALID_UPDATE_VERSION or FENCED_LEADER_EPOCH,
+        stops proposals until the next LeaderAndIsr; any other error is retried at the next
+        check). Whether the high watermark moved."""
+        with self._role_lock:
+            isr_state = self.isr_state
+            if (
+                isr_state is None
+                or self.state is not ReplicaState.LEADER
+                or self.leader_epoch != proposal.leader_epoch
+            ):
+                return False  # leadership changed meanwhile: the answer is about the past
+            if result.error_code == ErrorCode.NONE:
+                self._isr = tuple(result.isr)
+                self.partition_epoch = result.partition_epoch
+                isr_state.settle(result.isr)
+                return self.maybe_advance_high_watermark()
+            isr_state.settle(None)
+            if result.error_code in (
+                ErrorCode.INVALID_UPDATE_VERSION,
+                ErrorCode.FENCED_LEADER_EPOCH,
+            ):
+                self._isr_fenced = True
+            return False
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Kafka's fencing of requests carrying a leader epoch (-1: the client has none)."""

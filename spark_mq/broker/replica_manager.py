@@ -165,6 +165,10 @@ class ReplicaManager:
                 self._partitions[key] = part
             return part
 
+    def leaders(self) -> list[Partition]:
+        """The partitions this broker leads now."""
+        return [p for p in list(self._partitions.values()) if p.state is ReplicaState.LEADER]
+
     def cached(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
 

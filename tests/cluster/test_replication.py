@@ -2,7 +2,10 @@
 the leader's batches byte for byte (same offsets, same leader epochs); a client may not fetch
 as a replica; acks=all answers once every in-sync replica has the records, and with
 min.insync.replicas=2 goes on with one follower stopped and is refused with two stopped
-(while acks=1 works); a restarted follower catches up.
+(while acks=1 works); a restarted follower catches up and rejoins the ISR. ISR changes go
+through the controller (AlterPartition, KIP-497): a follower that stops fetching (paused)
+leaves the ISR after replica.lag.time.max.ms in the same leader epoch, and rejoins once it
+catches up; the controller refuses a proposal at a stale partition or leader epoch.
 
 One cluster is shared by the tests of this module: each uses topics of its own.
 """
@@ -18,13 +21,20 @@ import pytest
 from kazoo.client import KazooClient
 from waiting import wait_for
 
+from spark_mq.broker.zk.broker_registration import read_live_brokers
 from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
 from spark_mq.broker.zk.partition_states import read_partition_state
+from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.cluster.zookeeper_server import ZooKeeperServer
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.admin import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
+from spark_mq.protocol.controller import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    AlterPartitionState,
+)
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.fetch import FetchPartition, FetchRequest, FetchResponse, FetchTopic
 from spark_mq.protocol.produce import (
@@ -58,7 +68,9 @@ def cluster(
         tmp_path_factory.mktemp("replication") / "c",
         3,
         zookeeper=zookeeper.connect_string + chroot,
-        session_timeout_ms=4000,
+        # Longer than the lag time, so that a paused follower leaves the ISR by its
+        # leader's proposal before its ZooKeeper session expires.
+        session_timeout_ms=10_000,
         broker_properties={
             "replica.lag.time.max.ms": str(LAG_TIME_MAX_MS),
             "replica.fetch.wait.max.ms": "200",
@@ -234,7 +246,64 @@ def test_acks_all_with_min_insync_replicas(cluster: LocalCluster, zk: ZkClient) 
     finally:
         for broker in stopped:
             cluster.start_broker(broker)
-    # The restarted followers truncate as the leader says and catch up.
+    # The restarted followers truncate as the leader says, catch up and rejoin the ISR.
     expected = segment_bytes(cluster, leader, topic)
     for follower in followers:
         wait_for(lambda f=follower: segment_bytes(cluster, f, topic) == expected, 30)
+    wait_for(lambda: isr(zk, topic) == sorted(cluster.broker_ids), 30)
+    assert produce(cluster, leader, topic, [b"all again"], acks=-1)[0] == 0
+
+
+def test_a_lagging_follower_leaves_the_isr_and_rejoins(cluster: LocalCluster, zk: ZkClient) -> None:
+    topic = "lagging"
+    leader = create_topic(cluster, zk, topic, {})
+    before = read_partition_state(zk, topic, 0)
+    assert before is not None
+    follower = next(b for b in cluster.broker_ids if b not in (leader, cluster.controller_id()))
+    # Every replica has fetched (acks=all answered) before the follower stops fetching.
+    wait_for(lambda: produce(cluster, leader, topic, [b"x"], acks=-1)[0] == 0, 30)
+    cluster.pause(follower)
+    try:
+        wait_for(lambda: follower not in isr(zk, topic), LAG_TIME_MAX_MS / 1000 * 4)
+    finally:
+        cluster.resume(follower)
+    shrunk = read_partition_state(zk, topic, 0)
+    assert shrunk is not None
+    # The leader's proposal, not a leader election: same leader and leader epoch, a new
+    # partition epoch.
+    assert (shrunk.value.leader, shrunk.value.leader_epoch) == (
+        before.value.leader,
+        before.value.leader_epoch,
+    )
+    assert shrunk.version > before.version
+    wait_for(lambda: isr(zk, topic) == sorted(cluster.broker_ids), 30)
+
+
+def test_the_controller_refuses_stale_isr_proposals(cluster: LocalCluster, zk: ZkClient) -> None:
+    topic = "stale"
+    leader = create_topic(cluster, zk, topic, {})
+    current = read_partition_state(zk, topic, 0)
+    assert current is not None
+    controller = cluster.controller_id()
+    assert controller is not None
+    registration = read_live_brokers(zk)[leader]
+    secret = zk.kazoo.get("/spark_mq/inter_broker_secret")[0].decode()
+    conn = connect(cluster, controller)
+    try:
+        authenticate_as_broker(conn, broker_id=leader, broker_epoch=registration[1], secret=secret)
+        state = current.value
+
+        def propose(leader_epoch: int, partition_epoch: int) -> int:
+            proposal = AlterPartitionState(
+                topic, 0, leader_epoch, sorted(state.isr), partition_epoch
+            )
+            body = AlterPartitionRequest(leader, registration[1], [proposal])
+            response: AlterPartitionResponse = conn.request(body, timeout_s=30)
+            return response.partitions[0].error_code
+
+        assert propose(state.leader_epoch, current.version + 1) == ErrorCode.INVALID_UPDATE_VERSION
+        assert propose(state.leader_epoch - 1, current.version) == ErrorCode.FENCED_LEADER_EPOCH
+    finally:
+        conn.close()
+    after = read_partition_state(zk, topic, 0)
+    assert after is not None and after.version == current.version

@@ -95,6 +95,13 @@ def _read_pass(core: BrokerCore, request: FetchRequest, isolation: FetchIsolatio
                     # The high watermark moved: acks=all producers and consumers waiting for
                     # it go on.
                     core.replicas.notify([part])
+                if (
+                    request.replica_id >= 0
+                    and core.isr_changes is not None
+                    and part.wants_isr_expansion()
+                ):
+                    # A follower caught up: propose it back into the ISR now (KIP-497).
+                    core.isr_changes.wake()
                 first_data = out.total_bytes == 0
                 limit = max(0, min(fp.partition_max_bytes, remaining))
                 info = part.log.read(
