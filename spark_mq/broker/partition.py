@@ -25,7 +25,10 @@ above the high watermark: reads are bounded by it in storage.
 
 Threads: :meth:`append` may run on any thread (storage is thread-safe per partition); the
 role changes run on an executor thread, one controller request at a time (the
-ReplicaManager serialises them); the waiter methods run on the event loop thread only.
+ReplicaManager serialises them); the waiter methods run on the event loop thread only. The
+follower and ISR methods (:meth:`update_follower`, :meth:`propose_isr_change`,
+:meth:`on_alter_partition`) run on the event loop and hold the role lock, as the role changes
+do, so a leader's ISR view never mixes two leader epochs.
 """
 
 from __future__ import annotations
@@ -216,7 +219,7 @@ class Partition:
 
     def make_follower(self, state: LeaderAndIsr) -> None:
         """Follow ``state.leader`` in ``state.leader_epoch``: produce and consumer fetches are
-        refused from now on. Nothing is fetched yet (replication is the next issue)."""
+        refused from now on; the replica fetchers (ReplicaManager) copy the leader's log."""
         if state.leader == self.node_id:
             raise UsageError(
                 f"{self.topic}-{self.index}: make_follower names this broker ({self.node_id}) "
