@@ -28,6 +28,7 @@ from typing import Any, Final
 from spark_mq.broker.connection_quotas import UNIX_PEER, normalize_host
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.half.config import HalfMessageConfig
+from spark_mq.broker.replication_config import ReplicationConfig
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.config import (
     Config,
@@ -555,6 +556,7 @@ class ServerConfig:
     groups: GroupConfig = dataclasses.field(default_factory=GroupConfig)
     transactions: TxnConfig = dataclasses.field(default_factory=TxnConfig)
     half_messages: HalfMessageConfig = dataclasses.field(default_factory=HalfMessageConfig)
+    replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object] | None = None) -> ServerConfig:
@@ -564,6 +566,7 @@ class ServerConfig:
         group_props: dict[str, object] = {}
         txn_props: dict[str, object] = {}
         half_props: dict[str, object] = {}
+        replication_props: dict[str, object] = {}
         broker_keys = BrokerConfig.settings()
         for raw_key, raw_value in (props or {}).items():
             key, value = _resolve_alias(raw_key.strip(), raw_value)
@@ -577,6 +580,8 @@ class ServerConfig:
                 txn_props[key] = value
             elif HalfMessageConfig.owns(key):
                 half_props[key] = value
+            elif ReplicationConfig.owns(key):
+                replication_props[key] = value
             else:
                 valid = sorted(
                     [
@@ -586,6 +591,7 @@ class ServerConfig:
                         *GroupConfig.settings(),
                         *TxnConfig.settings(),
                         *HalfMessageConfig.settings(),
+                        *ReplicationConfig.settings(),
                     ]
                 )
                 close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
@@ -612,6 +618,7 @@ class ServerConfig:
             GroupConfig.from_properties(group_props),
             TxnConfig.from_properties(txn_props),
             HalfMessageConfig.from_properties(half_props),
+            ReplicationConfig.from_properties(replication_props),
         )
 
     def with_overrides(self, props: Mapping[str, object]) -> ServerConfig:
@@ -628,6 +635,8 @@ class ServerConfig:
         out.update(self.transactions.overrides() if only_set else self.transactions.to_properties())
         half = self.half_messages
         out.update(half.overrides() if only_set else half.to_properties())
+        replication = self.replication
+        out.update(replication.overrides() if only_set else replication.to_properties())
         for key, value in topic.items():
             if key in by_topic_key:  # a topic key without a broker default stays topic-only
                 out[by_topic_key[key]] = value
@@ -641,6 +650,7 @@ class ServerConfig:
             or GroupConfig.settings().get(broker_key)
             or TxnConfig.settings().get(broker_key)
             or HalfMessageConfig.settings().get(broker_key)
+            or ReplicationConfig.settings().get(broker_key)
         )
         if field is None and broker_key in TOPIC_DEFAULT_KEYS:
             field = LogConfig.settings().get(TOPIC_DEFAULT_KEYS[broker_key])

@@ -35,6 +35,7 @@ from spark_mq.broker.txn.service import TransactionService
 from spark_mq.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
+    from spark_mq.broker.alter_partition_manager import AlterPartitionManager
     from spark_mq.broker.zk.membership import ClusterMembership
 
 T = TypeVar("T")
@@ -112,6 +113,8 @@ class BrokerCore:
         #: A cluster broker's topic administration (None: a single-node broker, whose
         #: topics are its LogManager's).
         self.cluster_admin: ClusterTopicAdmin | None = None
+        #: A cluster broker's proposer of ISR changes to the controller (None: one node).
+        self.isr_changes: AlterPartitionManager | None = None
         #: The newest controller epoch accepted; refuses requests of older controllers.
         self.controller_fence = ControllerFence()
         #: A cluster broker's view of the cluster, from the controller's UpdateMetadata

@@ -78,6 +78,7 @@ from spark_mq.storage.dir_lock import read_owner
 from spark_mq.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
+    from spark_mq.broker.replica_fetcher import ReplicaFetcherManager
     from spark_mq.broker.zk.membership import ClusterMembership
 
 logger = logging.getLogger("spark_mq.broker")
@@ -172,6 +173,10 @@ def open_directory(
                 config.log_defaults,
                 owner=f"spark_mq broker (pid {os.getpid()})",
                 flush_executor=flush_executor,
+                # A cluster broker's high watermark is the ISR's (a leader's) or the
+                # leader's (a follower's), never simply its own log end; it survives
+                # restarts in replication-offset-checkpoint.
+                high_watermark_follows_log_end=not config.broker.in_cluster,
             )
         except LogDirectoryLockedError:
             if not local:
@@ -232,6 +237,19 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 default_replication_factor=broker.default_replication_factor,
                 log_defaults=config.log_defaults,
             )
+            await asyncio.to_thread(core.replicas.attach_fetchers, _fetchers(config, membership))
+            from spark_mq.broker.alter_partition_manager import (  # noqa: PLC0415
+                AlterPartitionManager,
+            )
+
+            core.isr_changes = AlterPartitionManager(
+                core.replicas,
+                membership,
+                node_id=broker.node_id,
+                lag_time_max_ms=config.replication.replica_lag_time_max_ms,
+                run_blocking=core.run_blocking,
+            )
+            core.isr_changes.start()
         tcp = next((a for a in addresses if a.unix_path is None), None)
         logger.info(
             "broker %d serving %s on %s (epoch %d, cluster %s, %s)",
@@ -263,6 +281,11 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         core.groups.close()
         core.transactions.close()
         core.half_messages.close()
+        if core.isr_changes is not None:
+            await core.isr_changes.close()
+            core.isr_changes = None
+        # Followers stop fetching before the logs they append to close.
+        await asyncio.to_thread(core.replicas.close_fetchers)
         await server.close(timeout_s)
         if membership is not None:
             # Ends the session: the registration (and /controller, if ours) goes now, not
@@ -274,6 +297,26 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         repeats.cancel()  # which writes the last counts of repeated failures
         await asyncio.gather(repeats, return_exceptions=True)
         core.close()
+
+
+def _fetchers(config: ServerConfig, membership: ClusterMembership) -> ReplicaFetcherManager:
+    """The replica fetchers of a cluster broker, authenticating with the secret its
+    session read from ZooKeeper."""
+    # Imported here: a single-node broker never follows.
+    from spark_mq.broker.replica_fetcher import (  # noqa: PLC0415
+        BrokerIdentity,
+        ReplicaFetcherManager,
+    )
+
+    secret = membership.inter_broker_secret
+    assert secret is not None, "read by membership.start()"
+
+    def broker_epoch() -> int:
+        epoch = membership.broker_epoch
+        return -1 if epoch is None else epoch
+
+    identity = BrokerIdentity(config.broker.node_id, broker_epoch, secret)
+    return ReplicaFetcherManager(identity, config.replication.fetcher_config())
 
 
 def run(config: ServerConfig, *, local: bool) -> int:

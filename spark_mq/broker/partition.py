@@ -11,17 +11,24 @@ with the leader, leader epoch, ISR, replicas and partition epoch (the version of
 znode) that the controller decided; :attr:`~Partition.replicas` and :attr:`~Partition.isr`
 report those.
 
-A leader appends and, after every append, advances the high watermark to its own log end
-(:meth:`Partition.maybe_advance_high_watermark`): followers do not fetch yet (replication is
-the next issue), so no follower's log end is known and the leader counts only itself; with
-replication it will advance to the smallest log end of the in-sync replicas. A follower
-refuses produce and consumer fetches (NOT_LEADER_OR_FOLLOWER); its log stays empty until
-replication fills it. Consumers never see data at or above the high watermark: reads are
-bounded by it in storage.
+A cluster leader keeps a :class:`~spark_mq.broker.isr.LeaderIsrState`, reset at each
+:meth:`Partition.make_leader` (with the injected monotonic clock): each replica fetch
+(:meth:`Partition.update_follower`) records the follower's log end, and the high watermark
+advances to the smallest log end of the leader and the (maximal) ISR
+(:meth:`Partition.maybe_advance_high_watermark`, after every append, follower fetch and ISR
+change). On one node there is no such state: the ISR is this broker and the high watermark
+follows every append. An ``acks=all`` append is refused before it is written while the ISR
+is smaller than the topic's ``min.insync.replicas`` (:meth:`Partition.append` with
+``required_acks=-1``). A follower refuses produce and consumer fetches
+(NOT_LEADER_OR_FOLLOWER); the replica fetchers fill its log. Consumers never see data at or
+above the high watermark: reads are bounded by it in storage.
 
 Threads: :meth:`append` may run on any thread (storage is thread-safe per partition); the
 role changes run on an executor thread, one controller request at a time (the
-ReplicaManager serialises them); the waiter methods run on the event loop thread only.
+ReplicaManager serialises them); the waiter methods run on the event loop thread only. The
+follower and ISR methods (:meth:`update_follower`, :meth:`propose_isr_change`,
+:meth:`on_alter_partition`) run on the event loop and hold the role lock, as the role changes
+do, so a leader's ISR view never mixes two leader epochs.
 """
 
 from __future__ import annotations
@@ -30,14 +37,21 @@ import asyncio
 import dataclasses
 import enum
 import threading
+import time
+from collections.abc import Callable
 from typing import Final
 
+from spark_mq.broker.isr import LeaderIsrState
 from spark_mq.errors import (
     FencedLeaderEpochError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,
     UsageError,
 )
+from spark_mq.protocol.controller import AlterPartitionResult, AlterPartitionState
+from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.storage.log import LogAppendInfo, PartitionLog
 
 
@@ -69,6 +83,10 @@ def is_transition_valid(old: ReplicaState, new: ReplicaState) -> bool:
     return new in _TRANSITIONS[old]
 
 
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class LeaderAndIsr:
     """A partition's state as the controller decided it (Kafka's ``LeaderAndIsr``): who leads,
@@ -86,8 +104,23 @@ class Partition:
     """The local replica of ``topic``-``index``: leader of it on a single node; in a cluster,
     what the controller makes it (:meth:`for_cluster`)."""
 
-    def __init__(self, log: PartitionLog, *, leader_epoch: int, node_id: int) -> None:
+    def __init__(
+        self,
+        log: PartitionLog,
+        *,
+        leader_epoch: int,
+        node_id: int,
+        clock_ms: Callable[[], int] = monotonic_ms,
+    ) -> None:
         self.log = log
+        self._clock_ms = clock_ms
+        #: A cluster leader's view of its followers (None: one node, or not leading).
+        self.isr_state: LeaderIsrState | None = None
+        # Where the current leader epoch starts: a follower joins the ISR only past it.
+        self._epoch_start_offset = 0
+        # The controller refused an ISR proposal as stale: propose nothing until the next
+        # LeaderAndIsr tells this leader the partition's current state.
+        self._isr_fenced = False
         self.topic = log.topic
         self.index = log.partition
         self.node_id = node_id
@@ -108,10 +141,12 @@ class Partition:
         self._role_lock = threading.Lock()
 
     @classmethod
-    def for_cluster(cls, log: PartitionLog, *, node_id: int) -> Partition:
+    def for_cluster(
+        cls, log: PartitionLog, *, node_id: int, clock_ms: Callable[[], int] = monotonic_ms
+    ) -> Partition:
         """A cluster broker's replica before the controller gives it a role: it serves
         nothing, and any leader epoch the controller sends is newer than its -1."""
-        part = cls(log, leader_epoch=log.leader_epoch, node_id=node_id)
+        part = cls(log, leader_epoch=log.leader_epoch, node_id=node_id, clock_ms=clock_ms)
         part.state = ReplicaState.NEW
         part.leader_epoch = -1
         part.leader_id = -1
@@ -167,15 +202,24 @@ class Partition:
             )
         with self._role_lock:
             self.transition_to(ReplicaState.LEADER)
-            self.log.maybe_assign_epoch_start_offset(state.leader_epoch, self.log.log_end_offset)
+            self._epoch_start_offset = self.log.log_end_offset
+            self._isr_fenced = False
+            self.log.maybe_assign_epoch_start_offset(state.leader_epoch, self._epoch_start_offset)
             self.log.leader_epoch = state.leader_epoch
             self._apply(state)
-            # The leader's high watermark counts only itself until followers fetch.
+            # Followers in the ISR count as caught up now; their log ends are learned from
+            # their next fetches (Kafka's resetReplicaState).
+            self.isr_state = LeaderIsrState(
+                leader_id=self.node_id,
+                replicas=state.replicas,
+                isr=state.isr,
+                now_ms=self._clock_ms(),
+            )
             self.maybe_advance_high_watermark()
 
     def make_follower(self, state: LeaderAndIsr) -> None:
         """Follow ``state.leader`` in ``state.leader_epoch``: produce and consumer fetches are
-        refused from now on. Nothing is fetched yet (replication is the next issue)."""
+        refused from now on; the replica fetchers (ReplicaManager) copy the leader's log."""
         if state.leader == self.node_id:
             raise UsageError(
                 f"{self.topic}-{self.index}: make_follower names this broker ({self.node_id}) "
@@ -183,6 +227,7 @@ class Partition:
             )
         with self._role_lock:
             self.transition_to(ReplicaState.FOLLOWER)
+            self.isr_state = None
             self._apply(state)
 
     def update_isr(self, state: LeaderAndIsr) -> None:
@@ -196,12 +241,19 @@ class Partition:
             )
         with self._role_lock:
             self._apply(state)
+            self._isr_fenced = False
+            if self.isr_state is not None:
+                self.isr_state.replicas = tuple(state.replicas)
+                self.isr_state.settle(state.isr)
+                # A shrink may let the high watermark move on.
+                self.maybe_advance_high_watermark()
 
     def stop(self) -> None:
         """Stop serving (StopReplica, or a stray replica): OFFLINE from now on; idempotent."""
         with self._role_lock:
             if self.state is not ReplicaState.OFFLINE:
                 self.transition_to(ReplicaState.OFFLINE)
+            self.isr_state = None
 
     def _apply(self, state: LeaderAndIsr) -> None:
         self.leader_id = state.leader
@@ -227,6 +279,92 @@ class Partition:
             f"this broker is not the leader of {self.topic}-{self.index}: {who}; refresh metadata"
         )
 
+    def update_follower(self, broker_id: int, fetch_offset: int) -> bool:
+        """A follower fetches from ``fetch_offset`` (its log end): record it and advance
+        the high watermark; whether the high watermark moved. Refused unless the broker is a
+        replica of the partition and this one leads it."""
+        with self._role_lock:
+            if self.state is not ReplicaState.LEADER:
+                raise NotLeaderOrFollowerError(self._not_leader_message())
+            isr_state = self.isr_state
+            if (
+                broker_id == self.node_id
+                or broker_id not in self._replicas
+                or isr_state is None
+                or not isr_state.update_follower(
+                    broker_id, fetch_offset, self.log.log_end_offset, self._clock_ms()
+                )
+            ):
+                raise NotLeaderOrFollowerError(
+                    f"broker {broker_id} fetches {self.topic}-{self.index} as a follower, but "
+                    f"the partition's replicas are {list(self._replicas)}; it waits for the "
+                    "controller's LeaderAndIsr"
+                )
+            return self.maybe_advance_high_watermark()
+
+    # -----------------------------------------------------------------------------------------
+    # ISR changes (KIP-497: proposed to the controller with AlterPartition)
+
+    def propose_isr_change(self, lag_time_max_ms: int) -> AlterPartitionState | None:
+        """The ISR change this leader proposes now, marked in flight: without the followers
+        that have not caught up for ``lag_time_max_ms``, else with the followers that
+        caught up. None if there is none, if a proposal is in flight, or if the last one
+        was refused as stale (until the next LeaderAndIsr)."""
+        with self._role_lock:
+            isr_state = self.isr_state
+            if self.state is not ReplicaState.LEADER or isr_state is None or self._isr_fenced:
+                return None
+            new = isr_state.proposed_shrink(self._clock_ms(), lag_time_max_ms)
+            if new is None:
+                new = isr_state.proposed_expansion(
+                    self.log.high_watermark, self._epoch_start_offset
+                )
+            if new is None:
+                return None
+            isr_state.propose(new)
+            return AlterPartitionState(
+                self.topic, self.index, self.leader_epoch, sorted(new), self.partition_epoch
+            )
+
+    def wants_isr_expansion(self) -> bool:
+        """Whether a follower outside the ISR has caught up and may be proposed now."""
+        with self._role_lock:
+            isr_state = self.isr_state
+            return (
+                isr_state is not None
+                and not self._isr_fenced
+                and isr_state.pending_isr is None
+                and bool(isr_state.ready_to_join(self.log.high_watermark, self._epoch_start_offset))
+            )
+
+    def on_alter_partition(
+        self, proposal: AlterPartitionState, result: AlterPartitionResult
+    ) -> bool:
+        """The controller's answer to ``proposal``: take the new ISR and partition epoch,
+        or drop the proposal (a stale one, INVALID_UPDATE_VERSION or FENCED_LEADER_EPOCH,
+        stops proposals until the next LeaderAndIsr; any other error is retried at the next
+        check). Whether the high watermark moved."""
+        with self._role_lock:
+            isr_state = self.isr_state
+            if (
+                isr_state is None
+                or self.state is not ReplicaState.LEADER
+                or self.leader_epoch != proposal.leader_epoch
+            ):
+                return False  # leadership changed meanwhile: the answer is about the past
+            if result.error_code == ErrorCode.NONE:
+                self._isr = tuple(result.isr)
+                self.partition_epoch = result.partition_epoch
+                isr_state.settle(result.isr)
+                return self.maybe_advance_high_watermark()
+            isr_state.settle(None)
+            if result.error_code in (
+                ErrorCode.INVALID_UPDATE_VERSION,
+                ErrorCode.FENCED_LEADER_EPOCH,
+            ):
+                self._isr_fenced = True
+            return False
+
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Kafka's fencing of requests carrying a leader epoch (-1: the client has none)."""
         if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
@@ -244,19 +382,46 @@ class Partition:
     # -----------------------------------------------------------------------------------------
     # Append
 
-    def append(self, records: memoryview | bytes) -> LogAppendInfo:
-        """Append validated batches as leader; advance the high watermark. Any thread."""
+    def append(self, records: memoryview | bytes, *, required_acks: int = 1) -> LogAppendInfo:
+        """Append validated batches as leader; advance the high watermark. With
+        ``required_acks=-1`` (acks=all) nothing is written while the ISR is smaller than
+        the topic's ``min.insync.replicas`` (NotEnoughReplicasError). Any thread."""
         with self._role_lock:
             if self.state is not ReplicaState.LEADER:
                 raise NotLeaderOrFollowerError(self._not_leader_message())
+            if required_acks == -1:
+                self.check_enough_replicas(after_append=False)
             info = self.log.append(records, leader_epoch=self.leader_epoch)
             self.maybe_advance_high_watermark()
         return info
 
-    def maybe_advance_high_watermark(self) -> int:
-        """Advance the high watermark to the smallest log end of the in-sync replicas: on
-        one node, and until followers fetch, this replica's own log end."""
-        return self.log.update_high_watermark(self.log.log_end_offset)
+    def check_enough_replicas(self, *, after_append: bool) -> None:
+        """Raise NotEnoughReplicasError (or, ``after_append``,
+        NotEnoughReplicasAfterAppendError) while the ISR is smaller than the topic's
+        ``min.insync.replicas``."""
+        required = self.log.config.min_insync_replicas
+        if len(self._isr) >= required:
+            return
+        error = NotEnoughReplicasAfterAppendError if after_append else NotEnoughReplicasError
+        what = (
+            "the records were appended by the leader, but the ISR shrank before every "
+            "member had them: they may or may not be kept; retry (an idempotent producer's "
+            "retry is recognised as a duplicate)"
+            if after_append
+            else "nothing was appended; retry when the replicas are back, or produce with acks=1"
+        )
+        raise error(
+            f"{self.topic}-{self.index}: the in-sync replicas {list(self._isr)} are fewer than "
+            f"min.insync.replicas={required} (acks=all); {what}"
+        )
+
+    def maybe_advance_high_watermark(self) -> bool:
+        """Advance the high watermark to the smallest log end of the leader and the
+        (maximal) ISR; on one node to this replica's log end. Whether it moved."""
+        old = self.log.high_watermark
+        end = self.log.log_end_offset
+        target = end if self.isr_state is None else self.isr_state.high_watermark(end, old)
+        return self.log.update_high_watermark(target) != old
 
     # -----------------------------------------------------------------------------------------
     # Waiting fetches (event loop thread only)

@@ -14,10 +14,13 @@ through two states:
   offsets, leader epochs, producer ids, sequences and markers kept), and the follower's high
   watermark follows the leader's, never past its own log end.
 
-A partition whose leader answers FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER or
-UNKNOWN_TOPIC_OR_PARTITION is parked (its leader changed: the controller's next
-LeaderAndIsr hands it to the right fetcher); UNKNOWN_LEADER_EPOCH (the leader has not seen
-that epoch yet) and connection failures are retried after ``replica.fetch.backoff.ms``.
+A partition whose leader answers FENCED_LEADER_EPOCH is parked (the follower's epoch is
+stale: the controller's next LeaderAndIsr hands it to the right fetcher). NOT_LEADER_OR_FOLLOWER,
+UNKNOWN_TOPIC_OR_PARTITION (the leader has not applied its own LeaderAndIsr yet: the
+controller tells the followers and the leader at once), UNKNOWN_LEADER_EPOCH (the leader has
+not seen that epoch yet) and timeouts delay that partition alone by
+``replica.fetch.backoff.ms``, as Kafka's ``delayPartitions``; connection failures delay the
+whole fetcher as long.
 OFFSET_OUT_OF_RANGE on a follower whose log end is below the leader's log start (the leader
 deleted what the follower still needs) restarts the follower's log at the leader's log
 start, as Kafka's ``handleOutOfRange`` does.
@@ -34,6 +37,7 @@ import dataclasses
 import enum
 import logging
 import threading
+import time
 import zlib
 from collections.abc import Callable, Collection, Mapping
 
@@ -101,6 +105,8 @@ class PartitionFetchState:
     state: FetchState = FetchState.TRUNCATING
     #: Why it is parked (for logs and tests).
     reason: str | None = None
+    #: ``time.monotonic()`` before which it is not fetched (a retriable error's backoff).
+    delayed_until_s: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -235,7 +241,8 @@ class ReplicaFetcher(threading.Thread):
     def _do_work(self) -> bool:
         """One round: truncate the partitions that need it, then fetch the others once.
         Returns whether there was anything to do."""
-        partitions = self._snapshot()
+        now_s = time.monotonic()
+        partitions = {tp: s for tp, s in self._snapshot().items() if s.delayed_until_s <= now_s}
         truncating = {tp: s for tp, s in partitions.items() if s.state is FetchState.TRUNCATING}
         if truncating:
             self._truncate(truncating)
@@ -369,8 +376,12 @@ class ReplicaFetcher(threading.Thread):
             )
             state.log.truncate_to(leader_log_start)
             return
-        if code in (ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.REQUEST_TIMED_OUT):
-            return  # retried next round
+        if code in _RETRIED:
+            log.debug(
+                "%s-%d: %s from broker %d; retrying", *tp, ErrorCode(code).name, self.leader_id
+            )
+            state.delayed_until_s = time.monotonic() + self._config.fetch_backoff_ms / 1000
+            return
         self._park(tp, state, f"{ErrorCode(code).name}: {message}")
 
     def _park(self, tp: TopicPartition, state: PartitionFetchState, reason: str) -> None:
@@ -384,6 +395,17 @@ class ReplicaFetcher(threading.Thread):
             if self._partitions.get(tp) is state:
                 state.state = FetchState.PARKED
                 state.reason = reason
+
+
+#: Partition errors retried after ``replica.fetch.backoff.ms`` (the rest park the partition).
+_RETRIED = frozenset(
+    {
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+)
 
 
 class _PartitionRefusedError(Exception):

@@ -28,6 +28,13 @@ controller's requests are applied here:
 Both return the partitions they changed, whose waiting fetches the caller wakes (on the event
 loop), so a fetch parked on a replica that is no longer the leader answers at once.
 
+Replication: a partition made follower is handed to the replica fetchers
+(:class:`~spark_mq.broker.replica_fetcher.ReplicaFetcherManager`, attached by the broker once
+it knows the cluster's secret: :meth:`ReplicaManager.attach_fetchers`) with its leader's
+address from the request's ``live_leaders``; a partition made leader, stopped or deleted is
+taken from them. The followed partitions are recorded even before the fetchers are attached,
+which then pick them all up.
+
 Threads: :meth:`partition` and the topic operations may run on any thread (LogManager and
 PartitionLog are thread-safe; the partition table has its own lock). The controller's
 requests run on executor threads, one at a time. :meth:`wait_for_append` and :meth:`notify`
@@ -42,15 +49,19 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from spark_mq.broker.partition import LeaderAndIsr, Partition, ReplicaState
+from spark_mq.broker.delayed_produce import ProducePurgatory
+from spark_mq.broker.partition import LeaderAndIsr, Partition, ReplicaState, monotonic_ms
 from spark_mq.errors import (
     FencedLeaderEpochError,
+    NotLeaderOrFollowerError,
     SparkMQError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
     UsageError,
 )
+from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.controller import (
     LEADER_AND_ISR_FULL,
     LeaderAndIsrPartitionState,
@@ -61,12 +72,20 @@ from spark_mq.storage.log_manager import LogManager
 from spark_mq.storage.topic_metadata import TopicInfo
 from spark_mq.storage.topic_names import validate_topic_name
 
+if TYPE_CHECKING:
+    from spark_mq.broker.replica_fetcher import ReplicaFetcherManager
+    from spark_mq.storage.log import PartitionLog
+
 logger = logging.getLogger(__name__)
 
 #: StopReplica's leader epoch for a partition being deleted (Kafka's ``EpochDuringDelete``),
 #: and for none known: neither is checked against the local leader epoch.
 EPOCH_DURING_DELETE = -2
 NO_EPOCH = -1
+
+#: What a follower fetches: (leader id, leader address, log, leader epoch), as
+#: :meth:`ReplicaFetcherManager.add_partitions` takes it.
+FollowTarget = tuple[int, BrokerAddress, "PartitionLog", int]
 
 #: ``topic_config(topic)``: the topic's config overrides (Kafka key to string), read where
 #: the cluster keeps them (``/config/topics/<t>``) when a replica of a topic new to this
@@ -96,8 +115,12 @@ class ReplicaManager:
         num_partitions: int,
         auto_create_topics: bool,
         cluster: bool = False,
+        clock_ms: Callable[[], int] = monotonic_ms,
     ) -> None:
         self.logs = logs
+        self._clock_ms = clock_ms
+        #: acks=all produce requests waiting for the high watermark (event loop only).
+        self.purgatory = ProducePurgatory()
         self.node_id = node_id
         self.leader_epoch = leader_epoch
         self.num_partitions = num_partitions
@@ -110,6 +133,11 @@ class ReplicaManager:
         self._controller_lock = threading.Lock()
         self._waiting: set[asyncio.Future[None]] = set()
         self._closing = False
+        #: The replica fetchers of a cluster broker (None until attached; a single node has
+        #: none).
+        self.fetchers: ReplicaFetcherManager | None = None
+        # The partitions this broker follows and whom from (guarded by _controller_lock).
+        self._following: dict[tuple[str, int], FollowTarget] = {}
 
     def partition(self, topic: str, index: int) -> Partition:
         """The partition, or UnknownTopicOrPartitionError naming what does not exist, or
@@ -126,11 +154,20 @@ class ReplicaManager:
                 if part is not None:
                     part.stop()
                 if self.cluster:
-                    part = Partition.for_cluster(log, node_id=self.node_id)
+                    part = Partition.for_cluster(log, node_id=self.node_id, clock_ms=self._clock_ms)
                 else:
-                    part = Partition(log, leader_epoch=self.leader_epoch, node_id=self.node_id)
+                    part = Partition(
+                        log,
+                        leader_epoch=self.leader_epoch,
+                        node_id=self.node_id,
+                        clock_ms=self._clock_ms,
+                    )
                 self._partitions[key] = part
             return part
+
+    def leaders(self) -> list[Partition]:
+        """The partitions this broker leads now."""
+        return [p for p in list(self._partitions.values()) if p.state is ReplicaState.LEADER]
 
     def cached(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
@@ -173,6 +210,8 @@ class ReplicaManager:
     def delete_topic(self, topic: str) -> list[Partition]:
         """Delete ``topic``; returns its partitions (now offline) so waiters can be woken."""
         gone = [p for (t, _), p in list(self._partitions.items()) if t == topic]
+        with self._controller_lock:
+            self._unfollow([(topic, p.index) for p in gone])
         self.logs.delete_topic(topic)
         with self._lock:
             for part in gone:
@@ -204,6 +243,10 @@ class ReplicaManager:
                 else:
                     results[i] = decided
             touched: list[Partition] = []
+            leaders = {
+                live.broker_id: BrokerAddress(host=live.host, port=live.port)
+                for live in request.live_leaders
+            }
             for topic, items in apply.items():
                 # Every partition the request names gives a lower bound on the topic's count.
                 count = 1 + max(ps.partition for ps in states if ps.topic == topic)
@@ -223,7 +266,7 @@ class ReplicaManager:
                     continue
                 for i, state in items:
                     try:
-                        touched.append(self._take_role(topic, states[i].partition, state))
+                        touched.append(self._take_role(topic, states[i].partition, state, leaders))
                     except Exception as exc:
                         results[i] = exc
             if request.type == LEADER_AND_ISR_FULL:
@@ -331,7 +374,13 @@ class ReplicaManager:
             "what the broker was told since)"
         )
 
-    def _take_role(self, topic: str, index: int, state: LeaderAndIsr) -> Partition:
+    def _take_role(
+        self,
+        topic: str,
+        index: int,
+        state: LeaderAndIsr,
+        leaders: Mapping[int, BrokerAddress],
+    ) -> Partition:
         part = self.partition(topic, index)
         same_epoch = part.state in (ReplicaState.LEADER, ReplicaState.FOLLOWER) and (
             part.leader_epoch == state.leader_epoch
@@ -339,9 +388,11 @@ class ReplicaManager:
         if same_epoch:
             part.update_isr(state)
         elif state.leader == self.node_id:
+            self._unfollow([(topic, index)])
             part.make_leader(state)
         else:
             part.make_follower(state)
+            self._follow(part, state, leaders.get(state.leader))
         logger.info(
             "%s-%d: %s in leader epoch %d (leader %d, isr %s, replicas %s, partition epoch %d)",
             topic,
@@ -362,6 +413,7 @@ class ReplicaManager:
         with this gets NOT_LEADER_OR_FOLLOWER, not a closed log) and stop hosting its log."""
         with self._lock:
             part = self._partitions.pop((topic, index), None)
+        self._unfollow([(topic, index)])
         if part is not None:
             part.stop()
         self.logs.stop_hosting(topic, index, delete=delete, stray=stray)
@@ -389,6 +441,47 @@ class ReplicaManager:
                 if part is not None:
                     stopped.append(part)
         return stopped
+
+    # -----------------------------------------------------------------------------------------
+    # Replica fetchers (blocking: call from an executor thread)
+
+    def attach_fetchers(self, fetchers: ReplicaFetcherManager) -> None:
+        """Use ``fetchers`` from now on, starting with every partition followed so far."""
+        with self._controller_lock:
+            self.fetchers = fetchers
+            if self._following:
+                fetchers.add_partitions(dict(self._following))
+
+    def close_fetchers(self) -> None:
+        """Shutdown: stop every replica fetcher (before the logs close)."""
+        with self._controller_lock:
+            fetchers, self.fetchers = self.fetchers, None
+        if fetchers is not None:
+            fetchers.close()
+
+    def _follow(self, part: Partition, state: LeaderAndIsr, leader: BrokerAddress | None) -> None:
+        tp = (part.topic, part.index)
+        if leader is None:
+            # Kafka does the same: the partition follows, but nothing is fetched until a
+            # LeaderAndIsr names a live leader.
+            logger.warning(
+                "%s-%d: the leader %d is not among the request's live leaders; not fetching "
+                "until the controller names a live one",
+                *tp,
+                state.leader,
+            )
+            self._unfollow([tp])
+            return
+        target: FollowTarget = (state.leader, leader, part.log, state.leader_epoch)
+        self._following[tp] = target
+        if self.fetchers is not None:
+            self.fetchers.add_partitions({tp: target})
+
+    def _unfollow(self, partitions: list[tuple[str, int]]) -> None:
+        gone = [tp for tp in partitions if self._following.pop(tp, None) is not None]
+        if gone and self.fetchers is not None:
+            self.fetchers.remove_partitions(gone)
+            self.fetchers.shutdown_idle()
 
     # -----------------------------------------------------------------------------------------
     # Waiting for appends (event loop thread)
@@ -423,11 +516,31 @@ class ReplicaManager:
         self._closing = True
         for waiter in list(self._waiting):
             _resolve(waiter)
+        self.purgatory.abort_all(
+            NotLeaderOrFollowerError(
+                f"broker {self.node_id} is shutting down; the records were appended by the "
+                "leader but may not be on every in-sync replica: retry with the new leader"
+            )
+        )
 
-    @staticmethod
-    def notify(partitions: Iterable[Partition]) -> None:
+    def notify(self, partitions: Iterable[Partition]) -> None:
+        """Partitions were appended to, changed role or moved their high watermark: wake
+        their waiting fetches, complete the acks=all waits their high watermark allows, and
+        end those of partitions this broker no longer leads."""
         for part in partitions:
             part.notify_waiters()
+            key = (part.topic, part.index)
+            if part.state is ReplicaState.LEADER:
+                self.purgatory.advance(key, part.high_watermark)
+            elif self.purgatory.waiting(key):
+                self.purgatory.abort(
+                    key,
+                    NotLeaderOrFollowerError(
+                        f"broker {self.node_id} no longer leads {part.topic}-{part.index}; the "
+                        "records were appended but may not be on every in-sync replica: "
+                        "refresh metadata and retry with the new leader"
+                    ),
+                )
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

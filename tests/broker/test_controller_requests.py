@@ -180,6 +180,9 @@ def test_leader_and_follower_applied(core: BrokerCore, root: Path) -> None:
     # The epoch starts at the log end, recorded before anything is appended in it.
     assert leader.log.leader_epoch_cache.entries == (EpochEntry(3, 0),)
     assert produce_code(core, "t", 0) == ErrorCode.NONE
+    # Consumers read below the high watermark, which waits for the follower in the ISR.
+    assert leader.high_watermark == 0
+    leader.update_follower(2, 1)
     response = asyncio.run(call(core, fetch_request("t", 0), broker=False))
     data = b"".join(r.read() if not isinstance(r, bytes) else r for r in response.records)
     response.close()

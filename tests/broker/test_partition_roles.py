@@ -72,6 +72,9 @@ def test_leader_then_follower_then_leader_again(log: PartitionLog) -> None:
     part.make_leader(LeaderAndIsr(1, 4, (1, 2), (1, 2), 0))
     part.append(batch())
     part.append(batch())
+    # The high watermark waits for the other ISR member's fetch.
+    assert part.high_watermark == 0
+    assert part.update_follower(2, 2)
     assert part.high_watermark == 2
     part.make_follower(LeaderAndIsr(2, 5, (2,), (1, 2), 1))
     with pytest.raises(NotLeaderOrFollowerError, match="follows broker 2 \\(leader epoch 5\\)"):

@@ -1,7 +1,11 @@
 """A follower's ReplicaFetcher against a real cluster broker process as leader: it
 authenticates with the cluster's secret, truncates a divergent tail by the leader-epoch rules
 (OffsetForLeaderEpoch) and then copies the leader's batches byte for byte, offsets and
-leader epochs kept, with its high watermark following the leader's."""
+leader epochs kept, with its high watermark following the leader's.
+
+The topic is assigned to brokers 1 and 2 (written to ZooKeeper as an admin would, since a
+one-broker cluster cannot create it with two replicas): the leader serves replica fetches
+only to its partition's replicas, and the fetcher here is broker 2."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from spark_mq.broker.replica_fetcher import (
     ReplicaFetcher,
     ReplicaFetcherConfig,
 )
+from spark_mq.broker.zk import znodes
 from spark_mq.client import Admin, Producer
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.storage.log import PartitionLog
@@ -48,6 +53,9 @@ def leader(tmp_path: Path, zk_connect: str) -> Iterator[tuple[BrokerAddress, str
         endpoint = Endpoint.read(log_dir)
         assert endpoint is not None and endpoint.port
         secret = zk.get("/spark_mq/inter_broker_secret")[0].decode()
+        assignment = znodes.TopicAssignment({0: (1, 2)})
+        zk.create(znodes.topic_path("r"), assignment.encode(), makepath=True)
+        wait_for(lambda: zk.exists(znodes.partition_state_path("r", 0)) is not None)
         yield BrokerAddress(host="127.0.0.1", port=endpoint.port), secret, log_dir
     finally:
         zk.stop()
@@ -76,7 +84,6 @@ def test_a_follower_truncates_its_divergent_tail_and_copies_the_leader(
     address, secret, _ = leader
     bootstrap = f"{address.host}:{address.port}"
     with Admin(bootstrap_servers=bootstrap) as admin:
-        admin.create_topic("r", partitions=1, replication_factor=1)
         with Producer(bootstrap_servers=bootstrap, acks=1, linger_ms=0) as producer:
             for i in range(3):
                 producer.send("r", f"leader-{i}".encode(), partition=0).get(30)

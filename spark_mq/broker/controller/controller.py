@@ -21,6 +21,8 @@ Events, in the order they arrive:
 - **TopicChange** (``/brokers/topics`` changed): new topics' partitions go New -> Online.
 - **PartitionModifications** (a topic's assignment changed): new partitions go New -> Online.
 - **TopicDeletion** (``/admin/delete_topics`` changed): see :mod:`.topic_deletion`.
+- **AlterPartition** (a leader's proposed ISR, from the broker's handler): see
+  :mod:`.alter_partition`; the handler awaits the answer the event computes.
 
 Failures: a write refused by the epoch check (:class:`~spark_mq.errors.ControllerMovedError`)
 or a broker's STALE_CONTROLLER_EPOCH means another broker is controller: this one stops at
@@ -40,6 +42,7 @@ called from the ZooKeeper event thread when the elector resigns.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import logging
 import queue
@@ -51,6 +54,7 @@ import msgspec
 
 from spark_mq.errors import ControllerMovedError, ZooKeeperConnectionError
 from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.controller import AlterPartitionRequest, AlterPartitionResponse
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.rate_limited_log import RateLimitedLog
 
@@ -64,6 +68,7 @@ from ..zk.partition_states import (
     read_topic_assignment,
     read_topic_config,
 )
+from .alter_partition import alter_partition
 from .channel import BrokerResponse, ChannelConfig, ControllerChannelManager
 from .context import ControllerContext, TopicPartition
 from .partition_leadership import (
@@ -179,6 +184,29 @@ class Controller:
         done = threading.Event()
         self._enqueue("Barrier", done.set)
         return self._active.is_set() and done.wait(timeout_s)
+
+    def alter_partition(
+        self, request: AlterPartitionRequest
+    ) -> concurrent.futures.Future[AlterPartitionResponse]:
+        """Queue a leader's AlterPartition as an event; the future gets the answer, or the
+        error that stopped the event (ControllerMovedError if this controller stopped)."""
+        future: concurrent.futures.Future[AlterPartitionResponse] = concurrent.futures.Future()
+
+        def process() -> None:
+            try:
+                future.set_result(alter_partition(self._zk, self.context, request, self._batch()))
+            except BaseException as exc:
+                if not future.done():
+                    future.set_exception(exc)
+                raise
+
+        if not self._active.is_set():
+            future.set_exception(
+                ControllerMovedError(f"broker {self.broker_id} is no longer the controller")
+            )
+        else:
+            self._enqueue("AlterPartition", process)
+        return future
 
     def _enqueue(self, name: str, process: Callable[[], None]) -> None:
         if self._active.is_set():

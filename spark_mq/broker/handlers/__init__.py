@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from typing import Final
 
 from spark_mq.broker.context import Handler
+from spark_mq.broker.handlers.alter_partition import REFUSAL_HINT as ALTER_PARTITION_HINT
+from spark_mq.broker.handlers.alter_partition import handle_alter_partition
 from spark_mq.broker.handlers.authenticate_broker import handle_authenticate_broker
 from spark_mq.broker.handlers.configs import handle_alter_configs, handle_describe_configs
 from spark_mq.broker.handlers.controller_requests import (
@@ -70,6 +72,7 @@ from spark_mq.broker.handlers.transactions import (
 from spark_mq.broker.handlers.update_metadata import CLIENT_HINT, handle_update_metadata
 from spark_mq.protocol.api import ApiKey
 from spark_mq.protocol.controller import (
+    alter_partition_error,
     leader_and_isr_error,
     stop_replica_error,
     update_metadata_error,
@@ -119,6 +122,7 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     ApiKey.LEADER_AND_ISR: handle_leader_and_isr,
     ApiKey.STOP_REPLICA: handle_stop_replica,
+    ApiKey.ALTER_PARTITION: handle_alter_partition,
 }
 
 HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(
@@ -132,6 +136,7 @@ HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(
         ApiKey.LEADER_AND_ISR: (leader_and_isr_error, REFUSAL_HINT),
         ApiKey.STOP_REPLICA: (stop_replica_error, REFUSAL_HINT),
         ApiKey.UPDATE_METADATA: (update_metadata_error, CLIENT_HINT),
+        ApiKey.ALTER_PARTITION: (alter_partition_error, ALTER_PARTITION_HINT),
     },
 )
 

@@ -12,6 +12,14 @@ has not passed, the handler waits for an append to any of the partitions (per-pa
 waiters, no polling) and reads again. The records are not read here: each partition's
 ``FileRange`` is sent from the segment file by the connection with ``sendfile``.
 
+A fetch with ``replica_id`` >= 0 is a follower's (Kafka's replica fetch): it is served only on
+a connection authenticated as that broker (AuthenticateBroker), and only for partitions the
+broker is a replica of; it reads up to the log end instead of the high watermark, and each
+of its partitions tells the leader where the follower's log ends
+(:meth:`~spark_mq.broker.partition.Partition.update_follower`), which may move the high
+watermark. A client's fetch with ``replica_id`` set is refused whole with
+CLUSTER_AUTHORIZATION_FAILED.
+
 Nothing here checks CRCs or decodes bodies: the consumer does (``check.crcs``), as in Kafka,
 so the bytes before a corrupt batch reach it and it can return their records before it
 reports the corrupt one. Batches are checked on the way in (produce) and by recovery. What the
@@ -30,7 +38,7 @@ from typing import TYPE_CHECKING
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.broker.partition import Partition
-from spark_mq.errors import CorruptRecordError, InvalidRequestError
+from spark_mq.errors import ClusterAuthorizationError, CorruptRecordError, InvalidRequestError
 from spark_mq.protocol.fetch import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -81,6 +89,19 @@ def _read_pass(core: BrokerCore, request: FetchRequest, isolation: FetchIsolatio
                 # consumer to refresh metadata. On one node every partition leads.
                 part.require_leader()
                 part.check_leader_epoch(fp.current_leader_epoch)
+                if request.replica_id >= 0 and part.update_follower(
+                    request.replica_id, fp.fetch_offset
+                ):
+                    # The high watermark moved: acks=all producers and consumers waiting for
+                    # it go on.
+                    core.replicas.notify([part])
+                if (
+                    request.replica_id >= 0
+                    and core.isr_changes is not None
+                    and part.wants_isr_expansion()
+                ):
+                    # A follower caught up: propose it back into the ISR now (KIP-497).
+                    core.isr_changes.wake()
                 first_data = out.total_bytes == 0
                 limit = max(0, min(fp.partition_max_bytes, remaining))
                 info = part.log.read(
@@ -132,8 +153,8 @@ def _read_pass(core: BrokerCore, request: FetchRequest, isolation: FetchIsolatio
     return out
 
 
-def _invalid(request: FetchRequest, message: str) -> Response:
-    code, text = error_of(InvalidRequestError(message), "fetch")
+def _refused(request: FetchRequest, error: Exception) -> Response:
+    code, text = error_of(error, "fetch")
     topics = [
         FetchTopicResponse(
             t.name,
@@ -154,11 +175,25 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest, _: memoryview
     elif request.isolation_level == READ_UNCOMMITTED:
         isolation = FetchIsolation.HIGH_WATERMARK
     else:
-        return _invalid(
+        return _refused(
             request,
-            f"isolation_level {request.isolation_level} is not 0 (read_uncommitted) or 1 "
-            "(read_committed)",
+            InvalidRequestError(
+                f"isolation_level {request.isolation_level} is not 0 (read_uncommitted) or 1 "
+                "(read_committed)"
+            ),
         )
+    if request.replica_id >= 0:
+        if not ctx.inter_broker or ctx.session.broker_id != request.replica_id:
+            return _refused(
+                request,
+                ClusterAuthorizationError(
+                    f"fetch with replica_id {request.replica_id} is a follower broker's, and "
+                    f"this connection is not authenticated as broker {request.replica_id}; "
+                    "nothing was read (consumers send replica_id -1)"
+                ),
+            )
+        # Followers copy the whole log, not only what is committed.
+        isolation = FetchIsolation.LOG_END
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, request.max_wait_ms) / 1000
     while True:

@@ -11,6 +11,14 @@ with the producer state rules (idempotence). Partitions succeed or fail independ
 Kafka. ``acks=0`` gets no response; if any partition failed, the connection is closed
 instead, which is how Kafka tells a fire-and-forget producer that something went wrong.
 
+``acks=-1`` (all): a partition whose ISR is smaller than its topic's ``min.insync.replicas``
+is refused before anything is written (NOT_ENOUGH_REPLICAS); after the append the answer
+waits in the ReplicaManager's purgatory (:mod:`~spark_mq.broker.delayed_produce`) until the
+high watermark passes the partition's last appended offset, up to the request's
+``timeout_ms`` (REQUEST_TIMED_OUT after it; leadership lost: NOT_LEADER_OR_FOLLOWER), and
+is NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below ``min.insync.replicas`` by then.
+On one node the high watermark follows every append, so nothing waits.
+
 Internal topics (``__consumer_offsets``, ``__transaction_state``; see
 :mod:`~spark_mq.broker.internal_topics`) are refused with INVALID_TOPIC_EXCEPTION and never
 auto-created here. The broker's coordinators write them through their own append path (the
@@ -19,6 +27,7 @@ partition or the log directly), never through this handler.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import struct
 from typing import TYPE_CHECKING, Final
@@ -66,6 +75,8 @@ class _Job:
     error: tuple[int, str] | None = None
     result: ProducePartitionResponse | None = None
     appended: Partition | None = None
+    #: The offset after the last one appended (what acks=all waits for).
+    end_offset: int = -1
 
 
 def validate_records(
@@ -109,7 +120,7 @@ def _validate_header(data: memoryview, pos: int, where: str, *, verify_crc: bool
         ) from exc
 
 
-def _append_all(core: BrokerCore, jobs: list[_Job]) -> None:
+def _append_all(core: BrokerCore, jobs: list[_Job], acks: int) -> None:
     """Validate and append every job without an error yet (any thread)."""
     for job in jobs:
         if job.error is not None:
@@ -118,7 +129,7 @@ def _append_all(core: BrokerCore, jobs: list[_Job]) -> None:
         try:
             part = core.replicas.partition(job.topic, job.partition)
             validate_records(job.data, part.log.config.max_message_bytes, where, verify_crc=False)
-            info = part.append(job.data)
+            info = part.append(job.data, required_acks=acks)
         except Exception as exc:
             # A boundary: the partitions done before this one stay done and are
             # answered so; a bug here is this partition's UNKNOWN_SERVER_ERROR, logged with
@@ -126,6 +137,7 @@ def _append_all(core: BrokerCore, jobs: list[_Job]) -> None:
             job.error = error_of(exc, f"produce to {where}")
             continue
         job.appended = part
+        job.end_offset = info.last_offset + 1
         job.result = ProducePartitionResponse(
             partition=job.partition,
             error_code=0,
@@ -171,10 +183,12 @@ async def handle_produce(
             await verify_transactional_jobs(core.transactions, request.transactional_id, jobs)
         await _resolve_topics(core, jobs)
         if _on_executor(jobs, len(records)):
-            await core.run_blocking(_append_all, core, jobs)
+            await core.run_blocking(_append_all, core, jobs, request.acks)
         else:
-            _append_all(core, jobs)
+            _append_all(core, jobs, request.acks)
         core.replicas.notify(job.appended for job in jobs if job.appended is not None)
+        if request.acks == -1:
+            await _wait_for_replication(core, jobs, request.timeout_ms / 1000)
 
     failed = any(job.error is not None for job in jobs)
     if request.acks == 0:
@@ -195,6 +209,28 @@ async def handle_produce(
             partitions.append(job.result)
         topics.append(ProduceTopicResponse(topic.name, partitions))
     return Response(ProduceResponse(topics=topics))
+
+
+async def _wait_for_replication(core: BrokerCore, jobs: list[_Job], timeout_s: float) -> None:
+    """acks=all: wait until every in-sync replica has each appended job's records (the
+    high watermark passed them), then check ``min.insync.replicas`` again."""
+    appended = [job for job in jobs if job.appended is not None and job.error is None]
+
+    async def wait(job: _Job) -> None:
+        part = job.appended
+        assert part is not None
+        where = f"produce to {job.topic}-{job.partition}"
+        try:
+            if part.high_watermark < job.end_offset:
+                await core.replicas.purgatory.wait(
+                    (job.topic, job.partition), job.end_offset, timeout_s
+                )
+            part.check_enough_replicas(after_append=True)
+        except TYPED_ERRORS as exc:
+            job.error = error_of(exc, where)
+            job.result = None
+
+    await asyncio.gather(*(wait(job) for job in appended))
 
 
 def _refuse_internal(jobs: list[_Job]) -> None:
