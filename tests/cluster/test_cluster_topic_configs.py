@@ -18,9 +18,12 @@ from kazoo.client import KazooClient
 from waiting import wait_for
 
 from spark_mq import Admin
+from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.cluster.zookeeper_server import ZooKeeperServer
 from spark_mq.errors import SparkMQError, UnknownTopicOrPartitionError
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.admin import RESOURCE_TOPIC, AlterConfigsRequest, AlterConfigsResource
 from spark_mq.storage.topic_metadata import TopicMetadata
 
 pytestmark = pytest.mark.slow
@@ -197,6 +200,16 @@ def test_bad_changes_are_refused_as_on_a_single_node(
         with _admin(cluster, broker_id) as admin, pytest.raises(SparkMQError) as refused:
             admin.alter_configs("t2", change)
         assert (type(refused.value), str(refused.value)) == (error_type, message), change
+    # validate_only checks a good change and writes nothing either.
+    host_and_port = _server(cluster, others[1]).rsplit(":", 1)
+    conn = BrokerConnection(BrokerAddress(host_and_port[0], int(host_and_port[1])))
+    conn.connect()
+    try:
+        resource = AlterConfigsResource(RESOURCE_TOPIC, "t2", {"retention.ms": "5000"})
+        answer = conn.request(AlterConfigsRequest([resource], validate_only=True), timeout_s=30)
+    finally:
+        conn.close()
+    assert [r.error_code for r in answer.results] == [0]
     # Nothing was written: no override, no notification.
     assert json.loads(zk_root.get("/config/topics/t2")[0])["config"] == {"retention.ms": "3600000"}
     assert _notifications(zk_root) == before
