@@ -164,8 +164,6 @@ class TopicConfigSync:
         self._closed = False
         #: The sequence number of the newest notification applied (-1: none yet).
         self.last_applied = -1
-        #: Passes completed (for tests and logs).
-        self.passes = 0
 
     def start(self) -> None:
         self._zk.add_handler(self)
@@ -190,10 +188,10 @@ class TopicConfigSync:
             if self._closed:
                 return
             self._pending = children
-            if self._scheduled:
-                return
-            self._scheduled = True
-        self._executor.submit(self._drain)
+            if not self._scheduled:
+                # Under the lock, so that close() never shuts the executor before this.
+                self._scheduled = True
+                self._executor.submit(self._drain)
 
     # -- on the sync's own thread ----------------------------------------------------------------
 
@@ -214,7 +212,6 @@ class TopicConfigSync:
                 log.exception("applying topic config changes failed; retried at the next change")
                 with self._lock:
                     self._full_pass = self._full_pass or full
-            self.passes += 1
 
     def _pass(self, children: list[str], *, full: bool) -> None:
         numbered = sorted(
