@@ -225,3 +225,14 @@ def test_bad_changes_are_refused_as_on_a_single_node(
         with pytest.raises(UnknownTopicOrPartitionError):
             admin.alter_configs("no-such-topic", {"retention.ms": "1000"})
         assert admin.describe_topic("t2").configs == {"retention.ms": "3600000"}
+
+
+def test_overrides_another_tool_wrote_wrong_are_reported_as_such(
+    cluster: LocalCluster, zk_root: KazooClient
+) -> None:
+    _host, others = _create_rf1(cluster, "w", {})
+    zk_root.set("/config/topics/w", b'{"version":1,"config":{"retention.ms":"soon"}}')
+    with _admin(cluster, others[0]) as admin, pytest.raises(SparkMQError) as refused:
+        admin.describe_configs("w")
+    assert "znode /config/topics/w holds overrides this broker cannot take" in str(refused.value)
+    assert "'soon'" in str(refused.value)

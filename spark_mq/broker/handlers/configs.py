@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.broker.internal_topics import check_internal_config, is_internal
-from spark_mq.errors import InvalidRequestError
+from spark_mq.errors import ConfigError, CorruptZnodeError, InvalidRequestError
 from spark_mq.protocol.admin import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
@@ -89,7 +89,15 @@ def _topic_config(core: BrokerCore, name: str) -> tuple[LogConfig, Mapping[str, 
     from spark_mq.broker.zk.config_changes import read_cluster_topic_config  # noqa: PLC0415
 
     overrides = read_cluster_topic_config(membership.zk, name)
-    return core.logs.default_config.with_overrides(overrides), overrides
+    try:
+        return core.logs.default_config.with_overrides(overrides), overrides
+    except ConfigError as exc:
+        # Written by another tool: the request is fine, the stored config is not.
+        path = f"/config/topics/{name}"
+        raise CorruptZnodeError(
+            f"znode {path} holds overrides this broker cannot take ({exc}); correct the znode",
+            path=path,
+        ) from exc
 
 
 def _describe_one(
