@@ -11,8 +11,9 @@ see :mod:`spark_mq.broker.persisted_config`); raise the soft open file limit
 takes its exclusive lock and recovers the log; increment the broker epoch
 (``broker.meta.json``); bind the listeners; with ``zookeeper.connect`` set, join the cluster
 (connect to ZooKeeper, adopt ``/cluster/id``, register ``/brokers/ids/<id>``, join controller
-election: :mod:`spark_mq.broker.zk.membership`); write ``broker.json`` so clients can find
-the broker; start the background jobs.
+election: :mod:`spark_mq.broker.zk.membership`; apply ``/config/topics`` to the replicas it
+hosts and watch for changes: :mod:`spark_mq.broker.zk.config_changes`); write
+``broker.json`` so clients can find the broker; start the background jobs.
 Shutdown (SIGTERM, SIGINT, or ``broker.idle.exit.ms`` of idleness) runs it backwards:
 remove ``broker.json``, stop accepting, let requests in flight finish, stop the jobs, close
 the LogManager (flush, checkpoints, clean-shutdown marker, lock released). A broker whose log
@@ -79,6 +80,7 @@ from spark_mq.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
     from spark_mq.broker.replica_fetcher import ReplicaFetcherManager
+    from spark_mq.broker.zk.config_changes import TopicConfigSync
     from spark_mq.broker.zk.membership import ClusterMembership
 
 logger = logging.getLogger("spark_mq.broker")
@@ -212,10 +214,12 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
     timeout_s = broker.shutdown_timeout_ms / 1000
     repeats = asyncio.create_task(report_repeated(), name="repeated-failures")
     membership: ClusterMembership | None = None
+    config_sync: TopicConfigSync | None = None
     try:
         addresses = await server.start()
         if broker.in_cluster:
             # Imported here: a single-node broker (the embedded default) never loads kazoo.
+            from spark_mq.broker.zk.config_changes import TopicConfigSync  # noqa: PLC0415
             from spark_mq.broker.zk.membership import ClusterMembership  # noqa: PLC0415
             from spark_mq.broker.zk.topic_admin import ZkTopicAdmin  # noqa: PLC0415
 
@@ -250,6 +254,10 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 run_blocking=core.run_blocking,
             )
             core.isr_changes.start()
+            # Applies /config/topics/<t> to the replicas here: now (catching up on changes
+            # made while this broker was down) and on every change notification.
+            config_sync = TopicConfigSync(membership.zk, logs)
+            config_sync.start()
         tcp = next((a for a in addresses if a.unix_path is None), None)
         logger.info(
             "broker %d serving %s on %s (epoch %d, cluster %s, %s)",
@@ -287,6 +295,9 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         # Followers stop fetching before the logs they append to close.
         await asyncio.to_thread(core.replicas.close_fetchers)
         await server.close(timeout_s)
+        if config_sync is not None:
+            # Before the LogManager closes: a change being applied is finished first.
+            await asyncio.to_thread(config_sync.close)
         if membership is not None:
             # Ends the session: the registration (and /controller, if ours) goes now, not
             # after zookeeper.session.timeout.ms.

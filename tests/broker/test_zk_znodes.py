@@ -92,3 +92,21 @@ def test_corrupt_data_is_a_typed_error_naming_the_znode(
     with pytest.raises(CorruptZnodeError, match=complaint) as info:
         decode(data)  # type: ignore[operator]
     assert info.value.path.endswith(path)
+
+
+def test_config_change_notifications_as_kafka_writes_them() -> None:
+    notice = znodes.ConfigChangeNotification(znodes.TOPIC_ENTITY, "t.a_b")
+    assert notice.encode() == b'{"version":2,"entity_path":"topics/t.a_b"}'
+    name = "config_change_0000000012"
+    assert znodes.config_change_sequence(name) == 12
+    assert znodes.config_change_sequence("config_change_") is None
+    assert znodes.config_change_sequence("other_0000000012") is None
+    assert znodes.ConfigChangeNotification.decode(name, notice.encode()) == notice
+    # Kafka before 1.1 wrote version 1; its brokers still read it.
+    old = b'{"version":1,"entity_type":"clients","entity_name":"app"}'
+    assert znodes.ConfigChangeNotification.decode(name, old) == (
+        znodes.ConfigChangeNotification("clients", "app")
+    )
+    for bad in (b'{"version":2,"entity_path":"topics"}', b'{"version":3,"entity_path":"a/b"}'):
+        with pytest.raises(CorruptZnodeError, match="/config/changes/config_change_0000000012"):
+            znodes.ConfigChangeNotification.decode(name, bad)

@@ -158,9 +158,7 @@ def test_metadata_auto_creates_a_topic_through_the_controller(cluster: LocalClus
     with Producer(bootstrap_servers=server, acks=1) as producer:
         assert producer.send("auto", b"x").get(timeout=60).offset == 0
         assert producer.send("fresh", b"y").get(timeout=60).offset == 0
-    # (Metadata, not Admin.describe_topic: that also reads the topic's configs, which a
-    # cluster broker answers from its own directory, where a topic of replication factor 1
-    # is on one broker only.)
+    # (Metadata: every topic in one answer.)
     conn = BrokerConnection(BrokerAddress(host, int(port)))
     conn.connect()
     try:

@@ -12,6 +12,7 @@ import pytest
 from acting_controller import cluster_brokers, partition_state
 
 from spark_mq import Producer
+from spark_mq.broker.zk import znodes
 from spark_mq.cli import main
 from spark_mq.cluster.zookeeper_server import free_loopback_port
 from spark_mq.protocol.address import BrokerAddress
@@ -35,6 +36,13 @@ def test_describe_and_its_filters_on_a_cluster(
         leaderless = partition_state("t", 2, -1, epoch, [2, 3, 1])
         leaderless.isr = []
         dead_leader = partition_state("t", 3, 3, epoch, [3, 1, 2])
+        # The topic as an admin writes it (a cluster broker describes its configs from
+        # ZooKeeper, and a controller only publishes topics that are there).
+        assignment = {s.partition: tuple(s.replicas) for s in (healthy, leaderless, dead_leader)}
+        assignment[1] = tuple(shrunk.replicas)
+        controller.zk.create(
+            znodes.topic_path("t"), znodes.TopicAssignment(assignment).encode(), makepath=True
+        )
         # Brokers 1 and 2 are live, 3 is not (a controller would have moved partition 3 on;
         # the filter must not trust that it did).
         controller.publish(

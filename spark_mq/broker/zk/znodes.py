@@ -21,13 +21,16 @@ read our znodes and we can read theirs::
                                          "controller_epoch":C}; znode version = partition epoch
     /admin/delete_topics/<t> persistent  empty: a request to delete topic t
     /config/topics/<t>       persistent  {"version":1,"config":{"retention.ms":"...",...}}
+    /config/changes/config_change_<10 digits>
+                             persistent  {"version":2,"entity_path":"topics/<t>"}: sequential,
+                                         a notification that /config/topics/<t> changed
     /cluster/id              persistent  {"version":"1","id":"<22 url-safe chars>"} (Kafka quotes
                                          this version); created once, by the first broker
 
 Who writes what: a broker writes only its own ``/brokers/ids/<id>``; the controller writes
 ``/controller*`` (by election) and partition states (epoch-checked); an admin writes
 ``/brokers/topics/<t>``, ``/config/topics/<t>`` and ``/admin/delete_topics/<t>``, which the
-controller watches.
+controller watches, and ``/config/changes/config_change_*``, which every broker watches.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ ADMIN: Final = "/admin"
 DELETE_TOPICS: Final = "/admin/delete_topics"
 CONFIG: Final = "/config"
 CONFIG_TOPICS: Final = "/config/topics"
+CONFIG_CHANGES: Final = "/config/changes"
+#: The name of a config change notification before ZooKeeper's 10-digit sequence number.
+CONFIG_CHANGE_PREFIX: Final = "config_change_"
 CLUSTER_ID: Final = "/cluster/id"
 #: spark_mq's own: the secret brokers show each other with AuthenticateBroker
 #: (protocol/controller.py). Made once, by the first broker, like /cluster/id.
@@ -55,7 +61,7 @@ INTER_BROKER_SECRET: Final = "/spark_mq/inter_broker_secret"
 
 #: Persistent parents every broker makes sure exist at start-up (Kafka's PersistentZkPaths,
 #: the part of it we use).
-PERSISTENT_PATHS: Final = (BROKER_IDS, TOPICS, DELETE_TOPICS, CONFIG_TOPICS)
+PERSISTENT_PATHS: Final = (BROKER_IDS, TOPICS, DELETE_TOPICS, CONFIG_TOPICS, CONFIG_CHANGES)
 
 #: Kafka's first controller epoch: /controller_epoch is created with it, so the first elected
 #: controller has epoch 1.
@@ -90,6 +96,20 @@ def delete_topic_path(topic: str) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def config_change_path(name: str) -> str:
+    """The path of notification ``name`` (a child of ``/config/changes``)."""
+    return f"{CONFIG_CHANGES}/{name}"
+
+
+def config_change_sequence(name: str) -> int | None:
+    """The sequence number of notification ``name`` (``config_change_0000000012``: 12);
+    None for a child that is not a notification."""
+    digits = name.removeprefix(CONFIG_CHANGE_PREFIX)
+    if digits == name or not digits.isdigit():
+        return None
+    return int(digits)
 
 
 T = TypeVar("T")
@@ -468,3 +488,45 @@ class TopicConfigOverrides:
                 path=path,
             )
         return cls(config=config)
+
+
+# ---------------------------------------------------------------------------------------------
+# /config/changes/config_change_<n>
+
+#: Kafka's entity type of topic configs, the first part of a notification's entity path.
+TOPIC_ENTITY: Final = "topics"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConfigChangeNotification:
+    """That the config of one entity changed (Kafka's ConfigEntityChangeNotification):
+    ``entity_type`` is ``topics`` for a topic (Kafka also has ``clients``, ``users`` and
+    ``brokers``), ``entity_name`` the topic. The new config is in ``/config/<type>/<name>``."""
+
+    entity_type: str
+    entity_name: str
+
+    def encode(self) -> bytes:
+        return _encode({"version": 2, "entity_path": f"{self.entity_type}/{self.entity_name}"})
+
+    @classmethod
+    def decode(cls, name: str, data: bytes | None) -> ConfigChangeNotification:
+        path = config_change_path(name)
+        obj = _parse(path, data)
+        version = _int(path, obj, "version")
+        if version == 1:
+            # Kafka before 1.1 wrote the type and name apart; its brokers still read both.
+            return cls(_str(path, obj, "entity_type"), _str(path, obj, "entity_name"))
+        if version != 2:
+            raise CorruptZnodeError(
+                f"znode {path}: notification version {version} is unknown (Kafka writes 1 or 2)",
+                path=path,
+            )
+        entity_type, slash, entity_name = _str(path, obj, "entity_path").partition("/")
+        if not slash or not entity_type or not entity_name:
+            raise CorruptZnodeError(
+                f"znode {path}: field 'entity_path' must be '<type>/<name>', got "
+                f"{obj['entity_path']!r}",
+                path=path,
+            )
+        return cls(entity_type, entity_name)
