@@ -104,7 +104,9 @@ def test_a_wrong_secret_is_refused_and_its_connection_closed(
     # that one is a client's.
     conn.connect()
     try:
-        assert conn.request(MetadataRequest(topics=[]), timeout_s=10).controller_id == 1
+        answer = conn.request(MetadataRequest(topics=[]), timeout_s=10)
+        # (The broker's own controller election may not have finished yet: any answer will do.)
+        assert [b.node_id for b in answer.brokers] == [1]
     finally:
         conn.close()
 
