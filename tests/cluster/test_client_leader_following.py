@@ -1,194 +1,345 @@
-"""Clients follow leaders, against real cluster brokers (a real ZooKeeper) whose metadata the
-test sets as a controller would (tests/cluster/acting_controller.py): a partition's leader is
-first a broker that is down, then it moves to a live one; the producer and the consumer must
-notice the dropped connection, refresh their metadata and go to the new leader within their
-timeouts. ``bootstrap.servers`` may list dead brokers before a live one; the client's node
-map follows the live brokers the metadata lists."""
+"""Clients follow leaders in a real three-broker LocalCluster with its own controller: a
+partition's leader is killed (SIGKILL), its ZooKeeper session expires and the controller
+elects another replica; a producer, a consumer and an Admin made before the kill notice the
+dropped connection, refresh their metadata and go to the new leader within their timeouts.
+``bootstrap.servers`` may list dead servers before a live one; the client's node map follows
+the live brokers; a request to a broker that restarted on another port looks up where it
+listens now; a produce to a replica that lost its leadership (NOT_LEADER_OR_FOLLOWER) makes
+the producer refresh. ``spark-mq topics describe`` shows the layout and, after a kill, the
+under-replicated and unavailable partitions.
+
+One cluster is shared by the tests of this module: each uses a topic of its own and starts
+the brokers it killed again before it ends."""
 
 from __future__ import annotations
 
-import importlib.util
-import threading
+import json
 import time
-from pathlib import Path
+import uuid
+from collections.abc import Iterator
 
 import pytest
-from acting_controller import cluster_brokers, partition_state
+from kazoo.client import KazooClient
+from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
+from spark_mq.cli import main
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import ClientConfig
-from spark_mq.cluster.zookeeper_server import free_loopback_port
+from spark_mq.client.descriptions import PartitionDescription
+from spark_mq.cluster.local_cluster import LocalCluster
+from spark_mq.cluster.zookeeper_server import ZooKeeperServer, free_loopback_port
 from spark_mq.errors import BrokerNotAvailableError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api_versions import ApiVersionsRequest
 
+pytestmark = pytest.mark.slow
 
-def _dead_address() -> BrokerAddress:
-    return BrokerAddress("127.0.0.1", free_loopback_port())
+#: A killed broker's session ends, and its partitions move, this long after the kill.
+SESSION_TIMEOUT_MS = 4000
 
 
-def test_the_producer_follows_a_leader_that_moves_off_a_dead_broker(
-    tmp_path: Path, zk_connect: str
+@pytest.fixture(scope="module")
+def cluster(
+    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    chroot = f"/t-{uuid.uuid4().hex[:12]}"
+    root = KazooClient(hosts=zookeeper.connect_string)
+    root.start(timeout=10)
+    try:
+        root.ensure_path(chroot)
+    finally:
+        root.stop()
+        root.close()
+    local = LocalCluster(
+        tmp_path_factory.mktemp("following") / "c",
+        3,
+        zookeeper=zookeeper.connect_string + chroot,
+        session_timeout_ms=SESSION_TIMEOUT_MS,
+        broker_properties={
+            "replica.lag.time.max.ms": "2000",
+            "replica.fetch.wait.max.ms": "200",
+            "replica.fetch.backoff.ms": "200",
+        },
+    )
+    try:
+        yield local.start()
+    finally:
+        local.stop()
+
+
+def _server(cluster: LocalCluster, broker_id: int) -> str:
+    entry = cluster.state["brokers"][str(broker_id)]
+    return f"{entry['host']}:{entry['port']}"
+
+
+def _address(cluster: LocalCluster, broker_id: int) -> BrokerAddress:
+    entry = cluster.state["brokers"][str(broker_id)]
+    return BrokerAddress(entry["host"], int(entry["port"]))
+
+
+def _dead_server() -> str:
+    return f"127.0.0.1:{free_loopback_port()}"
+
+
+def _create(cluster: LocalCluster, topic: str, partitions: int = 3) -> list[PartitionDescription]:
+    """Create ``topic`` (replication factor 3) and wait until every broker knows it with a
+    full ISR; its partitions as described then."""
+    with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        admin.create_topic(topic, partitions=partitions, replication_factor=3)
+    described: list[PartitionDescription] = []
+    for broker_id in cluster.broker_ids:
+        with Admin(bootstrap_servers=_server(cluster, broker_id)) as admin:
+
+            def full(a: Admin = admin) -> bool:
+                if topic not in a.list_topics():
+                    return False
+                parts = a.describe_topic(topic).partitions
+                described[:] = parts
+                return all(p.leader > 0 and sorted(p.isr) == [1, 2, 3] for p in parts)
+
+            wait_for(full, timeout_s=30)
+    return described
+
+
+def _victim(cluster: LocalCluster, parts: list[PartitionDescription]) -> PartitionDescription:
+    """A partition whose leader is not the controller (killing the controller would add a
+    controller election to what the test waits for)."""
+    controller = cluster.controller_id()
+    return next(p for p in parts if p.leader != controller)
+
+
+def _survivor(cluster: LocalCluster, victim: int) -> int:
+    return next(b for b in cluster.broker_ids if b != victim)
+
+
+def _restore(cluster: LocalCluster, broker_id: int) -> None:
+    """Start a killed broker again and wait until the controller lists it as live."""
+    cluster.start_broker(broker_id)
+    with Admin(bootstrap_servers=_server(cluster, _survivor(cluster, broker_id))) as admin:
+        wait_for(lambda: broker_id in admin.describe_cluster().broker_ids, timeout_s=30)
+
+
+def test_the_producer_follows_a_leader_that_moves_off_a_killed_broker(
+    cluster: LocalCluster,
 ) -> None:
-    with cluster_brokers(tmp_path, zk_connect, (1,)) as (controller, brokers):
-        b1 = brokers[1]
-        epoch = b1.local_epoch()
-        dead = _dead_address()
-        # Partition 0's leader is broker 2, which does not answer.
-        controller.publish(
-            [partition_state("t", 0, 2, epoch - 1, [2, 1])], {1: b1.address, 2: dead}
-        )
-        with Producer(
-            bootstrap_servers=f"{b1.address.host}:{b1.address.port}",
-            config={"delivery.timeout.ms": 60000, "retry.backoff.max.ms": 200},
-        ) as producer:
-            future = producer.send("t", b"moved", partition=0)
-            time.sleep(1.0)  # the sender tries broker 2 and fails
-            assert not future.done()
-            # The controller elects broker 1 (broker 2's session ended).
-            controller.publish([partition_state("t", 0, 1, epoch, [2, 1])], {1: b1.address})
-            metadata = future.get(timeout=30)
-        assert (metadata.partition, metadata.offset) == (0, 0)
-
-        with Consumer(bootstrap_servers=f"{b1.address.host}:{b1.address.port}") as consumer:
-            consumer.assign([TopicPartition("t", 0)])
-            consumer.seek(TopicPartition("t", 0), 0)
-            records = consumer.poll(timeout_ms=10000).get(TopicPartition("t", 0), [])
-        assert [r.value for r in records] == [b"moved"]
+    victim = _victim(cluster, _create(cluster, "p"))
+    survivor = _survivor(cluster, victim.leader)
+    with Producer(
+        bootstrap_servers=_server(cluster, survivor),
+        config={"delivery.timeout.ms": 60000, "retry.backoff.max.ms": 200},
+    ) as producer:
+        # The producer knows the leader and has a connection to it.
+        assert producer.send("p", b"before", partition=victim.partition).get(30).offset == 0
+        cluster.kill(victim.leader)
+        try:
+            metadata = producer.send("p", b"after", partition=victim.partition).get(timeout=45)
+        finally:
+            _restore(cluster, victim.leader)
+    assert metadata.offset == 1
+    tp = TopicPartition("p", victim.partition)
+    with Consumer(bootstrap_servers=_server(cluster, survivor)) as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        got: list[bytes | None] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            got += [r.value for r in consumer.poll(timeout_ms=500).get(tp, [])]
+    assert got == [b"before", b"after"]
 
 
-def test_the_consumer_follows_a_leader_that_moves_off_a_dead_broker(
-    tmp_path: Path, zk_connect: str
+def test_the_consumer_follows_a_leader_that_moves_off_a_killed_broker(
+    cluster: LocalCluster,
 ) -> None:
-    with cluster_brokers(tmp_path, zk_connect, (1,)) as (controller, brokers):
-        b1 = brokers[1]
-        epoch = b1.local_epoch()
-        bootstrap = f"{b1.address.host}:{b1.address.port}"
-        controller.publish([partition_state("c", 0, 1, epoch, [1, 2])], {1: b1.address})
-        with Producer(bootstrap_servers=bootstrap) as producer:
-            producer.send("c", b"r0", partition=0).get(timeout=30)
-
-        dead = _dead_address()
-        controller.publish(
-            [partition_state("c", 0, 2, epoch + 1, [2, 1])],
-            {1: b1.address, 2: dead},
-            leaders=False,
-        )
+    victim = _victim(cluster, _create(cluster, "c"))
+    survivor = _survivor(cluster, victim.leader)
+    tp = TopicPartition("c", victim.partition)
+    with Producer(bootstrap_servers=_server(cluster, survivor)) as producer:
+        producer.send("c", b"r0", partition=victim.partition).get(timeout=30)
         with Consumer(
-            bootstrap_servers=bootstrap, config={"retry.backoff.max.ms": 200}
+            bootstrap_servers=_server(cluster, survivor), config={"retry.backoff.max.ms": 200}
         ) as consumer:
-            tp = TopicPartition("c", 0)
             consumer.assign([tp])
             consumer.seek(tp, 0)
-            assert consumer.poll(timeout_ms=1000) == {}  # its leader is down
-            controller.publish([partition_state("c", 0, 1, epoch, [1, 2])], {1: b1.address})
-            deadline = time.monotonic() + 20
+            # The consumer fetches from the leader before the kill ...
             got: list[bytes | None] = []
+            deadline = time.monotonic() + 30
             while not got and time.monotonic() < deadline:
                 got = [r.value for r in consumer.poll(timeout_ms=500).get(tp, [])]
-        assert got == [b"r0"]
+            assert got == [b"r0"]
+            cluster.kill(victim.leader)
+            try:
+                # ... and after it, from the replica the controller elected.
+                producer.send("c", b"r1", partition=victim.partition).get(timeout=45)
+                got = []
+                deadline = time.monotonic() + 45
+                while not got and time.monotonic() < deadline:
+                    got = [r.value for r in consumer.poll(timeout_ms=500).get(tp, [])]
+            finally:
+                _restore(cluster, victim.leader)
+    assert got == [b"r1"]
 
 
 def test_bootstrap_skips_dead_servers_and_the_node_map_follows_the_live_brokers(
-    tmp_path: Path, zk_connect: str
+    cluster: LocalCluster,
 ) -> None:
-    with cluster_brokers(tmp_path, zk_connect, (1,)) as (controller, brokers):
-        b1 = brokers[1]
-        dead_a, dead_b, other = _dead_address(), _dead_address(), _dead_address()
-        controller.publish([], {1: b1.address, 2: other})
-        servers = ",".join(f"{a.host}:{a.port}" for a in (dead_a, dead_b, b1.address))
-        cluster = Cluster(ClientConfig.from_properties({"bootstrap.servers": servers}))
+    controller = cluster.controller_id()
+    victim = next(b for b in cluster.broker_ids if b != controller)
+    live = _survivor(cluster, victim)
+    servers = ",".join([_dead_server(), _dead_server(), _server(cluster, live)])
+    client = Cluster(ClientConfig.from_properties({"bootstrap.servers": servers}))
+    try:
+        # Two dead bootstrap servers are skipped for the live third.
+        assert sorted(b.node_id for b in client.refresh([]).brokers) == [1, 2, 3]
+        assert sorted(client.nodes()) == [1, 2, 3]
+        cluster.kill(victim)
         try:
-            # Two dead bootstrap servers are skipped for the live third.
-            assert sorted(b.node_id for b in cluster.refresh([]).brokers) == [1, 2]
-            assert sorted(cluster.nodes()) == [1, 2]
-            # Broker 2 leaves the cluster: the next metadata no longer lists it, and the
-            # client no longer dials it by id (it asks for a refresh instead).
-            controller.publish([], {1: b1.address})
-            cluster.refresh([])
-            assert sorted(cluster.nodes()) == [1]
+            # Once its session ended, the metadata no longer lists it, and the client no
+            # longer dials it by id (it asks for a refresh instead).
+            def gone() -> bool:
+                client.refresh([])
+                return victim not in client.nodes()
+
+            wait_for(gone, timeout_s=30)
             with pytest.raises(BrokerNotAvailableError, match="not among the live brokers"):
-                cluster.address_for(2)
-            assert cluster.update_requested
-            cluster.refresh([])
-            assert not cluster.update_requested
+                client.address_for(victim)
+            assert client.update_requested
+            client.refresh([])
+            assert not client.update_requested
         finally:
-            cluster.close()
+            _restore(cluster, victim)
+        # A broker that comes back is in the node map again, where it listens now.
+        client.refresh([])
+        assert client.nodes()[victim] == _address(cluster, victim)
+    finally:
+        client.close()
 
 
-def test_admin_delete_records_follows_a_leader_that_moves_off_a_dead_broker(
-    tmp_path: Path, zk_connect: str
+def test_admin_delete_records_follows_a_leader_that_moves_off_a_killed_broker(
+    cluster: LocalCluster,
 ) -> None:
-    with cluster_brokers(tmp_path, zk_connect, (1,)) as (controller, brokers):
-        b1 = brokers[1]
-        epoch = b1.local_epoch()
-        bootstrap = f"{b1.address.host}:{b1.address.port}"
-        controller.publish([partition_state("d", 0, 1, epoch, [1, 2])], {1: b1.address})
-        with Producer(bootstrap_servers=bootstrap) as producer:
-            for value in (b"a", b"b", b"c"):
-                producer.send("d", value, partition=0).get(timeout=30)
-        controller.publish(
-            [partition_state("d", 0, 2, epoch + 1, [2, 1])],
-            {1: b1.address, 2: _dead_address()},
-            leaders=False,
-        )
-        outcome: list[object] = []
-        with Admin(bootstrap_servers=bootstrap, config={"retry.backoff.max.ms": 200}) as admin:
-            worker = threading.Thread(
-                target=lambda: outcome.append(admin.delete_records({("d", 0): 2}))
-            )
-            worker.start()
-            time.sleep(1.0)  # it finds broker 2 down and waits for a new leader
-            assert worker.is_alive() and not outcome
-            controller.publish([partition_state("d", 0, 1, epoch, [1, 2])], {1: b1.address})
-            worker.join(30)
-        assert outcome == [{TopicPartition("d", 0): 2}]
-
-
-def test_a_request_to_a_broker_looks_up_where_it_listens_now(
-    tmp_path: Path, zk_connect: str
-) -> None:
-    with cluster_brokers(tmp_path, zk_connect, (1,)) as (controller, brokers):
-        b1 = brokers[1]
-        servers = f"{b1.address.host}:{b1.address.port}"
-        cluster = Cluster(ClientConfig.from_properties({"bootstrap.servers": servers}))
+    victim = _victim(cluster, _create(cluster, "d"))
+    survivor = _survivor(cluster, victim.leader)
+    tp = TopicPartition("d", victim.partition)
+    with Producer(bootstrap_servers=_server(cluster, survivor)) as producer:
+        for value in (b"a", b"b", b"c", b"d"):
+            producer.send("d", value, partition=victim.partition).get(timeout=30)
+    with Admin(
+        bootstrap_servers=_server(cluster, survivor), config={"retry.backoff.max.ms": 200}
+    ) as admin:
+        # The Admin knows the leader and has a connection to it.
+        assert admin.delete_records({tp: 1}) == {tp: 1}
+        cluster.kill(victim.leader)
         try:
-            # The client learns an address of broker 1 where nothing listens (as after the
-            # broker restarted on another port)...
-            controller.publish([], {1: _dead_address()})
-            cluster.refresh([])
-            # ... and the cluster then says where it is: the failed connection makes the
-            # request look again before its second attempt.
-            controller.publish([], {1: b1.address})
-            answer = cluster.request(ApiVersionsRequest(), node_id=1)
-            assert answer.broker_id == 1 and cluster.nodes()[1] == b1.address
-            # A broker the client has not heard of yet (new in the cluster) is looked up
-            # instead of refused.
-            controller.publish([], {1: b1.address, 7: b1.address})
-            assert cluster.request(ApiVersionsRequest(), node_id=7).error_code == 0
+            assert admin.delete_records({tp: 3}) == {tp: 3}
         finally:
-            cluster.close()
+            _restore(cluster, victim.leader)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("spark_mq.broker.handlers.controller_requests") is None,
-    reason="needs brokers that take leader and follower roles (LeaderAndIsr)",
-)
-def test_the_producer_refreshes_on_not_leader_or_follower(tmp_path: Path, zk_connect: str) -> None:
-    with cluster_brokers(tmp_path, zk_connect, (1, 2)) as (controller, brokers):
-        b1, b2 = brokers[1], brokers[2]
-        live = {1: b1.address, 2: b2.address}
-        # Broker 1 leads, broker 2 follows (their roles from LeaderAndIsr) ...
-        controller.publish([partition_state("n", 0, 1, 5, [1, 2])], live)
-        # ... but the clients are told that broker 2 leads (metadata that lags a move).
-        controller.publish([partition_state("n", 0, 2, 5, [1, 2])], live, leaders=False)
-        with Producer(
-            bootstrap_servers=f"{b1.address.host}:{b1.address.port}",
-            config={"delivery.timeout.ms": 60000, "retry.backoff.max.ms": 200},
-        ) as producer:
-            future = producer.send("n", b"v", partition=0)
-            time.sleep(1.0)  # broker 2 answers NOT_LEADER_OR_FOLLOWER, again and again
-            assert not future.done()
-            controller.publish([partition_state("n", 0, 1, 5, [1, 2])], live, leaders=False)
-            assert future.get(timeout=30).offset == 0
+def test_a_request_to_a_broker_looks_up_where_it_listens_now(cluster: LocalCluster) -> None:
+    controller = cluster.controller_id()
+    victim = next(b for b in cluster.broker_ids if b != controller)
+    live = _survivor(cluster, victim)
+    client = Cluster(ClientConfig.from_properties({"bootstrap.servers": _server(cluster, live)}))
+    try:
+        client.refresh([])
+        old = client.nodes()[victim]
+        # The broker restarts; a new process listens on another port (port 0).
+        cluster.kill(victim)
+        _restore(cluster, victim)
+        now = _address(cluster, victim)
+        assert now != old
+        with Admin(bootstrap_servers=_server(cluster, live)) as admin:
+            wait_for(
+                lambda: (victim, now.host, now.port)
+                in {b[:3] for b in admin.describe_cluster().brokers},
+                timeout_s=30,
+            )
+        # The client still has the old address: the failed connection makes the request
+        # look again before its next attempt.
+        assert client.nodes()[victim] == old
+        answer = client.request(ApiVersionsRequest(), node_id=victim)
+        assert answer.error_code == 0 and client.nodes()[victim] == now
+    finally:
+        client.close()
+
+
+def test_the_producer_refreshes_on_not_leader_or_follower(cluster: LocalCluster) -> None:
+    victim = _victim(cluster, _create(cluster, "n"))
+    old_leader = victim.leader
+    survivor = _survivor(cluster, old_leader)
+    with Producer(
+        bootstrap_servers=_server(cluster, survivor),
+        config={"delivery.timeout.ms": 60000, "retry.backoff.max.ms": 200},
+    ) as producer:
+        assert producer.send("n", b"v0", partition=victim.partition).get(30).offset == 0
+        # The leader freezes; its session expires and the controller elects another
+        # replica. Resumed, the old leader is alive (the producer's connection to it still
+        # open) but a follower: it answers NOT_LEADER_OR_FOLLOWER.
+        cluster.pause(old_leader)
+        try:
+            with Admin(bootstrap_servers=_server(cluster, survivor)) as admin:
+
+                def moved() -> bool:
+                    part = admin.describe_topic("n").partitions[victim.partition]
+                    return part.leader not in (-1, old_leader)
+
+                wait_for(moved, timeout_s=30)
+        finally:
+            cluster.resume(old_leader)
+        with Admin(bootstrap_servers=_server(cluster, old_leader)) as admin:
+            # The old leader has heard from the controller that it no longer leads.
+            wait_for(
+                lambda: admin.describe_topic("n").partitions[victim.partition].leader
+                not in (-1, old_leader),
+                timeout_s=30,
+            )
+        assert producer.send("n", b"v1", partition=victim.partition).get(timeout=30).offset == 1
+    with Admin(bootstrap_servers=_server(cluster, survivor)) as admin:
+        # The cluster is whole again for whatever comes next.
+        wait_for(lambda: old_leader in admin.describe_cluster().broker_ids, timeout_s=30)
+
+
+def test_describe_shows_the_layout_and_the_partitions_a_killed_broker_leaves(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    controller = cluster.controller_id()
+    victim = next(b for b in cluster.broker_ids if b != controller)
+    survivor = _survivor(cluster, victim)
+    _create(cluster, "t", partitions=2)
+    with Admin(bootstrap_servers=_server(cluster, survivor)) as admin:
+        # A topic whose only replica is the broker to be killed: it becomes unavailable.
+        admin.create_topic("single", partitions=1, replication_factor=1)
+        wait_for(lambda: admin.describe_topic("single").partitions[0].leader > 0, 30)
+    with Producer(bootstrap_servers=_server(cluster, survivor)) as producer:
+        producer.send("t", b"x", partition=0).get(timeout=30)
+
+    def describe(topic: str, *args: str) -> str:
+        server = _server(cluster, survivor)
+        assert main(["topics", "describe", topic, "--bootstrap-server", server, *args]) == 0
+        return capsys.readouterr().out
+
+    lines = describe("t").splitlines()
+    assert lines[0].startswith("Topic: t\tTopicId: ")
+    assert lines[0].endswith("\tPartitionCount: 2\tReplicationFactor: 3\tConfigs: ")
+    assert lines[1].startswith("\tTopic: t\tPartition: 0\tLeader: ")
+    assert "\tIsr: " in lines[1] and "\tLeaderEpoch: " in lines[1]
+    assert lines[1].endswith("\tLogStartOffset: 0\tHighWatermark: 1\tLastStableOffset: 1")
+    assert describe("t", "--under-replicated-partitions") == ""
+    assert describe("t", "--unavailable-partitions") == ""
+
+    with Admin(bootstrap_servers=_server(cluster, survivor)) as admin:
+        single = admin.describe_topic("single").partitions[0].leader
+    cluster.kill(single)
+    try:
+        with Admin(bootstrap_servers=_server(cluster, _survivor(cluster, single))) as admin:
+            wait_for(lambda: single not in admin.describe_cluster().broker_ids, timeout_s=30)
+        server_id = _survivor(cluster, single)
+        survivor = server_id
+        # Every partition of t had a replica on the killed broker.
+        assert len(describe("t", "--under-replicated-partitions").splitlines()) == 2
+        assert describe("t", "--unavailable-partitions") == ""
+        (document,) = json.loads(describe("single", "--unavailable-partitions", "--json"))
+        assert [(p["partition"], p["leader"]) for p in document["partitions"]] == [(0, -1)]
+    finally:
+        _restore(cluster, single)
