@@ -26,12 +26,15 @@ from spark_mq import Admin, Consumer, Producer, TopicPartition
 from spark_mq.cli import main
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import ClientConfig
+from spark_mq.client.connection import BrokerConnection
 from spark_mq.client.descriptions import PartitionDescription
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.cluster.zookeeper_server import ZooKeeperServer, free_loopback_port
 from spark_mq.errors import BrokerNotAvailableError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api_versions import ApiVersionsRequest
+from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
 
 pytestmark = pytest.mark.slow
 
@@ -100,6 +103,18 @@ def _create(cluster: LocalCluster, topic: str, partitions: int = 3) -> list[Part
 
             wait_for(full, timeout_s=30)
     return described
+
+
+def _leader_told_by(cluster: LocalCluster, broker_id: int, topic: str, partition: int) -> int:
+    """The leader of ``topic``'s ``partition`` in ``broker_id``'s Metadata answer."""
+    conn = BrokerConnection(_address(cluster, broker_id))
+    conn.connect()
+    try:
+        answer: MetadataResponse = conn.request(MetadataRequest([topic]), timeout_s=10)
+    finally:
+        conn.close()
+    parts = {p.partition: p for p in answer.topics[0].partitions}
+    return parts[partition].leader_id if partition in parts else -1
 
 
 def _victim(cluster: LocalCluster, parts: list[PartitionDescription]) -> PartitionDescription:
@@ -251,8 +266,10 @@ def test_a_request_to_a_broker_looks_up_where_it_listens_now(cluster: LocalClust
         assert now != old
         with Admin(bootstrap_servers=_server(cluster, live)) as admin:
             wait_for(
-                lambda: (victim, now.host, now.port)
-                in {b[:3] for b in admin.describe_cluster().brokers},
+                lambda: (
+                    (victim, now.host, now.port)
+                    in {b[:3] for b in admin.describe_cluster().brokers}
+                ),
                 timeout_s=30,
             )
         # The client still has the old address: the failed connection makes the request
@@ -287,13 +304,9 @@ def test_the_producer_refreshes_on_not_leader_or_follower(cluster: LocalCluster)
                 wait_for(moved, timeout_s=30)
         finally:
             cluster.resume(old_leader)
-        with Admin(bootstrap_servers=_server(cluster, old_leader)) as admin:
-            # The old leader has heard from the controller that it no longer leads.
-            wait_for(
-                lambda: admin.describe_topic("n").partitions[victim.partition].leader
-                not in (-1, old_leader),
-                timeout_s=30,
-            )
+        # The old leader has heard from the controller that it no longer leads.
+        wait_for(lambda: _leader_told_by(cluster, old_leader, "n", victim.partition)
+                 not in (-1, old_leader), timeout_s=30)  # fmt: skip
         assert producer.send("n", b"v1", partition=victim.partition).get(timeout=30).offset == 1
     with Admin(bootstrap_servers=_server(cluster, survivor)) as admin:
         # The cluster is whole again for whatever comes next.
@@ -334,12 +347,24 @@ def test_describe_shows_the_layout_and_the_partitions_a_killed_broker_leaves(
     try:
         with Admin(bootstrap_servers=_server(cluster, _survivor(cluster, single))) as admin:
             wait_for(lambda: single not in admin.describe_cluster().broker_ids, timeout_s=30)
-        server_id = _survivor(cluster, single)
-        survivor = server_id
-        # Every partition of t had a replica on the killed broker.
-        assert len(describe("t", "--under-replicated-partitions").splitlines()) == 2
+        survivor = _survivor(cluster, single)
+        # Every partition of t had a replica on the killed broker: each leaves the ISR
+        # (by the controller's election, or by its leader's AlterPartition once the lag
+        # time passed).
+        wait_for(lambda: len(describe("t", "--under-replicated-partitions").splitlines()) == 2,
+                 timeout_s=30)  # fmt: skip
         assert describe("t", "--unavailable-partitions") == ""
         (document,) = json.loads(describe("single", "--unavailable-partitions", "--json"))
         assert [(p["partition"], p["leader"]) for p in document["partitions"]] == [(0, -1)]
+        # Metadata answers the partition without a leader, and says to retry.
+        conn = BrokerConnection(_address(cluster, survivor))
+        conn.connect()
+        try:
+            answer: MetadataResponse = conn.request(MetadataRequest(["single"]), timeout_s=10)
+        finally:
+            conn.close()
+        (part,) = answer.topics[0].partitions
+        assert (part.error_code, part.leader_id) == (ErrorCode.LEADER_NOT_AVAILABLE, -1)
+        assert part.error_message and "retry" in part.error_message
     finally:
         _restore(cluster, single)

@@ -1,18 +1,25 @@
-"""UpdateMetadata and Metadata on a real cluster broker (a real ZooKeeper, a real broker
-process): what a controller sends with the cluster's secret is what clients are told, whole;
-a stale controller or broker epoch changes nothing; a client may not send it; a partition
-without a live leader is answered LEADER_NOT_AVAILABLE; leader -2 deletes a topic."""
+"""UpdateMetadata and Metadata on a real cluster broker whose own controller runs (a
+one-broker LocalCluster, a real ZooKeeper): an ex-controller that still holds the cluster's
+secret sends UpdateMetadata at a controller epoch older than the elected controller's, or a
+controller's request meant for an earlier life of the broker arrives (an older broker
+epoch): neither changes what clients are told; a client may not send UpdateMetadata at all.
+A deleted topic is unknown to Metadata; internal topics are never auto-created by it."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from acting_controller import cluster_brokers
+from kazoo.client import KazooClient
+from waiting import wait_for
 
+from spark_mq import Admin
+from spark_mq.broker.zk import znodes
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
+from spark_mq.cluster.local_cluster import LocalCluster
+from spark_mq.cluster.zookeeper_server import ZooKeeperServer
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.controller import (
     UpdateMetadataBroker,
@@ -24,14 +31,35 @@ from spark_mq.protocol.controller import (
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
 
+pytestmark = pytest.mark.slow
+
+#: The broker id the ex-controller authenticates as (a broker that has left the cluster).
+EX_CONTROLLER = 2
+
 
 class Broker:
-    """One cluster broker process, and the secret and broker epoch a controller knows."""
+    """Broker 1 of a running one-broker cluster, and what ZooKeeper says about it: the
+    cluster's inter-broker secret, its broker epoch and the elected controller's epoch."""
 
-    def __init__(self, address: BrokerAddress, secret: str, broker_epoch: int) -> None:
-        self.address = address
-        self.secret = secret
-        self.broker_epoch = broker_epoch
+    def __init__(self, cluster: LocalCluster, zk: KazooClient) -> None:
+        entry = cluster.state["brokers"]["1"]
+        self.address = BrokerAddress(entry["host"], int(entry["port"]))
+        self.server = f"{entry['host']}:{entry['port']}"
+        self.zk = zk
+
+    @property
+    def secret(self) -> str:
+        return str(self.zk.get(znodes.INTER_BROKER_SECRET)[0].decode())
+
+    @property
+    def broker_epoch(self) -> int:
+        stat = self.zk.exists(znodes.broker_path(1))
+        assert stat is not None
+        return int(stat.czxid)
+
+    @property
+    def controller_epoch(self) -> int:
+        return znodes.decode_controller_epoch(self.zk.get(znodes.CONTROLLER_EPOCH)[0])
 
     def metadata(self, topics: list[str] | None = None, **kw: bool) -> MetadataResponse:
         conn = BrokerConnection(self.address)
@@ -47,7 +75,11 @@ class Broker:
         try:
             if as_broker:
                 authenticate_as_broker(
-                    conn, broker_id=9, broker_epoch=-1, secret=self.secret, timeout_s=10
+                    conn,
+                    broker_id=EX_CONTROLLER,
+                    broker_epoch=-1,
+                    secret=self.secret,
+                    timeout_s=10,
                 )
             else:
                 conn.connect()
@@ -57,122 +89,105 @@ class Broker:
             conn.close()
 
 
-@pytest.fixture
-def broker(tmp_path: Path, zk_connect: str) -> Iterator[Broker]:
-    """Broker 1, with the test holding the controller's place (no broker is controller)."""
-    with cluster_brokers(tmp_path, zk_connect, (1,)) as (controller, brokers):
-        b1 = brokers[1]
-        yield Broker(b1.address, controller.secret, b1.broker_epoch)
-
-
-def _live(*ids: int, port_of_1: int) -> list[UpdateMetadataBroker]:
-    out = []
-    for broker_id in ids:
-        port = port_of_1 if broker_id == 1 else 19000 + broker_id
-        out.append(
-            UpdateMetadataBroker(
-                broker_id,
-                [UpdateMetadataEndpoint("127.0.0.1", port, "PLAINTEXT")],
-                f"rack{broker_id}",
-            )
-        )
-    return out
-
-
-def _state(
-    topic: str,
-    partition: int,
-    leader: int,
-    *,
-    leader_epoch: int = 0,
-    isr: list[int] | None = None,
-    offline: list[int] | None = None,
-) -> UpdateMetadataPartitionState:
-    return UpdateMetadataPartitionState(
-        topic, partition, 3, leader, leader_epoch, isr or [1, 2], 0, [1, 2, 3], offline or []
-    )
-
-
-def _request(
-    broker: Broker,
-    states: list[UpdateMetadataPartitionState],
-    *,
-    controller_epoch: int = 3,
-    live: tuple[int, ...] = (1, 2),
-    broker_epoch: int | None = None,
-) -> UpdateMetadataRequest:
-    return UpdateMetadataRequest(
-        controller_id=2,
-        controller_epoch=controller_epoch,
-        broker_epoch=broker.broker_epoch if broker_epoch is None else broker_epoch,
-        partition_states=states,
-        live_brokers=_live(*live, port_of_1=broker.address.port),
-    )
-
-
-def test_clients_see_what_the_controller_sent(broker: Broker) -> None:
-    before = broker.metadata([])
-    # Before any UpdateMetadata the broker knows only itself.
-    assert [b.node_id for b in before.brokers] == [1]
-
-    states = [
-        _state("t", 0, 1, leader_epoch=4),
-        _state("t", 1, 2, isr=[2], offline=[3]),
-        _state("t", 2, 3),  # broker 3 is not live
-        _state("t", 3, -1),  # no leader at all
-    ]
-    assert broker.update(_request(broker, states)) == ErrorCode.NONE
-
-    response = broker.metadata()
-    assert response.controller_id == 2
-    assert [(b.node_id, b.host, b.port, b.rack) for b in response.brokers] == [
-        (1, "127.0.0.1", broker.address.port, "rack1"),
-        (2, "127.0.0.1", 19002, "rack2"),
-    ]
-    (topic,) = response.topics
-    assert topic.name == "t" and topic.error_code == ErrorCode.NONE
-    p0, p1, p2, p3 = topic.partitions
-    assert (p0.error_code, p0.leader_id, p0.leader_epoch, p0.replicas, p0.isr) == (
-        0,
+@pytest.fixture(scope="module")
+def broker(
+    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Broker]:
+    chroot = f"/t-{uuid.uuid4().hex[:12]}"
+    root = KazooClient(hosts=zookeeper.connect_string)
+    root.start(timeout=10)
+    try:
+        root.ensure_path(chroot)
+    finally:
+        root.stop()
+        root.close()
+    zk = KazooClient(hosts=zookeeper.connect_string + chroot)
+    zk.start(timeout=10)
+    local = LocalCluster(
+        tmp_path_factory.mktemp("update-metadata") / "c",
         1,
-        4,
-        [1, 2, 3],
-        [1, 2],
+        zookeeper=zookeeper.connect_string + chroot,
+        session_timeout_ms=6000,
     )
-    assert (p1.leader_id, p1.isr, p1.offline_replicas) == (2, [2], [3])
-    for leaderless in (p2, p3):
-        assert leaderless.error_code == ErrorCode.LEADER_NOT_AVAILABLE
-        assert leaderless.leader_id == -1
-        assert leaderless.error_message and "retry" in leaderless.error_message
+    try:
+        local.start()
+        wait_for(lambda: local.controller_id() == 1, timeout_s=30)
+        wait_for(lambda: zk.exists(znodes.INTER_BROKER_SECRET) is not None, timeout_s=30)
+        yield Broker(local, zk)
+    finally:
+        local.stop()
+        zk.stop()
+        zk.close()
 
-    # A later update moves one partition's leader; the rest stays.
-    moved = [_state("t", 2, 2, leader_epoch=1)]
-    assert broker.update(_request(broker, moved, controller_epoch=4)) == ErrorCode.NONE
-    parts = broker.metadata(["t"]).topics[0].partitions
-    assert (parts[2].error_code, parts[2].leader_id, parts[2].leader_epoch) == (0, 2, 1)
-    assert parts[0].leader_epoch == 4
+
+def _create(broker: Broker, topic: str) -> None:
+    with Admin(bootstrap_servers=broker.server) as admin:
+        admin.create_topic(topic, partitions=1, replication_factor=1)
+
+    def led() -> bool:
+        (answer,) = broker.metadata([topic]).topics
+        return answer.error_code == 0 and answer.partitions[0].leader_id == 1
+
+    wait_for(led, timeout_s=30)
+
+
+def _move_to_broker_2(
+    broker: Broker, topic: str, *, controller_epoch: int, broker_epoch: int
+) -> UpdateMetadataRequest:
+    """What an ex-controller would send: partition 0 of ``topic`` led by broker 2."""
+    state = UpdateMetadataPartitionState(
+        topic, 0, controller_epoch, EX_CONTROLLER, 99, [EX_CONTROLLER], 99, [1, 2], []
+    )
+    live = [
+        UpdateMetadataBroker(
+            broker_id, [UpdateMetadataEndpoint("127.0.0.1", port, "PLAINTEXT")], None
+        )
+        for broker_id, port in ((1, broker.address.port), (EX_CONTROLLER, 19002))
+    ]
+    return UpdateMetadataRequest(
+        controller_id=EX_CONTROLLER,
+        controller_epoch=controller_epoch,
+        broker_epoch=broker_epoch,
+        partition_states=[state],
+        live_brokers=live,
+    )
 
 
 def test_a_stale_controller_or_broker_epoch_changes_nothing(broker: Broker) -> None:
-    assert broker.update(_request(broker, [_state("t", 0, 1)], controller_epoch=5)) == 0
-    stale = _request(broker, [_state("t", 0, 2, leader_epoch=9)], controller_epoch=4)
-    assert broker.update(stale) == ErrorCode.STALE_CONTROLLER_EPOCH
-    old_life = _request(
-        broker, [_state("t", 0, 2, leader_epoch=9)], broker_epoch=broker.broker_epoch - 1
+    _create(broker, "t")
+    before = broker.metadata(["t"])
+    epoch = broker.controller_epoch
+    assert before.controller_id == 1
+    # An ex-controller: the right secret, an older controller epoch.
+    stale = _move_to_broker_2(
+        broker, "t", controller_epoch=epoch - 1, broker_epoch=broker.broker_epoch
     )
-    old_life.controller_epoch = 5
+    assert broker.update(stale) == ErrorCode.STALE_CONTROLLER_EPOCH
+    # A request meant for an earlier life of broker 1.
+    old_life = _move_to_broker_2(
+        broker, "t", controller_epoch=epoch, broker_epoch=broker.broker_epoch - 1
+    )
     assert broker.update(old_life) == ErrorCode.STALE_BROKER_EPOCH
     # A client may not send it at all.
-    fresh = _request(broker, [_state("t", 0, 2, leader_epoch=9)], controller_epoch=6)
+    fresh = _move_to_broker_2(
+        broker, "t", controller_epoch=epoch + 1, broker_epoch=broker.broker_epoch
+    )
     assert broker.update(fresh, as_broker=False) == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-    part = broker.metadata(["t"]).topics[0].partitions[0]
-    assert (part.leader_id, part.leader_epoch) == (1, 0)
+    after = broker.metadata(["t"])
+    assert after.controller_id == 1
+    assert [b.node_id for b in after.brokers] == [1]
+    (part,) = after.topics[0].partitions
+    (was,) = before.topics[0].partitions
+    assert (part.leader_id, part.leader_epoch, part.isr) == (1, was.leader_epoch, [1])
 
 
-def test_leader_minus_two_deletes_the_topic(broker: Broker) -> None:
-    assert broker.update(_request(broker, [_state("d", 0, 1), _state("k", 0, 1)])) == 0
-    assert broker.update(_request(broker, [_state("d", 0, -2)])) == 0
-    assert [t.name for t in broker.metadata().topics] == ["k"]
+def test_a_deleted_topic_is_unknown(broker: Broker) -> None:
+    _create(broker, "d")
+    _create(broker, "k")
+    with Admin(bootstrap_servers=broker.server) as admin:
+        admin.delete_topic("d")
+    wait_for(lambda: "d" not in [t.name for t in broker.metadata().topics], timeout_s=30)
+    assert "k" in [t.name for t in broker.metadata().topics]
     (gone,) = broker.metadata(["d"]).topics
     assert gone.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     assert gone.error_message and "does not exist" in gone.error_message
