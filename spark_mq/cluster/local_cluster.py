@@ -228,6 +228,13 @@ class LocalCluster:
         """``host:port,...`` of the running brokers, for clients' ``bootstrap.servers``."""
         return str(self.state["bootstrap_servers"])
 
+    def broker_server(self, broker_id: int) -> str:
+        """``host:port`` of one broker as it last started (a client bootstrapped with it
+        alone reaches the whole cluster)."""
+        self._require_known(broker_id)
+        entry = self.state["brokers"][str(broker_id)]
+        return f"{entry['host']}:{entry['port']}"
+
     def _entry(self, broker_id: int) -> dict[str, Any]:
         entry: dict[str, Any] = self.state["brokers"].setdefault(
             str(broker_id),

@@ -30,9 +30,8 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
     server.stop()
 
 
-@pytest.fixture
-def zk_connect(zookeeper: ZooKeeperServer) -> str:
-    """A connect string with a chroot of this test's own."""
+def new_chroot(zookeeper: ZooKeeperServer) -> str:
+    """A connect string of ``zookeeper`` with a new, empty chroot."""
     chroot = f"/t-{uuid.uuid4().hex[:12]}"
     root = KazooClient(hosts=zookeeper.connect_string)
     root.start(timeout=10)
@@ -42,6 +41,18 @@ def zk_connect(zookeeper: ZooKeeperServer) -> str:
         root.stop()
         root.close()
     return zookeeper.connect_string + chroot
+
+
+@pytest.fixture
+def zk_connect(zookeeper: ZooKeeperServer) -> str:
+    """A connect string with a chroot of this test's own."""
+    return new_chroot(zookeeper)
+
+
+@pytest.fixture(scope="module")
+def zk_module_connect(zookeeper: ZooKeeperServer) -> str:
+    """A connect string with a chroot of this module's own (for a cluster its tests share)."""
+    return new_chroot(zookeeper)
 
 
 def _expire_session(connect: str, session: tuple[int, bytes]) -> None:

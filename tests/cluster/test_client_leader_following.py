@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from kazoo.client import KazooClient
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
@@ -29,7 +27,7 @@ from spark_mq.client.config import ClientConfig
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.client.descriptions import PartitionDescription
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.cluster.zookeeper_server import ZooKeeperServer, free_loopback_port
+from spark_mq.cluster.zookeeper_server import free_loopback_port
 from spark_mq.errors import BrokerNotAvailableError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api_versions import ApiVersionsRequest
@@ -44,20 +42,12 @@ SESSION_TIMEOUT_MS = 4000
 
 @pytest.fixture(scope="module")
 def cluster(
-    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalCluster]:
-    chroot = f"/t-{uuid.uuid4().hex[:12]}"
-    root = KazooClient(hosts=zookeeper.connect_string)
-    root.start(timeout=10)
-    try:
-        root.ensure_path(chroot)
-    finally:
-        root.stop()
-        root.close()
     local = LocalCluster(
         tmp_path_factory.mktemp("following") / "c",
         3,
-        zookeeper=zookeeper.connect_string + chroot,
+        zookeeper=zk_module_connect,
         session_timeout_ms=SESSION_TIMEOUT_MS,
         broker_properties={
             "replica.lag.time.max.ms": "2000",
@@ -69,11 +59,6 @@ def cluster(
         yield local.start()
     finally:
         local.stop()
-
-
-def _server(cluster: LocalCluster, broker_id: int) -> str:
-    entry = cluster.state["brokers"][str(broker_id)]
-    return f"{entry['host']}:{entry['port']}"
 
 
 def _address(cluster: LocalCluster, broker_id: int) -> BrokerAddress:
@@ -92,7 +77,7 @@ def _create(cluster: LocalCluster, topic: str, partitions: int = 3) -> list[Part
         admin.create_topic(topic, partitions=partitions, replication_factor=3)
     described: list[PartitionDescription] = []
     for broker_id in cluster.broker_ids:
-        with Admin(bootstrap_servers=_server(cluster, broker_id)) as admin:
+        with Admin(bootstrap_servers=cluster.broker_server(broker_id)) as admin:
 
             def full(a: Admin = admin) -> bool:
                 if topic not in a.list_topics():
@@ -131,7 +116,7 @@ def _survivor(cluster: LocalCluster, victim: int) -> int:
 def _restore(cluster: LocalCluster, broker_id: int) -> None:
     """Start a killed broker again and wait until the controller lists it as live."""
     cluster.start_broker(broker_id)
-    with Admin(bootstrap_servers=_server(cluster, _survivor(cluster, broker_id))) as admin:
+    with Admin(bootstrap_servers=cluster.broker_server(_survivor(cluster, broker_id))) as admin:
         wait_for(lambda: broker_id in admin.describe_cluster().broker_ids, timeout_s=30)
 
 
@@ -141,7 +126,7 @@ def test_the_producer_follows_a_leader_that_moves_off_a_killed_broker(
     victim = _victim(cluster, _create(cluster, "p"))
     survivor = _survivor(cluster, victim.leader)
     with Producer(
-        bootstrap_servers=_server(cluster, survivor),
+        bootstrap_servers=cluster.broker_server(survivor),
         config={"delivery.timeout.ms": 60000, "retry.backoff.max.ms": 200},
     ) as producer:
         # The producer knows the leader and has a connection to it.
@@ -153,7 +138,7 @@ def test_the_producer_follows_a_leader_that_moves_off_a_killed_broker(
             _restore(cluster, victim.leader)
     assert metadata.offset == 1
     tp = TopicPartition("p", victim.partition)
-    with Consumer(bootstrap_servers=_server(cluster, survivor)) as consumer:
+    with Consumer(bootstrap_servers=cluster.broker_server(survivor)) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, 0)
         got: list[bytes | None] = []
@@ -169,10 +154,10 @@ def test_the_consumer_follows_a_leader_that_moves_off_a_killed_broker(
     victim = _victim(cluster, _create(cluster, "c"))
     survivor = _survivor(cluster, victim.leader)
     tp = TopicPartition("c", victim.partition)
-    with Producer(bootstrap_servers=_server(cluster, survivor)) as producer:
+    with Producer(bootstrap_servers=cluster.broker_server(survivor)) as producer:
         producer.send("c", b"r0", partition=victim.partition).get(timeout=30)
         with Consumer(
-            bootstrap_servers=_server(cluster, survivor), config={"retry.backoff.max.ms": 200}
+            bootstrap_servers=cluster.broker_server(survivor), config={"retry.backoff.max.ms": 200}
         ) as consumer:
             consumer.assign([tp])
             consumer.seek(tp, 0)
@@ -201,7 +186,7 @@ def test_bootstrap_skips_dead_servers_and_the_node_map_follows_the_live_brokers(
     controller = cluster.controller_id()
     victim = next(b for b in cluster.broker_ids if b != controller)
     live = _survivor(cluster, victim)
-    servers = ",".join([_dead_server(), _dead_server(), _server(cluster, live)])
+    servers = ",".join([_dead_server(), _dead_server(), cluster.broker_server(live)])
     client = Cluster(ClientConfig.from_properties({"bootstrap.servers": servers}))
     try:
         # Two dead bootstrap servers are skipped for the live third.
@@ -236,11 +221,11 @@ def test_admin_delete_records_follows_a_leader_that_moves_off_a_killed_broker(
     victim = _victim(cluster, _create(cluster, "d"))
     survivor = _survivor(cluster, victim.leader)
     tp = TopicPartition("d", victim.partition)
-    with Producer(bootstrap_servers=_server(cluster, survivor)) as producer:
+    with Producer(bootstrap_servers=cluster.broker_server(survivor)) as producer:
         for value in (b"a", b"b", b"c", b"d"):
             producer.send("d", value, partition=victim.partition).get(timeout=30)
     with Admin(
-        bootstrap_servers=_server(cluster, survivor), config={"retry.backoff.max.ms": 200}
+        bootstrap_servers=cluster.broker_server(survivor), config={"retry.backoff.max.ms": 200}
     ) as admin:
         # The Admin knows the leader and has a connection to it.
         assert admin.delete_records({tp: 1}) == {tp: 1}
@@ -255,7 +240,9 @@ def test_a_request_to_a_broker_looks_up_where_it_listens_now(cluster: LocalClust
     controller = cluster.controller_id()
     victim = next(b for b in cluster.broker_ids if b != controller)
     live = _survivor(cluster, victim)
-    client = Cluster(ClientConfig.from_properties({"bootstrap.servers": _server(cluster, live)}))
+    client = Cluster(
+        ClientConfig.from_properties({"bootstrap.servers": cluster.broker_server(live)})
+    )
     try:
         client.refresh([])
         old = client.nodes()[victim]
@@ -264,7 +251,7 @@ def test_a_request_to_a_broker_looks_up_where_it_listens_now(cluster: LocalClust
         _restore(cluster, victim)
         now = _address(cluster, victim)
         assert now != old
-        with Admin(bootstrap_servers=_server(cluster, live)) as admin:
+        with Admin(bootstrap_servers=cluster.broker_server(live)) as admin:
             wait_for(
                 lambda: (
                     (victim, now.host, now.port)
@@ -286,7 +273,7 @@ def test_the_producer_refreshes_on_not_leader_or_follower(cluster: LocalCluster)
     old_leader = victim.leader
     survivor = _survivor(cluster, old_leader)
     with Producer(
-        bootstrap_servers=_server(cluster, survivor),
+        bootstrap_servers=cluster.broker_server(survivor),
         config={"delivery.timeout.ms": 60000, "retry.backoff.max.ms": 200},
     ) as producer:
         assert producer.send("n", b"v0", partition=victim.partition).get(30).offset == 0
@@ -295,7 +282,7 @@ def test_the_producer_refreshes_on_not_leader_or_follower(cluster: LocalCluster)
         # open) but a follower: it answers NOT_LEADER_OR_FOLLOWER.
         cluster.pause(old_leader)
         try:
-            with Admin(bootstrap_servers=_server(cluster, survivor)) as admin:
+            with Admin(bootstrap_servers=cluster.broker_server(survivor)) as admin:
 
                 def moved() -> bool:
                     part = admin.describe_topic("n").partitions[victim.partition]
@@ -308,7 +295,7 @@ def test_the_producer_refreshes_on_not_leader_or_follower(cluster: LocalCluster)
         wait_for(lambda: _leader_told_by(cluster, old_leader, "n", victim.partition)
                  not in (-1, old_leader), timeout_s=30)  # fmt: skip
         assert producer.send("n", b"v1", partition=victim.partition).get(timeout=30).offset == 1
-    with Admin(bootstrap_servers=_server(cluster, survivor)) as admin:
+    with Admin(bootstrap_servers=cluster.broker_server(survivor)) as admin:
         # The cluster is whole again for whatever comes next.
         wait_for(lambda: old_leader in admin.describe_cluster().broker_ids, timeout_s=30)
 
@@ -320,15 +307,15 @@ def test_describe_shows_the_layout_and_the_partitions_a_killed_broker_leaves(
     victim = next(b for b in cluster.broker_ids if b != controller)
     survivor = _survivor(cluster, victim)
     _create(cluster, "t", partitions=2)
-    with Admin(bootstrap_servers=_server(cluster, survivor)) as admin:
+    with Admin(bootstrap_servers=cluster.broker_server(survivor)) as admin:
         # A topic whose only replica is the broker to be killed: it becomes unavailable.
         admin.create_topic("single", partitions=1, replication_factor=1)
         wait_for(lambda: admin.describe_topic("single").partitions[0].leader > 0, 30)
-    with Producer(bootstrap_servers=_server(cluster, survivor)) as producer:
+    with Producer(bootstrap_servers=cluster.broker_server(survivor)) as producer:
         producer.send("t", b"x", partition=0).get(timeout=30)
 
     def describe(topic: str, *args: str) -> str:
-        server = _server(cluster, survivor)
+        server = cluster.broker_server(survivor)
         assert main(["topics", "describe", topic, "--bootstrap-server", server, *args]) == 0
         return capsys.readouterr().out
 
@@ -341,11 +328,11 @@ def test_describe_shows_the_layout_and_the_partitions_a_killed_broker_leaves(
     assert describe("t", "--under-replicated-partitions") == ""
     assert describe("t", "--unavailable-partitions") == ""
 
-    with Admin(bootstrap_servers=_server(cluster, survivor)) as admin:
+    with Admin(bootstrap_servers=cluster.broker_server(survivor)) as admin:
         single = admin.describe_topic("single").partitions[0].leader
     cluster.kill(single)
     try:
-        with Admin(bootstrap_servers=_server(cluster, _survivor(cluster, single))) as admin:
+        with Admin(bootstrap_servers=cluster.broker_server(_survivor(cluster, single))) as admin:
             wait_for(lambda: single not in admin.describe_cluster().broker_ids, timeout_s=30)
         survivor = _survivor(cluster, single)
         # Every partition of t had a replica on the killed broker: each leaves the ISR

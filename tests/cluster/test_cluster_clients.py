@@ -38,11 +38,6 @@ def cluster(tmp_path: Path, zk_connect: str) -> Iterator[LocalCluster]:
         local.stop()
 
 
-def _server(cluster: LocalCluster, broker_id: int) -> str:
-    entry = cluster.state["brokers"][str(broker_id)]
-    return f"{entry['host']}:{entry['port']}"
-
-
 def _describe(capsys: pytest.CaptureFixture[str], server: str, *args: str) -> str:
     assert main(["topics", "describe", "t", "--bootstrap-server", server, *args]) == 0
     return capsys.readouterr().out
@@ -51,10 +46,10 @@ def _describe(capsys: pytest.CaptureFixture[str], server: str, *args: str) -> st
 def test_clients_follow_leaders_in_a_three_broker_cluster(
     cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with Admin(bootstrap_servers=_server(cluster, 2)) as admin:
+    with Admin(bootstrap_servers=cluster.broker_server(2)) as admin:
         admin.create_topic("t", partitions=3, replication_factor=3)
     for broker_id in cluster.broker_ids:
-        with Admin(bootstrap_servers=_server(cluster, broker_id)) as admin:
+        with Admin(bootstrap_servers=cluster.broker_server(broker_id)) as admin:
             # Each broker knows the topic once the controller's UpdateMetadata reached it.
             wait_for(lambda a=admin: "t" in a.list_topics(), timeout_s=30)  # type: ignore[misc]
             described = admin.describe_topic("t")
@@ -64,13 +59,13 @@ def test_clients_follow_leaders_in_a_three_broker_cluster(
         assert {p.leader for p in described.partitions} == {1, 2, 3}
     # The CLI waits until the broker it asked knows the topic it created.
     assert main(["topics", "create", "u", "--partitions", "2", "--replication-factor", "3",
-                 "--bootstrap-server", _server(cluster, 1)]) == 0  # fmt: skip
+                 "--bootstrap-server", cluster.broker_server(1)]) == 0  # fmt: skip
     assert capsys.readouterr().out == "Created topic u with 2 partitions.\n"
-    lines = _describe(capsys, _server(cluster, 3)).splitlines()
+    lines = _describe(capsys, cluster.broker_server(3)).splitlines()
     assert "\tPartitionCount: 3\tReplicationFactor: 3\t" in lines[0]
-    assert _describe(capsys, _server(cluster, 3), "--under-replicated-partitions") == ""
+    assert _describe(capsys, cluster.broker_server(3), "--under-replicated-partitions") == ""
 
-    with Producer(bootstrap_servers=_server(cluster, 1), acks=1) as producer:
+    with Producer(bootstrap_servers=cluster.broker_server(1), acks=1) as producer:
         futures = [
             producer.send("t", f"{p}-{i}".encode(), partition=p)
             for p in range(3)
@@ -79,7 +74,7 @@ def test_clients_follow_leaders_in_a_three_broker_cluster(
         for future in futures:
             future.get(timeout=60)
     tps = [TopicPartition("t", p) for p in range(3)]
-    with Consumer(bootstrap_servers=_server(cluster, 3)) as consumer:
+    with Consumer(bootstrap_servers=cluster.broker_server(3)) as consumer:
         consumer.assign(tps)
         consumer.seek_to_beginning(tps)
         got: dict[int, list[bytes]] = {p: [] for p in range(3)}
@@ -97,7 +92,7 @@ def test_clients_follow_leaders_in_a_three_broker_cluster(
     bootstrap_all = cluster.bootstrap_servers
     with (
         Producer(bootstrap_servers=bootstrap_all, acks=1, delivery_timeout_ms=120000) as producer,
-        Admin(bootstrap_servers=_server(cluster, survivor)) as admin,
+        Admin(bootstrap_servers=cluster.broker_server(survivor)) as admin,
     ):
         producer.send("t", b"before", partition=victim_partition.partition).get(timeout=60)
         cluster.kill(victim)
@@ -115,9 +110,9 @@ def test_clients_follow_leaders_in_a_three_broker_cluster(
     assert moved_to.leader != victim and victim not in moved_to.isr
     assert moved_to.leader_epoch > victim_partition.leader_epoch
 
-    under = _describe(capsys, _server(cluster, survivor), "--under-replicated-partitions")
+    under = _describe(capsys, cluster.broker_server(survivor), "--under-replicated-partitions")
     assert len(under.splitlines()) == 3  # every partition had a replica on the killed broker
-    assert _describe(capsys, _server(cluster, survivor), "--unavailable-partitions") == ""
+    assert _describe(capsys, cluster.broker_server(survivor), "--unavailable-partitions") == ""
     # spark-mq cluster status reads the same from ZooKeeper.
     status = cluster_status_of(cluster)
     assert status["offline_partitions"] == []
@@ -126,7 +121,7 @@ def test_clients_follow_leaders_in_a_three_broker_cluster(
     assert all(victim not in e["isr"] and victim in e["replicas"] for e in under_t)
 
     tp = TopicPartition("t", victim_partition.partition)
-    with Consumer(bootstrap_servers=_server(cluster, survivor)) as consumer:
+    with Consumer(bootstrap_servers=cluster.broker_server(survivor)) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, metadata.offset)
         values: list[bytes | None] = []
@@ -137,7 +132,7 @@ def test_clients_follow_leaders_in_a_three_broker_cluster(
 
 
 def test_metadata_auto_creates_a_topic_through_the_controller(cluster: LocalCluster) -> None:
-    server = _server(cluster, 2)
+    server = cluster.broker_server(2)
     host, port = server.rsplit(":", 1)
     conn = BrokerConnection(BrokerAddress(host, int(port)))
     conn.connect()

@@ -9,7 +9,6 @@ node's errors and change nothing."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from waiting import wait_for
 from spark_mq import Admin
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.cluster.zookeeper_server import ZooKeeperServer
 from spark_mq.errors import SparkMQError, UnknownTopicOrPartitionError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.admin import RESOURCE_TOPIC, AlterConfigsRequest, AlterConfigsResource
@@ -34,20 +32,6 @@ BAD_CHANGES = (
     {"cleanup.policy": "shred"},
     {"segment.bytes": "-5"},
 )
-
-
-@pytest.fixture(scope="module")
-def zk_module_connect(zookeeper: ZooKeeperServer) -> str:
-    """A connect string with a chroot of this module's own."""
-    chroot = f"/t-{uuid.uuid4().hex[:12]}"
-    root = KazooClient(hosts=zookeeper.connect_string)
-    root.start(timeout=10)
-    try:
-        root.ensure_path(chroot)
-    finally:
-        root.stop()
-        root.close()
-    return zookeeper.connect_string + chroot
 
 
 @pytest.fixture(scope="module")
@@ -77,14 +61,9 @@ def cluster(
         local.stop()
 
 
-def _server(cluster: LocalCluster, broker_id: int) -> str:
-    entry = cluster.state["brokers"][str(broker_id)]
-    return f"{entry['host']}:{entry['port']}"
-
-
 def _admin(cluster: LocalCluster, broker_id: int) -> Admin:
     """An admin client whose requests to any broker go to ``broker_id``."""
-    return Admin(bootstrap_servers=_server(cluster, broker_id))
+    return Admin(bootstrap_servers=cluster.broker_server(broker_id))
 
 
 def _log_overrides(cluster: LocalCluster, broker_id: int, topic: str) -> dict[str, str] | None:
@@ -209,7 +188,7 @@ def test_bad_changes_are_refused_as_on_a_single_node(
             admin.alter_configs("t2", change)
         assert (type(refused.value), str(refused.value)) == (error_type, message), change
     # validate_only checks a good change and writes nothing either.
-    host_and_port = _server(cluster, others[1]).rsplit(":", 1)
+    host_and_port = cluster.broker_server(others[1]).rsplit(":", 1)
     conn = BrokerConnection(BrokerAddress(host_and_port[0], int(host_and_port[1])))
     conn.connect()
     try:

@@ -13,12 +13,10 @@ One cluster is shared by the tests of this module: each uses topics of its own.
 from __future__ import annotations
 
 import struct
-import uuid
 from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
-from kazoo.client import KazooClient
 from waiting import wait_for
 
 from spark_mq.broker.zk.broker_registration import read_live_brokers
@@ -27,7 +25,6 @@ from spark_mq.broker.zk.partition_states import read_partition_state
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.cluster.zookeeper_server import ZooKeeperServer
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.admin import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from spark_mq.protocol.controller import (
@@ -54,20 +51,12 @@ _BATCH_HEAD = struct.Struct(">qii")
 
 @pytest.fixture(scope="module")
 def cluster(
-    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[LocalCluster]:
-    chroot = f"/t-{uuid.uuid4().hex[:12]}"
-    root = KazooClient(hosts=zookeeper.connect_string)
-    root.start(timeout=10)
-    try:
-        root.ensure_path(chroot)
-    finally:
-        root.stop()
-        root.close()
     local = LocalCluster(
         tmp_path_factory.mktemp("replication") / "c",
         3,
-        zookeeper=zookeeper.connect_string + chroot,
+        zookeeper=zk_module_connect,
         # Longer than the lag time, so that a paused follower leaves the ISR by its
         # leader's proposal before its ZooKeeper session expires.
         session_timeout_ms=10_000,

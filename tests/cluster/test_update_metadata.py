@@ -7,7 +7,6 @@ A deleted topic is unknown to Metadata; internal topics are never auto-created b
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +18,6 @@ from spark_mq.broker.zk import znodes
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.cluster.zookeeper_server import ZooKeeperServer
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.controller import (
     UpdateMetadataBroker,
@@ -90,23 +88,13 @@ class Broker:
 
 
 @pytest.fixture(scope="module")
-def broker(
-    zookeeper: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Broker]:
-    chroot = f"/t-{uuid.uuid4().hex[:12]}"
-    root = KazooClient(hosts=zookeeper.connect_string)
-    root.start(timeout=10)
-    try:
-        root.ensure_path(chroot)
-    finally:
-        root.stop()
-        root.close()
-    zk = KazooClient(hosts=zookeeper.connect_string + chroot)
+def broker(zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    zk = KazooClient(hosts=zk_module_connect)
     zk.start(timeout=10)
     local = LocalCluster(
         tmp_path_factory.mktemp("update-metadata") / "c",
         1,
-        zookeeper=zookeeper.connect_string + chroot,
+        zookeeper=zk_module_connect,
         session_timeout_ms=6000,
     )
     try:
