@@ -9,10 +9,12 @@ fetchers and how long a follower may lag before it leaves the ISR. Kafka's keys 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spark_mq.broker.replica_fetcher import ReplicaFetcherConfig
 from spark_mq.config import Config, at_least, parse_int, setting
+
+if TYPE_CHECKING:
+    from spark_mq.broker.replica_fetcher import ReplicaFetcherConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +91,10 @@ class ReplicationConfig(Config):
         return key in settings or key.replace("_", ".") in settings
 
     def fetcher_config(self) -> ReplicaFetcherConfig:
+        # Imported here: the fetchers' module uses the client's connections, which a
+        # single-node broker never loads (tests/test_public_api.py).
+        from spark_mq.broker.replica_fetcher import ReplicaFetcherConfig  # noqa: PLC0415
+
         return ReplicaFetcherConfig(
             fetch_max_bytes=self.replica_fetch_max_bytes,
             fetch_response_max_bytes=self.replica_fetch_response_max_bytes,
