@@ -104,6 +104,19 @@ def _state(zk: ZkClient, topic: str, partition: int) -> znodes.PartitionState | 
     return None if found is None else found.value
 
 
+def _wait_leader(
+    zk: ZkClient, leader: int, topic: str = "t", partition: int = 0
+) -> znodes.PartitionState:
+    """The partition's state once its leader is ``leader`` (-1: none)."""
+    wait_for(
+        lambda: (s := _state(zk, topic, partition)) is not None and s.leader == leader,
+        timeout_s=15,
+    )
+    state = _state(zk, topic, partition)
+    assert state is not None
+    return state
+
+
 def test_startup_brings_the_partitions_of_existing_topics_online(
     clients: Callable[[], ZkClient],
     brokers: Callable[..., dict[int, ZkClient]],
@@ -214,8 +227,7 @@ def test_a_partition_whose_only_in_sync_replica_dies_stays_offline_without_uncle
     )
     start_controller()
     sessions[1].close()
-    wait_for(lambda: (s := _state(zk, "t", 0)) is not None and s.leader == -1, timeout_s=15)
-    state = _state(zk, "t", 0)
+    state = _wait_leader(zk, -1)
     # No leader, and the ISR keeps its last member: the partition waits for broker 1.
     assert state is not None and state.isr == (1,) and state.leader_epoch == 5
 
@@ -240,8 +252,7 @@ def test_unclean_leader_election_elects_an_out_of_sync_replica_when_enabled(
     )
     start_controller()
     sessions[1].close()
-    wait_for(lambda: (s := _state(zk, "t", 0)) is not None and s.leader == 2, timeout_s=15)
-    state = _state(zk, "t", 0)
+    state = _wait_leader(zk, 2)
     assert state is not None and state.isr == (2,) and state.leader_epoch == 5
 
 
@@ -254,12 +265,11 @@ def test_a_returning_broker_brings_its_offline_partition_back_online(
     sessions = brokers(1, 2)
     create_topic(zk, "t", znodes.TopicAssignment({0: (1,)}))
     controller = start_controller()
-    wait_for(lambda: (s := _state(zk, "t", 0)) is not None and s.leader == 1, timeout_s=15)
+    _wait_leader(zk, 1)
     sessions[1].close()
-    wait_for(lambda: (s := _state(zk, "t", 0)) is not None and s.leader == -1, timeout_s=15)
+    _wait_leader(zk, -1)
     brokers(1)
-    wait_for(lambda: (s := _state(zk, "t", 0)) is not None and s.leader == 1, timeout_s=15)
-    state = _state(zk, "t", 0)
+    state = _wait_leader(zk, 1)
     assert state is not None and state.leader_epoch == 2 and state.isr == (1,)
     assert controller.active
 
