@@ -51,6 +51,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from spark_mq.broker.coordinator_leadership import LeadershipListener, leadership_change
 from spark_mq.broker.delayed_produce import ProducePurgatory
 from spark_mq.broker.partition import LeaderAndIsr, Partition, ReplicaState, monotonic_ms
 from spark_mq.errors import (
@@ -138,6 +139,9 @@ class ReplicaManager:
         self.fetchers: ReplicaFetcherManager | None = None
         # The partitions this broker follows and whom from (guarded by _controller_lock).
         self._following: dict[tuple[str, int], FollowTarget] = {}
+        #: The coordinators told about leadership changes of their internal topic (event
+        #: loop only).
+        self._leadership_listeners: dict[str, list[LeadershipListener]] = {}
 
     def partition(self, topic: str, index: int) -> Partition:
         """The partition, or UnknownTopicOrPartitionError naming what does not exist, or
@@ -522,6 +526,21 @@ class ReplicaManager:
                 "leader but may not be on every in-sync replica: retry with the new leader"
             )
         )
+
+    def add_leadership_listener(self, topic: str, listener: LeadershipListener) -> None:
+        """Tell ``listener`` which partitions of ``topic`` this broker starts or stops
+        leading (see :mod:`spark_mq.broker.coordinator_leadership`)."""
+        self._leadership_listeners.setdefault(topic, []).append(listener)
+
+    def announce_leadership(self, touched: Iterable[Partition]) -> None:
+        """After a controller request was applied (event loop): hand each listener the
+        change to its topic's partitions, if any."""
+        touched = list(touched)
+        for topic, listeners in self._leadership_listeners.items():
+            change = leadership_change(touched, topic)
+            if change:
+                for listener in listeners:
+                    listener.on_leadership_change(change)
 
     def notify(self, partitions: Iterable[Partition]) -> None:
         """Partitions were appended to, changed role or moved their high watermark: wake

@@ -93,6 +93,7 @@ async def handle_leader_and_isr(
     )
     changes = await core.run_blocking(apply)
     core.replicas.notify(changes.touched)
+    core.replicas.announce_leadership(changes.touched)
     return Response(LeaderAndIsrResponse(0, _partition_errors(changes, "LeaderAndIsr")))
 
 
@@ -106,4 +107,5 @@ async def handle_stop_replica(
     )
     changes = await core.run_blocking(core.replicas.stop_replica, request)
     core.replicas.notify(changes.touched)
+    core.replicas.announce_leadership(changes.touched)
     return Response(StopReplicaResponse(0, _partition_errors(changes, "StopReplica")))
