@@ -169,6 +169,10 @@ class ReplicaManager:
                 self._partitions[key] = part
             return part
 
+    def hosted(self) -> list[Partition]:
+        """Every partition object this broker holds now (any role)."""
+        return list(self._partitions.values())
+
     def leaders(self) -> list[Partition]:
         """The partitions this broker leads now."""
         return [p for p in list(self._partitions.values()) if p.state is ReplicaState.LEADER]
