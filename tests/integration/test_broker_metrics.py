@@ -119,3 +119,45 @@ def test_no_endpoint_unless_asked(start_broker: Any, tmp_path: Path) -> None:
     other.mkdir()
     serving = start_broker(other, {"metrics.port": str(port)})
     assert listening_tcp_ports(serving.pid) == {serving.address.port, port}
+
+
+def test_client_metrics_count_what_was_sent_and_read(broker: Any) -> None:
+    servers = str(broker.address)
+    with Admin(bootstrap_servers=servers) as admin:
+        admin.create_topic("clicks", partitions=1)
+    with Producer(bootstrap_servers=servers, linger_ms=0) as producer:
+        for i in range(200):
+            producer.send("clicks", f"click-{i:04d}".encode() * 10)
+        producer.flush()
+        sent = producer.metrics()["producer-metrics"]
+    assert sent["record-send-total"] == 200
+    assert sent["record-error-total"] == 0
+    assert sent["request-total"] >= 1
+    assert sent["request-latency-avg"] > 0
+    assert sent["batch-size-max"] >= sent["batch-size-avg"] > 100
+    assert sent["record-send-rate"] > 0
+    # Small fetches: the first responses leave records behind, which is lag.
+    with Consumer(
+        bootstrap_servers=servers,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=1024,
+        fetch_max_bytes=1024,
+    ) as consumer:
+        consumer.assign([("clicks", 0)])
+        seen, lags = 0, []
+        deadline = time.monotonic() + 30
+        while seen < 200 and time.monotonic() < deadline:
+            seen += sum(len(r) for r in consumer.poll(timeout_ms=500).values())
+            lags.append(
+                consumer.metrics()["consumer-fetch-manager-metrics.topic.clicks.partition.0"][
+                    "records-lag"
+                ]
+            )
+        assert seen == 200
+        read = consumer.metrics()
+    fetched = read["consumer-fetch-manager-metrics"]
+    assert fetched["records-consumed-total"] == 200
+    assert fetched["fetch-total"] >= 2
+    assert fetched["bytes-consumed-total"] > 200 * 100
+    assert fetched["records-lag-max"] > 0
+    assert lags[0] > 0 and lags[-1] == 0
