@@ -158,7 +158,8 @@ def test_a_stale_refusal_stops_proposals_until_leader_and_isr(log: PartitionLog)
     proposal = part.propose_isr_change(2000)
     assert proposal is not None
     refused = AlterPartitionResult("t", 0, ErrorCode.INVALID_UPDATE_VERSION, 1, 1, [1, 2, 3], 3)
-    assert not part.on_alter_partition(proposal, refused)
+    # The leader is fenced (tests/broker/test_partition_fenced_leader.py): its waiters are told.
+    assert part.on_alter_partition(proposal, refused)
     assert part.isr == [1, 2, 3]
     assert part.propose_isr_change(2000) is None
     # The controller's LeaderAndIsr with the current state lets the leader propose again.
