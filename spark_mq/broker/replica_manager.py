@@ -392,6 +392,7 @@ class ReplicaManager:
     ) -> Partition:
         part = self.partition(topic, index)
         same_epoch = part.state in _HAS_ROLE and part.leader_epoch == state.leader_epoch
+        was_fenced = part.state is ReplicaState.FENCED_LEADER
         if same_epoch:
             # A fenced leader named leader again in its epoch leads again (update_isr).
             part.update_isr(state)
@@ -405,7 +406,9 @@ class ReplicaManager:
             "%s-%d: %s in leader epoch %d (leader %d, isr %s, replicas %s, partition epoch %d)",
             topic,
             index,
-            "isr changed" if same_epoch else part.state.value,
+            ("leader again after a fence" if was_fenced else "isr changed")
+            if same_epoch
+            else part.state.value,
             state.leader_epoch,
             state.leader,
             list(state.isr),
