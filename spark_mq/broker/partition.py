@@ -24,10 +24,12 @@ is smaller than the topic's ``min.insync.replicas`` (:meth:`Partition.append` wi
 above the high watermark: reads are bounded by it in storage.
 
 A leader whose ISR change the controller refuses because the leader's view is stale
-(:data:`STALE_LEADER_ERRORS`: another leader epoch, partition epoch or leader) has been
-replaced or is about to be: it moves to :attr:`ReplicaState.FENCED_LEADER` and stops acting
-as leader (no produce, no client or follower fetch, no high watermark movement; its acks=all
-waits are answered NOT_LEADER_OR_FOLLOWER by the ReplicaManager) until the controller's next
+(:data:`STALE_LEADER_ERRORS`: another leader epoch, partition epoch or leader) reads the
+controller's current state in the answer. If it still names this broker leader in its epoch,
+the leader takes it (ISR, partition epoch) and goes on; otherwise it has been replaced or is
+about to be: it moves to :attr:`ReplicaState.FENCED_LEADER` and stops acting as leader
+(no produce, no client or follower fetch, no high watermark movement; its acks=all waits are
+answered NOT_LEADER_OR_FOLLOWER by the ReplicaManager) until the controller's next
 LeaderAndIsr makes it leader again, follower, or stops it. docs/cluster.md, "Replication",
 says why.
 
@@ -388,11 +390,13 @@ class Partition:
     ) -> bool:
         """The controller's answer to ``proposal``: take the new ISR and partition epoch, or
         drop the proposal. A refusal saying this leader's view is stale
-        (:data:`STALE_LEADER_ERRORS`) fences it: :attr:`ReplicaState.FENCED_LEADER` until
-        the controller's next LeaderAndIsr. Any other error is retried at the next check.
-        Whether the partition's waiters must be told: the high watermark moved, or the
-        leader was fenced (its acks=all waits and parked fetches are answered
-        NOT_LEADER_OR_FOLLOWER)."""
+        (:data:`STALE_LEADER_ERRORS`) carries the controller's current state: if that still
+        names this broker leader in its leader epoch (only the partition epoch moved), the
+        leader takes it and goes on leading; otherwise it lost leadership and is fenced:
+        :attr:`ReplicaState.FENCED_LEADER` until the controller's next LeaderAndIsr. Any
+        other error is retried at the next check. Whether the partition's waiters must be
+        told: the high watermark moved, or the leader was fenced (its acks=all waits and
+        parked fetches are answered NOT_LEADER_OR_FOLLOWER)."""
         with self._role_lock:
             isr_state = self.isr_state
             if (
@@ -414,6 +418,20 @@ class Partition:
                 # refusal is about a state it no longer holds (fencing now would wait for a
                 # LeaderAndIsr that already came).
                 return False
+            if (
+                result.leader == self.node_id
+                and result.leader_epoch == self.leader_epoch
+                and result.partition_epoch > self.partition_epoch
+                and self.node_id in result.isr
+            ):
+                # Still the leader of this epoch, and the controller says what the partition
+                # is now (an earlier proposal of ours applied, its answer lost): take it, as
+                # the answer to a proposal. No LeaderAndIsr would come to end a fence here
+                # (the controller sends none for a change a leader proposed).
+                self._isr = tuple(result.isr)
+                self.partition_epoch = result.partition_epoch
+                isr_state.settle(result.isr)
+                return self.maybe_advance_high_watermark()
             self._fenced_reason = (
                 f"the controller refused its ISR change {proposal.new_isr} at leader epoch "
                 f"{proposal.leader_epoch} and partition epoch {proposal.partition_epoch} with "

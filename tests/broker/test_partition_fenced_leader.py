@@ -152,10 +152,9 @@ def test_leader_and_isr_in_the_same_epoch_makes_it_lead_again(
     replicas: ReplicaManager, clock: Clock
 ) -> None:
     part, proposal = lead_and_lag(replicas, clock)
-    refused = AlterPartitionResult("t", 0, int(ErrorCode.INVALID_UPDATE_VERSION), 1, 5, [1, 2], 8)
-    part.on_alter_partition(proposal, refused)
+    part.on_alter_partition(proposal, stale_refusal(ErrorCode.FENCED_LEADER_EPOCH))
     assert part.state is ReplicaState.FENCED_LEADER
-    # The controller had shrunk the ISR itself (partition epoch 8) and tells the leader so.
+    # The controller names broker 1 leader of epoch 5 after all, with a new ISR.
     changes = replicas.become_leader_or_follower(
         leader_and_isr(1, 5, [1, 2], 8), topic_config=lambda _: {}
     )
@@ -215,6 +214,20 @@ def test_a_fenced_leader_elected_again_leads_a_new_epoch(
     assert part.state is ReplicaState.LEADER and part.leader_epoch == 7
     info = part.append(records(1))
     assert info.first_offset == 4
+
+
+def test_a_refusal_naming_this_leader_in_its_epoch_fences_nothing(
+    replicas: ReplicaManager, clock: Clock
+) -> None:
+    part, proposal = lead_and_lag(replicas, clock)
+    # An earlier shrink of this leader was applied (partition epoch 8) and its answer lost:
+    # the refusal carries the state, which still names broker 1 leader of epoch 5. A fence
+    # would last for good: the controller sends no LeaderAndIsr for a leader's own change.
+    refused = AlterPartitionResult("t", 0, int(ErrorCode.INVALID_UPDATE_VERSION), 1, 5, [1, 2], 8)
+    assert part.on_alter_partition(proposal, refused) is True  # broker 3 no longer holds it
+    assert part.state is ReplicaState.LEADER
+    assert (part.isr, part.partition_epoch, part.high_watermark) == ([1, 2], 8, 4)
+    part.append(records(1), required_acks=-1)
 
 
 def test_a_refusal_overtaken_by_leader_and_isr_fences_nothing(
