@@ -11,9 +11,11 @@ The proposals go in one AlterPartition request to the controller, found as
 registration, on a connection authenticated with AuthenticateBroker. Each answer settles its
 partition (:meth:`~spark_mq.broker.partition.Partition.on_alter_partition`); a high watermark
 that moves wakes the fetches and acks=all answers waiting on it. A refusal saying the leader's
-view is stale (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, NOT_LEADER_OR_FOLLOWER) fences
-the leader until the controller's next LeaderAndIsr: its waiting acks=all answers and fetches
-are ended with NOT_LEADER_OR_FOLLOWER at once. A request that fails whole
+view is stale (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, NOT_LEADER_OR_FOLLOWER) whose
+carried state shows another leader or leader epoch fences the leader until the controller's
+next LeaderAndIsr: its waiting acks=all answers and fetches are ended with
+NOT_LEADER_OR_FOLLOWER at once (one that still names it leader of its epoch just updates its
+ISR and partition epoch). A request that fails whole
 (no controller known, the controller moved, the connection failed) drops the proposals; the
 next check proposes again.
 
