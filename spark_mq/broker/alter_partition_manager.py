@@ -66,8 +66,12 @@ class AlterPartitionManager:
         node_id: int,
         lag_time_max_ms: int,
         run_blocking: Callable[..., Awaitable[Any]],
+        on_isr_change: Callable[[int, int], None] | None = None,
     ) -> None:
         self._replicas = replicas
+        #: Told ``(old ISR size, new ISR size)`` of every change the controller accepted
+        #: (the broker's ISR shrink/expand metrics).
+        self._on_isr_change = on_isr_change
         self._membership = membership
         self._node_id = node_id
         self._lag_time_max_ms = lag_time_max_ms
@@ -145,6 +149,8 @@ class AlterPartitionManager:
                 )
             else:
                 log.info("%s-%d: ISR is now %s", *tp, result.isr)
+                if self._on_isr_change is not None:
+                    self._on_isr_change(len(part.isr), len(result.isr))
             if part.on_alter_partition(proposal, result):
                 moved.append(part)
             if part.state is ReplicaState.FENCED_LEADER:

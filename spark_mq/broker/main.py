@@ -252,6 +252,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 node_id=broker.node_id,
                 lag_time_max_ms=config.replication.replica_lag_time_max_ms,
                 run_blocking=core.run_blocking,
+                on_isr_change=core.metrics.isr_changed,
             )
             core.isr_changes.start()
             # Applies /config/topics/<t> to the replicas here: now (catching up on changes

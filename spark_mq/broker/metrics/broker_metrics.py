@@ -119,6 +119,13 @@ class BrokerMetrics:
             child = self._topic_out[topic] = self._bytes_out.labels(topic)
         child.inc(size)
 
+    def isr_changed(self, old_size: int, new_size: int) -> None:
+        """The controller accepted this leader's ISR change (event loop)."""
+        if new_size < old_size:
+            self.isr_shrinks.inc()
+        elif new_size > old_size:
+            self.isr_expands.inc()
+
     def replicated(self, size: int) -> None:
         """This broker appended ``size`` bytes as a follower."""
         self._replication_in.inc(size)
