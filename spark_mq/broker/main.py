@@ -277,6 +277,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             host=tcp.host if tcp else None,
             port=tcp.port if tcp else None,
             started_ms=time.time_ns() // 1_000_000,
+            metrics_port=server.metrics_port,
         ).write(root)
         scheduler.start()
         core.groups.start()
