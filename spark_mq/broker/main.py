@@ -228,6 +228,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 broker,
                 addresses,
                 unclean_leader_election_enable=config.log_defaults.unclean_leader_election_enable,
+                on_leader_elected=core.metrics.leader_elected,
             )
             await asyncio.to_thread(
                 membership.start,

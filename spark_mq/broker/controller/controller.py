@@ -100,6 +100,9 @@ class ControllerConfig:
     unclean_leader_election_enable: bool = False
     #: The controller's own broker epoch, read when a connection authenticates.
     own_broker_epoch: Callable[[], int | None] = lambda: None
+    #: Told of every partition leader elected (True: an unclean election), on the event
+    #: thread; must not block (the broker's metrics count them).
+    on_leader_elected: Callable[[bool], None] = lambda _unclean: None
     reconnect_backoff_ms: int = 100
     reconnect_backoff_max_ms: int = 1_000
     request_timeout_ms: int = 30_000
@@ -416,7 +419,14 @@ class Controller:
             tp for tp in ctx.partition_states.keys_in(Phase.OFFLINE) if not ctx.is_being_deleted(tp)
         ]
         initialize_leadership(self._zk, ctx, sorted(new), batch)
-        elect_leaders(self._zk, ctx, sorted(offline), batch, self._unclean_allowed)
+        elect_leaders(
+            self._zk,
+            ctx,
+            sorted(offline),
+            batch,
+            self._unclean_allowed,
+            on_elected=self.config.on_leader_elected,
+        )
         batch.send()
 
     def _broker_change(self) -> None:
