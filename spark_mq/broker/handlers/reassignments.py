@@ -2,9 +2,10 @@
 
 Served by the broker that is the active controller: each request becomes an event of its
 controller (:mod:`spark_mq.broker.controller.reassignment`) and the answer is the event's.
-Any other broker, and a single-node broker (it has no replicas to move), answers
-NOT_CONTROLLER (41) for the whole request; the admin client then looks the controller up
-again and retries within ``default.api.timeout.ms``.
+Any other cluster broker answers NOT_CONTROLLER (41) for the whole request; the admin client
+then looks the controller up again and retries within ``default.api.timeout.ms``. A
+single-node broker has one replica of each partition and nowhere to move it: it lists no
+reassignment and refuses to start one with INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import concurrent.futures
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from spark_mq.broker.context import RequestContext, Response
-from spark_mq.errors import ControllerMovedError, RequestTimedOutError
+from spark_mq.errors import ControllerMovedError, InvalidRequestError, RequestTimedOutError
+from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.reassignment import (
     AlterPartitionReassignmentsRequest,
     ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
 )
 
 if TYPE_CHECKING:
@@ -34,11 +37,15 @@ def _active_controller(ctx: RequestContext, api: str) -> Controller:
     core = ctx.core
     membership = core.membership
     controller = None if membership is None else membership.controller
+    if membership is None:
+        raise InvalidRequestError(
+            f"{api}: a single-node broker holds the only replica of each partition, so there "
+            "is nowhere to move one; partition reassignment needs a cluster"
+        )
     if controller is None or not controller.active:
-        where = "a single-node broker" if membership is None else f"broker {core.node_id}"
         raise ControllerMovedError(
-            f"{where} is not the controller (the controller is {core.controller_id}); send "
-            f"{api} to the controller of a cluster"
+            f"broker {core.node_id} is not the controller (the controller is "
+            f"{core.controller_id}); send {api} to the controller"
         )
     return controller
 
@@ -66,6 +73,8 @@ async def handle_list_partition_reassignments(
     ctx: RequestContext, request: ListPartitionReassignmentsRequest, _: memoryview
 ) -> Response:
     api = "ListPartitionReassignments"
+    if ctx.core.membership is None:
+        return Response(ListPartitionReassignmentsResponse(ErrorCode.NONE, []))
     controller = _active_controller(ctx, api)
     answer = await _answer(controller.list_partition_reassignments(request), api)
     return Response(answer)
