@@ -240,6 +240,9 @@ def test_a_move_to_a_stopped_broker_waits_for_it_across_a_controller_failover(
     assert f"Reassignment of partition {topic}-{partition} is still in progress." in (
         capsys.readouterr().out
     )
+    assert main(["topics", "describe", topic, "--bootstrap-server", servers]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if f"Partition: {partition}\t" in x)
+    assert f"Adding Replicas: {down}\tRemoving Replicas: {controller}" in line
     state = read_partition_state(zk, topic, partition)
     assert state is not None and len(state.value.isr) == 2  # nobody left yet
     # The controller goes; the next one reads the move from ZooKeeper and carries it on.
@@ -301,3 +304,33 @@ def test_cancelling_goes_back_and_bad_plans_are_refused(
     assert _replicas(zk, topic, 0) == before
     assignment = read_topic_assignment(zk, topic)
     assert assignment is not None and not assignment.adding and not assignment.removing
+
+
+def test_generate_proposes_a_plan_over_the_given_brokers(
+    cluster: LocalCluster, zk: ZkClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = "generated"
+    _create(cluster, zk, topic, 3)
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps({"topics": [{"topic": topic}], "version": 1}))
+    code = main(
+        [
+            "cluster",
+            "reassign-partitions",
+            "--bootstrap-server",
+            cluster.bootstrap_servers,
+            "--generate",
+            "--topics-to-move-json-file",
+            str(topics),
+            "--broker-list",
+            "1,2",
+            "--json",
+        ]
+    )
+    assert code == 0
+    document = json.loads(capsys.readouterr().out)
+    current = {p["partition"]: p["replicas"] for p in document["current"]["partitions"]}
+    assert current == {p: list(_replicas(zk, topic, p)) for p in range(3)}
+    proposed = document["proposed"]["partitions"]
+    assert sorted(p["partition"] for p in proposed) == [0, 1, 2]
+    assert all(sorted(p["replicas"]) == [1, 2] for p in proposed)
