@@ -58,6 +58,7 @@ from .context import ControllerContext, TopicPartition
 from .partition_leadership import MAX_ATTEMPTS
 from .reassignment_sets import ReplicaAssignment, check_target
 from .request_batch import RequestBatch
+from .state_machines import PartitionState as PartitionPhase
 from .state_machines import ReplicaState
 
 log = logging.getLogger(__name__)
@@ -248,6 +249,8 @@ def advance(
     else:
         log.warning("reassignment of %s-%d: the partition state kept changing", *tp)
         return False
+    if new.leader != NO_LEADER:
+        ctx.partition_states.move_all([tp], PartitionPhase.ONLINE)
     _move_replicas(ctx, tp, assignment.adding)
     if not done:
         batch.add_leader_and_isr([b for b in assignment.replicas if b in ctx.live_brokers], tp)
