@@ -9,8 +9,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from spark_mq.broker.controller.context import ControllerContext
+from spark_mq.broker.controller.reassignment import (
+    full_assignment,
+    known_brokers,
+    list_partition_reassignments,
+    record_reassignments,
+)
 from spark_mq.broker.controller.reassignment_sets import ReplicaAssignment, check_target
+from spark_mq.broker.zk import znodes
+from spark_mq.broker.zk.controller_election import ControllerEpoch
+from spark_mq.errors import CorruptZnodeError
 from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.reassignment import ListPartitionReassignmentsRequest
 
 
 def test_kafkas_example_moves_1_2_3_to_4_5_6() -> None:
@@ -85,3 +96,52 @@ def test_bad_targets_are_refused_with_kafkas_codes(
 def test_good_targets_and_a_real_cancellation_pass() -> None:
     assert check_target("t", 0, [2, 3], CURRENT, BROKERS) is None
     assert check_target("t", 0, None, CURRENT.reassign_to([2, 3]), BROKERS) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# What the controller's context holds of reassignments (no ZooKeeper needed)
+
+
+def _context() -> ControllerContext:
+    ctx = ControllerContext(ControllerEpoch(1, 1))
+    endpoint = znodes.EndPoint("PLAINTEXT", "h1", 9001)
+    ctx.live_brokers[1] = znodes.BrokerRegistration(1, (endpoint,), None, 0)
+    return ctx
+
+
+def test_moves_in_progress_are_read_from_the_topic_znode_and_listed() -> None:
+    ctx = _context()
+    assignment = znodes.TopicAssignment.decode(
+        "t",
+        b'{"version":2,"partitions":{"0":[2,3,1],"1":[1,2]},'
+        b'"adding_replicas":{"0":[3]},"removing_replicas":{"0":[1]}}',
+    )
+    ctx.assignments["t"] = dict(assignment.partitions)
+    record_reassignments(ctx, "t", assignment)
+    assert ctx.reassignments == {("t", 0): ReplicaAssignment((2, 3, 1), (3,), (1,))}
+    assert full_assignment(ctx, ("t", 1)) == ReplicaAssignment((1, 2))
+    assert full_assignment(ctx, ("t", 5)) is None
+    # Broker 1 is live; 2 and 3 are down but hold replicas; 4 is no broker of the cluster.
+    assert known_brokers(ctx) == {1, 2, 3}
+    listed = list_partition_reassignments(ctx, ListPartitionReassignmentsRequest())
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in listed.topics] == [
+        ("t", [0])
+    ]
+    moving = listed.topics[0].partitions[0]
+    assert (moving.replicas, moving.adding_replicas, moving.removing_replicas) == (
+        [2, 3, 1],
+        [3],
+        [1],
+    )
+    ctx.remove_topic("t")
+    assert not ctx.reassignments
+
+
+def test_adding_and_removing_sets_that_do_not_fit_the_replicas_are_a_corrupt_znode() -> None:
+    assignment = znodes.TopicAssignment.decode(
+        "t",
+        b'{"version":2,"partitions":{"0":[1,2]},"adding_replicas":{"0":[3]},'
+        b'"removing_replicas":{}}',
+    )
+    with pytest.raises(CorruptZnodeError, match="do not fit its replicas"):
+        record_reassignments(_context(), "t", assignment)

@@ -87,16 +87,17 @@ def record_reassignments(ctx: ControllerContext, topic: str, assignment: TopicAs
     for p, replicas in assignment.partitions.items():
         adding = assignment.adding.get(p, ())
         removing = assignment.removing.get(p, ())
-        if adding or removing:
-            try:
-                ctx.reassignments[(topic, p)] = ReplicaAssignment(replicas, adding, removing)
-            except AssertionError as exc:
-                raise CorruptZnodeError(
-                    f"znode {znodes.topic_path(topic)}: partition {p}'s adding {list(adding)} "
-                    f"and removing {list(removing)} replicas do not fit its replicas "
-                    f"{list(replicas)}",
-                    path=znodes.topic_path(topic),
-                ) from exc
+        if not (adding or removing):
+            continue
+        # Checked here, not by ReplicaAssignment's assertions: this is ZooKeeper's data.
+        if not set(adding) | set(removing) <= set(replicas) or set(adding) & set(removing):
+            raise CorruptZnodeError(
+                f"znode {znodes.topic_path(topic)}: partition {p}'s adding {list(adding)} "
+                f"and removing {list(removing)} replicas do not fit its replicas "
+                f"{list(replicas)} (they must be distinct members of it)",
+                path=znodes.topic_path(topic),
+            )
+        ctx.reassignments[(topic, p)] = ReplicaAssignment(replicas, adding, removing)
 
 
 # ---------------------------------------------------------------------------------------------
