@@ -273,7 +273,7 @@ def test_a_move_to_a_stopped_broker_waits_for_it_across_a_controller_failover(
 
 
 def test_cancelling_goes_back_and_bad_plans_are_refused(
-    cluster: LocalCluster, zk: ZkClient
+    cluster: LocalCluster, zk: ZkClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     topic = "cancelled"
     # Three partitions of two replicas: every broker holds some, so a stopped one is still a
@@ -297,7 +297,13 @@ def test_cancelling_goes_back_and_bad_plans_are_refused(
         try:
             admin.alter_partition_reassignments({tp: [before[0], free]})
             assert admin.list_partition_reassignments()[tp].adding_replicas == (free,)
-            admin.alter_partition_reassignments({tp: None})
+            plan = tmp_path / "plan.json"
+            entry = {"topic": topic, "partition": 0, "replicas": [before[0], free]}
+            plan.write_text(json.dumps({"version": 1, "partitions": [entry]}))
+            servers = ",".join(cluster.broker_server(b) for b in before)
+            cancel = ["--bootstrap-server", servers, "--reassignment-json-file", str(plan)]
+            assert main(["cluster", "reassign-partitions", *cancel, "--cancel"]) == 0
+            assert f"cancelled partition reassignments for: {topic}-0" in capsys.readouterr().out
             assert admin.list_partition_reassignments() == {}
         finally:
             cluster.start_broker(free)
