@@ -9,7 +9,8 @@ bounced five times in a row:
 
 At the end every acknowledged record is read at the offset it was acknowledged at, no
 record is read twice, no offset holds two records (``queue_workload.check``), both by the
-consumer that read during the faults and by a fresh one reading everything after them.
+consumer that read during the faults and by a fresh one reading everything after them; and
+every replica's log is the same, byte for byte.
 
 Each test prints its seed and the faults it injected, and asserts each happened: the
 victim's process is gone, the partition's leader epoch (or the controller epoch) moved, the
@@ -218,6 +219,16 @@ def _run_bounces(cluster: LocalCluster, zk: ZkClient, rng: random.Random, kind: 
     assert final.ok, str(final)
     # Nothing beyond what was sent, and no record the producer did not see answered.
     assert final.read == len(producer.acknowledged)
+    # Every replica holds the same batches, byte for byte.
+    for p in range(PARTITIONS):
+        wait_for(
+            lambda p=p: len({_log_bytes(cluster, b, topic, p) for b in cluster.broker_ids}) == 1
+        )
+
+
+def _log_bytes(cluster: LocalCluster, broker_id: int, topic: str, partition: int) -> bytes:
+    files = sorted((cluster.log_dir(broker_id) / f"{topic}-{partition}").glob("*.log"))
+    return b"".join(path.read_bytes() for path in files)
 
 
 def test_hard_bounce_of_the_leader(cluster: LocalCluster, zk: ZkClient, rng: random.Random) -> None:

@@ -173,7 +173,7 @@ def test_a_paused_leader_acknowledges_nothing_and_loses_its_divergent_tail(
         # are frozen, so the tail written next reaches no follower before the leader freezes.
         for follower in followers:
             cluster.pause(follower)
-        time.sleep(FETCH_WAIT_MAX_MS / 1000 + 0.5)
+        time.sleep(FETCH_WAIT_MAX_MS / 1000 + 1.0)
         tail = [b"tail-%d" % i for i in range(rng.randint(1, 4))]
         _send_produce(conn, partition, tail, acks=1)
         tail_answer = _answer(conn)
