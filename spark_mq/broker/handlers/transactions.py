@@ -90,11 +90,15 @@ def _code_of(error: Exception | None, what: str) -> tuple[int, str | None]:
 
 
 def _existing(ctx: RequestContext, pairs: Iterable[TopicPartition], what: str) -> Results:
-    """The errors of partitions that do not exist (or may not be written by clients)."""
+    """The errors of partitions that do not exist (or may not be written by clients). A
+    cluster broker asks its metadata cache for the partitions it does not host (the
+    coordinator of a transaction is often no replica of its partitions)."""
     errors: Results = {}
+    snapshot = ctx.core.metadata_cache.snapshot if ctx.core.membership is not None else None
     for topic, partition in pairs:
         try:
-            ctx.core.logs.get_log(topic, partition)
+            if snapshot is None or partition not in snapshot.partitions(topic):
+                ctx.core.logs.get_log(topic, partition)
             if what == "add":
                 check_not_internal(topic, "add to a transaction the")
         except TYPED_ERRORS as exc:
