@@ -36,8 +36,14 @@ from spark_mq.broker.txn.marker_channel import (
 from spark_mq.errors import BrokerNotAvailableError, TransactionCoordinatorFencedError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import spec_for_request
+from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.framing import RequestHeader
-from spark_mq.protocol.transactions import WriteTxnMarkersRequest, WriteTxnMarkersResponse
+from spark_mq.protocol.transactions import (
+    TxnTopic,
+    WritableTxnMarker,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
 from spark_mq.storage.log_manager import LogManager
 from spark_mq.storage.record_batch import ControlType, encode_batch
 
@@ -289,3 +295,33 @@ def test_a_deleted_topic_and_a_leaderless_partition(brokers):
 
     asyncio.run(run())
     assert not _is_open(brokers[3], "later", 40)
+
+
+def test_a_cluster_broker_writes_markers_only_where_it_leads(tmp_path: Path) -> None:
+    """WriteTxnMarkers to a cluster broker that hosts a partition without leading it (a
+    follower, or a replica the controller has not given a role yet) writes nothing and
+    answers NOT_LEADER_OR_FOLLOWER, for the sender to find the leader."""
+    root = tmp_path / "follower"
+    logs = LogManager(root)
+    config = ServerConfig.from_properties(
+        {"log.dirs": str(root), "zookeeper.connect": "127.0.0.1:1", "broker.id": "2"}
+    )
+    core = BrokerCore(config, logs, BrokerMeta.take_over(root))
+    try:
+        logs.create_topic("held", 1)
+        before = logs.get_log("held", 0).log_end_offset
+
+        async def run() -> WriteTxnMarkersResponse:
+            wire = Wire(asyncio.get_running_loop(), {2: core})
+            request = WriteTxnMarkersRequest(
+                [WritableTxnMarker(50, 0, True, [TxnTopic("held", [0])], 2)]
+            )
+            return await wire._answer(2, request)
+
+        response = asyncio.run(run())
+        [result] = response.markers[0].topics[0].partitions
+        assert result.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert logs.get_log("held", 0).log_end_offset == before
+    finally:
+        core.close()
+        logs.close()

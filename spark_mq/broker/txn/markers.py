@@ -37,7 +37,11 @@ from spark_mq.broker.internal_topics import OFFSETS_TOPIC
 from spark_mq.broker.partition import ReplicaState
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.txn.state import TopicPartition
-from spark_mq.errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from spark_mq.errors import (
+    NotLeaderOrFollowerError,
+    TransactionCoordinatorFencedError,
+    UnknownTopicOrPartitionError,
+)
 from spark_mq.rate_limited_log import RateLimitedLog
 from spark_mq.storage.record_batch import ControlType
 
@@ -198,6 +202,10 @@ class MarkerWriter:
                 if topic == OFFSETS_TOPIC and self.on_offsets_marker is not None:
                     self.on_offsets_marker(index, producer_id, commit)
             except NotLeaderOrFollowerError as exc:
+                failed[(topic, index)] = exc
+            except TransactionCoordinatorFencedError as exc:
+                # Not retried: a newer coordinator owns the producer (the sender stops).
+                logger.warning("refused a stale marker for %s-%d: %s", topic, index, exc)
                 failed[(topic, index)] = exc
             except Exception as exc:
                 # Retried every interval, for every partition, as long as the disk is full:
