@@ -30,9 +30,9 @@ from spark_mq.broker.metadata_cache import (
 from spark_mq.broker.txn.marker_channel import (
     BrokerCredentials,
     MarkerChannelConfig,
-    MarkerPendingError,
     TransactionMarkerChannel,
 )
+from spark_mq.broker.txn.markers import MarkerPendingError
 from spark_mq.errors import BrokerNotAvailableError, TransactionCoordinatorFencedError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import spec_for_request

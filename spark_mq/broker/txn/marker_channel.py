@@ -57,14 +57,11 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from spark_mq.broker.metadata_cache import NO_LEADER, MetadataSnapshot
+from spark_mq.broker.txn.markers import MarkerKey, MarkerPendingError
 from spark_mq.broker.txn.state import TopicPartition
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
-from spark_mq.errors import (
-    RetriableError,
-    SparkMQError,
-    TransactionCoordinatorFencedError,
-)
+from spark_mq.errors import SparkMQError, TransactionCoordinatorFencedError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.error_codes import ErrorCode, exception_class
 from spark_mq.protocol.transactions import (
@@ -77,14 +74,6 @@ from spark_mq.rate_limited_log import RateLimitedLog
 
 logger = logging.getLogger("spark_mq.broker.txn")
 _FAILURES: Final = RateLimitedLog(logger)
-
-#: ``(producer_id, producer_epoch, commit, coordinator_epoch)``: one transaction's decision.
-MarkerKey = tuple[int, int, bool, int]
-
-
-class MarkerPendingError(RetriableError):
-    """A marker was handed to the channel and its partition's leader has not acknowledged it
-    yet (never raised to a client: the coordinator keeps the transaction decided meanwhile)."""
 
 
 class MarkerState(enum.Enum):
@@ -349,7 +338,7 @@ class TransactionMarkerChannel:
                 "%s-%d no longer exists (its topic was deleted): its marker is not needed", *tp
             )
             marker.move(MarkerState.WRITTEN)
-            self._schedule_acknowledged()
+            self.acknowledged_soon()
             return None
         if cached.leader == NO_LEADER or not snapshot.is_live(cached.leader):
             marker.last_error = f"{tp[0]}-{tp[1]} has no live leader (leader {cached.leader})"
@@ -460,7 +449,7 @@ class TransactionMarkerChannel:
             and all(m.state is not MarkerState.IN_FLIGHT for m in self._markers[key].values())
             for key in batch
         ):
-            self._schedule_acknowledged()
+            self.acknowledged_soon()
 
     def _fence(self, key: MarkerKey, leader: int, tp: TopicPartition, message: str | None) -> None:
         logger.warning(
@@ -482,7 +471,9 @@ class TransactionMarkerChannel:
         marker = self._markers.get(key, {}).get(tp)
         return marker if marker is not None and marker.state is MarkerState.IN_FLIGHT else None
 
-    def _schedule_acknowledged(self) -> None:
+    def acknowledged_soon(self) -> None:
+        """Call ``on_acknowledged`` at the next turn of the event loop (once, however many
+        transactions finished meanwhile)."""
         if self.on_acknowledged is None or self._ack_scheduled:
             return
         self._ack_scheduled = True

@@ -29,6 +29,8 @@ Threads: the event loop thread (each marker is one small append).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
@@ -39,6 +41,8 @@ from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.txn.state import TopicPartition
 from spark_mq.errors import (
     NotLeaderOrFollowerError,
+    RetriableError,
+    SparkMQError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
@@ -55,6 +59,20 @@ _FAILURES = RateLimitedLog(logger)
 #: ``(partition, producer_id, committed)``: a marker was written to that partition of
 #: ``__consumer_offsets``.
 OffsetsMarkerHook = Callable[[int, int, bool], None]
+
+
+class MarkerPendingError(RetriableError):
+    """A marker is not acknowledged yet: its partition's leader has not answered, or this
+    leader's in-sync replicas do not have it yet (never raised to a client: the coordinator
+    keeps the transaction decided meanwhile)."""
+
+
+#: ``(producer_id, producer_epoch, commit, coordinator_epoch)``: one transaction's decision.
+MarkerKey = tuple[int, int, bool, int]
+
+#: How long one wait for a led partition's in-sync replicas lasts before the coordinator's
+#: periodic retry looks again.
+REPLICATION_WAIT_S: Final = 30.0
 
 #: Failures of a local write that mean the partition is (now) another broker's to mark.
 _ELSEWHERE: Final = (NotLeaderOrFollowerError, UnknownTopicOrPartitionError)
@@ -77,6 +95,10 @@ class MarkerWriter:
         #: A cluster broker's channel to the other leaders (None: one node, which leads
         #: every partition).
         self.channel: TransactionMarkerChannel | None = None
+        # Markers this leader wrote whose in-sync replicas may not have them yet (a cluster
+        # only): the high watermark each waits for.
+        self._replicating: dict[tuple[MarkerKey, TopicPartition], int] = {}
+        self._watching: set[tuple[TopicPartition, int]] = set()
 
     def attach_channel(self, channel: TransactionMarkerChannel | None) -> None:
         """Send the markers of partitions led elsewhere through ``channel`` from now on."""
@@ -112,6 +134,8 @@ class MarkerWriter:
             (here if part is not None and part.state is ReplicaState.LEADER else elsewhere).append(
                 tp
             )
+        key: MarkerKey = (producer_id, producer_epoch, commit, epoch)
+        appended: dict[TopicPartition, int] = {}
         failed = self._write_here(
             here,
             producer_id=producer_id,
@@ -119,12 +143,22 @@ class MarkerWriter:
             commit=commit,
             coordinator_epoch=epoch,
             missing_ok=False,
+            appended=appended,
         )
+        for tp, end in appended.items():
+            self._replicating[(key, tp)] = end
+        for tp in here:
+            if tp not in failed:
+                waiting = self._awaiting_replicas(key, tp, channel)
+                if waiting is not None:
+                    failed[tp] = waiting
         # A partition that stopped being led here meanwhile (or whose topic is gone here)
         # is its leader's to mark: the channel finds it, or learns that the topic is gone.
         moved = [tp for tp, exc in failed.items() if isinstance(exc, _ELSEWHERE)]
         for tp in moved:
             del failed[tp]
+        for tp in [*elsewhere, *moved]:
+            self._replicating.pop((key, tp), None)
         failed.update(
             channel.submit(
                 [*elsewhere, *moved],
@@ -135,6 +169,43 @@ class MarkerWriter:
             )
         )
         return failed
+
+    def _awaiting_replicas(
+        self, key: MarkerKey, tp: TopicPartition, channel: TransactionMarkerChannel
+    ) -> MarkerPendingError | None:
+        """Why the marker this leader wrote to ``tp`` is not acknowledged yet (its in-sync
+        replicas lack it), or None. As Kafka appends markers with acks=all, the transaction
+        completes only once its markers would survive this leader's loss; the wait that
+        starts here tells the coordinator (through the channel) when to look again."""
+        required = self._replicating.get((key, tp))
+        part = self.replicas.cached(*tp)
+        if required is None or part is None or part.high_watermark >= required:
+            self._replicating.pop((key, tp), None)
+            return None
+        if (tp, required) not in self._watching:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None  # called off the loop: the periodic retry looks again
+            if loop is not None:
+                self._watching.add((tp, required))
+                loop.create_task(self._watch(tp, required, channel))
+        return MarkerPendingError(
+            f"the marker of producer {key[0]} in {tp[0]}-{tp[1]} waits for the partition's "
+            f"in-sync replicas (high watermark {part.high_watermark}, marker ends at {required})"
+        )
+
+    async def _watch(
+        self, tp: TopicPartition, required: int, channel: TransactionMarkerChannel
+    ) -> None:
+        try:
+            # Ends when the high watermark passes the marker, the leadership moves away or
+            # the wait times out: in each case the coordinator looks again.
+            with contextlib.suppress(SparkMQError):
+                await self.replicas.purgatory.wait(tp, required, REPLICATION_WAIT_S)
+        finally:
+            self._watching.discard((tp, required))
+        channel.acknowledged_soon()
 
     def write_local(
         self,
@@ -166,6 +237,7 @@ class MarkerWriter:
         commit: bool,
         coordinator_epoch: int,
         missing_ok: bool,
+        appended: dict[TopicPartition, int] | None = None,
     ) -> dict[TopicPartition, Exception]:
         control = ControlType.COMMIT if commit else ControlType.ABORT
         failed: dict[TopicPartition, Exception] = {}
@@ -188,7 +260,7 @@ class MarkerWriter:
                     or entry.current_txn_first_offset is not None
                     or entry.producer_epoch < producer_epoch
                 ):
-                    part.log.append_transaction_marker(
+                    info = part.log.append_transaction_marker(
                         control,
                         producer_id=producer_id,
                         producer_epoch=producer_epoch,
@@ -199,6 +271,8 @@ class MarkerWriter:
                     # followers, their next fetch moves the high watermark past it.
                     part.maybe_advance_high_watermark()
                     touched.append(part)
+                    if appended is not None:
+                        appended[(topic, index)] = info.last_offset + 1
                 if topic == OFFSETS_TOPIC and self.on_offsets_marker is not None:
                     self.on_offsets_marker(index, producer_id, commit)
             except NotLeaderOrFollowerError as exc:
