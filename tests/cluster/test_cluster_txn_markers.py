@@ -46,7 +46,7 @@ def cluster(
         zookeeper=zk_module_connect,
         session_timeout_ms=SESSION_TIMEOUT_MS,
         broker_properties={
-            "replica.lag.time.max.ms": "2000",
+            "replica.lag.time.max.ms": "10000",
             "replica.fetch.wait.max.ms": "200",
             "replica.fetch.backoff.ms": "200",
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "60000",
@@ -226,3 +226,42 @@ def test_a_leader_killed_while_its_marker_is_pending_gets_it_when_back(
         producer.commit_transaction(timeout=30)
     assert _read_committed(cluster, TopicPartition("mk", 0), 1) == [b"k0"]
     assert _read_committed(cluster, TopicPartition("mk", 1), 2) == [b"k1", b"after"]
+
+
+def test_a_marker_the_coordinator_writes_itself_waits_for_its_followers(
+    cluster: LocalCluster,
+) -> None:
+    """A partition the coordinator leads gets its marker directly, but the transaction
+    completes only once the partition's in-sync follower has the marker too: while that
+    follower is paused (SIGSTOP, well within replica.lag.time.max.ms, so it stays in the
+    ISR) the transaction stays PrepareCommit; once it fetches again, it completes."""
+    tid = _transactional_id(cluster, "markers-replicas")
+    coordinator = _coordinator_of(cluster, tid)
+    follower = _others(cluster, coordinator)[0]
+    zk = ZkClient(ZkClientConfig(cluster.zookeeper_connect))
+    zk.start()
+    try:
+        create_topic(zk, "mr", znodes.TopicAssignment({0: (coordinator, follower)}))
+    finally:
+        zk.close()
+    with Admin(bootstrap_servers=cluster.broker_server(coordinator)) as admin:
+        wait_for(
+            lambda: (
+                "mr" in admin.list_topics()
+                and sorted(admin.describe_topic("mr").partitions[0].isr)
+                == sorted([coordinator, follower])
+            ),
+            timeout_s=30,
+        )
+    with _producer(cluster, tid) as producer:
+        producer.begin_transaction()
+        producer.send("mr", b"r0", partition=0)
+        producer.flush(timeout=30)
+        cluster.pause(follower)
+        try:
+            producer.commit_transaction(timeout=30)
+            assert _state(cluster, tid) == "PrepareCommit"
+        finally:
+            cluster.resume(follower)
+        wait_for(lambda: _state(cluster, tid) == "CompleteCommit", timeout_s=30)
+    assert _read_committed(cluster, TopicPartition("mr", 0), 1) == [b"r0"]

@@ -17,6 +17,11 @@ batch of the fenced producer still in flight is refused when it lands instead of
 transaction nobody would ever close. A partition that no longer exists (its topic was
 deleted) needs no marker.
 
+In a cluster a marker this leader writes for its own coordinator is reported pending
+(:class:`MarkerPendingError`) until the partition's high watermark passes it, as Kafka
+appends markers with acks=all: the coordinator completes a transaction only when every marker
+would survive the loss of the leader that wrote it.
+
 The marker carries the coordinator epoch; the log refuses a marker older than one it has
 seen (TRANSACTION_COORDINATOR_FENCED: a newer coordinator took over).
 
