@@ -118,6 +118,26 @@ def _create(cluster: LocalCluster, topic: str, leaders: list[int]) -> None:
             wait_for(placed, timeout_s=30)
 
 
+def _create_replicated(cluster: LocalCluster, topic: str, replicas: tuple[int, int]) -> None:
+    """``topic`` with one partition on ``replicas`` (the first leads); waits until both are
+    in its ISR."""
+    zk = ZkClient(ZkClientConfig(cluster.zookeeper_connect))
+    zk.start()
+    try:
+        create_topic(zk, topic, znodes.TopicAssignment({0: replicas}))
+    finally:
+        zk.close()
+    with Admin(bootstrap_servers=cluster.broker_server(replicas[0])) as admin:
+
+        def in_sync() -> bool:
+            if topic not in admin.list_topics():
+                return False
+            [part] = admin.describe_topic(topic).partitions
+            return part.leader == replicas[0] and sorted(part.isr) == sorted(replicas)
+
+        wait_for(in_sync, timeout_s=30)
+
+
 def _read_committed(
     cluster: LocalCluster, tp: TopicPartition, count: int, timeout_s: float = 30
 ) -> list[bytes | None]:
@@ -238,21 +258,7 @@ def test_a_marker_the_coordinator_writes_itself_waits_for_its_followers(
     tid = _transactional_id(cluster, "markers-replicas")
     coordinator = _coordinator_of(cluster, tid)
     follower = _others(cluster, coordinator)[0]
-    zk = ZkClient(ZkClientConfig(cluster.zookeeper_connect))
-    zk.start()
-    try:
-        create_topic(zk, "mr", znodes.TopicAssignment({0: (coordinator, follower)}))
-    finally:
-        zk.close()
-    with Admin(bootstrap_servers=cluster.broker_server(coordinator)) as admin:
-        wait_for(
-            lambda: (
-                "mr" in admin.list_topics()
-                and sorted(admin.describe_topic("mr").partitions[0].isr)
-                == sorted([coordinator, follower])
-            ),
-            timeout_s=30,
-        )
+    _create_replicated(cluster, "mr", (coordinator, follower))
     with _producer(cluster, tid) as producer:
         producer.begin_transaction()
         producer.send("mr", b"r0", partition=0)
@@ -265,3 +271,25 @@ def test_a_marker_the_coordinator_writes_itself_waits_for_its_followers(
             cluster.resume(follower)
         wait_for(lambda: _state(cluster, tid) == "CompleteCommit", timeout_s=30)
     assert _read_committed(cluster, TopicPartition("mr", 0), 1) == [b"r0"]
+
+
+def test_a_killed_leaders_marker_goes_to_its_successor(cluster: LocalCluster) -> None:
+    """The leader of a partition with two replicas is killed while its marker is pending:
+    once the controller elects the other replica (after the dead broker's session ends),
+    the channel finds the new leader in its metadata and the marker is written there."""
+    tid = _transactional_id(cluster, "markers-successor")
+    coordinator = _coordinator_of(cluster, tid)
+    victim, successor = _others(cluster, coordinator)
+    _create_replicated(cluster, "ms", (victim, successor))
+    with _producer(cluster, tid) as producer:
+        producer.begin_transaction()
+        producer.send("ms", b"s0", partition=0)
+        producer.flush(timeout=30)  # acks=all: the successor has the record
+        cluster.kill(victim)
+        try:
+            producer.commit_transaction(timeout=30)
+            assert _state(cluster, tid) == "PrepareCommit"
+            wait_for(lambda: _state(cluster, tid) == "CompleteCommit", timeout_s=30)
+            assert _read_committed(cluster, TopicPartition("ms", 0), 1) == [b"s0"]
+        finally:
+            cluster.start_broker(victim)
