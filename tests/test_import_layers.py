@@ -37,6 +37,8 @@ LAYERS: dict[str, int] = {
     # Local-cluster tooling: runs a ZooKeeper server and broker processes for trying and
     # testing a cluster on one machine (over broker/ and client/; the cli drives it).
     "cluster": 3,
+    # Monitoring from outside (the lag exporter): clients of the brokers.
+    "monitoring": 3,
 }
 #: The top: the command line (``cli`` and ``cli_*``) and the root package itself.
 TOP = 4

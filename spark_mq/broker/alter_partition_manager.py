@@ -10,7 +10,12 @@ The proposals go in one AlterPartition request to the controller, found as
 ``core.membership.controller_id`` with its endpoint from its ``/brokers/ids/<id>``
 registration, on a connection authenticated with AuthenticateBroker. Each answer settles its
 partition (:meth:`~spark_mq.broker.partition.Partition.on_alter_partition`); a high watermark
-that moves wakes the fetches and acks=all answers waiting on it. A request that fails whole
+that moves wakes the fetches and acks=all answers waiting on it. A refusal saying the leader's
+view is stale (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, NOT_LEADER_OR_FOLLOWER) whose
+carried state shows another leader or leader epoch fences the leader until the controller's
+next LeaderAndIsr: its waiting acks=all answers and fetches are ended with
+NOT_LEADER_OR_FOLLOWER at once (one that still names it leader of its epoch just updates its
+ISR and partition epoch). A request that fails whole
 (no controller known, the controller moved, the connection failed) drops the proposals; the
 next check proposes again.
 
@@ -26,6 +31,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from spark_mq.broker.partition import ReplicaState
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.errors import ControllerMovedError, SparkMQError
@@ -60,8 +66,12 @@ class AlterPartitionManager:
         node_id: int,
         lag_time_max_ms: int,
         run_blocking: Callable[..., Awaitable[Any]],
+        on_isr_change: Callable[[int, int], None] | None = None,
     ) -> None:
         self._replicas = replicas
+        #: Told ``(old ISR size, new ISR size)`` of every change the controller accepted
+        #: (the broker's ISR shrink/expand metrics).
+        self._on_isr_change = on_isr_change
         self._membership = membership
         self._node_id = node_id
         self._lag_time_max_ms = lag_time_max_ms
@@ -139,8 +149,16 @@ class AlterPartitionManager:
                 )
             else:
                 log.info("%s-%d: ISR is now %s", *tp, result.isr)
+                if self._on_isr_change is not None:
+                    self._on_isr_change(len(part.isr), len(result.isr))
             if part.on_alter_partition(proposal, result):
                 moved.append(part)
+            if part.state is ReplicaState.FENCED_LEADER:
+                log.warning(
+                    "%s-%d: stopped acting as leader until the controller's LeaderAndIsr: %s",
+                    *tp,
+                    part.role_description,
+                )
         if moved:
             self._replicas.notify(moved)
 

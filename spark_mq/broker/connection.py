@@ -68,7 +68,7 @@ from spark_mq.broker.handlers.errors import UnanswerableError, answer
 from spark_mq.broker.request_memory import MemoryWaiter
 from spark_mq.errors import CorruptFrameError, StorageError, UnsupportedVersionError
 from spark_mq.protocol.address import BrokerAddress
-from spark_mq.protocol.api import encode_frame_error, encode_response, spec_for
+from spark_mq.protocol.api import ApiKey, encode_frame_error, encode_response, spec_for
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.framing import SIZE, decode_request, frame_size
 from spark_mq.storage.file_records import FileRange
@@ -174,6 +174,9 @@ class Connection(asyncio.BufferedProtocol):
         # Memory granted to the first frame of _pending while it waited.
         self._granted: int | None = None
         self._frames: collections.deque[memoryview] = collections.deque()
+        #: When each queued frame's last byte came (loop time), for the queue-time metric.
+        self._received_at: collections.deque[float] = collections.deque()
+        self._frame_received = 0.0
         self._frames_bytes = 0
         self._frame_waiter: asyncio.Future[None] | None = None
         self._reading = True
@@ -360,6 +363,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _push(self, frame: memoryview) -> None:
         self._frames.append(frame)
+        self._received_at.append(self._loop.time())
         self._frames_bytes += len(frame)
         self._wake_reader()
 
@@ -387,6 +391,7 @@ class Connection(asyncio.BufferedProtocol):
         memory = self._memory
         while self._frames:
             memory.release(len(self._frames.popleft()))
+        self._received_at.clear()
         self._frames_bytes = 0
         if self._filling is not None:
             memory.release(len(self._filling))
@@ -437,6 +442,7 @@ class Connection(asyncio.BufferedProtocol):
             self._frame_waiter = waiter
             await waiter
         frame = self._frames.popleft()
+        self._frame_received = self._received_at.popleft()
         self._frames_bytes -= len(frame)
         if not self._reading:
             self._update_reading()
@@ -480,10 +486,13 @@ class Connection(asyncio.BufferedProtocol):
 
     async def _serve(self, data: memoryview) -> bool:
         """Handle one frame; returns False when the connection must be closed."""
+        loop = self._loop
+        started = loop.time()
         try:
             frame = decode_request(data)
         except CorruptFrameError as exc:
             logger.warning("closing connection from %s: %s", self.peer, exc)
+            self.core.metrics.requests.frame_error(None, ErrorCode.CORRUPT_MESSAGE)
             return False
         header = frame.header
         cid = header.correlation_id
@@ -494,12 +503,15 @@ class Connection(asyncio.BufferedProtocol):
                 raise UnsupportedVersionError(f"{spec.key.name} is not served by this broker")
             request = spec.decode_request(frame.body)
         except UnsupportedVersionError as exc:
-            return self._frame_error(cid, ErrorCode.UNSUPPORTED_VERSION, str(exc))
+            return self._frame_error(cid, ErrorCode.UNSUPPORTED_VERSION, str(exc), header.api_key)
         except CorruptFrameError as exc:
-            return self._frame_error(cid, ErrorCode.INVALID_REQUEST, str(exc))
+            return self._frame_error(cid, ErrorCode.INVALID_REQUEST, str(exc), header.api_key)
         except Exception as exc:  # any decoder failure means the same: a bad body
             return self._frame_error(
-                cid, ErrorCode.INVALID_REQUEST, f"undecodable request body: {exc!r}"
+                cid,
+                ErrorCode.INVALID_REQUEST,
+                f"undecodable request body: {exc!r}",
+                header.api_key,
             )
         session = self.session
         ctx = RequestContext(
@@ -514,15 +526,28 @@ class Connection(asyncio.BufferedProtocol):
             # Every error a handler raises is answered there, once (handlers.errors).
             response = await answer(spec, handler, ctx, request, frame.records)
         except CorruptFrameError as exc:
-            return self._frame_error(cid, ErrorCode.INVALID_REQUEST, str(exc))
+            return self._frame_error(cid, ErrorCode.INVALID_REQUEST, str(exc), header.api_key)
         except UnanswerableError as exc:
-            return self._frame_error(cid, ErrorCode(exc.code), exc.message)
-        if response is None:
-            return True
-        return await self._send(cid, response)
+            return self._frame_error(cid, ErrorCode(exc.code), exc.message, header.api_key)
+        handled = loop.time()
+        body = None if response is None or response.silent else response.body
+        keep_open = True if response is None else await self._send(cid, response)
+        self.core.metrics.requests.observe(
+            spec.key,
+            body,
+            received=self._frame_received,
+            started=started,
+            handled=handled,
+            sent=loop.time(),
+            remote_s=ctx.timing.remote_s,
+        )
+        return keep_open
 
-    def _frame_error(self, correlation_id: int, code: ErrorCode, message: str) -> bool:
+    def _frame_error(
+        self, correlation_id: int, code: ErrorCode, message: str, api_key: int | None = None
+    ) -> bool:
         logger.info("frame error %s for %s: %s", code.name, self.peer, message)
+        self.core.metrics.requests.frame_error(_api_or_none(api_key), code)
         self._write(encode_frame_error(correlation_id, int(code), message))
         return True
 
@@ -611,3 +636,13 @@ class Connection(asyncio.BufferedProtocol):
             waiter = self._loop.create_future()
             self._drain_waiter = waiter
             await waiter
+
+
+def _api_or_none(api_key: int | None) -> ApiKey | None:
+    """The API of a request refused before decoding, when its key is one we know."""
+    if api_key is None:
+        return None
+    try:
+        return ApiKey(api_key)
+    except ValueError:
+        return None

@@ -54,6 +54,14 @@ class ConnectionSession:
     broker_id: int | None = None
 
 
+@dataclasses.dataclass(slots=True)
+class RequestTiming:
+    """Seconds a handler spent waiting on others (an acks=all produce waiting for its
+    followers, a fetch waiting for data): the ``remote`` phase of the request metrics."""
+
+    remote_s: float = 0.0
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class RequestContext:
     """Who asked, through which listener, of which broker."""
@@ -69,6 +77,8 @@ class RequestContext:
     inter_broker: bool = False
     #: The connection's session (AuthenticateBroker records the broker there).
     session: ConnectionSession = dataclasses.field(default_factory=ConnectionSession)
+    #: Time the handler spent waiting on others (the request metrics' remote phase).
+    timing: RequestTiming = dataclasses.field(default_factory=RequestTiming)
 
 
 Handler = Callable[[RequestContext, Any, memoryview], Awaitable[Response | None]]

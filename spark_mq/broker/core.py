@@ -29,6 +29,7 @@ from spark_mq.broker.group.service import GroupService, wall_clock_ms
 from spark_mq.broker.half.service import HalfMessageService
 from spark_mq.broker.handlers import HANDLERS
 from spark_mq.broker.metadata_cache import MetadataCache
+from spark_mq.broker.metrics.broker_metrics import BrokerMetrics
 from spark_mq.broker.producer_ids import ProducerIdManager
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.txn.service import TransactionService
@@ -117,6 +118,8 @@ class BrokerCore:
         self.isr_changes: AlterPartitionManager | None = None
         #: The newest controller epoch accepted; refuses requests of older controllers.
         self.controller_fence = ControllerFence()
+        #: The broker's Prometheus metrics (served by the server when metrics.port is set).
+        self.metrics = BrokerMetrics()
         #: A cluster broker's view of the cluster, from the controller's UpdateMetadata
         #: (empty, and unused, on a single node).
         self.metadata_cache = MetadataCache()

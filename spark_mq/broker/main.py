@@ -254,6 +254,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 node_id=broker.node_id,
                 lag_time_max_ms=config.replication.replica_lag_time_max_ms,
                 run_blocking=core.run_blocking,
+                on_isr_change=core.metrics.isr_changed,
             )
             core.isr_changes.start()
             marker_channel = _marker_channel(core, membership)
@@ -281,6 +282,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             host=tcp.host if tcp else None,
             port=tcp.port if tcp else None,
             started_ms=time.time_ns() // 1_000_000,
+            metrics_port=server.metrics_port,
         ).write(root)
         scheduler.start()
         core.groups.start()

@@ -23,6 +23,16 @@ is smaller than the topic's ``min.insync.replicas`` (:meth:`Partition.append` wi
 (NOT_LEADER_OR_FOLLOWER); the replica fetchers fill its log. Consumers never see data at or
 above the high watermark: reads are bounded by it in storage.
 
+A leader whose ISR change the controller refuses because the leader's view is stale
+(:data:`STALE_LEADER_ERRORS`: another leader epoch, partition epoch or leader) reads the
+controller's current state in the answer. If it still names this broker leader in its epoch,
+the leader takes it (ISR, partition epoch) and goes on; otherwise it has been replaced or is
+about to be: it moves to :attr:`ReplicaState.FENCED_LEADER` and stops acting as leader
+(no produce, no client or follower fetch, no high watermark movement; its acks=all waits are
+answered NOT_LEADER_OR_FOLLOWER by the ReplicaManager) until the controller's next
+LeaderAndIsr makes it leader again, follower, or stops it. docs/cluster.md, "Replication",
+says why.
+
 Threads: :meth:`append` may run on any thread (storage is thread-safe per partition); the
 role changes run on an executor thread, one controller request at a time (the
 ReplicaManager serialises them); the waiter methods run on the event loop thread only. The
@@ -57,19 +67,33 @@ from spark_mq.storage.log import LogAppendInfo, PartitionLog
 
 class ReplicaState(enum.Enum):
     """The local replica's role (Kafka's leader/follower/offline partition states; ``NEW``: a
-    cluster broker's replica that the controller has not given a role yet)."""
+    cluster broker's replica that the controller has not given a role yet;
+    ``FENCED_LEADER``: a leader whose ISR change the controller refused as stale, which
+    stops acting as leader until the controller's next LeaderAndIsr gives it a role)."""
 
     NEW = "new"
     LEADER = "leader"
+    FENCED_LEADER = "fenced-leader"
     FOLLOWER = "follower"
     OFFLINE = "offline"
 
 
 #: The states each state may move to. Leader to leader and follower to follower are a new
-#: leader epoch in the same role (re-elected, or following a new leader).
+#: leader epoch in the same role (re-elected, or following a new leader). Only the
+#: controller's answer to an ISR change fences a leader; only a LeaderAndIsr (or StopReplica)
+#: moves a fenced leader on: back to leader (the controller says it still leads), to follower,
+#: or offline.
 _TRANSITIONS: Final[dict[ReplicaState, frozenset[ReplicaState]]] = {
     ReplicaState.NEW: frozenset({ReplicaState.LEADER, ReplicaState.FOLLOWER, ReplicaState.OFFLINE}),
     ReplicaState.LEADER: frozenset(
+        {
+            ReplicaState.LEADER,
+            ReplicaState.FENCED_LEADER,
+            ReplicaState.FOLLOWER,
+            ReplicaState.OFFLINE,
+        }
+    ),
+    ReplicaState.FENCED_LEADER: frozenset(
         {ReplicaState.LEADER, ReplicaState.FOLLOWER, ReplicaState.OFFLINE}
     ),
     ReplicaState.FOLLOWER: frozenset(
@@ -77,6 +101,18 @@ _TRANSITIONS: Final[dict[ReplicaState, frozenset[ReplicaState]]] = {
     ),
     ReplicaState.OFFLINE: frozenset(),
 }
+
+
+#: AlterPartition errors that say the leader's view of the partition is stale: the
+#: controller has a newer leader epoch (FENCED_LEADER_EPOCH), a newer partition epoch
+#: (INVALID_UPDATE_VERSION), or another leader (NOT_LEADER_OR_FOLLOWER).
+STALE_LEADER_ERRORS: Final = frozenset(
+    {
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.INVALID_UPDATE_VERSION,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    }
+)
 
 
 def is_transition_valid(old: ReplicaState, new: ReplicaState) -> bool:
@@ -118,9 +154,9 @@ class Partition:
         self.isr_state: LeaderIsrState | None = None
         # Where the current leader epoch starts: a follower joins the ISR only past it.
         self._epoch_start_offset = 0
-        # The controller refused an ISR proposal as stale: propose nothing until the next
-        # LeaderAndIsr tells this leader the partition's current state.
-        self._isr_fenced = False
+        # Why the controller fenced this leader (ReplicaState.FENCED_LEADER), for the
+        # NOT_LEADER_OR_FOLLOWER answers it gives meanwhile.
+        self._fenced_reason = ""
         self.topic = log.topic
         self.index = log.partition
         self.node_id = node_id
@@ -203,7 +239,6 @@ class Partition:
         with self._role_lock:
             self.transition_to(ReplicaState.LEADER)
             self._epoch_start_offset = self.log.log_end_offset
-            self._isr_fenced = False
             self.log.maybe_assign_epoch_start_offset(state.leader_epoch, self._epoch_start_offset)
             self.log.leader_epoch = state.leader_epoch
             self._apply(state)
@@ -232,7 +267,9 @@ class Partition:
 
     def update_isr(self, state: LeaderAndIsr) -> None:
         """Take a new ISR, replica list and partition epoch in the same leader epoch (the
-        controller changed the ISR without a new leader): the role does not change."""
+        controller changed the ISR without a new leader): the role does not change, except
+        that a fenced leader (:attr:`ReplicaState.FENCED_LEADER`) that the controller names
+        as leader in the same epoch leads again, with what it knew of its followers."""
         if (state.leader, state.leader_epoch) != (self.leader_id, self.leader_epoch):
             raise UsageError(
                 f"{self.topic}-{self.index}: update_isr with leader {state.leader} in epoch "
@@ -240,8 +277,9 @@ class Partition:
                 f"{self.leader_epoch}"
             )
         with self._role_lock:
+            if self.state is ReplicaState.FENCED_LEADER:
+                self.transition_to(ReplicaState.LEADER)
             self._apply(state)
-            self._isr_fenced = False
             if self.isr_state is not None:
                 self.isr_state.replicas = tuple(state.replicas)
                 self.isr_state.settle(state.isr)
@@ -268,15 +306,25 @@ class Partition:
         if self.state is not ReplicaState.LEADER:
             raise NotLeaderOrFollowerError(self._not_leader_message())
 
-    def _not_leader_message(self) -> str:
+    @property
+    def role_description(self) -> str:
+        """Why this replica does not serve as leader now, for NOT_LEADER_OR_FOLLOWER answers
+        (what it is: follower, fenced leader, no role yet, offline)."""
         if self.state is ReplicaState.FOLLOWER and self.leader_id >= 0:
-            who = f"it follows broker {self.leader_id} (leader epoch {self.leader_epoch})"
-        elif self.state is ReplicaState.NEW:
-            who = "the controller has not told it its role yet"
-        else:
-            who = f"the replica is {self.state.value}"
+            return f"it follows broker {self.leader_id} (leader epoch {self.leader_epoch})"
+        if self.state is ReplicaState.FENCED_LEADER:
+            return (
+                f"it stopped acting as leader because {self._fenced_reason}, and waits for "
+                "the controller's LeaderAndIsr"
+            )
+        if self.state is ReplicaState.NEW:
+            return "the controller has not told it its role yet"
+        return f"the replica is {self.state.value}"
+
+    def _not_leader_message(self) -> str:
         return (
-            f"this broker is not the leader of {self.topic}-{self.index}: {who}; refresh metadata"
+            f"broker {self.node_id} is not the leader of {self.topic}-{self.index}: "
+            f"{self.role_description}; refresh metadata and retry"
         )
 
     def update_follower(self, broker_id: int, fetch_offset: int) -> bool:
@@ -308,11 +356,11 @@ class Partition:
     def propose_isr_change(self, lag_time_max_ms: int) -> AlterPartitionState | None:
         """The ISR change this leader proposes now, marked in flight: without the followers
         that have not caught up for ``lag_time_max_ms``, else with the followers that
-        caught up. None if there is none, if a proposal is in flight, or if the last one
-        was refused as stale (until the next LeaderAndIsr)."""
+        caught up. None if there is none, if a proposal is in flight, or if this broker does
+        not lead (a fenced leader proposes nothing until the next LeaderAndIsr)."""
         with self._role_lock:
             isr_state = self.isr_state
-            if self.state is not ReplicaState.LEADER or isr_state is None or self._isr_fenced:
+            if self.state is not ReplicaState.LEADER or isr_state is None:
                 return None
             new = isr_state.proposed_shrink(self._clock_ms(), lag_time_max_ms)
             if new is None:
@@ -332,7 +380,7 @@ class Partition:
             isr_state = self.isr_state
             return (
                 isr_state is not None
-                and not self._isr_fenced
+                and self.state is ReplicaState.LEADER
                 and isr_state.pending_isr is None
                 and bool(isr_state.ready_to_join(self.log.high_watermark, self._epoch_start_offset))
             )
@@ -340,10 +388,15 @@ class Partition:
     def on_alter_partition(
         self, proposal: AlterPartitionState, result: AlterPartitionResult
     ) -> bool:
-        """The controller's answer to ``proposal``: take the new ISR and partition epoch,
-        or drop the proposal (a stale one, INVALID_UPDATE_VERSION or FENCED_LEADER_EPOCH,
-        stops proposals until the next LeaderAndIsr; any other error is retried at the next
-        check). Whether the high watermark moved."""
+        """The controller's answer to ``proposal``: take the new ISR and partition epoch, or
+        drop the proposal. A refusal saying this leader's view is stale
+        (:data:`STALE_LEADER_ERRORS`) carries the controller's current state: if that still
+        names this broker leader in its leader epoch (only the partition epoch moved), the
+        leader takes it and goes on leading; otherwise it lost leadership and is fenced:
+        :attr:`ReplicaState.FENCED_LEADER` until the controller's next LeaderAndIsr. Any
+        other error is retried at the next check. Whether the partition's waiters must be
+        told: the high watermark moved, or the leader was fenced (its acks=all waits and
+        parked fetches are answered NOT_LEADER_OR_FOLLOWER)."""
         with self._role_lock:
             isr_state = self.isr_state
             if (
@@ -358,12 +411,36 @@ class Partition:
                 isr_state.settle(result.isr)
                 return self.maybe_advance_high_watermark()
             isr_state.settle(None)
-            if result.error_code in (
-                ErrorCode.INVALID_UPDATE_VERSION,
-                ErrorCode.FENCED_LEADER_EPOCH,
+            if result.error_code not in STALE_LEADER_ERRORS:
+                return False
+            if self.partition_epoch != proposal.partition_epoch:
+                # A LeaderAndIsr moved this leader on while the proposal was in flight: the
+                # refusal is about a state it no longer holds (fencing now would wait for a
+                # LeaderAndIsr that already came).
+                return False
+            if (
+                result.leader == self.node_id
+                and result.leader_epoch == self.leader_epoch
+                and result.partition_epoch > self.partition_epoch
+                and self.node_id in result.isr
             ):
-                self._isr_fenced = True
-            return False
+                # Still the leader of this epoch, and the controller says what the partition
+                # is now (an earlier proposal of ours applied, its answer lost): take it, as
+                # the answer to a proposal. No LeaderAndIsr would come to end a fence here
+                # (the controller sends none for a change a leader proposed).
+                self._isr = tuple(result.isr)
+                self.partition_epoch = result.partition_epoch
+                isr_state.settle(result.isr)
+                return self.maybe_advance_high_watermark()
+            self._fenced_reason = (
+                f"the controller refused its ISR change {proposal.new_isr} at leader epoch "
+                f"{proposal.leader_epoch} and partition epoch {proposal.partition_epoch} with "
+                f"{ErrorCode(result.error_code).name} (the controller has leader "
+                f"{result.leader} in leader epoch {result.leader_epoch}, partition epoch "
+                f"{result.partition_epoch})"
+            )
+            self.transition_to(ReplicaState.FENCED_LEADER)
+            return True
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Kafka's fencing of requests carrying a leader epoch (-1: the client has none)."""
@@ -398,7 +475,16 @@ class Partition:
     def check_enough_replicas(self, *, after_append: bool) -> None:
         """Raise NotEnoughReplicasError (or, ``after_append``,
         NotEnoughReplicasAfterAppendError) while the ISR is smaller than the topic's
-        ``min.insync.replicas``."""
+        ``min.insync.replicas``. ``after_append`` (an acks=all wait ended): raise
+        NotLeaderOrFollowerError if this broker no longer leads, as Kafka's
+        ``checkEnoughReplicasReachOffset`` does, since its ISR is not the partition's any
+        more."""
+        if after_append and self.state is not ReplicaState.LEADER:
+            raise NotLeaderOrFollowerError(
+                f"{self._not_leader_message()}; the records were appended by this broker "
+                "but may not be on every in-sync replica (an idempotent producer's retry is "
+                "recognised as a duplicate)"
+            )
         required = self.log.config.min_insync_replicas
         if len(self._isr) >= required:
             return
@@ -417,7 +503,11 @@ class Partition:
 
     def maybe_advance_high_watermark(self) -> bool:
         """Advance the high watermark to the smallest log end of the leader and the
-        (maximal) ISR; on one node to this replica's log end. Whether it moved."""
+        (maximal) ISR; on one node to this replica's log end. Whether it moved. Only a
+        leader moves it: a fenced leader's ISR may no longer be the partition's, so what its
+        followers fetched proves nothing committed."""
+        if self.state is not ReplicaState.LEADER:
+            return False
         old = self.log.high_watermark
         end = self.log.log_end_offset
         target = end if self.isr_state is None else self.isr_state.high_watermark(end, old)

@@ -79,6 +79,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The replica states the controller gave: a LeaderAndIsr is compared with what they hold.
+_HAS_ROLE = frozenset({ReplicaState.LEADER, ReplicaState.FENCED_LEADER, ReplicaState.FOLLOWER})
+
 #: StopReplica's leader epoch for a partition being deleted (Kafka's ``EpochDuringDelete``),
 #: and for none known: neither is checked against the local leader epoch.
 EPOCH_DURING_DELETE = -2
@@ -168,6 +171,10 @@ class ReplicaManager:
                     )
                 self._partitions[key] = part
             return part
+
+    def hosted(self) -> list[Partition]:
+        """Every partition object this broker holds now (any role)."""
+        return list(self._partitions.values())
 
     def leaders(self) -> list[Partition]:
         """The partitions this broker leads now."""
@@ -343,14 +350,16 @@ class ReplicaManager:
             ps.leader, ps.leader_epoch, tuple(ps.isr), tuple(ps.replicas), ps.partition_epoch
         )
         current = self._current(ps.topic, ps.partition)
-        if current is None or current.state not in (ReplicaState.LEADER, ReplicaState.FOLLOWER):
+        if current is None or current.state not in _HAS_ROLE:
             return state
         local = current.state_from_controller
         if state.leader_epoch > local.leader_epoch:
             return state
         if state.leader_epoch == local.leader_epoch:
             if state == local:
-                return None
+                # A resend, except to a fenced leader: the controller, which refused its ISR
+                # change, still names it leader of exactly this state, so it leads again.
+                return state if current.state is ReplicaState.FENCED_LEADER else None
             if state.leader == local.leader and state.partition_epoch > local.partition_epoch:
                 return state
         return self._fenced(
@@ -386,10 +395,10 @@ class ReplicaManager:
         leaders: Mapping[int, BrokerAddress],
     ) -> Partition:
         part = self.partition(topic, index)
-        same_epoch = part.state in (ReplicaState.LEADER, ReplicaState.FOLLOWER) and (
-            part.leader_epoch == state.leader_epoch
-        )
+        same_epoch = part.state in _HAS_ROLE and part.leader_epoch == state.leader_epoch
+        was_fenced = part.state is ReplicaState.FENCED_LEADER
         if same_epoch:
+            # A fenced leader named leader again in its epoch leads again (update_isr).
             part.update_isr(state)
         elif state.leader == self.node_id:
             self._unfollow([(topic, index)])
@@ -401,7 +410,9 @@ class ReplicaManager:
             "%s-%d: %s in leader epoch %d (leader %d, isr %s, replicas %s, partition epoch %d)",
             topic,
             index,
-            "isr changed" if same_epoch else part.state.value,
+            ("leader again after a fence" if was_fenced else "isr changed")
+            if same_epoch
+            else part.state.value,
             state.leader_epoch,
             state.leader,
             list(state.isr),
@@ -555,9 +566,10 @@ class ReplicaManager:
                 self.purgatory.abort(
                     key,
                     NotLeaderOrFollowerError(
-                        f"broker {self.node_id} no longer leads {part.topic}-{part.index}; the "
-                        "records were appended but may not be on every in-sync replica: "
-                        "refresh metadata and retry with the new leader"
+                        f"broker {self.node_id} no longer leads {part.topic}-{part.index} "
+                        f"({part.role_description}); the records were appended but may not "
+                        "be on every in-sync replica: refresh metadata and retry with the new "
+                        "leader (an idempotent producer's retry is recognised as a duplicate)"
                     ),
                 )
 

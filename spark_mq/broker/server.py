@@ -74,6 +74,8 @@ class BrokerServer:
         self.stopping = False
         self.stop_reason: str | None = None
         self.connections: set[Connection] = set()
+        #: The metrics endpoint's bound port (None: not served; see metrics.port).
+        self.metrics_port: int | None = None
         broker = core.config.broker
         self.quotas = ConnectionQuotas(
             max_connections=broker.max_connections,
@@ -138,6 +140,11 @@ class BrokerServer:
             self.quotas.describe(),
             self.memory.capacity_bytes if self.memory.capacity_bytes is not None else "unbounded",
         )
+        metrics = self.core.metrics
+        metrics.state.attach(loop, self.core, lambda: len(self.connections))
+        endpoint = self.core.config.metrics
+        if endpoint.metrics_port != -1:
+            self.metrics_port = metrics.serve(endpoint.metrics_host, endpoint.metrics_port)
         self._tasks.append(asyncio.create_task(self._sweep_connections()))
         self._tasks.append(asyncio.create_task(self._watch_log_directory()))
         idle_exit_ms = self.core.config.broker.idle_exit_ms
@@ -283,6 +290,7 @@ class BrokerServer:
     async def close(self, timeout_s: float) -> None:
         """Stop accepting, finish requests in flight (at most ``timeout_s``), cut the rest."""
         self.stopping = True
+        self.core.metrics.close()
         for task in self._tasks:
             task.cancel()
         for server in self._servers:

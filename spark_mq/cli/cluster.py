@@ -144,10 +144,10 @@ def cluster_status(args: argparse.Namespace) -> int:
     )
     print()
     rows = [
-        (b["id"], b["state"], b["pid"], b["host"], b["port"], b["log_dir"])
+        (b["id"], b["state"], b["pid"], b["host"], b["port"], b["log_dir"], b["metrics"] or "-")
         for b in document["brokers"]
     ]
-    print(render_table(["ID", "STATE", "PID", "HOST", "PORT", "LOG DIR"], rows))
+    print(render_table(["ID", "STATE", "PID", "HOST", "PORT", "LOG DIR", "METRICS"], rows))
     for title, key in (
         ("offline partitions", "offline_partitions"),
         ("under-replicated partitions", "under_replicated_partitions"),
@@ -238,6 +238,7 @@ def _status(cluster: LocalCluster) -> dict[str, Any]:
                 "host": entry["host"],
                 "port": entry["port"] if running else None,
                 "log_dir": entry["log_dir"],
+                "metrics": cluster.metrics_url(broker_id),
             }
         )
     return {

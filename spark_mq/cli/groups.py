@@ -25,6 +25,7 @@ from spark_mq.cli.common import (
     any_int,
     handler_table,
     non_negative_int,
+    positive_int,
 )
 from spark_mq.cli.format import plural, print_listing, print_result, render_table
 from spark_mq.client.group.admin_groups import ALTERABLE_STATES
@@ -265,6 +266,38 @@ def groups_delete(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# lag-exporter
+
+
+def groups_lag_exporter(args: argparse.Namespace) -> int:
+    """Serve every group's lag as Prometheus metrics until interrupted (SIGINT, SIGTERM)."""
+    # Imported here: only this command needs the HTTP server.
+    from prometheus_client import CollectorRegistry, start_http_server  # noqa: PLC0415
+
+    from spark_mq.monitoring.lag_exporter import LagExporter  # noqa: PLC0415
+
+    with admin_client(args) as admin:
+        exporter = LagExporter(admin)
+        registry = CollectorRegistry(auto_describe=True)
+        registry.register(exporter)
+        server, _ = start_http_server(args.port, addr=args.host, registry=registry)
+        port = server.server_address[1]
+        print(
+            f"serving consumer lag on http://{args.host}:{port}/metrics every "
+            f"{args.interval_ms} ms (Ctrl-C stops)",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            exporter.run(args.interval_ms / 1000)
+        finally:
+            exporter.stop()
+            server.shutdown()
+            server.server_close()
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # The parser
 
 
@@ -330,7 +363,29 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     delete.add_argument("group")
 
+    exporter = actions.add(
+        "lag-exporter",
+        groups_lag_exporter,
+        help="serve every group's lag (records and seconds) as Prometheus metrics",
+        description=(
+            "Poll every consumer group's committed offsets and the partitions' end offsets, "
+            "and serve the lag in records and in estimated seconds at /metrics "
+            "(docs/operations.md). Runs until interrupted."
+        ),
+    )
+    exporter.add_argument("--port", type=non_negative_int, default=9405, help="HTTP port")
+    exporter.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: this machine only)"
+    )
+    exporter.add_argument(
+        "--interval-ms",
+        type=positive_int,
+        default=5000,
+        metavar="MS",
+        help="time between polls (default 5000)",
+    )
+
 
 HANDLERS: Final[dict[str, Handler]] = handler_table(
-    groups_list, groups_describe, groups_reset_offsets, groups_delete
+    groups_list, groups_describe, groups_reset_offsets, groups_delete, groups_lag_exporter
 )

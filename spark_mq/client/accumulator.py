@@ -157,6 +157,7 @@ class ProducerBatch:
         "record_count",
         "result",
         "retry_at",
+        "sent_at",
         "size",
         "stamp",
         "timestamps",
@@ -188,6 +189,8 @@ class ProducerBatch:
         self.base_sequence: int | None = None
         self.attempts = 0
         self.retry_at = 0.0
+        #: When its latest produce request went out (the sender's clock), for the latency.
+        self.sent_at = 0.0
         # The retriable error of the last failed attempt, for the delivery timeout's message.
         self.last_error: SparkMQError | None = None
 

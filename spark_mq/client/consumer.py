@@ -516,6 +516,14 @@ class Consumer:
             timeout_ms=self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms,
         )
 
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """Kafka's consumer fetch metrics over the last 30 s, as kafka-python shapes them:
+        ``{"consumer-fetch-manager-metrics": {"records-lag-max": ..., ...}}`` and one
+        ``consumer-fetch-manager-metrics.topic.<t>.partition.<p>`` group with ``records-lag``
+        per assigned partition (names and meaning in docs/clients.md)."""
+        assigned = {(tp.topic, tp.partition) for tp in self._subs.assignment()}
+        return self._fetcher.metrics.snapshot(assigned)
+
     def position(self, partition: TopicPartition | tuple[str, int]) -> int:
         """The offset of the next record :meth:`poll` returns for ``partition`` (looked up
         per ``auto.offset.reset`` if it has none yet)."""

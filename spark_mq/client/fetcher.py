@@ -45,6 +45,7 @@ import pyarrow as pa
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import ConsumerConfig
 from spark_mq.client.connection import BrokerConnection, Response
+from spark_mq.client.metrics import ConsumerMetrics
 from spark_mq.client.records import TopicPartition
 from spark_mq.client.subscription_state import SubscriptionState
 from spark_mq.errors import CorruptRecordError, NetworkError, OffsetOutOfRangeError, SparkMQError
@@ -206,6 +207,9 @@ class Fetcher:
         # Errors for the next collect(), each with the partition and fetch offset it is about
         # (None for a whole response): a partition's error is stale once its position moved.
         self._errors: list[tuple[SparkMQError, TopicPartition | None, int]] = []
+        #: What Consumer.metrics() reports.
+        self.metrics = ConsumerMetrics(cluster.clock)
+        self._sent_at: dict[int, float] = {}
 
     # -- requests -------------------------------------------------------------------------
 
@@ -272,6 +276,7 @@ class Fetcher:
             self._connection_lost(node, conn, exc)
             return
         self._in_flight[node] = dict(items)
+        self._sent_at[node] = self._cluster.clock()
 
     def _connection(self, node: int, now: float) -> BrokerConnection | None:
         conn = self._conns.get(node)
@@ -343,6 +348,9 @@ class Fetcher:
 
     def _handle(self, node: int, response: Response) -> None:
         requested = self._in_flight.pop(node, {})
+        sent_at = self._sent_at.pop(node, None)
+        if sent_at is not None:
+            self.metrics.fetch_latency.record((self._cluster.clock() - sent_at) * 1000)
         if response.error is not None:
             self._errors.append((response.error, None, -1))
             return
@@ -353,6 +361,7 @@ class Fetcher:
                 self._errors.append((error, None, -1))
             return
         sizes = [p.records_size for t in body.topics for p in t.partitions]
+        self.metrics.fetch_size.record(sum(sizes))
         views = iter(split_records(response.records, sizes))
         for topic in body.topics:
             for part in topic.partitions:
@@ -370,9 +379,17 @@ class Fetcher:
                 state.high_watermark = part.high_watermark
                 state.last_stable_offset = part.last_stable_offset
                 state.log_start_offset = part.log_start_offset
+                next_offset = end_of_last_batch(data) if part.records_size else None
+                # Kafka's records-lag: what is readable beyond what this response brings.
+                readable_end = (
+                    part.last_stable_offset
+                    if self._isolation == READ_COMMITTED and part.last_stable_offset >= 0
+                    else part.high_watermark
+                )
+                position = offset if next_offset is None else max(next_offset, offset)
+                self.metrics.record_lag(tp.topic, tp.partition, max(0, readable_end - position))
                 if not part.records_size:
                     continue
-                next_offset = end_of_last_batch(data)
                 if next_offset is None or next_offset <= offset:
                     continue  # only part of a batch: the next fetch puts this partition first
                 aborted = part.aborted_transactions if self._isolation == READ_COMMITTED else None
@@ -441,6 +458,7 @@ class Fetcher:
                 if used_up:
                     queue.popleft()
                 if table.num_rows:
+                    self.metrics.records.record(table.num_rows)
                     out.append((tp, table))
                     if remaining is not None:
                         remaining -= table.num_rows

@@ -273,6 +273,12 @@ class Producer:
         count = self._cluster.partition_counts.get(topic) or self._wait_for_topic(topic)
         return list(range(count))
 
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """Kafka's producer metrics over the last 30 s, as kafka-python shapes them:
+        ``{"producer-metrics": {"record-send-rate": ..., ...}}`` (names and meaning in
+        docs/clients.md). An average or maximum with nothing recorded is NaN."""
+        return self._sender.metrics.snapshot()
+
     # -- a whole table --------------------------------------------------------------------
 
     def send_batch(self, topic: str, table: pa.Table | pa.RecordBatch) -> FutureBatchMetadata:

@@ -56,6 +56,7 @@ from spark_mq.client.connection import BrokerConnection, Response
 from spark_mq.client.errors import DeliveryTimeoutError
 from spark_mq.client.futures import run_callback
 from spark_mq.client.interceptors import ProducerInterceptors
+from spark_mq.client.metrics import ProducerMetrics
 from spark_mq.client.records import RecordMetadata
 from spark_mq.client.transactions import fenced_error
 from spark_mq.client.txn_manager import TransactionManager
@@ -119,6 +120,7 @@ class Sender(threading.Thread):
         clock: Callable[[], float] = time.monotonic,
         on_fatal: Callable[[BaseException], None] | None = None,
         txn: TransactionManager | None = None,
+        metrics: ProducerMetrics | None = None,
     ) -> None:
         super().__init__(name=f"spark-mq-sender-{config.client_id or id(self)}", daemon=True)
         self._config = config
@@ -126,6 +128,8 @@ class Sender(threading.Thread):
         self._cluster = cluster
         self._interceptors = interceptors
         self._clock = clock
+        #: What Producer.metrics() reports (this thread records, the caller's reads).
+        self.metrics = metrics if metrics is not None else ProducerMetrics(clock)
         self._idempotent = config.enable_idempotence
         self._acks = config.acks
         self._max_in_flight = config.max_in_flight_requests_per_connection
@@ -372,8 +376,13 @@ class Sender(threading.Thread):
             topics=request_entries(ordered),
         )
         records = [buf for b in ordered for buf in b.wire]
+        now = self._clock()
+        metrics = self.metrics
+        metrics.records_per_request.record(sum(b.record_count for b in ordered))
         for batch in ordered:
             batch.attempts += 1
+            batch.sent_at = now
+            metrics.batch_size.record(batch.wire_size)
             if self._idempotent:
                 self._in_flight.setdefault(batch.tp, collections.deque()).append(batch)
         try:
@@ -497,6 +506,8 @@ class Sender(threading.Thread):
 
     def _handle_response(self, response: Response) -> None:
         batches: list[ProducerBatch] = response.context
+        if batches:
+            self.metrics.request_latency.record((self._clock() - batches[0].sent_at) * 1000)
         if response.error is not None:
             for batch in batches:
                 self._retry_or_fail(batch, response.error)
@@ -577,6 +588,7 @@ class Sender(threading.Thread):
                 max(self._config.retry_backoff_max_ms, self._config.retry_backoff_ms),
             )
             batch.last_error = error
+            self.metrics.retries.record(batch.record_count)
             self._acc.reenqueue(batch, now + backoff_ms / 1000)
             return
         self._fail(batch, error)
@@ -610,6 +622,7 @@ class Sender(threading.Thread):
     def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int) -> None:
         self._forget_in_flight(batch)
         self._acked_in_epoch.add(batch.tp)
+        self.metrics.sent.record(batch.record_count)
         hooks = batch.result.complete(base_offset, log_append_time_ms)
         self._notify(batch, None, hooks)
         self._acc.complete(batch)
@@ -625,6 +638,7 @@ class Sender(threading.Thread):
                 self._txn.machine.fatal(fenced_error(self._txn.transactional_id, error))
             else:
                 self._txn.machine.abortable(error)
+        self.metrics.errors.record(batch.record_count)
         hooks = batch.result.complete(-1, -1, error)
         self._notify(batch, error, hooks)
         self._acc.complete(batch)

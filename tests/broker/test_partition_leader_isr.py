@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from spark_mq.broker.partition import LeaderAndIsr, Partition
+from spark_mq.broker.partition import LeaderAndIsr, Partition, ReplicaState
 from spark_mq.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
@@ -150,19 +150,21 @@ def test_a_caught_up_follower_is_proposed_back(log: PartitionLog) -> None:
     assert part.high_watermark == 3
 
 
-def test_a_stale_refusal_stops_proposals_until_leader_and_isr(log: PartitionLog) -> None:
+def test_a_refusal_naming_this_leader_in_its_epoch_updates_its_state(log: PartitionLog) -> None:
     clock = Clock()
     part = Partition.for_cluster(log, node_id=1, clock_ms=clock)
     part.make_leader(LeaderAndIsr(1, 1, (1, 2, 3), (1, 2, 3), 0))
     clock.now_ms += 60_000
     proposal = part.propose_isr_change(2000)
     assert proposal is not None
+    # The controller's state moved to partition epoch 3 (an earlier proposal of this leader
+    # was applied and its answer lost) and still names broker 1 leader in epoch 1: the leader
+    # takes it and proposes again from there (tests/broker/test_partition_fenced_leader.py
+    # has the refusals that fence it).
     refused = AlterPartitionResult("t", 0, ErrorCode.INVALID_UPDATE_VERSION, 1, 1, [1, 2, 3], 3)
-    assert not part.on_alter_partition(proposal, refused)
-    assert part.isr == [1, 2, 3]
-    assert part.propose_isr_change(2000) is None
-    # The controller's LeaderAndIsr with the current state lets the leader propose again.
-    part.update_isr(LeaderAndIsr(1, 1, (1, 2, 3), (1, 2, 3), 3))
+    part.on_alter_partition(proposal, refused)
+    assert part.state is ReplicaState.LEADER
+    assert (part.isr, part.partition_epoch) == ([1, 2, 3], 3)
     again = part.propose_isr_change(2000)
     assert again is not None and again.partition_epoch == 3
     # A transient failure (the controller moved) drops the proposal but not the right to

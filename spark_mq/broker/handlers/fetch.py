@@ -153,6 +153,15 @@ def _read_pass(core: BrokerCore, request: FetchRequest, isolation: FetchIsolatio
     return out
 
 
+def _count_sent(core: BrokerCore, topics: list[FetchTopicResponse], *, replica: bool) -> None:
+    """Count the record bytes a fetch response carries, per topic (the metrics' bytes
+    out, or replication bytes out for a follower's fetch)."""
+    for topic in topics:
+        size = sum(p.records_size for p in topic.partitions)
+        if size:
+            core.metrics.fetched(topic.name, size, replica=replica)
+
+
 def _refused(request: FetchRequest, error: Exception) -> Response:
     code, text = error_of(error, "fetch")
     topics = [
@@ -202,6 +211,9 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest, _: memoryview
         done = result.total_bytes >= request.min_bytes or result.failed or wait_s <= 0
         # A closing broker answers with what it has instead of waiting.
         if done or core.replicas.closing:
+            _count_sent(core, result.topics, replica=request.replica_id >= 0)
             return Response(FetchResponse(error_code=0, topics=result.topics), result.ranges)
         result.close()
+        waited = loop.time()
         await core.replicas.wait_for_append(result.partitions, wait_s)
+        ctx.timing.remote_s += loop.time() - waited

@@ -138,6 +138,8 @@ def _append_all(core: BrokerCore, jobs: list[_Job], acks: int) -> None:
             continue
         job.appended = part
         job.end_offset = info.last_offset + 1
+        if not info.is_duplicate:
+            core.metrics.produced(job.topic, info.valid_bytes, info.num_records)
         job.result = ProducePartitionResponse(
             partition=job.partition,
             error_code=0,
@@ -190,7 +192,9 @@ async def handle_produce(
             _append_all(core, jobs, request.acks)
         core.replicas.notify(job.appended for job in jobs if job.appended is not None)
         if request.acks == -1:
+            waited = asyncio.get_running_loop().time()
             await _wait_for_replication(core, jobs, request.timeout_ms / 1000)
+            ctx.timing.remote_s += asyncio.get_running_loop().time() - waited
 
     failed = any(job.error is not None for job in jobs)
     if request.acks == 0:
