@@ -13,6 +13,7 @@ producer id and epoch), then the group as OffsetCommit does.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 from spark_mq.broker.context import RequestContext, Response
@@ -89,11 +90,15 @@ def _code_of(error: Exception | None, what: str) -> tuple[int, str | None]:
 
 
 def _existing(ctx: RequestContext, pairs: Iterable[TopicPartition], what: str) -> Results:
-    """The errors of partitions that do not exist (or may not be written by clients)."""
+    """The errors of partitions that do not exist (or may not be written by clients). A
+    cluster broker asks its metadata cache for the partitions it does not host (the
+    coordinator of a transaction is often no replica of its partitions)."""
     errors: Results = {}
+    snapshot = ctx.core.metadata_cache.snapshot if ctx.core.membership is not None else None
     for topic, partition in pairs:
         try:
-            ctx.core.logs.get_log(topic, partition)
+            if snapshot is None or partition not in snapshot.partitions(topic):
+                ctx.core.logs.get_log(topic, partition)
             if what == "add":
                 check_not_internal(topic, "add to a transaction the")
         except TYPED_ERRORS as exc:
@@ -179,18 +184,23 @@ def refuse_write_txn_markers(
 async def handle_write_txn_markers(
     ctx: RequestContext, request: WriteTxnMarkersRequest, _: memoryview
 ) -> Response:
-    """Write the markers another broker's transaction coordinator asks for. Only brokers may
-    (an inter-broker API): :mod:`~spark_mq.broker.handlers.inter_broker` answers a client's
-    request before it gets here."""
-    txns = ctx.core.transactions
-    out: list[WritableTxnMarkerResult] = []
+    """Write the markers another broker's transaction coordinator asks for, to the partitions
+    this broker leads (NOT_LEADER_OR_FOLLOWER for the others: the coordinator's channel asks
+    their leader). Only brokers may (an inter-broker API):
+    :mod:`~spark_mq.broker.handlers.inter_broker` answers a client's request before it gets
+    here. As Kafka appends markers with acks=all, the answer waits until the partition's
+    in-sync replicas have each marker (REQUEST_TIMED_OUT after the timeout: the sender
+    retries, and the rewrite is skipped as already written), so a marker acknowledged to the
+    coordinator survives the loss of this leader."""
+    markers = ctx.core.transactions.markers
+    answers: list[tuple[int, list[TopicPartition], Results]] = []
     # Markers for __consumer_offsets publish pending offsets: the groups must be loaded.
     await ctx.core.groups.loaded()
-    await txns.loaded()
+    written: list[tuple[TopicPartition, Results]] = []
     for m in request.markers:
         order = [(t.name, p) for t in m.topics for p in t.partitions]
         results = _existing(ctx, order, "write a marker to")
-        failed = txns.markers.write(
+        failed = markers.write_local(
             [tp for tp in order if tp not in results],
             producer_id=m.producer_id,
             producer_epoch=m.producer_epoch,
@@ -199,8 +209,49 @@ async def handle_write_txn_markers(
         )
         for tp, problem in failed.items():
             results[tp] = error_of(problem, f"write a marker to {tp[0]}-{tp[1]}")
-        out.append(WritableTxnMarkerResult(m.producer_id, _topic_results(order, results)))
-    return Response(WriteTxnMarkersResponse(out))
+        written.extend((tp, results) for tp in order if tp not in results)
+        answers.append((m.producer_id, order, results))
+    if ctx.core.membership is not None and written:
+        await _wait_for_in_sync_replicas(ctx, written)
+    return Response(
+        WriteTxnMarkersResponse(
+            [
+                WritableTxnMarkerResult(producer_id, _topic_results(order, results))
+                for producer_id, order, results in answers
+            ]
+        )
+    )
+
+
+#: How long a WriteTxnMarkers answer waits for the in-sync replicas (the sender's request
+#: timeout is longer, so that it gets the answer rather than a dropped connection).
+MARKER_REPLICATION_TIMEOUT_S = 10.0
+
+
+async def _wait_for_in_sync_replicas(
+    ctx: RequestContext, written: list[tuple[TopicPartition, Results]]
+) -> None:
+    """Wait until each written partition's high watermark passes its log end as it is now
+    (past the marker just written, or the one written before); a partition that does not
+    get there in time fails with the purgatory's error (retriable), in its own result."""
+    replicas = ctx.core.replicas
+    ends: dict[TopicPartition, int] = {}
+    for tp, _ in written:
+        part = replicas.cached(*tp)
+        if part is not None:
+            ends[tp] = part.log_end_offset
+
+    async def wait(tp: TopicPartition, results: Results) -> None:
+        part = replicas.cached(*tp)
+        end = ends.get(tp)
+        if part is None or end is None or part.high_watermark >= end:
+            return
+        try:
+            await replicas.purgatory.wait(tp, end, MARKER_REPLICATION_TIMEOUT_S)
+        except TYPED_ERRORS as exc:
+            results[tp] = error_of(exc, f"replicate the marker of {tp[0]}-{tp[1]}")
+
+    await asyncio.gather(*(wait(tp, results) for tp, results in written))
 
 
 # ---------------------------------------------------------------------------------------------
