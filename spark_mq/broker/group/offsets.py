@@ -55,6 +55,7 @@ from spark_mq.broker.group.records import (
     offset_key,
     publish_committed,
 )
+from spark_mq.broker.group.replication import APPEND_ERRORS, coordinator_error
 from spark_mq.broker.group.state import GroupState
 from spark_mq.errors import (
     CoordinatorNotAvailableError,
@@ -104,12 +105,16 @@ class OffsetManager:
         *,
         create_group: Callable[[str, int], Group],
         touch_member: Callable[[Group, str, int], None],
+        check_coordinator: Callable[[str], None] = lambda group_id: None,
     ) -> None:
         self.config = config
         self.groups = groups
         self.store = store
         self._create_group = create_group
         self._touch_member = touch_member
+        #: NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a group whose partition this
+        #: coordinator does not own (checked here for TxnOffsetCommit).
+        self._check_coordinator = check_coordinator
 
     # -----------------------------------------------------------------------------------------
     # OffsetCommit
@@ -135,6 +140,11 @@ class OffsetManager:
         if records:
             try:
                 self.store.append(group_id, records, now_ms)
+            except APPEND_ERRORS as exc:
+                # A cluster's: the partition moved, or its ISR is below min.insync.replicas.
+                logger.warning("group %s: offsets not written: %s", group_id, exc)
+                refused = coordinator_error(exc, f"group {group_id!r}: the offset commit")
+                return [refused if e is None else e for e in errors]
             except (OSError, StorageError) as exc:  # the disk's; a bug is raised as it is
                 logger.error("group %s: writing offsets failed: %s", group_id, exc, exc_info=exc)
                 failed = CoordinatorNotAvailableError(
@@ -297,6 +307,7 @@ class OffsetManager:
         """Offsets committed inside producer ``producer_id``'s open transaction: checked as
         :meth:`commit` checks them, written as one transactional batch, pending until
         :meth:`complete_transaction`. The caller has checked the transaction itself."""
+        self._check_coordinator(group_id)
         group = self._group_for_commit(group_id, generation_id, member_id, group_instance_id)
         if group is None:
             group = self._create_group(group_id, now_ms)
@@ -312,6 +323,10 @@ class OffsetManager:
                     producer_epoch=producer_epoch,
                     now_ms=now_ms,
                 )
+            except APPEND_ERRORS as exc:
+                logger.warning("group %s: transactional offsets not written: %s", group_id, exc)
+                refused = coordinator_error(exc, f"group {group_id!r}: the offset commit")
+                return [refused if e is None else e for e in errors]
             except (OSError, SparkMQError) as exc:  # a bug is raised as it is
                 # Storage's refusals (a fenced epoch, ...) go back as they are.
                 if isinstance(exc, SparkMQError) and exc.error_code != -1:

@@ -4,8 +4,10 @@ OffsetCommit answers per partition in request order: a partition of a topic that
 exist is UNKNOWN_TOPIC_OR_PARTITION (as Kafka checks its metadata cache); a check of the
 group that fails (stale generation, unknown or fenced member, rebalance in progress) is the
 error of every partition; the rest are written as one batch to the group's partition of
-``__consumer_offsets`` and acknowledged once appended. OffsetFetch answers -1 for a
-partition with nothing committed.
+``__consumer_offsets`` and acknowledged once appended (in a cluster: once every in-sync
+replica has them, within ``offsets.commit.timeout.ms``). OffsetFetch answers -1 for a
+partition with nothing committed. A group whose partition this broker does not lead gets
+NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it loads).
 """
 
 from __future__ import annotations
@@ -89,6 +91,13 @@ async def handle_offset_commit(
         for c in commits:
             results[(c.topic, c.partition)] = failure
     else:
+        if groups.cluster and any(error is None for error in errors):
+            # acks=all: answered once every in-sync replica has the offsets, so that an
+            # acknowledged commit survives the coordinator's death.
+            try:
+                await groups.replicated(request.group_id, what)
+            except SparkMQError as exc:
+                errors = [exc if error is None else error for error in errors]
         for c, error in zip(commits, errors, strict=True):
             results[(c.topic, c.partition)] = (0, None) if error is None else error_of(error, what)
     return Response(_commit_response(request, results))
