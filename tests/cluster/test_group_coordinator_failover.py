@@ -23,7 +23,7 @@ from spark_mq import Admin, Consumer, Producer, TopicPartition
 from spark_mq.broker.coordinator_topic import coordinator_partition
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.errors import CommitFailedError
+from spark_mq.errors import CommitFailedError, UnknownTopicOrPartitionError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.groups import FindCoordinatorRequest, FindCoordinatorResponse
 
@@ -133,10 +133,15 @@ class Work:
 def test_the_group_follows_its_coordinator_off_a_killed_broker(cluster: LocalCluster) -> None:
     with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
         admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
-        wait_for(
-            lambda: all(sorted(p.isr) == [1, 2, 3] for p in admin.describe_topic(TOPIC).partitions),
-            timeout_s=30,
-        )
+
+        def full_isr() -> bool:
+            try:
+                parts = admin.describe_topic(TOPIC).partitions
+            except UnknownTopicOrPartitionError:
+                return False  # the broker asked has not had the controller's news yet
+            return all(sorted(p.isr) == [1, 2, 3] for p in parts)
+
+        wait_for(full_isr, timeout_s=30)
     with Producer(bootstrap_servers=cluster.bootstrap_servers, config={"acks": "all"}) as p:
         for i in range(RECORDS):
             p.send(TOPIC, str(i).encode(), partition=i % PARTITIONS)
