@@ -14,11 +14,16 @@ from typing import Any, TypeVar
 
 import pytest
 
+from spark_mq.broker.config import ServerConfig
+from spark_mq.broker.context import RequestContext
 from spark_mq.broker.coordinator_topic import coordinator_partition
+from spark_mq.broker.core import BrokerCore
+from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.group.offsets import OffsetCommit
 from spark_mq.broker.group.ownership import PartitionOwnership, PartitionState
 from spark_mq.broker.group.service import GroupService
+from spark_mq.broker.handlers.groups import cluster_coordinator
 from spark_mq.broker.internal_topics import OFFSETS_TOPIC
 from spark_mq.broker.partition import LeaderAndIsr, Partition
 from spark_mq.broker.replica_manager import ReplicaManager
@@ -28,7 +33,15 @@ from spark_mq.errors import (
     NotCoordinatorError,
     RequestTimedOutError,
 )
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.controller import (
+    UpdateMetadataBroker,
+    UpdateMetadataEndpoint,
+    UpdateMetadataPartitionState,
+    UpdateMetadataRequest,
+)
 from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.framing import RequestHeader
 from spark_mq.protocol.groups import JoinGroupProtocol, JoinGroupRequest, JoinGroupResponse
 from spark_mq.storage.log_manager import LogManager
 
@@ -289,3 +302,61 @@ def test_ownership_transitions() -> None:
     assert owned.finish_loading(4, second)
     everything = PartitionOwnership.everything()
     everything.check(17, "any")  # a single node serves every group
+
+
+def _cluster_core(root: Path) -> tuple[BrokerCore, LogManager]:
+    logs = LogManager(root, high_watermark_follows_log_end=False)
+    config = ServerConfig.from_properties(
+        {
+            "log.dirs": str(root),
+            "broker.id": str(NODE),
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "zookeeper.connect": "127.0.0.1:2181",  # only makes the core a cluster broker's
+        }
+    )
+    return BrokerCore(config, logs, BrokerMeta.take_over(root)), logs
+
+
+def _metadata(leaders: dict[int, int], live: tuple[int, ...]) -> UpdateMetadataRequest:
+    return UpdateMetadataRequest(
+        controller_id=3,
+        controller_epoch=1,
+        broker_epoch=-1,
+        partition_states=[
+            UpdateMetadataPartitionState(OFFSETS_TOPIC, p, 1, leader, 4, [1, 2, 3], 0, [1, 2, 3])
+            for p, leader in leaders.items()
+        ],
+        live_brokers=[
+            UpdateMetadataBroker(
+                b, [UpdateMetadataEndpoint(f"host-{b}", 9000 + b, "PLAINTEXT")], None
+            )
+            for b in live
+        ],
+    )
+
+
+def test_find_coordinator_names_the_leader_of_the_keys_partition(tmp_path: Path) -> None:
+    core, logs = _cluster_core(tmp_path / "mq")
+    try:
+        ctx = RequestContext(
+            core,
+            RequestHeader(10, 0, 1, "test"),
+            BrokerAddress("10.0.0.1", 7001),
+            "peer:1",
+        )
+        led_elsewhere, led_here, leaderless = _group_in(0), _group_in(1), _group_in(2)
+        with pytest.raises(CoordinatorNotAvailableError, match="does not know its partitions"):
+            cluster_coordinator(ctx, OFFSETS_TOPIC, led_elsewhere)
+        core.metadata_cache.update(_metadata({0: 2, 1: NODE, 2: -1}, live=(NODE, 2)))
+        assert cluster_coordinator(ctx, OFFSETS_TOPIC, led_elsewhere) == (2, "host-2", 9002)
+        # This broker: the listener the request came in on.
+        assert cluster_coordinator(ctx, OFFSETS_TOPIC, led_here) == (NODE, "10.0.0.1", 7001)
+        with pytest.raises(CoordinatorNotAvailableError, match="no live leader"):
+            cluster_coordinator(ctx, OFFSETS_TOPIC, leaderless)
+        # A leader that is not live (its session ended) is no coordinator either.
+        core.metadata_cache.update(_metadata({0: 3}, live=(NODE, 2)))
+        with pytest.raises(CoordinatorNotAvailableError, match="no live leader"):
+            cluster_coordinator(ctx, OFFSETS_TOPIC, led_elsewhere)
+    finally:
+        core.close()
+        logs.close()
