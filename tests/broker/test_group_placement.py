@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 from spark_mq.broker.config import ServerConfig
-from spark_mq.broker.context import RequestContext
+from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.coordinator_topic import coordinator_partition
 from spark_mq.broker.core import BrokerCore
 from spark_mq.broker.dir_files import BrokerMeta
@@ -23,6 +23,8 @@ from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.group.offsets import OffsetCommit
 from spark_mq.broker.group.ownership import PartitionOwnership, PartitionState
 from spark_mq.broker.group.service import GroupService
+from spark_mq.broker.handlers import HANDLERS
+from spark_mq.broker.handlers.errors import answer
 from spark_mq.broker.handlers.groups import cluster_coordinator
 from spark_mq.broker.internal_topics import OFFSETS_TOPIC
 from spark_mq.broker.partition import LeaderAndIsr, Partition
@@ -34,6 +36,7 @@ from spark_mq.errors import (
     RequestTimedOutError,
 )
 from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.api import spec_for_request
 from spark_mq.protocol.controller import (
     UpdateMetadataBroker,
     UpdateMetadataEndpoint,
@@ -42,6 +45,15 @@ from spark_mq.protocol.controller import (
 )
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.framing import RequestHeader
+from spark_mq.protocol.group_offsets import (
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchTopic,
+)
 from spark_mq.protocol.groups import JoinGroupProtocol, JoinGroupRequest, JoinGroupResponse
 from spark_mq.storage.log_manager import LogManager
 
@@ -357,6 +369,49 @@ def test_find_coordinator_names_the_leader_of_the_keys_partition(tmp_path: Path)
         core.metadata_cache.update(_metadata({0: 3}, live=(NODE, 2)))
         with pytest.raises(CoordinatorNotAvailableError, match="no live leader"):
             cluster_coordinator(ctx, OFFSETS_TOPIC, led_elsewhere)
+    finally:
+        core.close()
+        logs.close()
+
+
+def test_offset_commit_is_answered_and_visible_once_replicated(tmp_path: Path) -> None:
+    core, logs = _cluster_core(tmp_path / "mq")
+    logs.create_topic(OFFSETS_TOPIC, PARTITIONS, {"cleanup.policy": "compact"})
+    logs.create_topic("t", 1)
+    group = _group_in(0)
+    commit = OffsetCommitRequest(group, [OffsetCommitTopic("t", [OffsetCommitPartition(0, 42)])])
+    fetch = OffsetFetchRequest(group, [OffsetFetchTopic("t", [0])])
+
+    async def send(request: Any) -> Any:
+        spec = spec_for_request(request)
+        ctx = RequestContext(
+            core, RequestHeader(spec.key, 0, 1, "test"), BrokerAddress("h", 1), "peer:1"
+        )
+        response = await answer(spec, HANDLERS[spec.key], ctx, request, memoryview(b""))
+        assert isinstance(response, Response)
+        return response.body
+
+    def committed(body: OffsetFetchResponse) -> int:
+        return body.topics[0].partitions[0].committed_offset
+
+    async def scenario() -> None:
+        _lead(core.replicas, 0, epoch=1, isr=(NODE, 2))
+        await _until(lambda: core.groups.ownership.state_of(0) is PartitionState.OWNED)
+        answered = asyncio.create_task(send(commit))
+        await asyncio.sleep(0.1)
+        # Appended, not yet on broker 2: not answered, and not what OffsetFetch gives.
+        assert not answered.done()
+        assert committed(await send(fetch)) == -1
+        part = core.replicas.partition(OFFSETS_TOPIC, 0)
+        part.update_follower(2, part.log.log_end_offset)
+        core.replicas.notify([part])
+        body: OffsetCommitResponse = await asyncio.wait_for(answered, 2)
+        assert body.topics[0].partitions[0].error_code == 0
+        assert committed(await send(fetch)) == 42
+        core.groups.close()
+
+    try:
+        asyncio.run(scenario())
     finally:
         core.close()
         logs.close()

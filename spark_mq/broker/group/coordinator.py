@@ -41,7 +41,7 @@ from spark_mq.broker.group.offsets import FetchedOffset, OffsetCommit, OffsetMan
 from spark_mq.broker.group.offsets_topic import GroupStore, LoadedGroups
 from spark_mq.broker.group.ownership import PartitionOwnership
 from spark_mq.broker.group.rebalance import Rebalancer, join_error, sync_error, validate_group_id
-from spark_mq.broker.group.records import TopicPartitionKey, group_key, offset_key
+from spark_mq.broker.group.records import OffsetEntry, TopicPartitionKey, group_key, offset_key
 from spark_mq.broker.group.state import GroupState
 from spark_mq.broker.group.timers import TimerQueue
 from spark_mq.errors import (
@@ -173,6 +173,7 @@ class GroupCoordinator:
         member_id: str = "",
         group_instance_id: str | None = None,
         now_ms: int,
+        staged: dict[TopicPartitionKey, OffsetEntry] | None = None,
     ) -> list[SparkMQError | None]:
         self.check_coordinator(group_id)
         return self.offsets.commit(
@@ -182,6 +183,7 @@ class GroupCoordinator:
             member_id=member_id,
             group_instance_id=group_instance_id,
             now_ms=now_ms,
+            staged=staged,
         )
 
     def fetch_offsets(

@@ -128,9 +128,15 @@ class OffsetManager:
         member_id: str,
         group_instance_id: str | None,
         now_ms: int,
+        staged: dict[TopicPartitionKey, OffsetEntry] | None = None,
     ) -> list[SparkMQError | None]:
         """Commit ``commits``; each one's error (None: committed). A check of the group that
-        fails is raised instead (it applies to every partition)."""
+        fails is raised instead (it applies to every partition).
+
+        With ``staged`` (a cluster coordinator, whose commits count once replicated), the
+        written offsets go there instead of into the group: the caller publishes them
+        (:meth:`publish`) once every in-sync replica has them, as Kafka's cache takes a
+        commit only in its append callback."""
         group = self._group_for_commit(group_id, generation_id, member_id, group_instance_id)
         if group is None:
             group = self._create_group(group_id, now_ms)
@@ -152,8 +158,20 @@ class OffsetManager:
                     f"__consumer_offsets ({type(exc).__name__}: {exc}); retry the commit"
                 )
                 return [failed if e is None else e for e in errors]
-            group.offsets.update(accepted)
+            if staged is None:
+                group.offsets.update(accepted)
+            else:
+                staged.update(accepted)
         return errors
+
+    def publish(self, group_id: str, staged: Mapping[TopicPartitionKey, OffsetEntry]) -> int:
+        """Offsets :meth:`commit` staged are replicated: the group takes each one written
+        after its current offset of the partition (a later commit may have been published
+        first). Nothing when the group went meanwhile (unloaded, deleted). How many."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return 0
+        return publish_committed(group.offsets, dict(staged))
 
     def _group_for_commit(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
