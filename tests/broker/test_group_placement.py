@@ -54,7 +54,13 @@ from spark_mq.protocol.group_offsets import (
     OffsetFetchResponse,
     OffsetFetchTopic,
 )
-from spark_mq.protocol.groups import JoinGroupProtocol, JoinGroupRequest, JoinGroupResponse
+from spark_mq.protocol.groups import (
+    JoinGroupProtocol,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    SyncGroupAssignment,
+    SyncGroupRequest,
+)
 from spark_mq.storage.log_manager import LogManager
 
 T = TypeVar("T")
@@ -324,6 +330,8 @@ def _cluster_core(root: Path) -> tuple[BrokerCore, LogManager]:
             "broker.id": str(NODE),
             "listeners": "PLAINTEXT://127.0.0.1:0",
             "zookeeper.connect": "127.0.0.1:2181",  # only makes the core a cluster broker's
+            "group.initial.rebalance.delay.ms": "0",
+            "offsets.topic.num.partitions": str(PARTITIONS),
         }
     )
     return BrokerCore(config, logs, BrokerMeta.take_over(root)), logs
@@ -374,6 +382,15 @@ def test_find_coordinator_names_the_leader_of_the_keys_partition(tmp_path: Path)
         logs.close()
 
 
+async def _send(core: BrokerCore, request: Any) -> Any:
+    """``request`` through the broker's dispatcher, as a connection hands it over."""
+    spec = spec_for_request(request)
+    ctx = RequestContext(core, RequestHeader(spec.key, 0, 1, "test"), BrokerAddress("h", 1), "p:1")
+    response = await answer(spec, HANDLERS[spec.key], ctx, request, memoryview(b""))
+    assert isinstance(response, Response)
+    return response.body
+
+
 def test_offset_commit_is_answered_and_visible_once_replicated(tmp_path: Path) -> None:
     core, logs = _cluster_core(tmp_path / "mq")
     logs.create_topic(OFFSETS_TOPIC, PARTITIONS, {"cleanup.policy": "compact"})
@@ -382,32 +399,62 @@ def test_offset_commit_is_answered_and_visible_once_replicated(tmp_path: Path) -
     commit = OffsetCommitRequest(group, [OffsetCommitTopic("t", [OffsetCommitPartition(0, 42)])])
     fetch = OffsetFetchRequest(group, [OffsetFetchTopic("t", [0])])
 
-    async def send(request: Any) -> Any:
-        spec = spec_for_request(request)
-        ctx = RequestContext(
-            core, RequestHeader(spec.key, 0, 1, "test"), BrokerAddress("h", 1), "peer:1"
-        )
-        response = await answer(spec, HANDLERS[spec.key], ctx, request, memoryview(b""))
-        assert isinstance(response, Response)
-        return response.body
-
     def committed(body: OffsetFetchResponse) -> int:
         return body.topics[0].partitions[0].committed_offset
 
     async def scenario() -> None:
         _lead(core.replicas, 0, epoch=1, isr=(NODE, 2))
         await _until(lambda: core.groups.ownership.state_of(0) is PartitionState.OWNED)
-        answered = asyncio.create_task(send(commit))
+        answered = asyncio.create_task(_send(core, commit))
         await asyncio.sleep(0.1)
         # Appended, not yet on broker 2: not answered, and not what OffsetFetch gives.
         assert not answered.done()
-        assert committed(await send(fetch)) == -1
+        assert committed(await _send(core, fetch)) == -1
         part = core.replicas.partition(OFFSETS_TOPIC, 0)
         part.update_follower(2, part.log.log_end_offset)
         core.replicas.notify([part])
         body: OffsetCommitResponse = await asyncio.wait_for(answered, 2)
         assert body.topics[0].partitions[0].error_code == 0
-        assert committed(await send(fetch)) == 42
+        assert committed(await _send(core, fetch)) == 42
+        core.groups.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        core.close()
+        logs.close()
+
+
+def test_sync_group_is_answered_once_the_assignment_is_replicated(tmp_path: Path) -> None:
+    core, logs = _cluster_core(tmp_path / "mq")
+    logs.create_topic(OFFSETS_TOPIC, PARTITIONS, {"cleanup.policy": "compact"})
+    group = _group_in(1)
+    protocols = [JoinGroupProtocol("range", b"")]
+
+    async def scenario() -> None:
+        _lead(core.replicas, 1, epoch=1, isr=(NODE, 2))
+        await _until(lambda: core.groups.ownership.state_of(1) is PartitionState.OWNED)
+        first = await _send(
+            core, JoinGroupRequest(group, 10_000, 30_000, "", "consumer", protocols)
+        )
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+        join = JoinGroupRequest(group, 10_000, 30_000, first.member_id, "consumer", protocols)
+        joined = await asyncio.wait_for(_send(core, join), 5)
+        assert joined.error_code == 0 and joined.leader == joined.member_id
+        sync = SyncGroupRequest(
+            group,
+            joined.generation_id,
+            joined.member_id,
+            [SyncGroupAssignment(joined.member_id, b"mine")],
+        )
+        answered = asyncio.create_task(_send(core, sync))
+        await asyncio.sleep(0.1)
+        assert not answered.done()  # the group's record is not on broker 2 yet
+        part = core.replicas.partition(OFFSETS_TOPIC, 1)
+        part.update_follower(2, part.log.log_end_offset)
+        core.replicas.notify([part])
+        synced = await asyncio.wait_for(answered, 2)
+        assert synced.error_code == 0 and synced.assignment == b"mine"
         core.groups.close()
 
     try:
