@@ -145,7 +145,13 @@ class BrokerCore:
         #: The group coordinator (started by the server, driven from the event loop).
         #: Each service gets what it uses: its config, the partitions, the executor and
         #: the wall clock (``clock``: start times and expiry survive restarts).
-        self.groups = GroupService(config.groups, self.replicas, self.run_blocking, clock=clock)
+        self.groups = GroupService(
+            config.groups,
+            self.replicas,
+            self.run_blocking,
+            clock=clock,
+            metadata_cache=self.metadata_cache,
+        )
         #: The transaction coordinator (started by the server, after the groups).
         self.transactions = TransactionService(
             config.transactions,
