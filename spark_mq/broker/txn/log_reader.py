@@ -24,10 +24,15 @@ class LoadedBatch(NamedTuple):
     marker: ControlRecord | None
 
 
-def read_batches(log: PartitionLog, buffer_bytes: int) -> Iterator[LoadedBatch]:
-    """Every batch from the log start to the high watermark, ``buffer_bytes`` at a time."""
+def read_batches(
+    log: PartitionLog, buffer_bytes: int, *, to_log_end: bool = False
+) -> Iterator[LoadedBatch]:
+    """Every batch from the log start to the high watermark (``to_log_end``: to the log
+    end, which a newly elected leader's followers will truncate to), ``buffer_bytes`` at a
+    time."""
+    end = log.log_end_offset if to_log_end else log.high_watermark
     position = log.log_start_offset
-    while position < log.high_watermark:
+    while position < end:
         info = log.read(position, buffer_bytes)
         if info.records is None:
             # Offsets compaction emptied: the decoding reader knows where to go on.
@@ -40,7 +45,7 @@ def read_batches(log: PartitionLog, buffer_bytes: int) -> Iterator[LoadedBatch]:
             data = file_range.read()
         moved = False
         for header, pos in iter_batches(data):
-            if header.last_offset < position or header.base_offset >= log.high_watermark:
+            if header.last_offset < position or header.base_offset >= end:
                 continue
             moved = True
             position = header.next_offset
