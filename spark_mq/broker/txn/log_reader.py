@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from spark_mq.storage.batch_decoder import decode_body, iter_batches, read_control_record
 from spark_mq.storage.log import PartitionLog
+from spark_mq.storage.log_read import FetchIsolation
 from spark_mq.storage.record_batch import BatchHeader, ControlRecord
 
 
@@ -31,12 +32,15 @@ def read_batches(
     end, which a newly elected leader's followers will truncate to), ``buffer_bytes`` at a
     time."""
     end = log.log_end_offset if to_log_end else log.high_watermark
+    isolation = FetchIsolation.LOG_END if to_log_end else FetchIsolation.HIGH_WATERMARK
     position = log.log_start_offset
     while position < end:
-        info = log.read(position, buffer_bytes)
+        info = log.read(position, buffer_bytes, isolation=isolation)
         if info.records is None:
             # Offsets compaction emptied: the decoding reader knows where to go on.
-            following = log.read_records_with_next(position, buffer_bytes).next_offset
+            following = log.read_records_with_next(
+                position, buffer_bytes, isolation=isolation
+            ).next_offset
             if following <= position:
                 return
             position = following
