@@ -22,6 +22,7 @@ from spark_mq.broker.internal_topics import TRANSACTION_STATE_TOPIC
 from spark_mq.broker.partition import LeaderAndIsr, Partition
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.txn import service as service_module
+from spark_mq.broker.txn import two_phase
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.broker.txn.log_reader import read_batches
 from spark_mq.broker.txn.service import TransactionService
@@ -237,5 +238,36 @@ def test_a_state_change_is_answered_once_the_in_sync_replicas_have_it(
         b.follow(TRANSACTION_STATE_TOPIC, 2, epoch=2)
         with pytest.raises(NotCoordinatorError, match="no longer leads"):
             await asyncio.wait_for(waiting, 1)
+
+    _run(tmp_path, test)
+
+
+def test_a_prepared_transaction_survives_a_move_and_a_stale_load_is_dropped(
+    tmp_path: Path,
+) -> None:
+    tid = _tid_on(1)
+
+    async def test(b: Broker) -> None:
+        b.txns.start()
+        b.lead(TRANSACTION_STATE_TOPIC, 1, epoch=1)
+        await b.loads_done()
+        c = await b.txns.coordinator_for(tid)
+        now = b.txns.now_ms()
+        pid, epoch = c.init_producer_id(tid, 60_000, -1, -1, now)
+        c.add_partitions(tid, pid, epoch, [DATA], now)
+        two_phase.prepare(c, tid, pid, epoch, now)
+        assert c.txns[tid].state is TxnState.PREPARED
+        # Elected again (epoch 2) and resigned before the load ran: nothing is installed.
+        b.follow(TRANSACTION_STATE_TOPIC, 1, epoch=2)
+        b.lead(TRANSACTION_STATE_TOPIC, 1, epoch=3)
+        b.follow(TRANSACTION_STATE_TOPIC, 1, epoch=4)
+        await b.loads_done()
+        assert tid not in c.txns and 1 not in b.txns.placement.led
+        # Back for good: the two-phase promise holds, no marker was written.
+        b.lead(TRANSACTION_STATE_TOPIC, 1, epoch=5)
+        await b.loads_done()
+        assert c.txns[tid].state is TxnState.PREPARED
+        assert c.txns[tid].producer_epoch == epoch
+        assert _markers(b) == []
 
     _run(tmp_path, test)

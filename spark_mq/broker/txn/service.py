@@ -62,6 +62,8 @@ logger = logging.getLogger("spark_mq.broker.txn")
 #: How long a request waits for its state records to reach every in-sync replica (Kafka
 #: bounds the transaction state append by its ``request.timeout.ms``, default 30 s).
 STATE_APPEND_TIMEOUT_S: Final = 30.0
+#: How long a cluster broker waits before reading a partition again after a failed load.
+LOAD_RETRY_S: Final = 1.0
 
 
 def wall_clock_ms() -> int:
@@ -227,15 +229,19 @@ class TransactionService:
 
     async def _load_partition(self, index: int, epoch: int) -> None:
         started = time.monotonic()
-        try:
-            loaded = await self._run_blocking(self.topic.load_partition, index)
-        except Exception:
-            logger.exception(
-                "loading __transaction_state-%d failed; its transactional ids answer "
-                "COORDINATOR_LOAD_IN_PROGRESS until it is elected again",
-                index,
-            )
-            return
+        while True:
+            try:
+                loaded = await self._run_blocking(self.topic.load_partition, index)
+                break
+            except Exception:
+                # A read error (a damaged segment, a full disk) may pass: retried while this
+                # broker still leads the partition; its ids answer LOAD_IN_PROGRESS meanwhile.
+                logger.exception(
+                    "loading __transaction_state-%d failed; retrying in %.0f s",
+                    index,
+                    LOAD_RETRY_S,
+                )
+                await asyncio.sleep(LOAD_RETRY_S)
         if not self.placement.install(index, epoch, loaded, self._clock()):
             return
         logger.info(
