@@ -21,7 +21,6 @@ from spark_mq.broker.group.service import GroupService
 from spark_mq.broker.internal_topics import TRANSACTION_STATE_TOPIC
 from spark_mq.broker.partition import LeaderAndIsr, Partition
 from spark_mq.broker.replica_manager import ReplicaManager
-from spark_mq.broker.txn import service as service_module
 from spark_mq.broker.txn import two_phase
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.broker.txn.log_reader import read_batches
@@ -207,18 +206,16 @@ def test_a_new_coordinator_completes_a_decision_and_keeps_the_rest(tmp_path: Pat
     _run(tmp_path, test)
 
 
-def test_a_state_change_is_answered_once_the_in_sync_replicas_have_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_state_change_is_answered_once_the_in_sync_replicas_have_it(tmp_path: Path) -> None:
     tid = _tid_on(2)
-    monkeypatch.setattr(service_module, "STATE_APPEND_TIMEOUT_S", 0.2)
 
     async def test(b: Broker) -> None:
         b.txns.start()
         b.lead(TRANSACTION_STATE_TOPIC, 2, epoch=1, isr=(ME, OTHER))
         await b.loads_done()
         c = await b.txns.coordinator_for(tid)
-        c.init_producer_id(tid, 60_000, -1, -1, b.txns.now_ms())
+        # The wait is bounded by the transaction's timeout (200 ms), as Kafka's append.
+        c.init_producer_id(tid, 200, -1, -1, b.txns.now_ms())
         # The follower never fetches: a retriable COORDINATOR_NOT_AVAILABLE, as Kafka's
         # mapping of a timed-out append.
         with pytest.raises(CoordinatorNotAvailableError, match="not on every in-sync"):
@@ -232,7 +229,7 @@ def test_a_state_change_is_answered_once_the_in_sync_replicas_have_it(
         b.replicas.notify([part])
         await asyncio.wait_for(waiting, 1)
         # Leadership lost while waiting: NOT_COORDINATOR.
-        c.init_producer_id(tid, 60_000, -1, -1, b.txns.now_ms())
+        c.init_producer_id(tid, 200, -1, -1, b.txns.now_ms())
         waiting = asyncio.ensure_future(b.txns.settle([tid]))
         await asyncio.sleep(0.01)
         b.follow(TRANSACTION_STATE_TOPIC, 2, epoch=2)

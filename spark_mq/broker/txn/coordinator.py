@@ -65,6 +65,7 @@ from spark_mq.errors import (
     ProducerFencedError,
     StorageError,
     TransactionalIdNotFoundError,
+    UnknownTopicOrPartitionError,
 )
 from spark_mq.rate_limited_log import RateLimitedLog
 
@@ -167,7 +168,7 @@ class TransactionCoordinator:
                 f"this broker no longer leads the __transaction_state partition of {key!r} "
                 f"({exc}); find the coordinator again and retry"
             ) from exc
-        except NotEnoughReplicasError as exc:
+        except (NotEnoughReplicasError, UnknownTopicOrPartitionError) as exc:
             raise CoordinatorNotAvailableError(
                 f"the transaction coordinator cannot write __transaction_state acks=all now "
                 f"({exc}); nothing changed, retry"

@@ -59,9 +59,10 @@ from spark_mq.errors import CoordinatorNotAvailableError, LogClosedError, SparkM
 
 logger = logging.getLogger("spark_mq.broker.txn")
 
-#: How long a request waits for its state records to reach every in-sync replica (Kafka
-#: bounds the transaction state append by its ``request.timeout.ms``, default 30 s).
-STATE_APPEND_TIMEOUT_S: Final = 30.0
+#: How long a request waits for its state records to reach every in-sync replica when its
+#: transactional id has no transaction timeout yet (Kafka bounds the append by the
+#: transaction's ``transaction.timeout.ms``; this is the producer's default).
+STATE_APPEND_TIMEOUT_S: Final = 60.0
 #: How long a cluster broker waits before reading a partition again after a failed load.
 LOAD_RETRY_S: Final = 1.0
 
@@ -201,9 +202,13 @@ class TransactionService:
         there whose decision was waiting for that. Nothing to do on one node."""
         if not self.cluster:
             return
-        partitions = sorted({self.topic.partition_for(k) for k in keys if k})
+        keys = [k for k in keys if k]
+        partitions = sorted({self.topic.partition_for(k) for k in keys})
+        # As Kafka: the append waits up to the transaction's own timeout.
+        timeouts = [t.timeout_ms / 1000 for k in keys if (t := self.coordinator.txns.get(k))]
+        timeout_s = min(timeouts) if timeouts else STATE_APPEND_TIMEOUT_S
         for index in partitions:
-            await self.topic.wait_replicated(index, STATE_APPEND_TIMEOUT_S)
+            await self.topic.wait_replicated(index, timeout_s)
         self.coordinator.retry_pending(self._clock())
 
     # -----------------------------------------------------------------------------------------

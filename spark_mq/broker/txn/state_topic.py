@@ -187,12 +187,13 @@ class TransactionStateTopic(CoordinatorTopic):
             if part.high_watermark < end:
                 await self.replicas.purgatory.wait((self.name, index), end, timeout_s)
             part.check_enough_replicas(after_append=True)
-        except (NotLeaderOrFollowerError, UnknownTopicOrPartitionError) as exc:
+        except NotLeaderOrFollowerError as exc:
             raise NotCoordinatorError(
                 f"this broker no longer leads {self.name}-{index}, where the transaction's "
                 f"state was written ({exc}); find the coordinator again and retry"
             ) from exc
         except (
+            UnknownTopicOrPartitionError,
             RequestTimedOutError,
             NotEnoughReplicasError,
             NotEnoughReplicasAfterAppendError,
