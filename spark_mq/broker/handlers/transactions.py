@@ -71,18 +71,21 @@ async def _run(
     txns: TransactionService,
     keys: Sequence[str],
     fn: Callable[[TransactionCoordinator, int], T],
+    *,
+    every: bool = False,
 ) -> T:
     """``fn(coordinator, now)`` for a request about ``keys`` (transactional ids, owners),
     answered once its state records are replicated: in a cluster, NOT_COORDINATOR unless
     this broker coordinates every key. A request that failed after writing (an abort left
-    completing) waits too, so that the client's retry finds it complete."""
+    completing) waits too, so that the client's retry finds it complete. ``every``: the
+    request may have decided transactions it does not name (a two-phase scope's others)."""
     coordinator = await txns.coordinator_for(*keys)
     try:
         result = fn(coordinator, txns.now_ms())
     except BaseException:
-        await txns.settle(keys)
+        await txns.settle(keys, every=every)
         raise
-    await txns.settle(keys)
+    await txns.settle(keys, every=every)
     return result
 
 
@@ -311,10 +314,12 @@ async def handle_txn_offset_commit(
 async def handle_describe_transactions(
     ctx: RequestContext, request: DescribeTransactionsRequest, _: memoryview
 ) -> Response:
-    coordinator = await ctx.core.transactions.ready()
+    txns = ctx.core.transactions
     out = []
     for tid in request.transactional_ids:
         try:
+            # Per id, as Kafka: NOT_COORDINATOR for an id another broker coordinates.
+            coordinator = await txns.coordinator_for(tid)
             out.append(_state(coordinator.describe(tid)))
         except TYPED_ERRORS as exc:
             code, message = error_of(exc, f"describe {tid!r}")
@@ -383,7 +388,9 @@ async def handle_commit_prepared_txns(
 ) -> Response:
     txns = ctx.core.transactions
     what = "commit prepared transactions"
-    outcome = await _run(txns, _named(request), lambda c, now: two_phase.commit(c, request, now))
+    outcome = await _run(
+        txns, _named(request), lambda c, now: two_phase.commit(c, request, now), every=True
+    )
     results, code, message = _results(outcome, what)
     return Response(
         CommitPreparedTxnsResponse(
@@ -402,7 +409,9 @@ async def handle_abort_txns(
 ) -> Response:
     txns = ctx.core.transactions
     what = "abort transactions"
-    outcome = await _run(txns, _named(request), lambda c, now: two_phase.abort(c, request, now))
+    outcome = await _run(
+        txns, _named(request), lambda c, now: two_phase.abort(c, request, now), every=True
+    )
     results, code, message = _results(outcome, what)
     return Response(
         AbortTxnsResponse(

@@ -196,10 +196,11 @@ class TransactionService:
         """Whether this broker coordinates ``key`` now (on one node: always)."""
         return not self.cluster or self.placement.coordinates(key)
 
-    async def settle(self, keys: Iterable[str]) -> None:
+    async def settle(self, keys: Iterable[str], *, every: bool = False) -> None:
         """In a cluster: wait until every state record this broker wrote to the partitions
         of ``keys`` is on every in-sync replica (acks=all), then complete the transactions
-        there whose decision was waiting for that. Nothing to do on one node."""
+        of ``keys`` (``every``: all transactions) whose decision was waiting for that.
+        Nothing to do on one node."""
         if not self.cluster:
             return
         keys = [k for k in keys if k]
@@ -209,7 +210,15 @@ class TransactionService:
         timeout_s = min(timeouts) if timeouts else STATE_APPEND_TIMEOUT_S
         for index in partitions:
             await self.topic.wait_replicated(index, timeout_s)
-        self.coordinator.retry_pending(self._clock())
+        now = self._clock()
+        if every:
+            self.coordinator.retry_pending(now)
+            return
+        # Only the request's own transactions: a request must not pay for every loaded id.
+        for key in keys:
+            txn = self.coordinator.txns.get(key)
+            if txn is not None and txn.state.is_decided:
+                self.coordinator.complete(txn, now)
 
     # -----------------------------------------------------------------------------------------
     # Leadership of __transaction_state's partitions (a cluster)
