@@ -32,14 +32,22 @@ def read_batches(
     end, which a newly elected leader's followers will truncate to), ``buffer_bytes`` at a
     time."""
     end = log.log_end_offset if to_log_end else log.high_watermark
-    # Only a read to the log end names its isolation: the default read is the log's own.
-    beyond: dict[str, FetchIsolation] = {"isolation": FetchIsolation.LOG_END} if to_log_end else {}
     position = log.log_start_offset
     while position < end:
-        info = log.read(position, buffer_bytes, **beyond)
+        # Only a read to the log end names its isolation: the default read is the log's own
+        # (callers may pass a view of a log with the plain read(position, max_bytes)).
+        if to_log_end:
+            info = log.read(position, buffer_bytes, isolation=FetchIsolation.LOG_END)
+        else:
+            info = log.read(position, buffer_bytes)
         if info.records is None:
             # Offsets compaction emptied: the decoding reader knows where to go on.
-            following = log.read_records_with_next(position, buffer_bytes, **beyond).next_offset
+            if to_log_end:
+                following = log.read_records_with_next(
+                    position, buffer_bytes, isolation=FetchIsolation.LOG_END
+                ).next_offset
+            else:
+                following = log.read_records_with_next(position, buffer_bytes).next_offset
             if following <= position:
                 return
             position = following
