@@ -7,7 +7,10 @@ its connection dropped, commits; read_committed consumers see every record exact
 Deterministic layout: the transactional id is one whose ``__transaction_state`` partition
 broker 1 leads, and the data topic is created with that partition's replica list, so the
 controller moves the data partition to the same broker as the coordinator (the markers stay
-local: this test does not depend on markers crossing brokers)."""
+local: this test does not depend on markers crossing brokers). It does depend on
+FindCoordinator answering the leader of the id's ``__transaction_state`` partition (the group
+coordinator's placement work): with FindCoordinator answering the broker asked, the producer
+may keep asking a broker that answers NOT_COORDINATOR until its deadline."""
 
 from __future__ import annotations
 
