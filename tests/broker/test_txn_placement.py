@@ -31,6 +31,7 @@ from spark_mq.errors import (
     CoordinatorNotAvailableError,
     NotCoordinatorError,
 )
+from spark_mq.protocol.transactions import CommitPreparedTxnsRequest, PreparedTxnRef
 from spark_mq.storage.log_manager import LogManager
 from spark_mq.storage.record_batch import ControlType
 
@@ -266,5 +267,30 @@ def test_a_prepared_transaction_survives_a_move_and_a_stale_load_is_dropped(
         assert c.txns[tid].state is TxnState.PREPARED
         assert c.txns[tid].producer_epoch == epoch
         assert _markers(b) == []
+
+    _run(tmp_path, test)
+
+
+def test_an_anonymous_two_phase_decision_lands_on_a_partition_led_here(tmp_path: Path) -> None:
+    # Two prepared transactions decided together without an owner: the decision record
+    # gets a generated name, which must hash to a partition this broker leads (here only
+    # partition 1 of 4 is led, so a name drawn at random would land elsewhere 3 times in 4).
+    async def test(b: Broker) -> None:
+        b.txns.start()
+        b.lead(TRANSACTION_STATE_TOPIC, 1, epoch=1)
+        await b.loads_done()
+        for round_ in range(3):
+            tids = [_tid_on(1, skip=2 * round_), _tid_on(1, skip=2 * round_ + 1)]
+            c = await b.txns.coordinator_for(*tids)
+            now = b.txns.now_ms()
+            refs = []
+            for tid in tids:
+                pid, epoch = c.init_producer_id(tid, 60_000, -1, -1, now)
+                c.add_partitions(tid, pid, epoch, [DATA], now)
+                two_phase.prepare(c, tid, pid, epoch, now)
+                refs.append(PreparedTxnRef(tid, pid, epoch))
+            outcome = two_phase.commit(c, CommitPreparedTxnsRequest(refs), now)
+            assert outcome.first_error is None
+            assert all(c.txns[t].state is TxnState.COMPLETE_COMMIT for t in tids)
 
     _run(tmp_path, test)

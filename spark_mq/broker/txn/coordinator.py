@@ -190,11 +190,23 @@ class TransactionCoordinator:
             self._append(owner, [(owner_key(owner), _encode(decision))], now_ms)
             self.owners.install(moved)
             return owner
-        self._decision_counter += 1
-        name = f"{now_ms}-{os.getpid()}-{self._decision_counter}"
+        name = self._decision_name(decision, now_ms)
         self._append(name, [(decision_key(name), _encode(decision))], now_ms)
         self.anonymous[name] = decision
         return name
+
+    def _decision_name(self, decision: Decision, now_ms: int) -> str:
+        """A new decision id. In a cluster it is drawn until it lands on the partition of
+        the first transaction it decides, which this broker leads (a name on another
+        broker's partition could not be written)."""
+        target = None
+        if self.epochs and decision.entries:
+            target = self.store.partition_for(decision.entries[0].transactional_id)
+        while True:
+            self._decision_counter += 1
+            name = f"{now_ms}-{os.getpid()}-{self._decision_counter}"
+            if target is None or self.store.partition_for(name) == target:
+                return name
 
     def check_not_closed(self, transactional_id: str) -> None:
         """Refuse a transactional id under a prefix its two-phase owner closed: the owner's
