@@ -238,6 +238,10 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             )
             assert membership.cluster_id is not None
             core.membership = membership
+            from spark_mq.broker.zk.producer_id_blocks import ZkProducerIdBlocks  # noqa: PLC0415
+
+            # Producer ids unique across the cluster's brokers.
+            core.producer_ids.use_blocks(ZkProducerIdBlocks(membership.zk, broker.node_id))
             core.cluster_id = membership.cluster_id
             core.cluster_admin = ZkTopicAdmin(
                 membership.zk,

@@ -5,16 +5,21 @@ and AbortTxns (1004).
 
 Thin: each handler waits for the transaction coordinator to be ready (``__transaction_state``
 loaded, recovered and created), calls it with the time and wraps the answer; the semantics
-are in :mod:`spark_mq.broker.txn` and docs/transactions.md. TxnOffsetCommit is the group
-coordinator's request: it checks the transaction with the (local) transaction coordinator
-(Ongoing, the group's ``__consumer_offsets`` partition added with AddOffsetsToTxn, same
-producer id and epoch), then the group as OffsetCommit does.
+are in :mod:`spark_mq.broker.txn` and docs/transactions.md. In a cluster a request for a
+transactional id (or two-phase owner) whose ``__transaction_state`` partition this broker
+does not lead is answered NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it loads), and
+a request is answered once what it wrote is on every in-sync replica (:func:`_run`).
+
+TxnOffsetCommit is the group coordinator's request: it checks the transaction with the
+(local) transaction coordinator (Ongoing, the group's ``__consumer_offsets`` partition added
+with AddOffsetsToTxn, same producer id and epoch), then the group as OffsetCommit does.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.group.offsets import OffsetCommit
@@ -22,6 +27,8 @@ from spark_mq.broker.group.rebalance import validate_group_id
 from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.broker.internal_topics import OFFSETS_TOPIC, check_not_internal
 from spark_mq.broker.txn import two_phase
+from spark_mq.broker.txn.coordinator import TransactionCoordinator
+from spark_mq.broker.txn.service import TransactionService
 from spark_mq.broker.txn.state import TopicPartition, TxnMetadata
 from spark_mq.errors import SparkMQError
 from spark_mq.protocol.transactions import (
@@ -58,6 +65,35 @@ from spark_mq.protocol.transactions import (
 )
 
 Results = dict[TopicPartition, tuple[int, str | None]]
+T = TypeVar("T")
+
+
+async def _run(
+    txns: TransactionService,
+    keys: Sequence[str],
+    fn: Callable[[TransactionCoordinator, int], T],
+    *,
+    every: bool = False,
+) -> T:
+    """``fn(coordinator, now)`` for a request about ``keys`` (transactional ids, owners),
+    answered once its state records are replicated: in a cluster, NOT_COORDINATOR unless
+    this broker coordinates every key. A request that failed after writing (an abort left
+    completing) waits too, so that the client's retry finds it complete. ``every``: the
+    request may have decided transactions it does not name (a two-phase scope's others)."""
+    coordinator = await txns.coordinator_for(*keys)
+    try:
+        result = fn(coordinator, txns.now_ms())
+    except BaseException:
+        await txns.settle(keys, every=every)
+        raise
+    await txns.settle(keys, every=every)
+    return result
+
+
+def _named(request: CommitPreparedTxnsRequest | AbortTxnsRequest) -> list[str]:
+    """The owner and transactional ids a two-phase decision is about."""
+    owner = request.owner.owner if request.owner is not None else ""
+    return [owner, *(r.transactional_id for r in request.transactions)]
 
 
 def _topic_results(order: Iterable[TopicPartition], results: Results) -> list[TxnTopicResult]:
@@ -119,13 +155,16 @@ async def handle_add_partitions_to_txn(
     valid = [tp for tp in order if tp not in results]
     if valid:
         try:
-            coordinator = await txns.ready()
-            coordinator.add_partitions(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                valid,
-                txns.now_ms(),
+            await _run(
+                txns,
+                [request.transactional_id],
+                lambda c, now: c.add_partitions(
+                    request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    valid,
+                    now,
+                ),
             )
         except TYPED_ERRORS as exc:
             # The partitions that do not exist keep their own error.
@@ -141,26 +180,32 @@ async def handle_add_offsets_to_txn(
     validate_group_id(request.group_id)
     await ctx.core.groups.ready()
     partition = ctx.core.groups.partition_for(request.group_id)
-    coordinator = await txns.ready()
-    coordinator.add_partitions(
-        request.transactional_id,
-        request.producer_id,
-        request.producer_epoch,
-        [(OFFSETS_TOPIC, partition)],
-        txns.now_ms(),
+    await _run(
+        txns,
+        [request.transactional_id],
+        lambda c, now: c.add_partitions(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            [(OFFSETS_TOPIC, partition)],
+            now,
+        ),
     )
     return Response(AddOffsetsToTxnResponse(0))
 
 
 async def handle_end_txn(ctx: RequestContext, request: EndTxnRequest, _: memoryview) -> Response:
     txns = ctx.core.transactions
-    coordinator = await txns.ready()
-    coordinator.end_txn(
-        request.transactional_id,
-        request.producer_id,
-        request.producer_epoch,
-        request.committed,
-        txns.now_ms(),
+    await _run(
+        txns,
+        [request.transactional_id],
+        lambda c, now: c.end_txn(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+            now,
+        ),
     )
     return Response(EndTxnResponse(0))
 
@@ -280,12 +325,15 @@ async def handle_txn_offset_commit(
         validate_group_id(request.group_id)
         await groups.ready()
         txn_coordinator = await core.transactions.loaded()
-        txn_coordinator.check_write(
-            request.transactional_id,
-            request.producer_id,
-            request.producer_epoch,
-            (OFFSETS_TOPIC, groups.partition_for(request.group_id)),
-        )
+        # In a cluster only the id's own coordinator can check it (another broker's
+        # transaction state is not here, as in Kafka before KIP-890).
+        if core.transactions.coordinates(request.transactional_id):
+            txn_coordinator.check_write(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                (OFFSETS_TOPIC, groups.partition_for(request.group_id)),
+            )
         errors: list[SparkMQError | None] = groups.call(
             lambda c, now: c.offsets.commit_transactional(
                 request.group_id,
@@ -317,10 +365,12 @@ async def handle_txn_offset_commit(
 async def handle_describe_transactions(
     ctx: RequestContext, request: DescribeTransactionsRequest, _: memoryview
 ) -> Response:
-    coordinator = await ctx.core.transactions.ready()
+    txns = ctx.core.transactions
     out = []
     for tid in request.transactional_ids:
         try:
+            # Per id, as Kafka: NOT_COORDINATOR for an id another broker coordinates.
+            coordinator = await txns.coordinator_for(tid)
             out.append(_state(coordinator.describe(tid)))
         except TYPED_ERRORS as exc:
             code, message = error_of(exc, f"describe {tid!r}")
@@ -356,14 +406,17 @@ async def handle_prepare_txn(
     ctx: RequestContext, request: PrepareTxnRequest, _: memoryview
 ) -> Response:
     txns = ctx.core.transactions
-    coordinator = await txns.ready()
-    partitions = two_phase.prepare(
-        coordinator,
-        request.transactional_id,
-        request.producer_id,
-        request.producer_epoch,
-        txns.now_ms(),
-        owner_prefix=request.owner_prefix,
+    partitions = await _run(
+        txns,
+        [request.transactional_id],
+        lambda c, now: two_phase.prepare(
+            c,
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            now,
+            owner_prefix=request.owner_prefix,
+        ),
     )
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(partitions):
@@ -386,8 +439,9 @@ async def handle_commit_prepared_txns(
 ) -> Response:
     txns = ctx.core.transactions
     what = "commit prepared transactions"
-    coordinator = await txns.ready()
-    outcome = two_phase.commit(coordinator, request, txns.now_ms())
+    outcome = await _run(
+        txns, _named(request), lambda c, now: two_phase.commit(c, request, now), every=True
+    )
     results, code, message = _results(outcome, what)
     return Response(
         CommitPreparedTxnsResponse(
@@ -406,8 +460,9 @@ async def handle_abort_txns(
 ) -> Response:
     txns = ctx.core.transactions
     what = "abort transactions"
-    coordinator = await txns.ready()
-    outcome = two_phase.abort(coordinator, request, txns.now_ms())
+    outcome = await _run(
+        txns, _named(request), lambda c, now: two_phase.abort(c, request, now), every=True
+    )
     results, code, message = _results(outcome, what)
     return Response(
         AbortTxnsResponse(
@@ -423,7 +478,7 @@ async def handle_abort_txns(
 async def handle_describe_txn_owner(
     ctx: RequestContext, request: OwnerSequenceRequest, _: memoryview
 ) -> Response:
-    coordinator = await ctx.core.transactions.ready()
+    coordinator = await ctx.core.transactions.coordinator_for(request.owner)
     sequence = two_phase.last_sequence(coordinator, request.owner)
     return Response(OwnerSequenceResponse(0, sequence))
 
@@ -432,6 +487,8 @@ async def handle_owner_heartbeat(
     ctx: RequestContext, request: OwnerHeartbeatRequest, _: memoryview
 ) -> Response:
     txns = ctx.core.transactions
-    coordinator = await txns.ready()
+    # The owner prefix's coordinator: the ids under it need not all be there, but a
+    # heartbeat must reach one broker that knows it, and clients look it up as an id.
+    coordinator = await txns.coordinator_for(request.owner_prefix)
     coordinator.owner_heartbeat(request.owner_prefix, txns.now_ms())
     return Response(OwnerHeartbeatResponse(0))
