@@ -28,6 +28,7 @@ from typing import Any, Final
 from spark_mq.broker.connection_quotas import UNIX_PEER, normalize_host
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.half.config import HalfMessageConfig
+from spark_mq.broker.leadership_config import LeadershipConfig
 from spark_mq.broker.replication_config import ReplicationConfig
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.config import (
@@ -557,6 +558,7 @@ class ServerConfig:
     transactions: TxnConfig = dataclasses.field(default_factory=TxnConfig)
     half_messages: HalfMessageConfig = dataclasses.field(default_factory=HalfMessageConfig)
     replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
+    leadership: LeadershipConfig = dataclasses.field(default_factory=LeadershipConfig)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object] | None = None) -> ServerConfig:
@@ -567,6 +569,7 @@ class ServerConfig:
         txn_props: dict[str, object] = {}
         half_props: dict[str, object] = {}
         replication_props: dict[str, object] = {}
+        leadership_props: dict[str, object] = {}
         broker_keys = BrokerConfig.settings()
         for raw_key, raw_value in (props or {}).items():
             key, value = _resolve_alias(raw_key.strip(), raw_value)
@@ -582,6 +585,8 @@ class ServerConfig:
                 half_props[key] = value
             elif ReplicationConfig.owns(key):
                 replication_props[key] = value
+            elif LeadershipConfig.owns(key):
+                leadership_props[key] = value
             else:
                 valid = sorted(
                     [
@@ -592,6 +597,7 @@ class ServerConfig:
                         *TxnConfig.settings(),
                         *HalfMessageConfig.settings(),
                         *ReplicationConfig.settings(),
+                        *LeadershipConfig.settings(),
                     ]
                 )
                 close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
@@ -619,6 +625,7 @@ class ServerConfig:
             TxnConfig.from_properties(txn_props),
             HalfMessageConfig.from_properties(half_props),
             ReplicationConfig.from_properties(replication_props),
+            LeadershipConfig.from_properties(leadership_props),
         )
 
     def with_overrides(self, props: Mapping[str, object]) -> ServerConfig:
@@ -637,6 +644,8 @@ class ServerConfig:
         out.update(half.overrides() if only_set else half.to_properties())
         replication = self.replication
         out.update(replication.overrides() if only_set else replication.to_properties())
+        leadership = self.leadership
+        out.update(leadership.overrides() if only_set else leadership.to_properties())
         for key, value in topic.items():
             if key in by_topic_key:  # a topic key without a broker default stays topic-only
                 out[by_topic_key[key]] = value
@@ -651,6 +660,7 @@ class ServerConfig:
             or TxnConfig.settings().get(broker_key)
             or HalfMessageConfig.settings().get(broker_key)
             or ReplicationConfig.settings().get(broker_key)
+            or LeadershipConfig.settings().get(broker_key)
         )
         if field is None and broker_key in TOPIC_DEFAULT_KEYS:
             field = LogConfig.settings().get(TOPIC_DEFAULT_KEYS[broker_key])

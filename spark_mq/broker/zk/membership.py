@@ -36,6 +36,7 @@ from kazoo.exceptions import NodeExistsError
 
 from spark_mq.broker.config import BrokerConfig, Listener
 from spark_mq.broker.dir_files import BrokerMeta
+from spark_mq.broker.leadership_config import LeadershipConfig
 from spark_mq.errors import CorruptZnodeError
 from spark_mq.protocol.address import BrokerAddress
 
@@ -119,10 +120,12 @@ class ClusterMembership:
         bound: Sequence[BrokerAddress],
         *,
         unclean_leader_election_enable: bool = False,
+        leadership: LeadershipConfig | None = None,
         wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self.broker_id = broker.node_id
         self._unclean_leader_election_enable = unclean_leader_election_enable
+        self._leadership = leadership or LeadershipConfig()
         #: The running controller while this broker is controller, else None.
         self.controller: Controller | None = None
         self._controller_lock = threading.Lock()
@@ -190,6 +193,13 @@ class ClusterMembership:
                 inter_broker_secret=self.inter_broker_secret,
                 unclean_leader_election_enable=self._unclean_leader_election_enable,
                 own_broker_epoch=lambda: self.registrar.broker_epoch,
+                auto_leader_rebalance_enable=self._leadership.auto_leader_rebalance_enable,
+                leader_imbalance_per_broker_percentage=(
+                    self._leadership.leader_imbalance_per_broker_percentage
+                ),
+                leader_imbalance_check_interval_seconds=(
+                    self._leadership.leader_imbalance_check_interval_seconds
+                ),
             ),
             on_controller_moved=self.elector.controller_moved,
         )
