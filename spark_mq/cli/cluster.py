@@ -7,11 +7,13 @@ cluster before deploying one.
     spark-mq cluster stop-broker --dir DIR --id 2
     spark-mq cluster start-broker --dir DIR --id 2
     spark-mq cluster stop --dir DIR
+    spark-mq cluster elect-leaders --dir DIR --election-type preferred --all-topic-partitions
 
 Every process keeps running after the command returns; ``DIR/cluster.json`` says what runs
 and is what the later commands read. These commands talk to no broker (they start, signal
 and watch processes, and read ZooKeeper), so they take ``--dir`` instead of ``--path`` or
-``--bootstrap-server``.
+``--bootstrap-server``; ``elect-leaders`` (:mod:`spark_mq.cli.leader_election`) asks the
+cluster's brokers.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 from collections.abc import Collection
 from typing import Any, Final
 
+from spark_mq.cli import leader_election
 from spark_mq.cli.common import EXIT_OK, CommandGroup, Handler, handler_table, positive_int
 from spark_mq.cli.format import json_text, render_pairs, render_table
 from spark_mq.cluster.local_cluster import DEFAULT_SESSION_TIMEOUT_MS, LocalCluster, PartitionView
@@ -68,6 +71,14 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         one = actions.add(name, handler, help=help_text)
         one.add_argument("--id", type=positive_int, required=True, metavar="ID")
     actions.add("stop", cluster_stop, help="stop every broker, then ZooKeeper")
+    leader_election.add_arguments(
+        actions.add(
+            "elect-leaders",
+            leader_election.cluster_elect_leaders,
+            help="move leadership to preferred replicas, or elect leaders uncleanly "
+            "(Kafka's kafka-leader-election)",
+        )
+    )
     status = actions.add(
         "status",
         cluster_status,
@@ -253,5 +264,10 @@ def _status(cluster: LocalCluster) -> dict[str, Any]:
 
 
 HANDLERS: Final[dict[str, Handler]] = handler_table(
-    cluster_start, cluster_start_broker, cluster_stop_broker, cluster_stop, cluster_status
+    cluster_start,
+    cluster_start_broker,
+    cluster_stop_broker,
+    cluster_stop,
+    cluster_status,
+    leader_election.cluster_elect_leaders,
 )
