@@ -97,12 +97,15 @@ def test_auto_rebalance_skips_preferred_replicas_that_cannot_lead() -> None:
     assert imbalanced_partitions(ctx, 10) == []
 
 
-def test_a_controlled_shutdown_waits_only_for_partitions_with_other_replicas() -> None:
-    assignments = {0: (1, 2), 1: (1,), 2: (2, 1), 3: (1, 3)}
-    leaders = {0: (1, (1,)), 1: (1, (1,)), 2: (2, (1, 2)), 3: (1, (1, 3))}
+def test_a_controlled_shutdown_waits_only_for_partitions_another_replica_could_take() -> None:
+    assignments = {0: (1, 2), 1: (1,), 2: (2, 1), 3: (1, 3), 4: (1, 4)}
+    leaders = {0: (1, (1,)), 1: (1, (1,)), 2: (2, (1, 2)), 3: (1, (1, 3)), 4: (1, (1,))}
     ctx = _context(assignments, leaders, {1, 2, 3})
-    # 1 has one replica (cannot move), 2 is led by broker 2.
+    # 1 has one replica (cannot move), 2 is led by broker 2, 4's other replica is dead.
     assert remaining_leaderships(ctx, 1) == [("t", 0), ("t", 3)]
+    # Other replicas shutting down too cannot take it either.
+    ctx.shutting_down_brokers.update({1, 3})
+    assert remaining_leaderships(ctx, 1) == [("t", 0)]
     ctx.topics_to_delete.add("t")
     assert remaining_leaderships(ctx, 1) == []
 

@@ -23,9 +23,12 @@ For a ControlledShutdown from broker B, in this order:
    answering NOT_LEADER_OR_FOLLOWER, instead of holding them until it stops), and every
    live broker gets UpdateMetadata.
 
-The answer lists the partitions B still leads that have other replicas (step 3 found no
-leader for them): B asks again after ``controlled.shutdown.retry.backoff.ms``. A partition
-with one replica cannot move, and is not listed, as in Kafka: asking again would not help.
+The answer lists the partitions B still leads that another live replica, not shutting down,
+could take once it is back in the ISR: B asks again after
+``controlled.shutdown.retry.backoff.ms``. A partition with one replica cannot move, and is
+not listed, as in Kafka: asking again would not help. Nor, unlike Kafka, is one whose other
+replicas are all dead or shutting down: Kafka lists it, and the last broker of a cluster
+(or every broker of a cluster stopped at once) waits through all its retries for nothing.
 
 Runs on the controller's event thread only.
 """
@@ -56,12 +59,13 @@ def _refusal(code: ErrorCode, message: str) -> ControlledShutdownResponse:
 
 
 def remaining_leaderships(ctx: ControllerContext, broker_id: int) -> list[TopicPartition]:
-    """Partitions ``broker_id`` leads that have another replica (Kafka's answer to a
-    controlled shutdown: those it should wait for)."""
+    """Partitions ``broker_id`` still leads that another live replica, not shutting down,
+    could take once in sync: those worth asking again for."""
     return sorted(
         tp
         for tp in ctx.partitions_led_by([broker_id])
-        if len(ctx.replicas(tp)) > 1 and not ctx.is_being_deleted(tp)
+        if not ctx.is_being_deleted(tp)
+        and any(b != broker_id and b in ctx.eligible_ids for b in ctx.replicas(tp))
     )
 
 
