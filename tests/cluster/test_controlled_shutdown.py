@@ -6,6 +6,9 @@
   and loses nothing (every send acknowledged, every acknowledged record read back once).
 - Once the broker is back in the ISR, ``spark-mq cluster elect-leaders`` and
   ``Admin.elect_leaders`` move leadership back to the preferred replicas.
+- The controller refuses a ControlledShutdown with a stale broker epoch, changing nothing.
+- An UNCLEAN election gives an offline partition its one live, out-of-sync replica as leader
+  (a PREFERRED one cannot: its preferred replica is dead).
 
 Auto rebalance is off here (``auto.leader.rebalance.enable=false``) so that only the
 elections the tests ask for move leadership; test_auto_leader_rebalance covers it.
@@ -294,3 +297,42 @@ def test_a_controlled_shutdown_with_a_stale_broker_epoch_is_refused(
     assert answer.error_code == ErrorCode.STALE_BROKER_EPOCH
     # Refused whole: nothing moved off the broker.
     assert _states(zk) == before
+
+
+def test_unclean_election_gives_an_offline_partition_an_out_of_sync_leader(
+    cluster: LocalCluster, zk: ZkClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for broker_id in cluster.broker_ids:
+        cluster.start_broker(broker_id)
+    topic = "unclean"
+    with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        admin.create_topic(topic, partitions=1, replication_factor=2)
+
+    def state() -> znodes.PartitionState | None:
+        found = read_partition_state(zk, topic, 0)
+        return None if found is None else found.value
+
+    wait_for(lambda: (s := state()) is not None and len(s.isr) == 2, timeout_s=30)
+    replicas = next(v.replicas for v in cluster.partitions() if v.topic == topic)
+    first, second = replicas
+    # The second replica stops and leaves the ISR; the first, its last member, stops too:
+    # the partition is offline, and its one live replica, back, is out of sync.
+    cluster.stop_broker(second)
+    wait_for(lambda: (s := state()) is not None and s.isr == (first,), timeout_s=30)
+    cluster.stop_broker(first)
+    cluster.start_broker(second)
+    wait_for(lambda: (s := state()) is not None and s.leader == znodes.NO_LEADER, timeout_s=30)
+    try:
+        args = ["cluster", "elect-leaders", "--dir", str(cluster.directory)]
+        preferred = [*args, "--election-type", "preferred", "--topic", topic, "--partition", "0"]
+        assert main(preferred) == 1  # the preferred replica is dead
+        assert f"preferred replica {first} cannot lead" in capsys.readouterr().out
+        unclean = [*args, "--election-type", "unclean", "--topic", topic, "--partition", "0"]
+        assert main(unclean) == 0
+        assert "Successfully completed leader election (UNCLEAN)" in capsys.readouterr().out
+        after = state()
+        assert after is not None and after.leader == second and after.isr == (second,)
+        assert main(unclean) == 0
+        assert "Valid replica already elected" in capsys.readouterr().out
+    finally:
+        cluster.start_broker(first)
