@@ -5,8 +5,8 @@ broker's ZooKeeper session to end.
 
 For a ControlledShutdown from broker B, in this order:
 
-1. B's broker epoch must be the one of its current registration, else the request is
-   refused whole with ``STALE_BROKER_EPOCH`` (77): it comes from an earlier life of B. A
+1. B's broker epoch must not be older than its current registration's, else the request
+   is refused whole with ``STALE_BROKER_EPOCH`` (77): it comes from an earlier life of B. A
    broker the controller does not know as live is refused with ``BROKER_NOT_AVAILABLE`` (8).
 2. B joins the context's ``shutting_down_brokers``: from now on no election picks it
    (:attr:`~.context.ControllerContext.eligible_ids`), until it leaves the cluster.
@@ -84,7 +84,9 @@ def controlled_shutdown(
             f"broker {broker} is not a live broker of the cluster as the controller sees it; "
             "a broker must be registered to shut down in a controlled way",
         )
-    if request.broker_epoch != known_epoch:
+    # Kafka's test: only an older epoch is stale (a newer one is a registration the
+    # controller has not read yet, and it is that broker asking).
+    if request.broker_epoch < known_epoch:
         return _refusal(
             ErrorCode.STALE_BROKER_EPOCH,
             f"ControlledShutdown from broker {broker} with broker epoch {request.broker_epoch}, "
