@@ -156,3 +156,14 @@ def test_a_brokers_properties_reach_the_leadership_settings() -> None:
     wanted = re.escape("did you mean 'leader.imbalance.check.interval.seconds'")
     with pytest.raises(ConfigError, match=wanted):
         ServerConfig.from_properties({"leader.imbalance.check.interval.second": "5"})
+
+
+def test_docstring_examples_of_the_election_modules_run() -> None:
+    import doctest
+
+    import spark_mq.broker.leadership_config
+    import spark_mq.client.leader_election
+
+    for module in (spark_mq.broker.leadership_config, spark_mq.client.leader_election):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__
