@@ -178,13 +178,14 @@ def test_a_sigterm_moves_the_leaderships_before_the_broker_leaves(
     partition, before = next((p, s) for p, s in states.items() if s.leader != controller)
     victim = before.leader
     order: list[str] = []
-    # ZooKeeper delivers one client's watch events in the order of the changes.
-    zk.kazoo.get(
-        znodes.partition_state_path(TOPIC, partition), watch=lambda _e: order.append("state")
-    )
-    zk.kazoo.exists(znodes.broker_path(victim), watch=lambda _e: order.append("registration"))
     with _NumberedProducer(cluster, partition) as producer:
         wait_for(lambda: len(producer.acked_at) >= 20, timeout_s=30)
+        before = _states(zk)[partition]
+        assert before.leader == victim and sorted(before.isr) == [1, 2, 3]
+        # ZooKeeper delivers one client's watch events in the order of the changes.
+        path = znodes.partition_state_path(TOPIC, partition)
+        zk.kazoo.get(path, watch=lambda _e: order.append("state"))
+        zk.kazoo.exists(znodes.broker_path(victim), watch=lambda _e: order.append("registration"))
         stopped_at = time.monotonic()
         cluster.stop_broker(victim)
         exited_at = time.monotonic()
