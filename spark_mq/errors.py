@@ -36,7 +36,9 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
     │   ├── CoordinatorNotAvailableError         [protocol] (15)
     │   ├── NotCoordinatorError                  [protocol] (16)
     │   ├── UnstableOffsetCommitError            [protocol] (88) a transaction is pending
-    │   └── ZooKeeperConnectionError             ClusterError: not connected or session lost
+    │   ├── ZooKeeperConnectionError             ClusterError: not connected or session lost
+    │   ├── PreferredLeaderNotAvailableError     ClusterError (80): preferred replica cannot lead
+    │   └── EligibleLeadersNotAvailableError     ClusterError (83): no live replica to elect
     ├── ProducerFatalError                       close the producer: a newer one took over
     │   ├── ProducerFencedError                  [protocol] (90)
     │   ├── InvalidProducerEpochError            [storage] ProducerStateError (47)
@@ -56,6 +58,7 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
     │   ├── InvalidUpdateVersionError            (95) a partition change at an old epoch
     │   ├── BrokerAuthenticationError            (58) a wrong inter-broker secret
     │   ├── StateChangeFailedError               a move a state machine does not allow
+    │   ├── ElectionNotNeededError               (84) the partition has the leader asked for
     │   ├── InconsistentClusterIdError           the log directory served another cluster
     │   ├── InconsistentBrokerIdError            the log directory served another broker.id
     │   └── LocalClusterError                    a local cluster's process did not start or stop
@@ -920,6 +923,29 @@ class BrokerAuthenticationError(ClusterError):
 
 class StateChangeFailedError(ClusterError):
     """A partition or replica state change that the controller's transition table refuses."""
+
+
+class PreferredLeaderNotAvailableError(RetriableError, ClusterError):
+    """A preferred leader election (ElectLeaders, PREFERRED) found the partition's preferred
+    replica (the first of its assignment) dead or out of the ISR: leadership stays where it
+    is. Retriable: once that replica is back in the ISR, elect again."""
+
+    error_code = 80
+
+
+class EligibleLeadersNotAvailableError(RetriableError, ClusterError):
+    """An unclean leader election (ElectLeaders, UNCLEAN) found no live replica to lead the
+    partition. Retriable: start a broker that holds a replica, then elect again."""
+
+    error_code = 83
+
+
+class ElectionNotNeededError(ClusterError):
+    """ElectLeaders found the partition already led by the replica it would elect (its
+    preferred replica, or for UNCLEAN a live leader): nothing was changed. Not a failure of
+    the election; nothing to retry."""
+
+    error_code = 84
 
 
 class InconsistentClusterIdError(ClusterError):

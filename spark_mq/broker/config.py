@@ -28,6 +28,7 @@ from typing import Any, Final
 from spark_mq.broker.connection_quotas import UNIX_PEER, normalize_host
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.half.config import HalfMessageConfig
+from spark_mq.broker.leadership_config import LeadershipConfig
 from spark_mq.broker.metrics.config import MetricsConfig
 from spark_mq.broker.replication_config import ReplicationConfig
 from spark_mq.broker.txn.config import TxnConfig
@@ -559,6 +560,7 @@ class ServerConfig:
     half_messages: HalfMessageConfig = dataclasses.field(default_factory=HalfMessageConfig)
     replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+    leadership: LeadershipConfig = dataclasses.field(default_factory=LeadershipConfig)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object] | None = None) -> ServerConfig:
@@ -570,6 +572,7 @@ class ServerConfig:
         half_props: dict[str, object] = {}
         replication_props: dict[str, object] = {}
         metrics_props: dict[str, object] = {}
+        leadership_props: dict[str, object] = {}
         broker_keys = BrokerConfig.settings()
         for raw_key, raw_value in (props or {}).items():
             key, value = _resolve_alias(raw_key.strip(), raw_value)
@@ -587,6 +590,8 @@ class ServerConfig:
                 replication_props[key] = value
             elif MetricsConfig.owns(key):
                 metrics_props[key] = value
+            elif LeadershipConfig.owns(key):
+                leadership_props[key] = value
             else:
                 valid = sorted(
                     [
@@ -598,6 +603,7 @@ class ServerConfig:
                         *HalfMessageConfig.settings(),
                         *ReplicationConfig.settings(),
                         *MetricsConfig.settings(),
+                        *LeadershipConfig.settings(),
                     ]
                 )
                 close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
@@ -626,6 +632,7 @@ class ServerConfig:
             HalfMessageConfig.from_properties(half_props),
             ReplicationConfig.from_properties(replication_props),
             MetricsConfig.from_properties(metrics_props),
+            LeadershipConfig.from_properties(leadership_props),
         )
 
     def with_overrides(self, props: Mapping[str, object]) -> ServerConfig:
@@ -646,6 +653,8 @@ class ServerConfig:
         out.update(replication.overrides() if only_set else replication.to_properties())
         metrics = self.metrics
         out.update(metrics.overrides() if only_set else metrics.to_properties())
+        leadership = self.leadership
+        out.update(leadership.overrides() if only_set else leadership.to_properties())
         for key, value in topic.items():
             if key in by_topic_key:  # a topic key without a broker default stays topic-only
                 out[by_topic_key[key]] = value
@@ -661,6 +670,7 @@ class ServerConfig:
             or HalfMessageConfig.settings().get(broker_key)
             or ReplicationConfig.settings().get(broker_key)
             or MetricsConfig.settings().get(broker_key)
+            or LeadershipConfig.settings().get(broker_key)
         )
         if field is None and broker_key in TOPIC_DEFAULT_KEYS:
             field = LogConfig.settings().get(TOPIC_DEFAULT_KEYS[broker_key])

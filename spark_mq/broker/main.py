@@ -14,8 +14,10 @@ takes its exclusive lock and recovers the log; increment the broker epoch
 election: :mod:`spark_mq.broker.zk.membership`; apply ``/config/topics`` to the replicas it
 hosts and watch for changes: :mod:`spark_mq.broker.zk.config_changes`); write
 ``broker.json`` so clients can find the broker; start the background jobs.
-Shutdown (SIGTERM, SIGINT, or ``broker.idle.exit.ms`` of idleness) runs it backwards:
-remove ``broker.json``, stop accepting, let requests in flight finish, stop the jobs, close
+Shutdown (SIGTERM, SIGINT, or ``broker.idle.exit.ms`` of idleness) runs it backwards: a
+cluster broker first shuts down in a controlled way (``controlled.shutdown.enable``: its
+fetchers stop and the controller moves its leaderships, :mod:`spark_mq.broker.controlled_shutdown`);
+then remove ``broker.json``, stop accepting, let requests in flight finish, stop the jobs, close
 the LogManager (flush, checkpoints, clean-shutdown marker, lock released). A broker whose log
 directory was deleted, moved or replaced while it ran (checked every second by the server)
 stops the same way but *abandons* the LogManager instead of closing it, writing nothing to
@@ -231,6 +233,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 addresses,
                 unclean_leader_election_enable=config.log_defaults.unclean_leader_election_enable,
                 on_leader_elected=core.metrics.leader_elected,
+                leadership=config.leadership,
             )
             await asyncio.to_thread(
                 membership.start,
@@ -295,6 +298,15 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         core.half_messages.start()
         return await server.wait_stop_requested()
     finally:
+        if core.membership is not None and config.leadership.controlled_shutdown_enable:
+            # First, while every listener still serves: followers stop fetching, then the
+            # controller moves this broker's leaderships (spark_mq.broker.controlled_shutdown).
+            from spark_mq.broker.controlled_shutdown import (  # noqa: PLC0415
+                request_controlled_shutdown,
+            )
+
+            await asyncio.to_thread(core.replicas.close_fetchers)
+            await asyncio.to_thread(request_controlled_shutdown, core.membership, config.leadership)
         Endpoint.remove_if_ours(root, pid, meta.epoch)
         # Members waiting in JoinGroup / SyncGroup are answered now, so that their
         # connections are not among the busy ones the server waits for.

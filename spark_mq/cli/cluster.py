@@ -9,11 +9,13 @@ cluster before deploying one.
     spark-mq cluster stop --dir DIR
     spark-mq cluster reassign-partitions --bootstrap-server H:P --reassignment-json-file F \
         (--execute | --verify | --cancel)          (see :mod:`.reassign_partitions`)
+    spark-mq cluster elect-leaders --dir DIR --election-type preferred --all-topic-partitions
 
 Every process keeps running after the command returns; ``DIR/cluster.json`` says what runs
 and is what the later commands read. These commands talk to no broker (they start, signal
 and watch processes, and read ZooKeeper), so they take ``--dir`` instead of ``--path`` or
-``--bootstrap-server``.
+``--bootstrap-server``; ``elect-leaders`` (:mod:`spark_mq.cli.leader_election`) asks the
+cluster's brokers.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 from collections.abc import Collection
 from typing import Any, Final
 
+from spark_mq.cli import leader_election
 from spark_mq.cli.common import EXIT_OK, CommandGroup, Handler, handler_table, positive_int
 from spark_mq.cli.format import json_text, render_pairs, render_table
 from spark_mq.cli.reassign_partitions import add_arguments as add_reassign_arguments
@@ -72,6 +75,14 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         one = actions.add(name, handler, help=help_text)
         one.add_argument("--id", type=positive_int, required=True, metavar="ID")
     actions.add("stop", cluster_stop, help="stop every broker, then ZooKeeper")
+    leader_election.add_arguments(
+        actions.add(
+            "elect-leaders",
+            leader_election.cluster_elect_leaders,
+            help="move leadership to preferred replicas, or elect leaders uncleanly "
+            "(Kafka's kafka-leader-election)",
+        )
+    )
     status = actions.add(
         "status",
         cluster_status,
@@ -272,4 +283,5 @@ HANDLERS: Final[dict[str, Handler]] = handler_table(
     cluster_stop,
     cluster_status,
     cluster_reassign_partitions,
+    leader_election.cluster_elect_leaders,
 )

@@ -32,6 +32,7 @@ from spark_mq.client.group.admin_groups import (
     PartitionLag,
 )
 from spark_mq.client.group.offsets import OffsetAndMetadata, OffsetsArg, normalize_offsets
+from spark_mq.client.leader_election import election_request, election_results, response_codes
 from spark_mq.client.offset_lookup import list_offsets
 from spark_mq.client.reassignments import PartitionReassignment, ReassignmentPlan
 from spark_mq.client.records import EARLIEST, LATEST, OffsetAndTimestamp, TopicPartition
@@ -590,6 +591,25 @@ class Admin:
         transaction. Raises InvalidTxnStateError when there is nothing to abort."""
         self._check(None)
         self._txns.abort(transactional_id)
+
+    # -- leaders --------------------------------------------------------------------------
+
+    def elect_leaders(
+        self,
+        election_type: str = "preferred",
+        partitions: Sequence[TopicPartition | tuple[str, int]] | None = None,
+    ) -> dict[TopicPartition, SparkMQError | None]:
+        """Ask the controller for leader elections (Kafka's ``electLeaders``): 'preferred'
+        moves each partition's leadership to its preferred replica (the first of its
+        assignment) if that replica is in sync; 'unclean' elects a leader for partitions
+        that have none, out-of-sync replicas allowed (records only the old leader had are
+        lost). ``partitions`` None means every partition. Returns each partition's outcome:
+        None if elected, else the error (ElectionNotNeededError: it already had that
+        leader; PreferredLeaderNotAvailableError; EligibleLeadersNotAvailableError)."""
+        request = election_request(
+            election_type, partitions, timeout_ms=self.config.default_api_timeout_ms
+        )
+        return election_results(self._controller_request(request, response_codes))
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -52,7 +52,7 @@ from spark_mq.broker.dir_files import Endpoint
 from spark_mq.broker.zk import partition_states, znodes
 from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
 from spark_mq.cluster.zookeeper_server import MAIN_CLASS, ZooKeeperServer, ZooKeeperServerConfig
-from spark_mq.errors import LocalClusterError
+from spark_mq.errors import LocalClusterError, SparkMQError
 from spark_mq.storage.checkpoint_file import atomic_write_bytes
 
 CLUSTER_FILE: Final = "cluster.json"
@@ -553,19 +553,30 @@ class LocalCluster:
         self._save()
 
     def stop(self) -> None:
-        """Stop every broker (all at once, cleanly), then ZooKeeper if this cluster started
-        it. ``cluster.json`` stays, saying nothing runs."""
-        stopping = {}
-        for broker_id in self.broker_ids:
-            pid = self._signal(broker_id, signal.SIGTERM)
-            if pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
-                stopping[broker_id] = pid
-        for broker_id, pid in stopping.items():
-            if not self._reap(broker_id, pid, STOP_TIMEOUT_S):
-                self._signal(broker_id, signal.SIGKILL)
-                self._reap(broker_id, pid, STOP_TIMEOUT_S)
+        """Stop every broker cleanly, then ZooKeeper if this cluster started it.
+        ``cluster.json`` stays, saying nothing runs.
+
+        The brokers that are not controller stop together first, the controller after them:
+        each stopping broker's controlled shutdown asks the controller, which must still be
+        there to answer (otherwise the broker waits ``controlled.shutdown.retry.backoff.ms``
+        and asks the next controller)."""
+        controller = None
+        if self._external_zookeeper is not None or self.zookeeper_running():
+            with contextlib.suppress(SparkMQError):  # no controller known: all at once
+                controller = self.controller_id()
+        others = [b for b in self.broker_ids if b != controller]
+        for group in (others, [b for b in self.broker_ids if b == controller]):
+            stopping = {}
+            for broker_id in group:
+                pid = self._signal(broker_id, signal.SIGTERM)
+                if pid is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
+                    stopping[broker_id] = pid
+            for broker_id, pid in stopping.items():
+                if not self._reap(broker_id, pid, STOP_TIMEOUT_S):
+                    self._signal(broker_id, signal.SIGKILL)
+                    self._reap(broker_id, pid, STOP_TIMEOUT_S)
         for broker_id in self.broker_ids:
             self._entry(broker_id).update(pid=None, port=None)
         if self._zk is not None:

@@ -24,6 +24,7 @@ from spark_mq.protocol import (
     admin,
     api_versions,
     controller,
+    elect_leaders,
     fetch,
     group_offsets,
     groups,
@@ -70,6 +71,7 @@ class ApiKey(enum.IntEnum):
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
@@ -288,6 +290,12 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             groups.ListGroupsRequest,
             groups.ListGroupsResponse,
             groups.list_groups_error,
+        ),
+        ApiSpec(
+            ApiKey.ELECT_LEADERS,
+            elect_leaders.ElectLeadersRequest,
+            elect_leaders.ElectLeadersResponse,
+            elect_leaders.elect_leaders_error,
         ),
         ApiSpec(
             ApiKey.DELETE_GROUPS,

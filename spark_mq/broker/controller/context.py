@@ -53,10 +53,19 @@ class ControllerContext:
     topics_to_delete: set[str] = dataclasses.field(default_factory=set)
     #: Partitions being reassigned: their RS (also in ``assignments``), AR and RR.
     reassignments: dict[TopicPartition, ReplicaAssignment] = dataclasses.field(default_factory=dict)
+    #: Live brokers in controlled shutdown (Kafka's shuttingDownBrokerIds): still registered
+    #: and still sent requests, but never elected leader (see :attr:`eligible_ids`).
+    shutting_down_brokers: set[int] = dataclasses.field(default_factory=set)
 
     @property
     def live_ids(self) -> set[int]:
         return set(self.live_brokers)
+
+    @property
+    def eligible_ids(self) -> set[int]:
+        """Live brokers that may lead (Kafka's liveBrokerIds, which leaves out the brokers
+        shutting down; ``live_ids`` is its liveOrShuttingDownBrokerIds)."""
+        return set(self.live_brokers) - self.shutting_down_brokers
 
     def replicas(self, tp: TopicPartition) -> tuple[int, ...]:
         return self.assignments.get(tp[0], {}).get(tp[1], ())

@@ -27,6 +27,11 @@ Events, in the order they arrive:
 - **AlterPartitionReassignments** / **ListPartitionReassignments** (KIP-455, from the
   broker's handlers): see :mod:`.reassignment`. Startup carries on the reassignments
   ZooKeeper holds.
+- **ControlledShutdown** (a stopping broker, from the handler): see
+  :mod:`.controlled_shutdown`; a broker that leaves the cluster stops being "shutting down".
+- **ElectLeaders** (from the handler) and **AutoPreferredReplicaLeaderElection** (every
+  ``leader.imbalance.check.interval.seconds`` with ``auto.leader.rebalance.enable``): see
+  :mod:`.preferred_election`.
 
 Failures: a write refused by the epoch check (:class:`~spark_mq.errors.ControllerMovedError`)
 or a broker's STALE_CONTROLLER_EPOCH means another broker is controller: this one stops at
@@ -58,7 +63,13 @@ import msgspec
 
 from spark_mq.errors import ControllerMovedError, ZooKeeperConnectionError
 from spark_mq.protocol.address import BrokerAddress
-from spark_mq.protocol.controller import AlterPartitionRequest, AlterPartitionResponse
+from spark_mq.protocol.controller import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    ControlledShutdownRequest,
+    ControlledShutdownResponse,
+)
+from spark_mq.protocol.elect_leaders import ElectLeadersRequest, ElectLeadersResponse
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.reassignment import (
     AlterPartitionReassignmentsRequest,
@@ -82,11 +93,18 @@ from . import reassignment
 from .alter_partition import alter_partition
 from .channel import BrokerResponse, ChannelConfig, ControllerChannelManager
 from .context import ControllerContext, TopicPartition
+from .controlled_shutdown import controlled_shutdown
 from .partition_leadership import (
     elect_leaders,
     initialize_leadership,
     remove_replicas_from_isr,
     unclean_setting,
+)
+from .preferred_election import (
+    AutoRebalanceTimer,
+    elect_leaders_request,
+    elect_preferred,
+    imbalanced_partitions,
 )
 from .request_batch import RequestBatch
 from .state_machines import PartitionState as Phase
@@ -94,8 +112,9 @@ from .state_machines import ReplicaState
 from .topic_deletion import delete_topics, delete_unknown_requests
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 _RESPONSES = RateLimitedLog(log)
+
+T = TypeVar("T")
 
 #: Answers kept for :attr:`Controller.responses` (tests and status read them).
 RESPONSES_KEPT: Final = 1000
@@ -118,6 +137,11 @@ class ControllerConfig:
     reconnect_backoff_ms: int = 100
     reconnect_backoff_max_ms: int = 1_000
     request_timeout_ms: int = 30_000
+    #: Kafka's auto.leader.rebalance.enable, leader.imbalance.per.broker.percentage and
+    #: leader.imbalance.check.interval.seconds (see :mod:`.preferred_election`).
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_seconds: float = 300
 
 
 class Controller:
@@ -159,6 +183,11 @@ class Controller:
         self.responses: collections.deque[BrokerResponse] = collections.deque(maxlen=RESPONSES_KEPT)
         #: Requests handed to the channel, per broker (counts, for tests and status).
         self.sent: collections.Counter[int] = collections.Counter()
+        self._rebalance_timer = AutoRebalanceTimer(
+            config.leader_imbalance_check_interval_seconds,
+            lambda: self._enqueue("AutoPreferredReplicaLeaderElection", self._auto_rebalance),
+            f"auto-leader-rebalance-task-{self.broker_id}",
+        )
 
     # -----------------------------------------------------------------------------------------
     # Lifecycle
@@ -172,6 +201,8 @@ class Controller:
         self._active.set()
         self._enqueue("Startup", self._startup)
         self._thread.start()
+        if self.config.auto_leader_rebalance_enable:
+            self._rebalance_timer.start()
 
     def shutdown(self) -> None:
         """Stop at once: drop queued events, stop the senders, stop watching. Never blocks
@@ -179,6 +210,7 @@ class Controller:
         if not self._active.is_set():
             return
         self._active.clear()
+        self._rebalance_timer.stop()
         while True:
             try:
                 self._queue.get_nowait()
@@ -205,30 +237,38 @@ class Controller:
     ) -> concurrent.futures.Future[AlterPartitionResponse]:
         """Queue a leader's AlterPartition as an event; the future gets the answer, or the
         error that stopped the event (ControllerMovedError if this controller stopped)."""
-        future: concurrent.futures.Future[AlterPartitionResponse] = concurrent.futures.Future()
 
-        def process() -> None:
-            try:
-                future.set_result(alter_partition(self._zk, self.context, request, self._batch()))
-                changed = [(p.topic, p.partition) for p in request.partitions]
-                reassignment.on_isr_change(self._zk, self.context, changed, self._batch())
-            except BaseException as exc:
-                if not future.done():
-                    future.set_exception(exc)
-                raise
+        def compute() -> AlterPartitionResponse:
+            answer = alter_partition(self._zk, self.context, request, self._batch())
+            # A partition being reassigned may now have all its target replicas in sync.
+            changed = [(p.topic, p.partition) for p in request.partitions]
+            reassignment.on_isr_change(self._zk, self.context, changed, self._batch())
+            return answer
 
-        if not self._active.is_set():
-            future.set_exception(
-                ControllerMovedError(f"broker {self.broker_id} is no longer the controller")
-            )
-        else:
-            self._enqueue("AlterPartition", process)
-        return future
+        return self._submit("AlterPartition", compute)
 
-    def _call(self, name: str, compute: Callable[[], _T]) -> concurrent.futures.Future[_T]:
+    def controlled_shutdown(
+        self, request: ControlledShutdownRequest
+    ) -> concurrent.futures.Future[ControlledShutdownResponse]:
+        """Queue a broker's ControlledShutdown as an event (see :meth:`alter_partition`)."""
+        return self._submit(
+            "ControlledShutdown",
+            lambda: controlled_shutdown(self._zk, self.context, request, self._batch()),
+        )
+
+    def elect_leaders(
+        self, request: ElectLeadersRequest
+    ) -> concurrent.futures.Future[ElectLeadersResponse]:
+        """Queue an ElectLeaders as an event (see :meth:`alter_partition`)."""
+        return self._submit(
+            "ElectLeaders",
+            lambda: elect_leaders_request(self._zk, self.context, request, self._batch()),
+        )
+
+    def _submit(self, name: str, compute: Callable[[], T]) -> concurrent.futures.Future[T]:
         """Run ``compute`` as event ``name``; the future gets its result, or the error that
         stopped it (ControllerMovedError if this controller stopped)."""
-        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def process() -> None:
             try:
@@ -250,7 +290,7 @@ class Controller:
         self, request: AlterPartitionReassignmentsRequest
     ) -> concurrent.futures.Future[AlterPartitionReassignmentsResponse]:
         """Start (or cancel) reassignments as an event; the answer once they are started."""
-        return self._call(
+        return self._submit(
             "AlterPartitionReassignments",
             lambda: reassignment.alter_partition_reassignments(
                 self._zk, self.context, request, self._batch()
@@ -260,7 +300,7 @@ class Controller:
     def list_partition_reassignments(
         self, request: ListPartitionReassignmentsRequest
     ) -> concurrent.futures.Future[ListPartitionReassignmentsResponse]:
-        return self._call(
+        return self._submit(
             "ListPartitionReassignments",
             lambda: reassignment.list_partition_reassignments(self.context, request),
         )
@@ -505,6 +545,7 @@ class Controller:
         for broker in failed:
             ctx.live_brokers.pop(broker, None)
             ctx.broker_epochs.pop(broker, None)
+            ctx.shutting_down_brokers.discard(broker)
             self.channel.remove_broker(broker)
         if failed:
             self._on_brokers_failure(failed)
@@ -549,6 +590,15 @@ class Controller:
             batch.add_full_leader_and_isr(broker)
         batch.send()
         self._trigger_online_partition_state_change()
+
+    def _auto_rebalance(self) -> None:
+        """Kafka's checkAndTriggerAutoLeaderRebalance (see :mod:`.preferred_election`)."""
+        ctx = self.context
+        partitions = imbalanced_partitions(ctx, self.config.leader_imbalance_per_broker_percentage)
+        if partitions:
+            batch = self._batch()
+            elect_preferred(self._zk, ctx, partitions, batch)
+            batch.send()
 
     def _topic_change(self) -> None:
         ctx = self.context

@@ -51,3 +51,29 @@ def offline_partition_leader(
             if broker in live_brokers:
                 return broker, True
     return None, False
+
+
+def controlled_shutdown_leader(
+    assignment: Sequence[int],
+    isr: Collection[int],
+    live_brokers: Collection[int],
+    shutting_down: Collection[int],
+) -> int | None:
+    """Kafka's controlled shutdown election: the first replica in assignment order that is
+    alive, in the ISR and not shutting down; None if there is none (the partition stays
+    with its leader until that broker stops)."""
+    for broker in assignment:
+        if broker in live_brokers and broker in isr and broker not in shutting_down:
+            return broker
+    return None
+
+
+def preferred_replica_leader(
+    assignment: Sequence[int], isr: Collection[int], live_brokers: Collection[int]
+) -> int | None:
+    """Kafka's preferred replica election: the first replica of the assignment (the
+    preferred leader) if it is alive and in the ISR, else None. Never another replica: a
+    preferred election moves leadership only to where it was meant to be."""
+    if assignment and assignment[0] in live_brokers and assignment[0] in isr:
+        return assignment[0]
+    return None

@@ -58,7 +58,7 @@ def initialize_leadership(
     for tp in partitions:
         try:
             states[tp] = initial_leader_and_isr(
-                tp[0], tp[1], ctx.replicas(tp), ctx.live_ids, ctx.epoch.epoch
+                tp[0], tp[1], ctx.replicas(tp), ctx.eligible_ids, ctx.epoch.epoch
             )
         except StateChangeFailedError as exc:
             log.warning("%s; it stays %s", exc, Phase.NEW.value)
@@ -123,6 +123,18 @@ def _write_all(
     return written
 
 
+def write_partition_states(
+    zk: ZkClient,
+    ctx: ControllerContext,
+    partitions: Iterable[TopicPartition],
+    decide: Callable[[TopicPartition, PartitionState], PartitionState | None],
+    what: str,
+) -> list[TopicPartition]:
+    """The compare-and-set loop of the elections here, for the other elections of the
+    controller (:mod:`.controlled_shutdown`, :mod:`.preferred_election`)."""
+    return _write_all(zk, ctx, partitions, decide, what)
+
+
 def elect_leaders(
     zk: ZkClient,
     ctx: ControllerContext,
@@ -143,7 +155,7 @@ def elect_leaders(
         leader, unclean = offline_partition_leader(
             ctx.replicas(tp),
             current.isr,
-            ctx.live_ids,
+            ctx.eligible_ids,
             unclean_leader_election_enable=unclean_allowed(tp[0]),
         )
         if leader is None:

@@ -20,11 +20,16 @@ from spark_mq.broker.handlers.alter_partition import REFUSAL_HINT as ALTER_PARTI
 from spark_mq.broker.handlers.alter_partition import handle_alter_partition
 from spark_mq.broker.handlers.authenticate_broker import handle_authenticate_broker
 from spark_mq.broker.handlers.configs import handle_alter_configs, handle_describe_configs
+from spark_mq.broker.handlers.controlled_shutdown import (
+    REFUSAL_HINT as CONTROLLED_SHUTDOWN_HINT,
+)
+from spark_mq.broker.handlers.controlled_shutdown import handle_controlled_shutdown
 from spark_mq.broker.handlers.controller_requests import (
     REFUSAL_HINT,
     handle_leader_and_isr,
     handle_stop_replica,
 )
+from spark_mq.broker.handlers.elect_leaders import handle_elect_leaders
 from spark_mq.broker.handlers.fetch import handle_fetch
 from spark_mq.broker.handlers.group_offsets import handle_offset_commit, handle_offset_fetch
 from spark_mq.broker.handlers.groups import (
@@ -77,6 +82,7 @@ from spark_mq.broker.handlers.update_metadata import CLIENT_HINT, handle_update_
 from spark_mq.protocol.api import ApiKey
 from spark_mq.protocol.controller import (
     alter_partition_error,
+    controlled_shutdown_error,
     leader_and_isr_error,
     stop_replica_error,
     update_metadata_error,
@@ -129,6 +135,8 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.ALTER_PARTITION: handle_alter_partition,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
+    ApiKey.CONTROLLED_SHUTDOWN: handle_controlled_shutdown,
+    ApiKey.ELECT_LEADERS: handle_elect_leaders,
 }
 
 HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(
@@ -143,6 +151,7 @@ HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(
         ApiKey.STOP_REPLICA: (stop_replica_error, REFUSAL_HINT),
         ApiKey.UPDATE_METADATA: (update_metadata_error, CLIENT_HINT),
         ApiKey.ALTER_PARTITION: (alter_partition_error, ALTER_PARTITION_HINT),
+        ApiKey.CONTROLLED_SHUTDOWN: (controlled_shutdown_error, CONTROLLED_SHUTDOWN_HINT),
     },
 )
 

@@ -36,6 +36,7 @@ from kazoo.exceptions import NodeExistsError
 
 from spark_mq.broker.config import BrokerConfig, Listener
 from spark_mq.broker.dir_files import BrokerMeta
+from spark_mq.broker.leadership_config import LeadershipConfig
 from spark_mq.errors import CorruptZnodeError
 from spark_mq.protocol.address import BrokerAddress
 
@@ -119,6 +120,7 @@ class ClusterMembership:
         bound: Sequence[BrokerAddress],
         *,
         unclean_leader_election_enable: bool = False,
+        leadership: LeadershipConfig | None = None,
         wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         on_leader_elected: Callable[[bool], None] = lambda _unclean: None,
     ) -> None:
@@ -127,6 +129,7 @@ class ClusterMembership:
         # Told of every partition leader this broker elects as controller (whether the
         # election was unclean): the broker's election metrics, across controller epochs.
         self._on_leader_elected = on_leader_elected
+        self._leadership = leadership or LeadershipConfig()
         #: The running controller while this broker is controller, else None.
         self.controller: Controller | None = None
         self._controller_lock = threading.Lock()
@@ -195,6 +198,13 @@ class ClusterMembership:
                 unclean_leader_election_enable=self._unclean_leader_election_enable,
                 own_broker_epoch=lambda: self.registrar.broker_epoch,
                 on_leader_elected=self._on_leader_elected,
+                auto_leader_rebalance_enable=self._leadership.auto_leader_rebalance_enable,
+                leader_imbalance_per_broker_percentage=(
+                    self._leadership.leader_imbalance_per_broker_percentage
+                ),
+                leader_imbalance_check_interval_seconds=(
+                    self._leadership.leader_imbalance_check_interval_seconds
+                ),
             ),
             on_controller_moved=self.elector.controller_moved,
         )
