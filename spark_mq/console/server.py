@@ -30,13 +30,18 @@ class ConsoleServer:
         self.config = config
         page_admin = Admin(**config.client_kwargs())
         sampler_admin = Admin(**config.client_kwargs())
-        self.sampler = ConsoleSampler(sampler_admin, history_samples=config.history_samples)
         self._admins = (page_admin, sampler_admin)
+        self.sampler = ConsoleSampler(sampler_admin, history_samples=config.history_samples)
         self.context = ConsoleContext(config, page_admin, self.sampler)
         self.app = create_app(self.context)
-        self._server: BaseWSGIServer = waitress.create_server(
-            self.app, host=host, port=port, threads=SERVER_THREADS, ident="spark-mq console"
-        )
+        try:
+            self._server: BaseWSGIServer = waitress.create_server(
+                self.app, host=host, port=port, threads=SERVER_THREADS, ident="spark-mq console"
+            )
+        except OSError:  # the port is taken, or the address is not this machine's
+            for admin in self._admins:
+                admin.close()
+            raise
         self._thread: threading.Thread | None = None
 
     @property
