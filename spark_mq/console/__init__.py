@@ -9,9 +9,16 @@ Layout, one concept per module:
 - :mod:`~spark_mq.console.record_view`: reading a page of records for the topic browser and
   showing a value as text, hex or JSON;
 - :mod:`~spark_mq.console.charts`: the plotly lag chart;
-- :mod:`~spark_mq.console.app`: the Flask application (pages, admin actions, errors);
+- :mod:`~spark_mq.console.context`: what the requests share (config, page Admin, sampler,
+  CSRF token);
+- :mod:`~spark_mq.console.pages`: the read-only pages;
+- :mod:`~spark_mq.console.actions`: the admin actions (``--allow-admin``) and their
+  confirmation pages;
+- :mod:`~spark_mq.console.app`: the Flask application and its error pages;
 - :mod:`~spark_mq.console.server`: serving the application with waitress.
 
-Flask, waitress and plotly are the optional extra ``spark-mq[console]``; nothing else in
-spark_mq imports this package.
+The pages are Jinja templates in ``templates/`` (autoescaped).
+
+Flask, waitress and plotly are the optional extra ``spark-mq[console]``; only the command
+``spark-mq console`` (``spark_mq/cli/console.py``) imports this package.
 """

@@ -49,7 +49,10 @@ def topics() -> str:
     rows: list[dict[str, Any]] = []
     with ctx.admin_client() as admin:
         for name in admin.list_topics():
-            description = admin.describe_topic(name)
+            try:
+                description = admin.describe_topic(name)
+            except UnknownTopicOrPartitionError:
+                continue  # deleted since it was listed
             tps = [TopicPartition(name, p.partition) for p in description.partitions]
             ends = admin.list_offsets(dict.fromkeys(tps, LATEST)) if tps else {}
             rates = [ctx.sampler.throughput(tp) for tp in tps]

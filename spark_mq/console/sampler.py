@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from spark_mq.client.admin import Admin
 from spark_mq.client.records import LATEST, TopicPartition
-from spark_mq.errors import SparkMQError
+from spark_mq.errors import SparkMQError, UnknownTopicOrPartitionError
 from spark_mq.monitoring.lag_exporter import LagExporter, PartitionLagFigures
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,10 @@ class ConsoleSampler:
     def _end_offsets(self) -> dict[TopicPartition, int]:
         tps: list[TopicPartition] = []
         for topic in self._admin.list_topics()[:MAX_SAMPLED_TOPICS]:
-            count = self._admin.describe_topic(topic).partition_count
+            try:
+                count = self._admin.describe_topic(topic).partition_count
+            except UnknownTopicOrPartitionError:
+                continue  # deleted since it was listed
             tps.extend(TopicPartition(topic, p) for p in range(count))
         if not tps:
             return {}
