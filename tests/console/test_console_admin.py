@@ -15,7 +15,7 @@ from console_browser import text_of, wait
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from spark_mq import Admin, Producer, TopicPartition
+from spark_mq import Admin, Consumer, Producer, TopicPartition
 from spark_mq.console.server import ConsoleServer
 
 
@@ -111,3 +111,32 @@ def test_abort_a_hanging_transaction(browser, admin_console, admin: Admin, mq_di
         assert admin.describe_transactions(["stuck-writer"])[0].state != "Ongoing"
     finally:
         producer.close()
+
+
+def test_reset_is_refused_while_the_group_has_members(
+    browser, admin_console, admin: Admin, mq_dir
+) -> None:
+    admin.create_topic("busy", partitions=1)
+    with Consumer(path=mq_dir, group_id="live-readers", enable_auto_commit=False) as consumer:
+        consumer.subscribe(["busy"])
+        for _ in range(300):
+            consumer.poll(timeout_ms=100)
+            if consumer.assignment():
+                break
+        assert consumer.assignment() == {TopicPartition("busy", 0)}
+        consumer.commit({TopicPartition("busy", 0): 0})
+
+        browser.get(f"{admin_console.url}/group/reset-offsets?id=live-readers")
+        assert "can only be reset while it has none" in text_of(browser, "p.error")
+        assert not browser.find_elements(By.ID, "confirm-form")
+        # Posting the form anyway (with the token) is refused by the console, 409.
+        status, body = post(
+            f"{admin_console.url}/group/reset-offsets?id=live-readers",
+            {
+                "csrf_token": admin_console.context.csrf_token,
+                "topic": "busy",
+                "target": "latest",
+            },
+        )
+        assert status == 409 and "stop its consumers" in body
+    assert admin.list_group_offsets("live-readers")[TopicPartition("busy", 0)].offset == 0
