@@ -53,7 +53,13 @@ def lag_chart(points: list[LagPoint], div_id: str = "lag-chart") -> Markup:
         yaxis_title="lag (records)",
         yaxis_rangemode="tozero",
     )
-    html = figure.to_html(full_html=False, include_plotlyjs=False, div_id=div_id)
+    # No plotly logo: its link leads off the console, which may run without internet.
+    html = figure.to_html(
+        full_html=False,
+        include_plotlyjs=False,
+        div_id=div_id,
+        config={"displaylogo": False},
+    )
     # plotly's own output, trusted as markup: the data in it are numbers, times and
     # partition names (topic names allow only letters, digits, '.', '_' and '-').
     return Markup(html)
