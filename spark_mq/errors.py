@@ -85,6 +85,7 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
         ├── InvalidRequiredAcksError             (21)
         ├── InvalidReplicationFactorError        (38)
         ├── InvalidReplicaAssignmentError        (39) an assignment that cannot be made
+        ├── NoReassignmentInProgressError        (85) cancelling a reassignment that is not there
         ├── ClusterAuthorizationError            (31) an inter-broker API sent by a client
         ├── DuplicateSequenceError               (46)
         ├── UnknownProducerIdError               (59)
@@ -818,6 +819,13 @@ class InvalidReplicaAssignmentError(ProtocolError):
     mixed, duplicate replicas, or an unknown broker."""
 
     error_code = 39
+
+
+class NoReassignmentInProgressError(ProtocolError):
+    """A partition reassignment cancelled (its target replicas null) while none is in
+    progress for that partition: nothing to revert."""
+
+    error_code = 85
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.broker.group.service import GroupService, wall_clock_ms
 from spark_mq.broker.half.service import HalfMessageService
 from spark_mq.broker.handlers import HANDLERS
+from spark_mq.broker.internal_topics import TRANSACTION_STATE_TOPIC
 from spark_mq.broker.metadata_cache import MetadataCache
 from spark_mq.broker.metrics.broker_metrics import BrokerMetrics
 from spark_mq.broker.producer_ids import ProducerIdManager
@@ -134,7 +135,9 @@ class BrokerCore:
             # In a cluster the controller decides each replica's role and creates topics.
             cluster=config.broker.in_cluster,
         )
-        self.producer_ids = ProducerIdManager(logs.root)
+        # A cluster broker's ids come from ZooKeeper's blocks (attached by the server once
+        # its session is up), never from the local file.
+        self.producer_ids = ProducerIdManager(logs.root, cluster=config.broker.in_cluster)
         self.executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=IO_THREADS, thread_name_prefix="mq-io"
         )
@@ -145,7 +148,13 @@ class BrokerCore:
         #: The group coordinator (started by the server, driven from the event loop).
         #: Each service gets what it uses: its config, the partitions, the executor and
         #: the wall clock (``clock``: start times and expiry survive restarts).
-        self.groups = GroupService(config.groups, self.replicas, self.run_blocking, clock=clock)
+        self.groups = GroupService(
+            config.groups,
+            self.replicas,
+            self.run_blocking,
+            clock=clock,
+            metadata_cache=self.metadata_cache,
+        )
         #: The transaction coordinator (started by the server, after the groups).
         self.transactions = TransactionService(
             config.transactions,
@@ -155,6 +164,7 @@ class BrokerCore:
             coordinator_epoch=meta.epoch,
             new_producer_id=self.producer_ids.next_id,
             clock=clock,
+            partition_count=self._transaction_state_partitions,
         )
         #: Half messages with check-back (started by the server, after the transactions).
         self.half_messages = HalfMessageService(
@@ -164,6 +174,10 @@ class BrokerCore:
             new_producer_id=self.producer_ids.next_id,
             clock=clock,
         )
+
+    def _transaction_state_partitions(self) -> int | None:
+        """A cluster's partition count of __transaction_state (None: not known yet)."""
+        return len(self.metadata_cache.snapshot.partitions(TRANSACTION_STATE_TOPIC)) or None
 
     @property
     def controller_id(self) -> int:

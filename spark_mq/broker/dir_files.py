@@ -192,6 +192,8 @@ class Endpoint:
     host: str | None
     port: int | None
     started_ms: int
+    #: The Prometheus endpoint's bound port (metrics.port), None when not served.
+    metrics_port: int | None = None
 
     @property
     def addresses(self) -> list[BrokerAddress]:
@@ -226,6 +228,7 @@ class Endpoint:
                 host=obj.get("host"),
                 port=obj.get("port"),
                 started_ms=obj["started_ms"],
+                metrics_port=obj.get("metrics_port"),
             )
         except (KeyError, TypeError):
             return None

@@ -80,6 +80,7 @@ from spark_mq.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
     from spark_mq.broker.replica_fetcher import ReplicaFetcherManager
+    from spark_mq.broker.txn.marker_channel import TransactionMarkerChannel
     from spark_mq.broker.zk.config_changes import TopicConfigSync
     from spark_mq.broker.zk.membership import ClusterMembership
 
@@ -215,6 +216,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
     repeats = asyncio.create_task(report_repeated(), name="repeated-failures")
     membership: ClusterMembership | None = None
     config_sync: TopicConfigSync | None = None
+    marker_channel: TransactionMarkerChannel | None = None
     try:
         addresses = await server.start()
         if broker.in_cluster:
@@ -228,6 +230,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 broker,
                 addresses,
                 unclean_leader_election_enable=config.log_defaults.unclean_leader_election_enable,
+                on_leader_elected=core.metrics.leader_elected,
             )
             await asyncio.to_thread(
                 membership.start,
@@ -235,6 +238,10 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             )
             assert membership.cluster_id is not None
             core.membership = membership
+            from spark_mq.broker.zk.producer_id_blocks import ZkProducerIdBlocks  # noqa: PLC0415
+
+            # Producer ids unique across the cluster's brokers.
+            core.producer_ids.use_blocks(ZkProducerIdBlocks(membership.zk, broker.node_id))
             core.cluster_id = membership.cluster_id
             core.cluster_admin = ZkTopicAdmin(
                 membership.zk,
@@ -255,6 +262,9 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 on_isr_change=core.metrics.isr_changed,
             )
             core.isr_changes.start()
+            marker_channel = _marker_channel(core, membership)
+            core.transactions.markers.attach_channel(marker_channel)
+            marker_channel.start()
             # Applies /config/topics/<t> to the replicas here: now (catching up on changes
             # made while this broker was down) and on every change notification.
             config_sync = TopicConfigSync(membership.zk, logs)
@@ -277,6 +287,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             host=tcp.host if tcp else None,
             port=tcp.port if tcp else None,
             started_ms=time.time_ns() // 1_000_000,
+            metrics_port=server.metrics_port,
         ).write(root)
         scheduler.start()
         core.groups.start()
@@ -293,6 +304,9 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         if core.isr_changes is not None:
             await core.isr_changes.close()
             core.isr_changes = None
+        if marker_channel is not None:
+            core.transactions.markers.attach_channel(None)
+            await marker_channel.close()
         # Followers stop fetching before the logs they append to close.
         await asyncio.to_thread(core.replicas.close_fetchers)
         await server.close(timeout_s)
@@ -309,6 +323,30 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         repeats.cancel()  # which writes the last counts of repeated failures
         await asyncio.gather(repeats, return_exceptions=True)
         core.close()
+
+
+def _marker_channel(core: BrokerCore, membership: ClusterMembership) -> TransactionMarkerChannel:
+    """The transaction coordinator's channel to the leaders of the partitions it does not
+    lead; a transaction whose last marker is acknowledged is completed at once."""
+    # Imported here: a single-node broker writes every marker itself.
+    from spark_mq.broker.txn.marker_channel import (  # noqa: PLC0415
+        BrokerCredentials,
+        TransactionMarkerChannel,
+    )
+
+    secret = membership.inter_broker_secret
+    assert secret is not None, "read by membership.start()"
+    txns = core.transactions
+
+    def complete_acknowledged() -> None:
+        txns.coordinator.retry_pending(txns.now_ms())
+
+    return TransactionMarkerChannel(
+        node_id=core.node_id,
+        metadata=lambda: core.metadata_cache.snapshot,
+        credentials=BrokerCredentials(core.node_id, lambda: membership.broker_epoch, secret),
+        on_acknowledged=complete_acknowledged,
+    )
 
 
 def _fetchers(config: ServerConfig, membership: ClusterMembership) -> ReplicaFetcherManager:

@@ -7,6 +7,8 @@ cluster before deploying one.
     spark-mq cluster stop-broker --dir DIR --id 2
     spark-mq cluster start-broker --dir DIR --id 2
     spark-mq cluster stop --dir DIR
+    spark-mq cluster reassign-partitions --bootstrap-server H:P --reassignment-json-file F \
+        (--execute | --verify | --cancel)          (see :mod:`.reassign_partitions`)
 
 Every process keeps running after the command returns; ``DIR/cluster.json`` says what runs
 and is what the later commands read. These commands talk to no broker (they start, signal
@@ -22,6 +24,8 @@ from typing import Any, Final
 
 from spark_mq.cli.common import EXIT_OK, CommandGroup, Handler, handler_table, positive_int
 from spark_mq.cli.format import json_text, render_pairs, render_table
+from spark_mq.cli.reassign_partitions import add_arguments as add_reassign_arguments
+from spark_mq.cli.reassign_partitions import cluster_reassign_partitions
 from spark_mq.cluster.local_cluster import DEFAULT_SESSION_TIMEOUT_MS, LocalCluster, PartitionView
 from spark_mq.errors import ZooKeeperConnectionError
 
@@ -74,6 +78,14 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="show brokers, their ports, the controller and unhealthy partitions",
     )
     status.add_argument("--json", action="store_true", help="print one JSON document")
+    # This one asks the cluster's controller, through a broker, as Kafka's tool does.
+    reassign = actions.add(
+        "reassign-partitions",
+        cluster_reassign_partitions,
+        parents=(common,),
+        help="move partitions to other brokers (kafka-reassign-partitions.sh)",
+    )
+    add_reassign_arguments(reassign)
 
 
 def cluster_start(args: argparse.Namespace) -> int:
@@ -144,10 +156,10 @@ def cluster_status(args: argparse.Namespace) -> int:
     )
     print()
     rows = [
-        (b["id"], b["state"], b["pid"], b["host"], b["port"], b["log_dir"])
+        (b["id"], b["state"], b["pid"], b["host"], b["port"], b["log_dir"], b["metrics"] or "-")
         for b in document["brokers"]
     ]
-    print(render_table(["ID", "STATE", "PID", "HOST", "PORT", "LOG DIR"], rows))
+    print(render_table(["ID", "STATE", "PID", "HOST", "PORT", "LOG DIR", "METRICS"], rows))
     for title, key in (
         ("offline partitions", "offline_partitions"),
         ("under-replicated partitions", "under_replicated_partitions"),
@@ -238,6 +250,7 @@ def _status(cluster: LocalCluster) -> dict[str, Any]:
                 "host": entry["host"],
                 "port": entry["port"] if running else None,
                 "log_dir": entry["log_dir"],
+                "metrics": cluster.metrics_url(broker_id),
             }
         )
     return {
@@ -253,5 +266,10 @@ def _status(cluster: LocalCluster) -> dict[str, Any]:
 
 
 HANDLERS: Final[dict[str, Handler]] = handler_table(
-    cluster_start, cluster_start_broker, cluster_stop_broker, cluster_stop, cluster_status
+    cluster_start,
+    cluster_start_broker,
+    cluster_stop_broker,
+    cluster_stop,
+    cluster_status,
+    cluster_reassign_partitions,
 )

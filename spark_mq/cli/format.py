@@ -38,6 +38,8 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any, Final, Literal, Protocol
 
+from tqdm import tqdm
+
 RecordFormat = Literal["text", "json", "csv"]
 RECORD_FORMATS: Final = ("text", "json", "csv")
 
@@ -286,49 +288,55 @@ class RecordWriter:
 
 
 class ProgressBar:
-    """A one-line progress bar redrawn in place on a terminal (at most 10 times a second).
+    """Progress of long CLI work on stderr: done/total, rate and ETA (done and rate alone when
+    the total is unknown), drawn by tqdm, redrawn at most 10 times a second.
 
-    ``enabled`` False makes every call a no-op, so callers need no conditionals.
+    ``enabled`` False makes every call a no-op, so callers need no conditionals: commands
+    enable it only when stderr is a terminal (or ``--progress`` asks), never with ``--json``
+    unless asked, so piped and machine-read output stays clean (:func:`progress_wanted`).
+    ``unit="B"`` counts bytes and shows them scaled (KiB, MiB).
     """
 
-    WIDTH: Final = 30
-
     def __init__(
-        self, total: int, *, enabled: bool, stream: IO[str] | None = None, unit: str = "records"
+        self,
+        total: int | None,
+        *,
+        enabled: bool,
+        stream: IO[str] | None = None,
+        unit: str = "records",
     ) -> None:
-        self.total = max(total, 1)
-        self.enabled = enabled
-        self.stream = stream if stream is not None else sys.stderr
-        self.unit = unit
-        self._last_draw_s = -1.0
-        self._drawn = False
-
-    def update(self, done: int, elapsed_s: float) -> None:
-        if not self.enabled or elapsed_s - self._last_draw_s < 0.1:
-            return
-        self._last_draw_s = elapsed_s
-        self._draw(done, elapsed_s)
-
-    def _draw(self, done: int, elapsed_s: float) -> None:
-        frac = min(done / self.total, 1.0)
-        filled = int(frac * self.WIDTH)
-        bar = "#" * filled + "-" * (self.WIDTH - filled)
-        rate = done / elapsed_s if elapsed_s > 0 else 0.0
-        eta = (self.total - done) / rate if rate > 0 else float("nan")
-        eta_text = "?" if math.isnan(eta) else f"{eta:,.0f} s"
-        self.stream.write(
-            f"\r[{bar}] {frac:4.0%} {done:,}/{self.total:,} {self.unit} "
-            f"{rate:,.0f}/s ETA {eta_text}   "
+        scaled = unit == "B"
+        self._bar = tqdm(
+            total=total,
+            disable=not enabled,
+            file=stream if stream is not None else sys.stderr,
+            unit=unit if scaled else f" {unit}",
+            unit_scale=scaled,
+            unit_divisor=1024 if scaled else 1000,
+            mininterval=0.1,
+            dynamic_ncols=True,
         )
-        self.stream.flush()
-        self._drawn = True
 
-    def finish(self, done: int, elapsed_s: float) -> None:
-        if not self.enabled:
-            return
-        self._draw(done, elapsed_s)
-        self.stream.write("\n")
-        self.stream.flush()
+    def update(self, done: int) -> None:
+        """``done`` units are done in all (not since the last call)."""
+        if done > self._bar.n:
+            self._bar.update(done - self._bar.n)
+
+    def finish(self, done: int) -> None:
+        """Draw the final state and end the line."""
+        self.update(done)
+        self._bar.close()
+
+
+def progress_wanted(args: Any, *, output_is_data: bool = False) -> bool:
+    """Whether a command draws its progress bar: ``--progress`` asks for it; otherwise only
+    when stderr is a terminal, ``--json`` was not asked, and (``output_is_data``: records go
+    to stdout) stdout is not that terminal too, where the bar would tear the records."""
+    if getattr(args, "progress", False):
+        return True
+    if getattr(args, "json", False) or not sys.stderr.isatty():
+        return False
+    return not (output_is_data and sys.stdout.isatty())
 
 
 def summary_rows(summary: Mapping[str, object]) -> list[tuple[str, object]]:

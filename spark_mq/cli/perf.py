@@ -49,16 +49,18 @@ from spark_mq.cli.common import (
     producer_options,
     topic_partitions,
 )
-from spark_mq.cli.format import ProgressBar, print_result, render_pairs, summary_rows
+from spark_mq.cli.format import (
+    ProgressBar,
+    print_result,
+    progress_wanted,
+    render_pairs,
+    summary_rows,
+)
 
 #: Latency samples kept by ``perf produce`` (Kafka's tool keeps about as many).
 LATENCY_SAMPLES: Final = 500_000
 #: Distinct payloads cycled through, so a compressing codec sees varied data.
 PAYLOADS: Final = 1_000
-
-
-def _progress_enabled(args: argparse.Namespace) -> bool:
-    return bool(args.progress) or sys.stderr.isatty()
 
 
 def payload_pool(record_size: int, count: int = PAYLOADS, seed: int = 0) -> list[bytes]:
@@ -140,7 +142,7 @@ class _Throttle:
 def perf_produce(args: argparse.Namespace) -> int:
     payloads = payload_pool(args.record_size)
     n = args.num_records
-    progress = ProgressBar(n, enabled=_progress_enabled(args))
+    progress = ProgressBar(n, enabled=progress_wanted(args))
     throttle = _Throttle(args.throughput)
     with Producer(**producer_config(args)) as producer:
         producer.partitions_for(args.topic)  # fail early (and outside the clock) if unknown
@@ -148,7 +150,7 @@ def perf_produce(args: argparse.Namespace) -> int:
             seconds, latencies = _produce_batches(args, producer, payloads, progress, throttle)
         else:
             seconds, latencies = _produce_records(args, producer, payloads, progress, throttle)
-    progress.finish(n, seconds)
+    progress.finish(n)
     extra: dict[str, Any] = {"api": "send_batch" if args.batch else "send"}
     if args.batch:
         extra["batch_records"] = args.batch_records
@@ -193,7 +195,7 @@ def _produce_records(
             send(topic, payloads[i % m])
         if i % check_every == 0:
             elapsed = clock() - t0
-            progress.update(i, elapsed)
+            progress.update(i)
             throttle.wait(i + 1, elapsed)
     producer.flush()
     seconds = clock() - t0
@@ -255,7 +257,7 @@ def _produce_batches(
                 ready.notify()
             sent += count
             elapsed = clock() - t0
-            progress.update(sent, elapsed)
+            progress.update(sent)
             throttle.wait(sent, elapsed)
         producer.flush()
     finally:
@@ -277,7 +279,7 @@ def _produce_batches(
 def perf_consume(args: argparse.Namespace) -> int:
     config = consumer_config(args)
     n = args.num_records
-    progress = ProgressBar(n, enabled=_progress_enabled(args))
+    progress = ProgressBar(n, enabled=progress_wanted(args))
     clock = time.perf_counter
     poll_seconds: list[float] = []
     got = 0
@@ -311,11 +313,11 @@ def perf_consume(args: argparse.Namespace) -> int:
                 poll_seconds.append(now - started)
                 got += count
                 last_record = now
-                progress.update(got, now - t0)
+                progress.update(got)
             elif (now - last_record) * 1000 >= args.timeout_ms:
                 break
         seconds = (last_record if got else clock()) - t0
-    progress.finish(got, seconds)
+    progress.finish(got)
     summary = _summary(
         "consume",
         got,

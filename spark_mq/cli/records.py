@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence, Set
@@ -42,10 +43,12 @@ from spark_mq.cli.common import (
 )
 from spark_mq.cli.format import (
     RECORD_FORMATS,
+    ProgressBar,
     RecordFormat,
     RecordWriter,
     json_text,
     plural,
+    progress_wanted,
     render_table,
 )
 from spark_mq.client.group.offsets import OffsetsArg
@@ -118,8 +121,14 @@ def produce(args: argparse.Namespace) -> int:
         source: IO[bytes]
         if args.file is not None:
             source = stack.enter_context(open(args.file, "rb"))
+            # A file's size is known: the bar counts its bytes, with an ETA.
+            progress = ProgressBar(
+                os.fstat(source.fileno()).st_size, enabled=progress_wanted(args), unit="B"
+            )
         else:
             source = sys.stdin.buffer
+            progress = ProgressBar(None, enabled=progress_wanted(args))
+        stack.callback(lambda: progress.finish(source.tell() if args.file else count))
         producer = stack.enter_context(Producer(**config))
         for lineno, line in enumerate(_lines(source), start=1):
             key: bytes | None = None
@@ -144,6 +153,7 @@ def produce(args: argparse.Namespace) -> int:
             count += 1
             if len(pending) >= PRODUCE_WINDOW:
                 settle()
+                progress.update(source.tell() if args.file else count)
         producer.flush()
         settle()
 
@@ -187,6 +197,8 @@ def consume(args: argparse.Namespace) -> int:
         separator=args.separator.encode("utf-8"),
     )
     count = 0
+    # Records go to stdout: the bar shows only when they go elsewhere (a file, a pipe).
+    progress = ProgressBar(args.max_messages, enabled=progress_wanted(args, output_is_data=True))
     with Consumer(**config) as consumer:
         printed = _PrintedOffsets(consumer, commit=group is not None and group.commit)
         tps = topic_partitions(consumer, args.topic)
@@ -219,6 +231,7 @@ def consume(args: argparse.Namespace) -> int:
                     # Only once flushed are they shown (and committable).
                     printed.add(polled)
                     last_record_s = time.monotonic()
+                    progress.update(count)
                 printed.writing = False
                 if got:
                     printed.commit_if_due()
@@ -233,6 +246,7 @@ def consume(args: argparse.Namespace) -> int:
         else:
             printed.commit()
         finally:
+            progress.finish(count)
             print(f"Consumed {plural(count, 'record')}.", file=sys.stderr)
     return 0
 
@@ -407,6 +421,11 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     produce_cmd.add_argument(
         "--partition", type=non_negative_int, help="send every record to this partition"
     )
+    produce_cmd.add_argument(
+        "--progress",
+        action="store_true",
+        help="draw a progress bar on stderr even when it is not a terminal",
+    )
     producer_options(
         produce_cmd,
         acks_help="acknowledgement (default: all)",
@@ -469,6 +488,11 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     consume_cmd.add_argument("--print-headers", action="store_true", help="text: k=v,k=v headers")
     consume_cmd.add_argument(
         "--separator", default="\t", help="text: between the printed fields (default: tab)"
+    )
+    consume_cmd.add_argument(
+        "--progress",
+        action="store_true",
+        help="draw a progress bar on stderr even when it is not a terminal",
     )
     consumer_options(
         consume_cmd, isolation_help="read_committed (default) hides open and aborted transactions"

@@ -101,6 +101,9 @@ def describe_document(admin: Admin, topic: str, live: frozenset[int]) -> dict[st
     starts = admin.list_offsets(dict.fromkeys(led, "earliest"), isolation_level="read_uncommitted")
     ends = admin.list_offsets(dict.fromkeys(led, "latest"), isolation_level="read_uncommitted")
     stable = admin.list_offsets(dict.fromkeys(led, "latest"), isolation_level="read_committed")
+    moving = admin.list_partition_reassignments(
+        [TopicPartition(topic, p.partition) for p in description.partitions]
+    )
     partitions = []
     for p in description.partitions:
         tp = TopicPartition(topic, p.partition)
@@ -115,6 +118,9 @@ def describe_document(admin: Admin, topic: str, live: frozenset[int]) -> dict[st
                 "log_start_offset": starts[tp].offset if tp in starts else None,
                 "high_watermark": ends[tp].offset if tp in ends else None,
                 "last_stable_offset": stable[tp].offset if tp in stable else None,
+                # A reassignment in progress (kafka-topics prints them too).
+                "adding_replicas": list(moving[tp].adding_replicas) if tp in moving else [],
+                "removing_replicas": list(moving[tp].removing_replicas) if tp in moving else [],
             }
         )
     return {
@@ -190,8 +196,13 @@ def describe_text(document: dict[str, Any], *, summary: bool) -> str:
             f"Leader: {p['leader'] if p['leader'] >= 0 else 'none'}",
             f"Replicas: {','.join(map(str, p['replicas']))}",
             f"Isr: {','.join(map(str, p['isr']))}",
-            f"LeaderEpoch: {p['leader_epoch']}",
         ]
+        # Kafka's next fields, while the partition is being reassigned.
+        if p.get("adding_replicas"):
+            fields.append(f"Adding Replicas: {','.join(map(str, p['adding_replicas']))}")
+        if p.get("removing_replicas"):
+            fields.append(f"Removing Replicas: {','.join(map(str, p['removing_replicas']))}")
+        fields.append(f"LeaderEpoch: {p['leader_epoch']}")
         if p["offline_replicas"]:
             fields.append(f"Offline: {','.join(map(str, p['offline_replicas']))}")
         if p["high_watermark"] is not None:

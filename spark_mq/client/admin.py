@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from typing import Any
 
+from spark_mq.client import reassignments
 from spark_mq.client.cluster import ANY_NODE, LEADER_MOVED, Cluster
 from spark_mq.client.config import AdminConfig, client_config_props
 from spark_mq.client.descriptions import (
@@ -32,6 +33,7 @@ from spark_mq.client.group.admin_groups import (
 )
 from spark_mq.client.group.offsets import OffsetAndMetadata, OffsetsArg, normalize_offsets
 from spark_mq.client.offset_lookup import list_offsets
+from spark_mq.client.reassignments import PartitionReassignment, ReassignmentPlan
 from spark_mq.client.records import EARLIEST, LATEST, OffsetAndTimestamp, TopicPartition
 from spark_mq.client.retry import Again, Retry, sent
 from spark_mq.client.transactions import (
@@ -208,6 +210,30 @@ class Admin:
         )
         for result in response.results:
             _raise_for(result.error_code, result.error_message, result.name)
+
+    def alter_partition_reassignments(self, plan: ReassignmentPlan) -> None:
+        """Start moving partitions to new replicas (KIP-455): ``plan`` maps each partition
+        to its target replicas, the first the preferred leader, or to None to cancel its
+        reassignment in progress. Returns once the controller has started them; the move
+        goes on in the background (see :meth:`list_partition_reassignments`). A refused
+        partition raises its error (InvalidReplicaAssignmentError,
+        UnknownTopicOrPartitionError, NoReassignmentInProgressError), naming every refused
+        partition; the others were started."""
+        request = reassignments.alter_request(plan, self.config.default_api_timeout_ms)
+        response = self._controller_request(
+            request,
+            lambda r: [r.error_code, *(p.error_code for t in r.responses for p in t.partitions)],
+        )
+        reassignments.raise_for_alter(response)
+
+    def list_partition_reassignments(
+        self, partitions: Sequence[TopicPartition | tuple[str, int]] | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """The reassignments in progress (of ``partitions``, or all): replicas, adding and
+        removing replicas per partition still moving."""
+        request = reassignments.list_request(partitions, self.config.default_api_timeout_ms)
+        response = self._controller_request(request, lambda r: [r.error_code])
+        return reassignments.ongoing(response)
 
     def list_topics(self) -> list[str]:
         """Names of every topic, sorted."""

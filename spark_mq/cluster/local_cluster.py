@@ -48,6 +48,7 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from spark_mq.broker.dir_files import Endpoint
 from spark_mq.broker.zk import partition_states, znodes
 from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
 from spark_mq.cluster.zookeeper_server import MAIN_CLASS, ZooKeeperServer, ZooKeeperServerConfig
@@ -235,6 +236,17 @@ class LocalCluster:
         entry = self.state["brokers"][str(broker_id)]
         return f"{entry['host']}:{entry['port']}"
 
+    def metrics_url(self, broker_id: int) -> str | None:
+        """The Prometheus endpoint of a running broker (from its ``broker.json``), or None
+        while it has none (not running, still starting, or ``metrics.port=-1``)."""
+        self._require_known(broker_id)
+        if not self.broker_running(broker_id):
+            return None
+        endpoint = Endpoint.read(self.log_dir(broker_id))
+        if endpoint is None or endpoint.metrics_port is None:
+            return None
+        return f"http://127.0.0.1:{endpoint.metrics_port}/metrics"
+
     def _entry(self, broker_id: int) -> dict[str, Any]:
         entry: dict[str, Any] = self.state["brokers"].setdefault(
             str(broker_id),
@@ -392,6 +404,9 @@ class LocalCluster:
             # transaction coordinators (Kafka's quickstart lowers them the same way).
             "offsets.topic.replication.factor": str(min(3, len(self.broker_ids))),
             "transaction.state.log.replication.factor": str(min(3, len(self.broker_ids))),
+            # Prometheus metrics on a free port, recorded in the broker's broker.json
+            # (metrics_url(id); `spark-mq cluster status` lists them).
+            "metrics.port": "0",
             **self._broker_properties,
         }
         self.broker_dir(broker_id).mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ from spark_mq.protocol import (
     offsets,
     produce,
     producer_id,
+    reassignment,
     replication,
     transactions,
 )
@@ -97,6 +98,9 @@ class ApiKey(enum.IntEnum):
     AUTHENTICATE_BROKER = 1009
     # Replication (protocol/replication.py).
     OFFSET_FOR_LEADER_EPOCH = 23
+    # Partition reassignment, KIP-455 (protocol/reassignment.py).
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
 
 
 #: The APIs only a broker of the cluster may send (Kafka: the ones that need the CLUSTER
@@ -434,6 +438,18 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             controller.AuthenticateBrokerRequest,
             controller.AuthenticateBrokerResponse,
             controller.authenticate_broker_error,
+        ),
+        ApiSpec(
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+            reassignment.AlterPartitionReassignmentsRequest,
+            reassignment.AlterPartitionReassignmentsResponse,
+            reassignment.alter_partition_reassignments_error,
+        ),
+        ApiSpec(
+            ApiKey.LIST_PARTITION_REASSIGNMENTS,
+            reassignment.ListPartitionReassignmentsRequest,
+            reassignment.ListPartitionReassignmentsResponse,
+            reassignment.list_partition_reassignments_error,
         ),
     )
 }

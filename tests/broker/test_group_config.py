@@ -14,6 +14,7 @@ KAFKA_DEFAULTS = {
     "offsets.topic.segment.bytes": "104857600",
     "offsets.retention.minutes": "10080",
     "offsets.retention.check.interval.ms": "600000",
+    "offsets.commit.timeout.ms": "5000",
     "offset.metadata.max.bytes": "4096",
     "group.initial.rebalance.delay.ms": "3000",
     "group.min.session.timeout.ms": "6000",

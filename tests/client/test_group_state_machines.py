@@ -199,6 +199,8 @@ def test_fetched_offsets_mark_missing_commits_as_none() -> None:
     [
         (14, CommitOutcome.RETRY),
         (16, CommitOutcome.COORDINATOR_GONE),
+        (15, CommitOutcome.COORDINATOR_GONE),
+        (7, CommitOutcome.COORDINATOR_GONE),
         (22, CommitOutcome.STALE_GENERATION),
         (25, CommitOutcome.STALE_GENERATION),
         (27, CommitOutcome.REBALANCING),

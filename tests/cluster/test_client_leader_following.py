@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
@@ -120,11 +122,29 @@ def _restore(cluster: LocalCluster, broker_id: int) -> None:
         wait_for(lambda: broker_id in admin.describe_cluster().broker_ids, timeout_s=30)
 
 
+def _elections(cluster: LocalCluster, broker_id: int) -> float:
+    """The broker's spark_mq_leader_elections_total (its Prometheus endpoint)."""
+    url = cluster.metrics_url(broker_id)
+    assert url is not None
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    (value,) = (
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "spark_mq_leader_elections_total"
+    )
+    return value
+
+
 def test_the_producer_follows_a_leader_that_moves_off_a_killed_broker(
     cluster: LocalCluster,
 ) -> None:
     victim = _victim(cluster, _create(cluster, "p"))
     survivor = _survivor(cluster, victim.leader)
+    controller = cluster.controller_id()
+    assert controller is not None
+    elections_before = _elections(cluster, controller)
     with Producer(
         bootstrap_servers=cluster.broker_server(survivor),
         config={"delivery.timeout.ms": 60000, "retry.backoff.max.ms": 200},
@@ -137,6 +157,8 @@ def test_the_producer_follows_a_leader_that_moves_off_a_killed_broker(
         finally:
             _restore(cluster, victim.leader)
     assert metadata.offset == 1
+    # The controller counted the leaders it elected off the killed broker.
+    assert _elections(cluster, controller) > elections_before
     tp = TopicPartition("p", victim.partition)
     with Consumer(bootstrap_servers=cluster.broker_server(survivor)) as consumer:
         consumer.assign([tp])

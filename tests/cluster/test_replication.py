@@ -13,10 +13,12 @@ One cluster is shared by the tests of this module: each uses topics of its own.
 from __future__ import annotations
 
 import struct
+import urllib.request
 from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_for
 
 from spark_mq.broker.zk.broker_registration import read_live_brokers
@@ -243,11 +245,34 @@ def test_acks_all_with_min_insync_replicas(cluster: LocalCluster, zk: ZkClient) 
     assert produce(cluster, leader, topic, [b"all again"], acks=-1)[0] == 0
 
 
+def scrape(cluster: LocalCluster, broker_id: int) -> dict[str, float]:
+    """A broker's unlabelled Prometheus samples (by name)."""
+    url = cluster.metrics_url(broker_id)
+    assert url is not None, f"broker {broker_id} serves no metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if not sample.labels
+    }
+
+
+def test_every_broker_serves_metrics_and_one_is_controller(cluster: LocalCluster) -> None:
+    wait_for(lambda: all(cluster.metrics_url(b) for b in cluster.broker_ids), 30)
+    scraped = {b: scrape(cluster, b) for b in cluster.broker_ids}
+    assert sum(s["spark_mq_active_controller"] for s in scraped.values()) == 1
+    assert scraped[cluster.controller_id()]["spark_mq_active_controller"] == 1
+    assert all(s["spark_mq_state_scrape_success"] == 1 for s in scraped.values())
+
+
 def test_a_lagging_follower_leaves_the_isr_and_rejoins(cluster: LocalCluster, zk: ZkClient) -> None:
     topic = "lagging"
     leader = create_topic(cluster, zk, topic, {})
     before = read_partition_state(zk, topic, 0)
     assert before is not None
+    counted = scrape(cluster, leader)
     follower = next(b for b in cluster.broker_ids if b not in (leader, cluster.controller_id()))
     # Every replica has fetched (acks=all answered) before the follower stops fetching.
     wait_for(lambda: produce(cluster, leader, topic, [b"x"], acks=-1)[0] == 0, 30)
@@ -266,6 +291,10 @@ def test_a_lagging_follower_leaves_the_isr_and_rejoins(cluster: LocalCluster, zk
     )
     assert shrunk.version > before.version
     wait_for(lambda: isr(zk, topic) == sorted(cluster.broker_ids), 30)
+    # The leader counted the shrink and the expansion (its metrics endpoint).
+    after = scrape(cluster, leader)
+    assert after["spark_mq_isr_shrinks_total"] >= counted["spark_mq_isr_shrinks_total"] + 1
+    assert after["spark_mq_isr_expands_total"] >= counted["spark_mq_isr_expands_total"] + 1
 
 
 def test_the_controller_refuses_stale_isr_proposals(cluster: LocalCluster, zk: ZkClient) -> None:

@@ -60,23 +60,30 @@ class TxnProducer:
         )
         return [p.error_code for t in response.results for p in t.partitions]
 
-    def send(self, topic: str, partition: int, *values: bytes) -> Any:
-        seq = self.sequence.get((topic, partition), 0)
-        data = encode_batch(
+    def _batch(self, topic: str, partition: int, values: tuple[bytes, ...]) -> bytes:
+        return encode_batch(
             pa.array(list(values), pa.binary()),
             producer_id=self.pid,
             producer_epoch=self.epoch,
-            base_sequence=seq,
+            base_sequence=self.sequence.get((topic, partition), 0),
             is_transactional=True,
         )
+
+    def send(self, topic: str, partition: int, *values: bytes, data: bytes | None = None) -> Any:
+        if data is None:
+            data = self._batch(topic, partition, values)
         part = self.conn.produce(topic, partition, data, acks=-1, transactional_id=self.tid)
         if part.error_code == 0:
-            self.sequence[(topic, partition)] = seq + len(values)
+            key = (topic, partition)
+            self.sequence[key] = self.sequence.get(key, 0) + len(values)
         return part
 
     def write(self, topic: str, partition: int, *values: bytes) -> None:
+        # Encoded before the transaction starts: a first encode in a fresh process loads
+        # modules for longer than the short transaction timeouts some tests use.
+        data = self._batch(topic, partition, values)
         assert self.add(topic, partition) == [0]
-        part = self.send(topic, partition, *values)
+        part = self.send(topic, partition, *values, data=data)
         assert part.error_code == 0, part.error_message
 
     def add_offsets(self, group: str) -> Any:

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from ..zk.controller_election import ControllerEpoch
 from ..zk.znodes import BrokerRegistration, PartitionState, Versioned
+from .reassignment_sets import ReplicaAssignment
 from .state_machines import (
     PartitionState as PartitionPhase,
 )
@@ -50,6 +51,8 @@ class ControllerContext:
         default_factory=replica_tracker
     )
     topics_to_delete: set[str] = dataclasses.field(default_factory=set)
+    #: Partitions being reassigned: their RS (also in ``assignments``), AR and RR.
+    reassignments: dict[TopicPartition, ReplicaAssignment] = dataclasses.field(default_factory=dict)
 
     @property
     def live_ids(self) -> set[int]:
@@ -83,6 +86,7 @@ class ControllerContext:
             self.partition_states.forget(tp)
             for broker in self.replicas(tp):
                 self.replica_states.forget((tp[0], tp[1], broker))
+            self.reassignments.pop(tp, None)
         self.assignments.pop(topic, None)
         self.topics_to_delete.discard(topic)
 

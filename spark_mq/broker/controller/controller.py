@@ -22,7 +22,11 @@ Events, in the order they arrive:
 - **PartitionModifications** (a topic's assignment changed): new partitions go New -> Online.
 - **TopicDeletion** (``/admin/delete_topics`` changed): see :mod:`.topic_deletion`.
 - **AlterPartition** (a leader's proposed ISR, from the broker's handler): see
-  :mod:`.alter_partition`; the handler awaits the answer the event computes.
+  :mod:`.alter_partition`; the handler awaits the answer the event computes. A partition
+  being reassigned whose target replicas are now all in the ISR finishes moving.
+- **AlterPartitionReassignments** / **ListPartitionReassignments** (KIP-455, from the
+  broker's handlers): see :mod:`.reassignment`. Startup carries on the reassignments
+  ZooKeeper holds.
 
 Failures: a write refused by the epoch check (:class:`~spark_mq.errors.ControllerMovedError`)
 or a broker's STALE_CONTROLLER_EPOCH means another broker is controller: this one stops at
@@ -48,7 +52,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Final
+from typing import Final, TypeVar
 
 import msgspec
 
@@ -56,6 +60,12 @@ from spark_mq.errors import ControllerMovedError, ZooKeeperConnectionError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.controller import AlterPartitionRequest, AlterPartitionResponse
 from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.reassignment import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+)
 from spark_mq.rate_limited_log import RateLimitedLog
 
 from ..zk import znodes
@@ -68,6 +78,7 @@ from ..zk.partition_states import (
     read_topic_assignment,
     read_topic_config,
 )
+from . import reassignment
 from .alter_partition import alter_partition
 from .channel import BrokerResponse, ChannelConfig, ControllerChannelManager
 from .context import ControllerContext, TopicPartition
@@ -83,6 +94,7 @@ from .state_machines import ReplicaState
 from .topic_deletion import delete_topics, delete_unknown_requests
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 _RESPONSES = RateLimitedLog(log)
 
 #: Answers kept for :attr:`Controller.responses` (tests and status read them).
@@ -100,6 +112,9 @@ class ControllerConfig:
     unclean_leader_election_enable: bool = False
     #: The controller's own broker epoch, read when a connection authenticates.
     own_broker_epoch: Callable[[], int | None] = lambda: None
+    #: Told of every partition leader elected (True: an unclean election), on the event
+    #: thread; must not block (the broker's metrics count them).
+    on_leader_elected: Callable[[bool], None] = lambda _unclean: None
     reconnect_backoff_ms: int = 100
     reconnect_backoff_max_ms: int = 1_000
     request_timeout_ms: int = 30_000
@@ -195,6 +210,8 @@ class Controller:
         def process() -> None:
             try:
                 future.set_result(alter_partition(self._zk, self.context, request, self._batch()))
+                changed = [(p.topic, p.partition) for p in request.partitions]
+                reassignment.on_isr_change(self._zk, self.context, changed, self._batch())
             except BaseException as exc:
                 if not future.done():
                     future.set_exception(exc)
@@ -207,6 +224,46 @@ class Controller:
         else:
             self._enqueue("AlterPartition", process)
         return future
+
+    def _call(self, name: str, compute: Callable[[], _T]) -> concurrent.futures.Future[_T]:
+        """Run ``compute`` as event ``name``; the future gets its result, or the error that
+        stopped it (ControllerMovedError if this controller stopped)."""
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+        def process() -> None:
+            try:
+                future.set_result(compute())
+            except BaseException as exc:
+                if not future.done():
+                    future.set_exception(exc)
+                raise
+
+        if not self._active.is_set():
+            future.set_exception(
+                ControllerMovedError(f"broker {self.broker_id} is no longer the controller")
+            )
+        else:
+            self._enqueue(name, process)
+        return future
+
+    def alter_partition_reassignments(
+        self, request: AlterPartitionReassignmentsRequest
+    ) -> concurrent.futures.Future[AlterPartitionReassignmentsResponse]:
+        """Start (or cancel) reassignments as an event; the answer once they are started."""
+        return self._call(
+            "AlterPartitionReassignments",
+            lambda: reassignment.alter_partition_reassignments(
+                self._zk, self.context, request, self._batch()
+            ),
+        )
+
+    def list_partition_reassignments(
+        self, request: ListPartitionReassignmentsRequest
+    ) -> concurrent.futures.Future[ListPartitionReassignmentsResponse]:
+        return self._call(
+            "ListPartitionReassignments",
+            lambda: reassignment.list_partition_reassignments(self.context, request),
+        )
 
     def _enqueue(self, name: str, process: Callable[[], None]) -> None:
         if self._active.is_set():
@@ -336,6 +393,7 @@ class Controller:
         if assignment is None:
             return False
         self.context.assignments[topic] = dict(assignment.partitions)
+        reassignment.record_reassignments(self.context, topic, assignment)
         self._watch_topic(topic)
         return True
 
@@ -391,6 +449,7 @@ class Controller:
             remove_replicas_from_isr(self._zk, ctx, dead, on_dead, batch)
             batch.add_update_metadata(ctx.live_ids)
             batch.send()
+        reassignment.resume(self._zk, ctx, batch)
         self._topic_deletion()
 
     def _initialize_states(self, tp: TopicPartition) -> None:
@@ -416,7 +475,14 @@ class Controller:
             tp for tp in ctx.partition_states.keys_in(Phase.OFFLINE) if not ctx.is_being_deleted(tp)
         ]
         initialize_leadership(self._zk, ctx, sorted(new), batch)
-        elect_leaders(self._zk, ctx, sorted(offline), batch, self._unclean_allowed)
+        elect_leaders(
+            self._zk,
+            ctx,
+            sorted(offline),
+            batch,
+            self._unclean_allowed,
+            on_elected=self.config.on_leader_elected,
+        )
         batch.send()
 
     def _broker_change(self) -> None:

@@ -68,6 +68,15 @@ class GroupConfig(Config):
         parse=parse_int,
         check=at_least(1),
     )
+    offsets_commit_timeout_ms: int = setting(
+        "offsets.commit.timeout.ms",
+        5000,
+        "In a cluster, how long an offset commit (or a group's metadata) waits for every "
+        "in-sync replica of its __consumer_offsets partition before it is answered "
+        "REQUEST_TIMED_OUT (a SyncGroup: REBALANCE_IN_PROGRESS).",
+        parse=parse_int,
+        check=at_least(1),
+    )
     offset_metadata_max_bytes: int = setting(
         "offset.metadata.max.bytes",
         4096,

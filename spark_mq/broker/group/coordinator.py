@@ -30,7 +30,7 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from spark_mq.broker.coordinator_topic import Record
 from spark_mq.broker.group.config import GroupConfig
@@ -39,18 +39,20 @@ from spark_mq.broker.group.join import JoinHandler
 from spark_mq.broker.group.member import JoinCallback, SyncCallback
 from spark_mq.broker.group.offsets import FetchedOffset, OffsetCommit, OffsetManager
 from spark_mq.broker.group.offsets_topic import GroupStore, LoadedGroups
-from spark_mq.broker.group.rebalance import Rebalancer, validate_group_id
-from spark_mq.broker.group.records import TopicPartitionKey, group_key, offset_key
+from spark_mq.broker.group.ownership import PartitionOwnership
+from spark_mq.broker.group.rebalance import Rebalancer, join_error, sync_error, validate_group_id
+from spark_mq.broker.group.records import OffsetEntry, TopicPartitionKey, group_key, offset_key
 from spark_mq.broker.group.state import GroupState
 from spark_mq.broker.group.timers import TimerQueue
 from spark_mq.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
     NonEmptyGroupError,
+    NotCoordinatorError,
     SparkMQError,
     StorageError,
 )
-from spark_mq.protocol.error_codes import code_for
+from spark_mq.protocol.error_codes import ErrorCode, code_for
 from spark_mq.protocol.groups import (
     DeletableGroupResult,
     DescribedGroup,
@@ -88,9 +90,13 @@ class GroupCoordinator:
         store: GroupStore,
         *,
         new_member_id: Callable[[str], str] = random_member_id,
+        ownership: PartitionOwnership | None = None,
     ) -> None:
         self.config = config
         self.store = store
+        #: Which partitions of __consumer_offsets this coordinator serves (ownership.py);
+        #: everything unless a cluster broker's service gives its own.
+        self.ownership = ownership or PartitionOwnership.everything()
         self.groups: dict[str, Group] = {}
         self.timers = TimerQueue()
         self.rebalancer = Rebalancer(config, self.groups, self.timers, store)
@@ -101,6 +107,7 @@ class GroupCoordinator:
             store,
             create_group=self._create_group,
             touch_member=self.rebalancer.touch,
+            check_coordinator=self.check_coordinator,
         )
 
     def _create_group(self, group_id: str, now_ms: int) -> Group:
@@ -129,17 +136,29 @@ class GroupCoordinator:
         now_ms: int,
         respond: JoinCallback,
     ) -> None:
+        try:
+            self.check_coordinator(request.group_id)
+        except SparkMQError as exc:
+            respond(join_error(exc, request.member_id))
+            return
         self.joins.join(
             request, client_id=client_id, client_host=client_host, now_ms=now_ms, respond=respond
         )
 
     def sync(self, request: SyncGroupRequest, *, now_ms: int, respond: SyncCallback) -> None:
+        try:
+            self.check_coordinator(request.group_id)
+        except SparkMQError as exc:
+            respond(sync_error(exc))
+            return
         self.rebalancer.sync(request, now_ms=now_ms, respond=respond)
 
     def heartbeat(self, request: HeartbeatRequest, *, now_ms: int) -> None:
+        self.check_coordinator(request.group_id)
         self.rebalancer.heartbeat(request, now_ms=now_ms)
 
     def leave(self, request: LeaveGroupRequest, *, now_ms: int) -> LeaveGroupResponse:
+        self.check_coordinator(request.group_id)
         return self.rebalancer.leave(request, now_ms=now_ms)
 
     # -----------------------------------------------------------------------------------------
@@ -154,8 +173,9 @@ class GroupCoordinator:
         member_id: str = "",
         group_instance_id: str | None = None,
         now_ms: int,
+        staged: dict[TopicPartitionKey, OffsetEntry] | None = None,
     ) -> list[SparkMQError | None]:
-        validate_group_id(group_id)
+        self.check_coordinator(group_id)
         return self.offsets.commit(
             group_id,
             commits,
@@ -163,6 +183,7 @@ class GroupCoordinator:
             member_id=member_id,
             group_instance_id=group_instance_id,
             now_ms=now_ms,
+            staged=staged,
         )
 
     def fetch_offsets(
@@ -172,7 +193,7 @@ class GroupCoordinator:
         *,
         require_stable: bool = True,
     ) -> list[FetchedOffset]:
-        validate_group_id(group_id)
+        self.check_coordinator(group_id)
         return self.offsets.fetch(group_id, partitions, require_stable=require_stable)
 
     def expire_offsets(self, now_ms: int) -> int:
@@ -187,7 +208,7 @@ class GroupCoordinator:
         out = []
         for group_id in group_ids:
             try:
-                validate_group_id(group_id)
+                self.check_coordinator(group_id)
             except SparkMQError as exc:
                 out.append(
                     DescribedGroup(
@@ -226,14 +247,19 @@ class GroupCoordinator:
         return DescribeGroupsResponse(out)
 
     def list_groups(self, states_filter: Sequence[str] = ()) -> ListGroupsResponse:
-        """Every group (sorted by id), or those in the named states (any case)."""
+        """Every group (sorted by id), or those in the named states (any case). Only the
+        groups of owned partitions are in memory; while a partition loads, the answer says
+        COORDINATOR_LOAD_IN_PROGRESS with the groups known so far, as Kafka's does."""
         wanted = {GroupState.parse(name) for name in states_filter}
         groups = [
             ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
             for g in sorted(self.groups.values(), key=lambda g: g.group_id)
             if not states_filter or g.state in wanted
         ]
-        return ListGroupsResponse(0, groups)
+        loading = bool(self.ownership.loading())
+        return ListGroupsResponse(
+            int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) if loading else 0, groups
+        )
 
     def delete_groups(self, group_ids: Sequence[str], *, now_ms: int) -> list[DeletableGroupResult]:
         results = []
@@ -246,7 +272,7 @@ class GroupCoordinator:
         return results
 
     def _delete_one(self, group_id: str, now_ms: int) -> None:
-        validate_group_id(group_id)
+        self.check_coordinator(group_id)
         group = self.groups.get(group_id)
         if group is None:
             raise GroupIdNotFoundError(f"group {group_id!r} does not exist")
@@ -276,12 +302,23 @@ class GroupCoordinator:
     # Startup and shutdown
 
     def load(self, loaded: LoadedGroups, now_ms: int) -> None:
-        """Install what ``__consumer_offsets`` holds (at startup, before any request).
+        """Install what ``__consumer_offsets`` holds (a single node, at startup, before any
+        request).
 
         Groups with members come back Stable with their assignments; their sessions start at
         ``now_ms``, so members that do not heartbeat within their session timeout are removed
         and the group rebalances. Groups known only by offsets come back Empty.
         """
+        self._install(loaded, now_ms)
+        logger.info(
+            "loaded %d groups and %d committed offsets from %d records (%d skipped)",
+            len(self.groups),
+            sum(len(g.offsets) for g in self.groups.values()),
+            loaded.records,
+            loaded.skipped,
+        )
+
+    def _install(self, loaded: LoadedGroups, now_ms: int) -> None:
         for group_id, record in loaded.groups.items():
             restored = self.groups[group_id] = Group.from_record(group_id, record, now_ms)
             for member in restored.members.values():
@@ -298,14 +335,93 @@ class GroupCoordinator:
             owner = self.groups.get(group_id) or self._create_group(group_id, now_ms)
             for producer_id, entries in by_producer.items():
                 owner.pending_txn_offsets.setdefault(producer_id, {}).update(entries)
+
+    # -----------------------------------------------------------------------------------------
+    # Partitions moving in and out (a cluster broker; ownership.py)
+
+    def check_coordinator(self, group_id: str) -> None:
+        """Raise unless this coordinator serves ``group_id`` now: an invalid id, or
+        NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS when its partition of
+        ``__consumer_offsets`` is not (yet) owned here."""
+        validate_group_id(group_id)
+        if self.ownership.owns_everything:
+            return
+        self.ownership.check(self.store.partition_for(group_id), group_id)
+
+    def load_partition(self, partition: int, token: int, loaded: LoadedGroups, now_ms: int) -> bool:
+        """Install the groups of ``partition`` that load ``token`` read, unless the
+        partition resigned or a newer load began meanwhile; whether they were installed."""
+        if not self.ownership.finish_loading(partition, token):
+            logger.info(
+                "__consumer_offsets-%d: discarding a load that finished after the partition "
+                "moved on",
+                partition,
+            )
+            return False
+        foreign = [
+            g
+            for g in (*loaded.groups, *loaded.offsets, *loaded.pending)
+            if self.store.partition_for(g) != partition
+        ]
+        if foreign:
+            # Records of other partitions' groups (a topic whose partition count changed):
+            # they are not this partition's to serve.
+            logger.warning(
+                "__consumer_offsets-%d holds records of %d groups of other partitions; "
+                "they are skipped",
+                partition,
+                len(set(foreign)),
+            )
+            for g in foreign:
+                loaded.groups.pop(g, None)
+                loaded.offsets.pop(g, None)
+                loaded.pending.pop(g, None)
+        self._install(loaded, now_ms)
+        mine = [
+            g for g in self.groups.values() if self.store.partition_for(g.group_id) == partition
+        ]
         logger.info(
-            "loaded %d groups and %d committed offsets from %d records (%d skipped)",
-            len(self.groups),
-            sum(len(g.offsets) for g in self.groups.values()),
+            "__consumer_offsets-%d loaded (coordinator epoch %s): %d groups, %d committed "
+            "offsets from %d records (%d skipped)",
+            partition,
+            self.ownership.epoch_of(partition),
+            len(mine),
+            sum(len(g.offsets) for g in mine),
             loaded.records,
             loaded.skipped,
         )
+        return True
+
+    def unload_partition(self, partition: int, now_ms: int) -> int:
+        """This broker no longer leads ``partition``: forget its groups. Members waiting in
+        JoinGroup or SyncGroup are answered NOT_COORDINATOR (they find the new coordinator
+        and rejoin there), and the groups' deadlines are cancelled. How many groups went."""
+        self.ownership.resign(partition)
+        gone = NotCoordinatorError(
+            f"__consumer_offsets-{partition} moved to another broker, which coordinates its "
+            "groups now; find the coordinator again (FindCoordinator) and rejoin"
+        )
+        unloaded = [
+            g
+            for g in list(self.groups.values())
+            if self.store.partition_for(g.group_id) == partition
+        ]
+        for group in unloaded:
+            for member in group.members.values():
+                member.answer_join(join_error(gone, member.member_id))
+                member.answer_sync(sync_error(gone))
+            group.transition_to(GroupState.DEAD, now_ms)
+            del self.groups[group.group_id]
+            self.timers.cancel_matching(_of_group(group.group_id))
+        if unloaded:
+            logger.info("__consumer_offsets-%d unloaded: %d groups", partition, len(unloaded))
+        return len(unloaded)
 
     def shutdown(self) -> None:
         """Answer every waiting JoinGroup and SyncGroup (retriable): the broker stops."""
         self.rebalancer.shutdown()
+
+
+def _of_group(group_id: str) -> Callable[[Hashable], bool]:
+    """Whether a deadline's key is about ``group_id`` (keys are ``(kind, group id, ...)``)."""
+    return lambda key: isinstance(key, tuple) and len(key) > 1 and key[1] == group_id

@@ -55,6 +55,7 @@ from spark_mq.broker.group.records import (
     offset_key,
     publish_committed,
 )
+from spark_mq.broker.group.replication import APPEND_ERRORS, coordinator_error
 from spark_mq.broker.group.state import GroupState
 from spark_mq.errors import (
     CoordinatorNotAvailableError,
@@ -104,12 +105,16 @@ class OffsetManager:
         *,
         create_group: Callable[[str, int], Group],
         touch_member: Callable[[Group, str, int], None],
+        check_coordinator: Callable[[str], None] = lambda group_id: None,
     ) -> None:
         self.config = config
         self.groups = groups
         self.store = store
         self._create_group = create_group
         self._touch_member = touch_member
+        #: NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a group whose partition this
+        #: coordinator does not own (checked here for TxnOffsetCommit).
+        self._check_coordinator = check_coordinator
 
     # -----------------------------------------------------------------------------------------
     # OffsetCommit
@@ -123,9 +128,15 @@ class OffsetManager:
         member_id: str,
         group_instance_id: str | None,
         now_ms: int,
+        staged: dict[TopicPartitionKey, OffsetEntry] | None = None,
     ) -> list[SparkMQError | None]:
         """Commit ``commits``; each one's error (None: committed). A check of the group that
-        fails is raised instead (it applies to every partition)."""
+        fails is raised instead (it applies to every partition).
+
+        With ``staged`` (a cluster coordinator, whose commits count once replicated), the
+        written offsets go there instead of into the group: the caller publishes them
+        (:meth:`publish`) once every in-sync replica has them, as Kafka's cache takes a
+        commit only in its append callback."""
         group = self._group_for_commit(group_id, generation_id, member_id, group_instance_id)
         if group is None:
             group = self._create_group(group_id, now_ms)
@@ -135,6 +146,11 @@ class OffsetManager:
         if records:
             try:
                 self.store.append(group_id, records, now_ms)
+            except APPEND_ERRORS as exc:
+                # A cluster's: the partition moved, or its ISR is below min.insync.replicas.
+                logger.warning("group %s: offsets not written: %s", group_id, exc)
+                refused = coordinator_error(exc, f"group {group_id!r}: the offset commit")
+                return [refused if e is None else e for e in errors]
             except (OSError, StorageError) as exc:  # the disk's; a bug is raised as it is
                 logger.error("group %s: writing offsets failed: %s", group_id, exc, exc_info=exc)
                 failed = CoordinatorNotAvailableError(
@@ -142,8 +158,20 @@ class OffsetManager:
                     f"__consumer_offsets ({type(exc).__name__}: {exc}); retry the commit"
                 )
                 return [failed if e is None else e for e in errors]
-            group.offsets.update(accepted)
+            if staged is None:
+                group.offsets.update(accepted)
+            else:
+                staged.update(accepted)
         return errors
+
+    def publish(self, group_id: str, staged: Mapping[TopicPartitionKey, OffsetEntry]) -> int:
+        """Offsets :meth:`commit` staged are replicated: the group takes each one written
+        after its current offset of the partition (a later commit may have been published
+        first). Nothing when the group went meanwhile (unloaded, deleted). How many."""
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return 0
+        return publish_committed(group.offsets, dict(staged))
 
     def _group_for_commit(
         self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
@@ -297,6 +325,7 @@ class OffsetManager:
         """Offsets committed inside producer ``producer_id``'s open transaction: checked as
         :meth:`commit` checks them, written as one transactional batch, pending until
         :meth:`complete_transaction`. The caller has checked the transaction itself."""
+        self._check_coordinator(group_id)
         group = self._group_for_commit(group_id, generation_id, member_id, group_instance_id)
         if group is None:
             group = self._create_group(group_id, now_ms)
@@ -312,6 +341,10 @@ class OffsetManager:
                     producer_epoch=producer_epoch,
                     now_ms=now_ms,
                 )
+            except APPEND_ERRORS as exc:
+                logger.warning("group %s: transactional offsets not written: %s", group_id, exc)
+                refused = coordinator_error(exc, f"group {group_id!r}: the offset commit")
+                return [refused if e is None else e for e in errors]
             except (OSError, SparkMQError) as exc:  # a bug is raised as it is
                 # Storage's refusals (a fenced epoch, ...) go back as they are.
                 if isinstance(exc, SparkMQError) and exc.error_code != -1:

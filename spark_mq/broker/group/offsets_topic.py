@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
-from typing import Final, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol
 
 from spark_mq.broker.coordinator_topic import CoordinatorTopic, Record, coordinator_partition
 from spark_mq.broker.group.config import GroupConfig
@@ -43,6 +43,8 @@ from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.txn.log_reader import read_batches
 from spark_mq.errors import CorruptRecordError
 from spark_mq.storage.arrow_arrays import binary_array
+from spark_mq.storage.log import PartitionLog
+from spark_mq.storage.log_read import FetchIsolation
 from spark_mq.storage.record_batch import ControlType, encode_batch
 
 logger = logging.getLogger("spark_mq.broker.group")
@@ -151,10 +153,48 @@ class LoadedGroups:
             logger.error("skipping a __consumer_offsets record that does not decode: %s", exc)
 
 
-class OffsetsTopic(CoordinatorTopic):
-    """``__consumer_offsets``, through the broker's partitions."""
+class _ToLogEnd:
+    """A partition's log seen up to its log end instead of its high watermark: a broker
+    that just became the partition's leader loads everything it has (Kafka's loader reads
+    to the log end), because its high watermark may still lag the old leader's, which
+    already covered commits it acknowledged."""
 
-    def __init__(self, replicas: ReplicaManager, config: GroupConfig) -> None:
+    def __init__(self, log: PartitionLog) -> None:
+        self._log = log
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log.log_start_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._log.log_end_offset
+
+    def read(self, position: int, max_bytes: int) -> Any:
+        return self._log.read(position, max_bytes, isolation=FetchIsolation.LOG_END)
+
+    def read_records_with_next(self, position: int, max_bytes: int) -> Any:
+        return self._log.read_records_with_next(
+            position, max_bytes, isolation=FetchIsolation.LOG_END
+        )
+
+
+class OffsetsTopic(CoordinatorTopic):
+    """``__consumer_offsets``, through the broker's partitions.
+
+    On a cluster broker (``cluster_partition_count`` given) the topic is the controller's:
+    its partition count is the cluster's (as the broker's metadata knows it), it is never
+    created here, and records are appended as acks=all appends are (refused while the ISR
+    is below ``min.insync.replicas``); the service waits for the high watermark.
+    """
+
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        config: GroupConfig,
+        *,
+        cluster_partition_count: Callable[[], int] | None = None,
+    ) -> None:
         super().__init__(
             replicas,
             OFFSETS_TOPIC,
@@ -162,6 +202,25 @@ class OffsetsTopic(CoordinatorTopic):
             segment_bytes=config.offsets_topic_segment_bytes,
         )
         self.config = config
+        self._cluster_partition_count = cluster_partition_count
+
+    @property
+    def partition_count(self) -> int:
+        if self._cluster_partition_count is not None:
+            return self._cluster_partition_count()
+        return super().partition_count
+
+    def append(self, key: str, records: Sequence[Record], now_ms: int) -> None:
+        if self._cluster_partition_count is None:
+            super().append(key, records, now_ms)
+            return
+        if not records:
+            return
+        part = self.replicas.partition(OFFSETS_TOPIC, self.partition_for(key))
+        keys = binary_array([k for k, _ in records])
+        values = binary_array([v for _, v in records])
+        part.append(encode_batch(values, key=keys, now_ms=now_ms), required_acks=-1)
+        self.replicas.notify([part])
 
     def append_transactional(
         self,
@@ -188,7 +247,7 @@ class OffsetsTopic(CoordinatorTopic):
             producer_epoch=producer_epoch,
             is_transactional=True,
         )
-        part.append(batch)
+        part.append(batch, required_acks=-1 if self._cluster_partition_count else 1)
         self.replicas.notify([part])
 
     def load(self) -> LoadedGroups:
@@ -198,19 +257,29 @@ class OffsetsTopic(CoordinatorTopic):
             return loaded
         self.ensure()
         for index in range(self.partition_count):
-            log = self.logs.get_log(OFFSETS_TOPIC, index)
-            # Batch by batch, headers included: transactional offset commits are kept aside
-            # until their producer's marker publishes or drops them.
-            for batch in read_batches(log, LOAD_BUFFER_BYTES):
-                header = batch.header
-                if batch.marker is not None:
-                    loaded.apply_marker(header.producer_id, batch.marker.type is ControlType.COMMIT)
-                    continue
-                for key, value in batch.records:
-                    if key is None:
-                        loaded.skipped += 1
-                    elif header.is_transactional:
-                        loaded.apply_transactional(header.producer_id, key, value)
-                    else:
-                        loaded.apply(key, value)
+            _read_into(loaded, self.logs.get_log(OFFSETS_TOPIC, index))
         return loaded
+
+    def load_partition(self, index: int) -> LoadedGroups:
+        """Read one partition from its start to its log end (a cluster broker that became
+        its leader). Blocking."""
+        loaded = LoadedGroups()
+        _read_into(loaded, _ToLogEnd(self.logs.get_log(OFFSETS_TOPIC, index)))
+        return loaded
+
+
+def _read_into(loaded: LoadedGroups, log: Any) -> None:
+    # Batch by batch, headers included: transactional offset commits are kept aside until
+    # their producer's marker publishes or drops them.
+    for batch in read_batches(log, LOAD_BUFFER_BYTES):
+        header = batch.header
+        if batch.marker is not None:
+            loaded.apply_marker(header.producer_id, batch.marker.type is ControlType.COMMIT)
+            continue
+        for key, value in batch.records:
+            if key is None:
+                loaded.skipped += 1
+            elif header.is_transactional:
+                loaded.apply_transactional(header.producer_id, key, value)
+            else:
+                loaded.apply(key, value)

@@ -43,6 +43,7 @@ from spark_mq.broker.group.group import Group
 from spark_mq.broker.group.member import Member, SyncCallback
 from spark_mq.broker.group.offsets_topic import GroupStore
 from spark_mq.broker.group.records import group_key
+from spark_mq.broker.group.replication import APPEND_ERRORS, coordinator_error
 from spark_mq.broker.group.state import GroupState
 from spark_mq.broker.group.timers import TimerQueue
 from spark_mq.errors import (
@@ -51,6 +52,7 @@ from spark_mq.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
+    NotCoordinatorError,
     RebalanceInProgressError,
     SparkMQError,
     StorageError,
@@ -462,11 +464,16 @@ class Rebalancer:
             )
 
     def store_group(self, group: Group, now_ms: int) -> None:
-        """Write the group's metadata record; CoordinatorNotAvailableError if that fails."""
+        """Write the group's metadata record; CoordinatorNotAvailableError if that fails
+        (NotCoordinatorError when this broker no longer leads the group's partition)."""
         try:
             self.store.append(
                 group.group_id, [(group_key(group.group_id), group.to_record_value())], now_ms
             )
+        except APPEND_ERRORS as exc:
+            # A cluster's: the partition moved, or its ISR is below min.insync.replicas.
+            logger.warning("group %s: its metadata was not written: %s", group.group_id, exc)
+            raise coordinator_error(exc, f"group {group.group_id!r}", sync_group=True) from exc
         except (OSError, StorageError) as exc:  # the disk's; a bug is raised as it is
             logger.error(
                 "group %s: writing its metadata to __consumer_offsets failed: %s",
@@ -482,7 +489,7 @@ class Rebalancer:
     def store_quietly(self, group: Group, now_ms: int) -> None:
         # Nobody waits for this write (the group just became empty): a failure is logged by
         # store_group, and the next generation's record supersedes it.
-        with contextlib.suppress(CoordinatorNotAvailableError):
+        with contextlib.suppress(CoordinatorNotAvailableError, NotCoordinatorError):
             self.store_group(group, now_ms)
 
     def shutdown(self) -> None:

@@ -51,6 +51,13 @@ class TimerQueue:
     def cancel(self, key: Hashable) -> None:
         self._live.pop(key, None)
 
+    def cancel_matching(self, matches: Callable[[Hashable], bool]) -> int:
+        """Cancel every deadline whose key ``matches``; how many (a group unloaded)."""
+        keys = [key for key in self._live if matches(key)]
+        for key in keys:
+            del self._live[key]
+        return len(keys)
+
     def deadline_of(self, key: Hashable) -> int | None:
         entry = self._live.get(key)
         return None if entry is None else entry[0]

@@ -48,6 +48,10 @@ from spark_mq.broker.handlers.metadata import handle_api_versions, handle_metada
 from spark_mq.broker.handlers.offsets import handle_delete_records, handle_list_offsets
 from spark_mq.broker.handlers.produce import handle_produce
 from spark_mq.broker.handlers.producer_id import handle_init_producer_id
+from spark_mq.broker.handlers.reassignments import (
+    handle_alter_partition_reassignments,
+    handle_list_partition_reassignments,
+)
 from spark_mq.broker.handlers.replication import handle_offset_for_leader_epoch
 from spark_mq.broker.handlers.topics import (
     handle_create_partitions,
@@ -123,6 +127,8 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.LEADER_AND_ISR: handle_leader_and_isr,
     ApiKey.STOP_REPLICA: handle_stop_replica,
     ApiKey.ALTER_PARTITION: handle_alter_partition,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
 }
 
 HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(

@@ -4,14 +4,17 @@ OffsetCommit answers per partition in request order: a partition of a topic that
 exist is UNKNOWN_TOPIC_OR_PARTITION (as Kafka checks its metadata cache); a check of the
 group that fails (stale generation, unknown or fenced member, rebalance in progress) is the
 error of every partition; the rest are written as one batch to the group's partition of
-``__consumer_offsets`` and acknowledged once appended. OffsetFetch answers -1 for a
-partition with nothing committed.
+``__consumer_offsets`` and acknowledged once appended (in a cluster: once every in-sync
+replica has them, within ``offsets.commit.timeout.ms``). OffsetFetch answers -1 for a
+partition with nothing committed. A group whose partition this broker does not lead gets
+NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it loads).
 """
 
 from __future__ import annotations
 
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.group.offsets import OffsetCommit
+from spark_mq.broker.group.records import OffsetEntry, TopicPartitionKey
 from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.errors import SparkMQError
 from spark_mq.protocol.group_offsets import (
@@ -73,6 +76,8 @@ async def handle_offset_commit(
         return Response(_commit_response(request, results))
     try:
         await groups.ready()
+        # A cluster coordinator stages the offsets until they are replicated (below).
+        staged: dict[TopicPartitionKey, OffsetEntry] | None = {} if groups.cluster else None
         errors: list[SparkMQError | None] = groups.call(
             lambda c, now: c.commit_offsets(
                 request.group_id,
@@ -81,6 +86,7 @@ async def handle_offset_commit(
                 member_id=request.member_id,
                 group_instance_id=request.group_instance_id,
                 now_ms=now,
+                staged=staged,
             )
         )
     except TYPED_ERRORS as exc:
@@ -89,6 +95,15 @@ async def handle_offset_commit(
         for c in commits:
             results[(c.topic, c.partition)] = failure
     else:
+        if staged:
+            # acks=all: answered, and visible to OffsetFetch, once every in-sync replica has
+            # the offsets, so that an acknowledged commit survives the coordinator's death.
+            try:
+                await groups.replicated(request.group_id, what)
+            except SparkMQError as exc:
+                errors = [exc if error is None else error for error in errors]
+            else:
+                groups.call(lambda c, _: c.offsets.publish(request.group_id, staged))
         for c, error in zip(commits, errors, strict=True):
             results[(c.topic, c.partition)] = (0, None) if error is None else error_of(error, what)
     return Response(_commit_response(request, results))

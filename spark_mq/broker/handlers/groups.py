@@ -9,7 +9,14 @@ and SyncGroup may wait: the coordinator completes a future when the rebalance ro
 leader's assignment) is there. If the connection
 closes meanwhile the future is cancelled and the later answer is dropped, as Kafka drops it.
 
-In a cluster, FindCoordinator first makes sure the coordinator's internal topic exists in
+In a cluster, the coordinator of a key is the leader of its partition of the internal topic
+(``__consumer_offsets`` or ``__transaction_state``) as the broker's metadata cache knows it;
+COORDINATOR_NOT_AVAILABLE while that partition has no live leader. Group requests for a
+group whose partition this broker does not lead answer NOT_COORDINATOR (the coordinator's
+check, ownership.py), and a SyncGroup whose assignment was stored is answered once the
+record is on every in-sync replica (replication.py).
+
+FindCoordinator in a cluster first makes sure the coordinator's internal topic exists in
 ZooKeeper (``core.cluster_admin``), created with ``offsets.topic.replication.factor`` /
 ``transaction.state.log.replication.factor``. With fewer live brokers than that, Kafka
 refuses to create it and answers COORDINATOR_NOT_AVAILABLE; so do we, and the broker log
@@ -24,14 +31,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from spark_mq.broker.context import RequestContext, Response
-from spark_mq.broker.group.rebalance import validate_group_id
+from spark_mq.broker.coordinator_topic import coordinator_partition
+from spark_mq.broker.group.rebalance import sync_error, validate_group_id
 from spark_mq.broker.handlers.errors import REPEATED
+from spark_mq.broker.handlers.metadata import CLIENT_LISTENER
 from spark_mq.broker.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from spark_mq.broker.metadata_cache import NO_LEADER
 from spark_mq.broker.txn.coordinator import validate_transactional_id
 from spark_mq.errors import (
     CoordinatorNotAvailableError,
     InvalidReplicationFactorError,
     InvalidRequestError,
+    SparkMQError,
     TopicExistsError,
 )
 from spark_mq.protocol.groups import (
@@ -122,32 +133,70 @@ def ensure_internal_topic_in_cluster(core: BrokerCore, topic: str) -> None:
     )
 
 
+def cluster_coordinator(ctx: RequestContext, topic: str, key: str) -> tuple[int, str, int]:
+    """A cluster's coordinator of ``key``: the leader of its partition of ``topic`` as this
+    broker's metadata knows it, as (node id, host, port); COORDINATOR_NOT_AVAILABLE
+    (retriable) while the partition has no live leader or the topic is not known yet."""
+    core = ctx.core
+    snapshot = core.metadata_cache.snapshot
+    partitions = snapshot.partitions(topic)
+    if not partitions:
+        raise CoordinatorNotAvailableError(
+            f"{topic} was just created and this broker does not know its partitions yet; retry"
+        )
+    index = coordinator_partition(key, max(partitions) + 1)
+    cached = partitions.get(index)
+    leader = NO_LEADER if cached is None else cached.leader
+    if leader == core.node_id:
+        # This broker: the listener the request came in on, as a single node answers.
+        listener = ctx.listener
+        host = str(listener) if listener.unix_path is not None else listener.host
+        return core.node_id, host, listener.port
+    broker = snapshot.brokers.get(leader) if leader >= 0 else None
+    endpoint = None
+    if broker is not None:
+        endpoint = broker.endpoint(CLIENT_LISTENER) or (
+            broker.endpoints[0] if broker.endpoints else None
+        )
+    if endpoint is None:
+        raise CoordinatorNotAvailableError(
+            f"{topic}-{index}, which holds {key!r}, has no live leader now (it is being "
+            "elected, or its replicas are offline); retry"
+        )
+    return leader, endpoint.host, endpoint.port
+
+
 async def handle_find_coordinator(
     ctx: RequestContext, request: FindCoordinatorRequest, _: memoryview
 ) -> Response:
     core = ctx.core
     if request.key_type == COORDINATOR_TRANSACTION:
         validate_transactional_id(request.key)
-        if core.cluster_admin is not None:
-            await core.run_blocking(ensure_internal_topic_in_cluster, core, TRANSACTION_STATE_TOPIC)
-        txns = ctx.core.transactions
-        await txns.ready()
-        # On one node this broker leads every partition of __transaction_state, so it
-        # coordinates every transactional id.
-        txns.partition_for(request.key)
+        topic = TRANSACTION_STATE_TOPIC
     elif request.key_type == COORDINATOR_GROUP:
         validate_group_id(request.key)
-        if core.cluster_admin is not None:
-            await core.run_blocking(ensure_internal_topic_in_cluster, core, OFFSETS_TOPIC)
-        groups = ctx.core.groups
-        await groups.ready()
-        # On one node this broker leads every partition, so it coordinates every group.
-        groups.partition_for(request.key)
+        topic = OFFSETS_TOPIC
     else:
         raise InvalidRequestError(
             f"FindCoordinator key_type {request.key_type} is not known: use 0 (a consumer "
             "group) or 1 (a transactional id)"
         )
+    if core.cluster_admin is not None:
+        # A cluster: the coordinator is the leader of the key's partition, wherever it is.
+        await core.run_blocking(ensure_internal_topic_in_cluster, core, topic)
+        node_id, host, port = cluster_coordinator(ctx, topic, request.key)
+        return Response(FindCoordinatorResponse(0, node_id, host, port))
+    if topic == TRANSACTION_STATE_TOPIC:
+        txns = ctx.core.transactions
+        await txns.ready()
+        # On one node this broker leads every partition of __transaction_state, so it
+        # coordinates every transactional id.
+        txns.partition_for(request.key)
+    else:
+        groups = ctx.core.groups
+        await groups.ready()
+        # On one node this broker leads every partition, so it coordinates every group.
+        groups.partition_for(request.key)
     listener = ctx.listener
     host = str(listener) if listener.unix_path is not None else listener.host
     return Response(FindCoordinatorResponse(0, ctx.core.node_id, host, listener.port))
@@ -178,7 +227,16 @@ async def handle_sync_group(
     await groups.ready()
     future: asyncio.Future[SyncGroupResponse] = asyncio.get_running_loop().create_future()
     groups.call(lambda c, now: c.sync(request, now_ms=now, respond=_completer(future)))
-    return Response(await future)
+    response = await future
+    if response.error_code == 0 and groups.cluster:
+        # The assignment the leader gave was stored: answer once it is replicated.
+        try:
+            await groups.replicated(
+                request.group_id, f"group {request.group_id!r}", sync_group=True
+            )
+        except SparkMQError as exc:
+            return Response(sync_error(exc))
+    return Response(response)
 
 
 async def handle_heartbeat(

@@ -181,7 +181,9 @@ async def handle_produce(
             job.error = error_of(request_error, "produce")
     else:
         _refuse_internal(jobs)
-        if request.transactional_id is not None:
+        if request.transactional_id is not None and _coordinated_here(
+            core, request.transactional_id
+        ):
             await verify_transactional_jobs(core.transactions, request.transactional_id, jobs)
         await _resolve_topics(core, jobs)
         if _on_executor(jobs, len(records)):
@@ -213,6 +215,16 @@ async def handle_produce(
             partitions.append(job.result)
         topics.append(ProduceTopicResponse(topic.name, partitions))
     return Response(ProduceResponse(topics=topics))
+
+
+def _coordinated_here(core: BrokerCore, transactional_id: str) -> bool:
+    """Whether this broker's transaction coordinator can check a transactional produce: on
+    one node always; in a cluster only if it knows the transactional id, since the leader of
+    a partition is often not the transaction's coordinator. A leader that does not coordinate
+    the transaction takes the batch as Kafka's leaders do without KIP-890's verification: the
+    producer added the partition with AddPartitionsToTxn first, and the partition's producer
+    state still refuses an epoch older than its markers'."""
+    return core.membership is None or transactional_id in core.transactions.coordinator.txns
 
 
 async def _wait_for_replication(core: BrokerCore, jobs: list[_Job], timeout_s: float) -> None:

@@ -46,14 +46,20 @@ async def _init_transactional(
     ctx: RequestContext, request: InitProducerIdRequest
 ) -> InitProducerIdResponse:
     txns = ctx.core.transactions
-    coordinator = await txns.ready()
-    pid, epoch = coordinator.init_producer_id(
-        request.transactional_id or "",
-        request.transaction_timeout_ms,
-        request.producer_id,
-        request.producer_epoch,
-        txns.now_ms(),
-    )
+    tid = request.transactional_id or ""
+    # In a cluster: NOT_COORDINATOR unless this broker coordinates the id, and answered once
+    # the new epoch is on every in-sync replica (as the transaction handlers).
+    coordinator = await txns.coordinator_for(tid)
+    try:
+        pid, epoch = coordinator.init_producer_id(
+            tid,
+            request.transaction_timeout_ms,
+            request.producer_id,
+            request.producer_epoch,
+            txns.now_ms(),
+        )
+    finally:
+        await txns.settle([tid])
     return InitProducerIdResponse(0, pid, epoch)
 
 

@@ -126,6 +126,12 @@ class BrokerMetrics:
         elif new_size > old_size:
             self.isr_expands.inc()
 
+    def leader_elected(self, unclean: bool) -> None:
+        """This broker, as controller, elected a partition leader (any thread)."""
+        self.leader_elections.inc()
+        if unclean:
+            self.unclean_leader_elections.inc()
+
     def replicated(self, size: int) -> None:
         """This broker appended ``size`` bytes as a follower."""
         self._replication_in.inc(size)

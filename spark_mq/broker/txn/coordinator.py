@@ -20,6 +20,11 @@ periodic job and before any later request of the same transactional id, which me
 gets CONCURRENT_TRANSACTIONS (retriable). Two-phase commit lives in
 :mod:`~spark_mq.broker.txn.two_phase`.
 
+In a cluster the coordinator holds the transactional ids of the ``__transaction_state``
+partitions this broker leads (:mod:`~spark_mq.broker.txn.placement` loads and unloads them),
+marks with each partition's coordinator epoch (:attr:`TransactionCoordinator.epochs`), and
+writes no marker before its decision is replicated (``durable``).
+
 Crash point ``txn.after_decision`` (:mod:`spark_mq.crash_points`): right after a request's
 decision is durable and before any marker is written, so that tests can crash exactly there.
 """
@@ -54,15 +59,22 @@ from spark_mq.errors import (
     InvalidRequestError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
+    NotCoordinatorError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
     ProducerFencedError,
     StorageError,
     TransactionalIdNotFoundError,
+    UnknownTopicOrPartitionError,
 )
 from spark_mq.rate_limited_log import RateLimitedLog
 
 logger = logging.getLogger("spark_mq.broker.txn")
 #: Failures to write __transaction_state, logged once per kind with a count of repeats.
 _FAILURES: Final = RateLimitedLog(logger)
+
+#: What a failed write of __transaction_state raises (nothing changed; retried later).
+WRITE_FAILED: Final = (CoordinatorNotAvailableError, NotCoordinatorError)
 
 #: The crash point between a durable decision and its markers.
 CRASH_AFTER_DECISION: Final = "txn.after_decision"
@@ -109,11 +121,19 @@ class TransactionCoordinator:
         *,
         new_producer_id: Callable[[], int],
         crash_points: CrashPoints = crash_points.ACTIVE,
+        durable: Callable[[str], bool] | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.markers = markers
         self._new_producer_id = new_producer_id
+        #: Whether the last state record of a transactional id's partition is replicated
+        #: (a cluster's acks=all); on one node every appended record is.
+        self._durable = durable if durable is not None else (lambda _tid: True)
+        #: The coordinator epoch of each ``__transaction_state`` partition this broker leads
+        #: in a cluster (its leader epoch); empty on one node, whose markers carry the
+        #: broker epoch.
+        self.epochs: dict[int, int] = {}
         self.crash_points = crash_points
         self.txns: dict[str, TxnMetadata] = {}
         #: The two-phase owners: their records, closed prefixes and activity.
@@ -142,6 +162,17 @@ class TransactionCoordinator:
     def _append(self, key: str, records: Sequence[Record], now_ms: int) -> None:
         try:
             self.store.append(key, records, now_ms)
+        except NotLeaderOrFollowerError as exc:
+            # Kafka's mapping: the partition moved, so did the coordinator.
+            raise NotCoordinatorError(
+                f"this broker no longer leads the __transaction_state partition of {key!r} "
+                f"({exc}); find the coordinator again and retry"
+            ) from exc
+        except (NotEnoughReplicasError, UnknownTopicOrPartitionError) as exc:
+            raise CoordinatorNotAvailableError(
+                f"the transaction coordinator cannot write __transaction_state acks=all now "
+                f"({exc}); nothing changed, retry"
+            ) from exc
         except (OSError, StorageError) as exc:
             # The disk's failures are retriable; a bug is raised as it is (not retriable).
             # A full disk fails every transactional request the same way: once per kind.
@@ -159,11 +190,23 @@ class TransactionCoordinator:
             self._append(owner, [(owner_key(owner), _encode(decision))], now_ms)
             self.owners.install(moved)
             return owner
-        self._decision_counter += 1
-        name = f"{now_ms}-{os.getpid()}-{self._decision_counter}"
+        name = self._decision_name(decision, now_ms)
         self._append(name, [(decision_key(name), _encode(decision))], now_ms)
         self.anonymous[name] = decision
         return name
+
+    def _decision_name(self, decision: Decision, now_ms: int) -> str:
+        """A new decision id. In a cluster it is drawn until it lands on the partition of
+        the first transaction it decides, which this broker leads (a name on another
+        broker's partition could not be written)."""
+        target = None
+        if self.epochs and decision.entries:
+            target = self.store.partition_for(decision.entries[0].transactional_id)
+        while True:
+            self._decision_counter += 1
+            name = f"{now_ms}-{os.getpid()}-{self._decision_counter}"
+            if target is None or self.store.partition_for(name) == target:
+                return name
 
     def check_not_closed(self, transactional_id: str) -> None:
         """Refuse a transactional id under a prefix its two-phase owner closed: the owner's
@@ -220,12 +263,17 @@ class TransactionCoordinator:
     def complete(self, txn: TxnMetadata, now_ms: int) -> TxnMetadata:
         """Write the markers of a decided transaction and its Complete* record; on failure it
         stays decided (retried later)."""
+        if not self._durable(txn.transactional_id):
+            # A new leader of the partition might not have the decision: no marker may
+            # publish it before it is on every in-sync replica (retried once it is).
+            return txn
         commit = txn.state is TxnState.PREPARE_COMMIT
         failed = self.markers.write(
             txn.partitions,
             producer_id=txn.producer_id,
             producer_epoch=txn.producer_epoch,
             commit=commit,
+            coordinator_epoch=self.epochs.get(self.store.partition_for(txn.transactional_id)),
         )
         if failed:
             return txn
@@ -234,7 +282,7 @@ class TransactionCoordinator:
         )
         try:
             self.write([done], now_ms)
-        except CoordinatorNotAvailableError:
+        except WRITE_FAILED:
             return txn  # the markers are idempotent to rewrite: retried later
         logger.debug(
             "transaction of %r %s", txn.transactional_id, "committed" if commit else "aborted"
@@ -252,7 +300,7 @@ class TransactionCoordinator:
             if all(not self._still_pending(e.transactional_id) for e in decision.entries):
                 try:
                     self._append(name, [(decision_key(name), None)], now_ms)
-                except CoordinatorNotAvailableError:
+                except WRITE_FAILED:
                     continue
                 del self.anonymous[name]
         return done
@@ -272,6 +320,18 @@ class TransactionCoordinator:
         self.txns = dict(loaded.txns)
         self.owners.load(loaded.owners, now_ms)
         self.anonymous = dict(loaded.decisions)
+        self.apply_decisions(now_ms)
+        logger.info(
+            "loaded %d transactional ids and %d two-phase owners from %d records (%d skipped)",
+            len(self.txns),
+            len(loaded.owners),
+            loaded.records,
+            loaded.skipped,
+        )
+
+    def apply_decisions(self, now_ms: int) -> None:
+        """Let every two-phase decision decide the loaded transactions it names that are
+        still open with the same producer id, epoch and transaction number."""
         for decision in [*self.owners.records(), *self.anonymous.values()]:
             for e in decision.entries:
                 txn = self.txns.get(e.transactional_id)
@@ -283,13 +343,6 @@ class TransactionCoordinator:
                 ):
                     new = TxnState.PREPARE_COMMIT if e.commit else TxnState.PREPARE_ABORT
                     self.txns[e.transactional_id] = txn.transition(new, now_ms)
-        logger.info(
-            "loaded %d transactional ids and %d two-phase owners from %d records (%d skipped)",
-            len(self.txns),
-            len(loaded.owners),
-            loaded.records,
-            loaded.skipped,
-        )
 
     def recover(self, now_ms: int) -> tuple[int, int]:
         """After :meth:`load`: abort every Ongoing transaction (fencing its producer) and
@@ -579,7 +632,7 @@ class TransactionCoordinator:
             )
             try:
                 self.decide([(txn, False)], now_ms, fence=True, from_request=False)
-            except CoordinatorNotAvailableError:
+            except WRITE_FAILED:
                 continue  # retried at the next check
         return len(due)
 
@@ -625,7 +678,7 @@ class TransactionCoordinator:
             txn.transition(TxnState.DEAD, now_ms)  # validates the move
             try:
                 self._append(txn.transactional_id, [(txn_key(txn.transactional_id), None)], now_ms)
-            except CoordinatorNotAvailableError:
+            except WRITE_FAILED:
                 continue
             del self.txns[txn.transactional_id]
             self.owners.forget_id(txn.transactional_id)
@@ -644,7 +697,7 @@ class TransactionCoordinator:
         for owner in self.owners.expirable(now_ms, limit, unfinished):
             try:
                 self._append(owner, [(owner_key(owner), None)], now_ms)
-            except CoordinatorNotAvailableError:
+            except WRITE_FAILED:
                 continue
             self.owners.forget(owner)
             forgotten += 1

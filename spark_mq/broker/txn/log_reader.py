@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from spark_mq.storage.batch_decoder import decode_body, iter_batches, read_control_record
 from spark_mq.storage.log import PartitionLog
+from spark_mq.storage.log_read import FetchIsolation
 from spark_mq.storage.record_batch import BatchHeader, ControlRecord
 
 
@@ -24,14 +25,29 @@ class LoadedBatch(NamedTuple):
     marker: ControlRecord | None
 
 
-def read_batches(log: PartitionLog, buffer_bytes: int) -> Iterator[LoadedBatch]:
-    """Every batch from the log start to the high watermark, ``buffer_bytes`` at a time."""
+def read_batches(
+    log: PartitionLog, buffer_bytes: int, *, to_log_end: bool = False
+) -> Iterator[LoadedBatch]:
+    """Every batch from the log start to the high watermark (``to_log_end``: to the log
+    end, which a newly elected leader's followers will truncate to), ``buffer_bytes`` at a
+    time."""
+    end = log.log_end_offset if to_log_end else log.high_watermark
     position = log.log_start_offset
-    while position < log.high_watermark:
-        info = log.read(position, buffer_bytes)
+    while position < end:
+        # Only a read to the log end names its isolation: the default read is the log's own
+        # (callers may pass a view of a log with the plain read(position, max_bytes)).
+        if to_log_end:
+            info = log.read(position, buffer_bytes, isolation=FetchIsolation.LOG_END)
+        else:
+            info = log.read(position, buffer_bytes)
         if info.records is None:
             # Offsets compaction emptied: the decoding reader knows where to go on.
-            following = log.read_records_with_next(position, buffer_bytes).next_offset
+            if to_log_end:
+                following = log.read_records_with_next(
+                    position, buffer_bytes, isolation=FetchIsolation.LOG_END
+                ).next_offset
+            else:
+                following = log.read_records_with_next(position, buffer_bytes).next_offset
             if following <= position:
                 return
             position = following
@@ -40,7 +56,7 @@ def read_batches(log: PartitionLog, buffer_bytes: int) -> Iterator[LoadedBatch]:
             data = file_range.read()
         moved = False
         for header, pos in iter_batches(data):
-            if header.last_offset < position or header.base_offset >= log.high_watermark:
+            if header.last_offset < position or header.base_offset >= end:
                 continue
             moved = True
             position = header.next_offset

@@ -209,6 +209,23 @@ class OwnerRegistry:
         for name, record in records.items():
             self.install(first(name, record))
 
+    def load_more(self, records: Mapping[str, Decision], now_ms: int) -> None:
+        """Add the owners of one more ``__transaction_state`` partition (a cluster broker
+        became its leader); every owner counts as active now, as after :meth:`load`."""
+        self._loaded_ms = max(self._loaded_ms, now_ms)
+        for name, record in records.items():
+            self.install(first(name, record))
+
+    def drop(self, names: Iterable[str]) -> None:
+        """Unload owners whose partition this broker no longer leads (no state change:
+        their new coordinator loads them as they are)."""
+        for name in names:
+            owner = self._owners.pop(name, None)
+            prefix = owner.closed_prefix if owner is not None else None
+            if prefix is not None and self._closed.get(prefix) == name:
+                del self._closed[prefix]
+                self._closed_lengths = frozenset(len(p) for p in self._closed)
+
     # -- activity (memory only) ---------------------------------------------------------
 
     def client_seen(self, transactional_id: str, now_ms: int) -> None:

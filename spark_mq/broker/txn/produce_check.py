@@ -40,6 +40,11 @@ async def verify_transactional_jobs(
     todo = [job for job in jobs if job.error is None and len(job.data) >= HEADER_SIZE]
     if not todo:
         return
+    if not transactions.coordinates(transactional_id):
+        # A cluster broker that leads data partitions but not the id's __transaction_state
+        # partition cannot check (as Kafka before KIP-890): the partition's producer state
+        # still refuses an epoch older than the markers'.
+        return
     try:
         coordinator = await transactions.loaded()
     except TYPED_ERRORS as exc:

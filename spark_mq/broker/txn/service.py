@@ -19,6 +19,19 @@
   aborted (and pending marker writes retried); every
   ``transaction.remove.expired.transaction.cleanup.interval.ms`` expired ids are forgotten.
 
+In a **cluster** (``replicas.cluster``) nothing is loaded at startup and nothing created
+(the controller creates ``__transaction_state`` on the first FindCoordinator): the service
+listens for the leadership of ``__transaction_state``'s partitions
+(:meth:`TransactionService.on_leadership_change`). A partition this broker starts leading is
+loaded alone, with its leader epoch as coordinator epoch
+(:class:`~spark_mq.broker.txn.placement.TxnPlacement`); then what the previous coordinator
+left decided (PrepareCommit / PrepareAbort) is completed once the loaded log is replicated.
+Ongoing transactions keep running (their ``transaction.timeout.ms`` still aborts them) and
+Prepared ones stay prepared. A partition it stops leading is unloaded. Every request names
+its transactional id (:meth:`TransactionService.coordinator_for`: NOT_COORDINATOR /
+COORDINATOR_LOAD_IN_PROGRESS otherwise) and is answered once what it wrote is on every
+in-sync replica (:meth:`TransactionService.settle`).
+
 Threads: everything runs on the event loop thread except the blocking load and topic
 creation it hands to the executor.
 """
@@ -29,18 +42,29 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Final
 
+from spark_mq.broker.coordinator_leadership import LeadershipChange
 from spark_mq.broker.group.service import GroupService, RunBlocking
+from spark_mq.broker.internal_topics import TRANSACTION_STATE_TOPIC
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.retried_step import RetriedStep
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.broker.txn.coordinator import TransactionCoordinator
 from spark_mq.broker.txn.markers import MarkerWriter
+from spark_mq.broker.txn.placement import TxnPlacement
 from spark_mq.broker.txn.state_topic import TransactionStateTopic
-from spark_mq.errors import CoordinatorNotAvailableError, LogClosedError
+from spark_mq.errors import CoordinatorNotAvailableError, LogClosedError, SparkMQError
 
 logger = logging.getLogger("spark_mq.broker.txn")
+
+#: How long a request waits for its state records to reach every in-sync replica when its
+#: transactional id has no transaction timeout yet (Kafka bounds the append by the
+#: transaction's ``transaction.timeout.ms``; this is the producer's default).
+STATE_APPEND_TIMEOUT_S: Final = 60.0
+#: How long a cluster broker waits before reading a partition again after a failed load.
+LOAD_RETRY_S: Final = 1.0
 
 
 def wall_clock_ms() -> int:
@@ -60,12 +84,15 @@ class TransactionService:
         coordinator_epoch: int,
         new_producer_id: Callable[[], int],
         clock: Callable[[], int] = wall_clock_ms,
+        partition_count: Callable[[], int | None] | None = None,
     ) -> None:
         self.config = config
         self._run_blocking = run_blocking
         #: Markers written to __consumer_offsets publish the groups' pending offsets.
         self._groups = groups
-        self.topic = TransactionStateTopic(replicas, config)
+        #: A cluster broker coordinates the partitions of __transaction_state it leads.
+        self.cluster = replicas.cluster
+        self.topic = TransactionStateTopic(replicas, config, partition_count=partition_count)
         self.markers = MarkerWriter(
             replicas, coordinator_epoch=coordinator_epoch, on_offsets_marker=self._offsets_marker
         )
@@ -74,7 +101,12 @@ class TransactionService:
             self.topic,
             self.markers,
             new_producer_id=new_producer_id,
+            durable=self.topic.durable,
         )
+        self.placement = TxnPlacement(self.coordinator, self.topic.partition_for)
+        self._partition_loads: dict[int, asyncio.Task[None]] = {}
+        if self.cluster:
+            replicas.add_leadership_listener(TRANSACTION_STATE_TOPIC, self)
         self._clock = clock
         self._loading = RetriedStep(
             self._load, what="loading __transaction_state", owner="transaction coordinator"
@@ -94,8 +126,10 @@ class TransactionService:
     # Lifecycle
 
     def start(self) -> None:
-        """Begin loading and recovery, and start the periodic jobs (on the loop)."""
-        self._loading.start()
+        """Begin loading and recovery (one node; a cluster broker loads a partition when
+        it becomes its leader), and start the periodic jobs (on the loop)."""
+        if not self.cluster:
+            self._loading.start()
         if not self._jobs:
             cfg = self.config
             self._jobs = [
@@ -120,11 +154,11 @@ class TransactionService:
     def close(self) -> None:
         """Stop the periodic jobs; later requests answer COORDINATOR_NOT_AVAILABLE."""
         self._closed = True
-        for job in self._jobs:
+        for job in [*self._jobs, *self._partition_loads.values()]:
             job.cancel()
 
     async def wait_closed(self) -> None:
-        for job in self._jobs:
+        for job in [*self._jobs, *self._partition_loads.values()]:
             with contextlib.suppress(asyncio.CancelledError):
                 await job
 
@@ -132,6 +166,8 @@ class TransactionService:
         """The coordinator once loaded, recovered, and ``__transaction_state`` exists."""
         if self._closed:
             raise CoordinatorNotAvailableError("the broker is shutting down; retry elsewhere")
+        if self.cluster:
+            return self.coordinator  # each partition is loaded when this broker leads it
         await self._loading.wait()
         await self._creating.wait()
         return self.coordinator
@@ -141,8 +177,111 @@ class TransactionService:
         that only read its state (produce, TxnOffsetCommit)."""
         if self._closed:
             raise CoordinatorNotAvailableError("the broker is shutting down; retry elsewhere")
-        await self._loading.wait()
+        if not self.cluster:
+            await self._loading.wait()
         return self.coordinator
+
+    async def coordinator_for(self, *keys: str) -> TransactionCoordinator:
+        """The coordinator, ready, once it is checked that this broker coordinates every
+        one of ``keys`` (transactional ids, two-phase owners): NOT_COORDINATOR or
+        COORDINATOR_LOAD_IN_PROGRESS (retriable) otherwise."""
+        coordinator = await self.ready()
+        if self.cluster:
+            for key in keys:
+                if key:
+                    self.placement.check(key)
+        return coordinator
+
+    def coordinates(self, key: str) -> bool:
+        """Whether this broker coordinates ``key`` now (on one node: always)."""
+        return not self.cluster or self.placement.coordinates(key)
+
+    async def settle(self, keys: Iterable[str], *, every: bool = False) -> None:
+        """In a cluster: wait until every state record this broker wrote to the partitions
+        of ``keys`` is on every in-sync replica (acks=all), then complete the transactions
+        of ``keys`` (``every``: all transactions) whose decision was waiting for that.
+        Nothing to do on one node."""
+        if not self.cluster:
+            return
+        keys = [k for k in keys if k]
+        partitions = sorted({self.topic.partition_for(k) for k in keys})
+        # As Kafka: the append waits up to the transaction's own timeout.
+        timeouts = [t.timeout_ms / 1000 for k in keys if (t := self.coordinator.txns.get(k))]
+        timeout_s = min(timeouts) if timeouts else STATE_APPEND_TIMEOUT_S
+        for index in partitions:
+            await self.topic.wait_replicated(index, timeout_s)
+        now = self._clock()
+        if every:
+            self.coordinator.retry_pending(now)
+            return
+        # Only the request's own transactions: a request must not pay for every loaded id.
+        for key in keys:
+            txn = self.coordinator.txns.get(key)
+            if txn is not None and txn.state.is_decided:
+                self.coordinator.complete(txn, now)
+
+    # -----------------------------------------------------------------------------------------
+    # Leadership of __transaction_state's partitions (a cluster)
+
+    def on_leadership_change(self, change: LeadershipChange) -> None:
+        """Load the partitions this broker now leads, unload those it no longer leads."""
+        for index in change.resigned:
+            task = self._partition_loads.pop(index, None)
+            if task is not None:
+                task.cancel()
+            self.placement.resign(index)
+            self.topic.appended_end.pop(index, None)
+        for index, epoch in change.elected:
+            if self._closed or not self.placement.elect(index, epoch):
+                continue
+            previous = self._partition_loads.pop(index, None)
+            if previous is not None:
+                previous.cancel()
+            self._partition_loads[index] = asyncio.create_task(
+                self._load_partition(index, epoch), name=f"txn-load-{index}"
+            )
+
+    async def _load_partition(self, index: int, epoch: int) -> None:
+        started = time.monotonic()
+        while True:
+            try:
+                loaded = await self._run_blocking(self.topic.load_partition, index)
+                break
+            except Exception:
+                # A read error (a damaged segment, a full disk) may pass: retried while this
+                # broker still leads the partition; its ids answer LOAD_IN_PROGRESS meanwhile.
+                logger.exception(
+                    "loading __transaction_state-%d failed; retrying in %.0f s",
+                    index,
+                    LOAD_RETRY_S,
+                )
+                await asyncio.sleep(LOAD_RETRY_S)
+        if not self.placement.install(index, epoch, loaded, self._clock()):
+            return
+        logger.info(
+            "__transaction_state-%d loaded in %.0f ms", index, (time.monotonic() - started) * 1000
+        )
+        # What the previous coordinator decided is finished once the loaded log is on every
+        # in-sync replica (the markers must not publish a decision a later leader lacks);
+        # the periodic job retries whatever fails here.
+        try:
+            await self.topic.wait_replicated(index, STATE_APPEND_TIMEOUT_S)
+            finished = self.coordinator.retry_pending(self._clock())
+        except (SparkMQError, LogClosedError) as exc:
+            logger.warning(
+                "__transaction_state-%d: completing the decided transactions waits (%s); "
+                "the periodic job retries",
+                index,
+                exc,
+            )
+            return
+        if finished:
+            logger.info(
+                "__transaction_state-%d: completed %d transactions the previous coordinator "
+                "had decided",
+                index,
+                finished,
+            )
 
     def now_ms(self) -> int:
         return self._clock()
@@ -173,7 +312,7 @@ class TransactionService:
     ) -> None:
         while True:
             await asyncio.sleep(interval_ms / 1000)
-            if not self._loading.succeeded:
+            if not self.cluster and not self._loading.succeeded:
                 continue
             if not self.topic.ready:
                 continue  # no transactional request yet: nothing to do

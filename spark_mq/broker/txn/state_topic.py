@@ -13,6 +13,13 @@ changes nothing). On one node an append is acknowledged once it is in the log (t
 cache), as the group coordinator's are: a killed broker process loses nothing, a power cut
 what the OS had not written, as with ``acks=1`` in Kafka.
 
+In a cluster an append is ``acks=all``, as Kafka's: refused while the partition's ISR is
+below ``min.insync.replicas``, and a request is answered only once the high watermark passed
+what it appended (:meth:`TransactionStateTopic.wait_replicated`); :meth:`durable` tells the
+coordinator whether a transaction's last record is replicated yet (its markers wait for
+that, so that no marker is written for a decision a new leader might not have). Each
+partition is loaded alone when this broker becomes its leader (:meth:`load_partition`).
+
 Threads: :meth:`ensure` and :meth:`load` block (topic creation fsyncs, loading reads the
 whole topic) and run on an executor thread; :meth:`append` runs on the event loop, never at
 the same time as a load.
@@ -22,9 +29,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable, Sequence
 from typing import Final
 
-from spark_mq.broker.coordinator_topic import CoordinatorTopic, coordinator_partition
+from spark_mq.broker.coordinator_topic import CoordinatorTopic, Record, coordinator_partition
 from spark_mq.broker.internal_topics import TRANSACTION_STATE_TOPIC
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.txn.config import TxnConfig
@@ -39,7 +47,18 @@ from spark_mq.broker.txn.records import (
     decode_txn_value,
 )
 from spark_mq.broker.txn.state import TxnMetadata
-from spark_mq.errors import CorruptRecordError
+from spark_mq.errors import (
+    CoordinatorNotAvailableError,
+    CorruptRecordError,
+    NotCoordinatorError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
+from spark_mq.storage.arrow_arrays import binary_array
+from spark_mq.storage.record_batch import encode_batch
 
 logger = logging.getLogger("spark_mq.broker.txn")
 
@@ -93,7 +112,13 @@ class LoadedTransactions:
 class TransactionStateTopic(CoordinatorTopic):
     """``__transaction_state``, through the broker's partitions."""
 
-    def __init__(self, replicas: ReplicaManager, config: TxnConfig) -> None:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        config: TxnConfig,
+        *,
+        partition_count: Callable[[], int | None] | None = None,
+    ) -> None:
         super().__init__(
             replicas,
             TRANSACTION_STATE_TOPIC,
@@ -101,6 +126,82 @@ class TransactionStateTopic(CoordinatorTopic):
             segment_bytes=config.transaction_state_log_segment_bytes,
         )
         self.config = config
+        #: A cluster's partition count of the topic (the controller's metadata), None
+        #: while unknown; None on one node, where :meth:`ensure` finds it.
+        self._cluster_count = partition_count if replicas.cluster else None
+        #: The offset after the last record this broker appended, per partition: what the
+        #: high watermark must pass before that record counts as written (acks=all).
+        self.appended_end: dict[int, int] = {}
+
+    @property
+    def ready(self) -> bool:
+        if self.replicas.cluster:
+            return True  # the controller creates the topic; a partition is loaded alone
+        return super().ready
+
+    @property
+    def partition_count(self) -> int:
+        if not self.replicas.cluster:
+            return super().partition_count
+        known = self._cluster_count() if self._cluster_count is not None else None
+        # As Kafka's getTransactionTopicPartitionCount: the topic's count when the cluster
+        # knows it, else the count the topic is created with.
+        return known or self.config.transaction_state_log_num_partitions
+
+    def append(self, key: str, records: Sequence[Record], now_ms: int) -> None:
+        """Append ``records`` as one batch to the partition of ``key`` (all or nothing); in a
+        cluster refused unless this broker leads it with ``min.insync.replicas`` in sync.
+        The batch's end is kept for :meth:`durable` and :meth:`wait_replicated`."""
+        if not records:
+            return
+        index = self.partition_for(key)
+        part = self.replicas.partition(self.name, index)
+        keys = binary_array([k for k, _ in records])
+        values = binary_array([v for _, v in records])
+        acks = -1 if self.replicas.cluster else 1
+        info = part.append(encode_batch(values, key=keys, now_ms=now_ms), required_acks=acks)
+        self.appended_end[index] = info.last_offset + 1
+        self.replicas.notify([part])
+
+    def durable(self, key: str) -> bool:
+        """Whether every record this broker appended to the partition of ``key`` is below
+        its high watermark (on one node, always: the high watermark follows each append)."""
+        index = self.partition_for(key)
+        end = self.appended_end.get(index)
+        if end is None:
+            return True
+        part = self.replicas.cached(self.name, index)
+        return part is not None and part.high_watermark >= end
+
+    async def wait_replicated(self, index: int, timeout_s: float) -> None:
+        """Return once the high watermark of partition ``index`` passed every record this
+        broker appended to it; the errors as Kafka's TransactionStateManager maps them:
+        NOT_COORDINATOR when this broker no longer leads the partition,
+        COORDINATOR_NOT_AVAILABLE when the in-sync replicas did not all get the records
+        in time (both retriable: the client finds the coordinator again and retries)."""
+        end = self.appended_end.get(index)
+        if end is None:
+            return
+        try:
+            part = self.replicas.partition(self.name, index)
+            if part.high_watermark < end:
+                await self.replicas.purgatory.wait((self.name, index), end, timeout_s)
+            part.check_enough_replicas(after_append=True)
+        except NotLeaderOrFollowerError as exc:
+            raise NotCoordinatorError(
+                f"this broker no longer leads {self.name}-{index}, where the transaction's "
+                f"state was written ({exc}); find the coordinator again and retry"
+            ) from exc
+        except (
+            UnknownTopicOrPartitionError,
+            RequestTimedOutError,
+            NotEnoughReplicasError,
+            NotEnoughReplicasAfterAppendError,
+        ) as exc:
+            raise CoordinatorNotAvailableError(
+                f"the transaction's state written to {self.name}-{index} is not on every "
+                f"in-sync replica yet ({exc}); retry"
+            ) from exc
 
     def load(self) -> LoadedTransactions:
         """Read every partition from its start to its high watermark. Blocking."""
@@ -116,4 +217,18 @@ class TransactionStateTopic(CoordinatorTopic):
                         loaded.skipped += 1
                         continue
                     loaded.apply(key, value)
+        return loaded
+
+    def load_partition(self, index: int) -> LoadedTransactions:
+        """Read partition ``index`` from its start to its log end (a newly elected leader's
+        log is what its followers truncate to, even past the high watermark). Blocking."""
+        loaded = LoadedTransactions()
+        log = self.logs.get_log(TRANSACTION_STATE_TOPIC, index)
+        self.appended_end[index] = log.log_end_offset
+        for batch in read_batches(log, LOAD_BUFFER_BYTES, to_log_end=True):
+            for key, value in batch.records:
+                if key is None:
+                    loaded.skipped += 1
+                    continue
+                loaded.apply(key, value)
         return loaded

@@ -120,9 +120,13 @@ class ClusterMembership:
         *,
         unclean_leader_election_enable: bool = False,
         wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        on_leader_elected: Callable[[bool], None] = lambda _unclean: None,
     ) -> None:
         self.broker_id = broker.node_id
         self._unclean_leader_election_enable = unclean_leader_election_enable
+        # Told of every partition leader this broker elects as controller (whether the
+        # election was unclean): the broker's election metrics, across controller epochs.
+        self._on_leader_elected = on_leader_elected
         #: The running controller while this broker is controller, else None.
         self.controller: Controller | None = None
         self._controller_lock = threading.Lock()
@@ -190,6 +194,7 @@ class ClusterMembership:
                 inter_broker_secret=self.inter_broker_secret,
                 unclean_leader_election_enable=self._unclean_leader_election_enable,
                 own_broker_epoch=lambda: self.registrar.broker_epoch,
+                on_leader_elected=self._on_leader_elected,
             ),
             on_controller_moved=self.elector.controller_moved,
         )

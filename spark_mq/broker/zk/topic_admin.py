@@ -170,7 +170,9 @@ class ZkTopicAdmin:
                 current=count,
                 requested=total,
             )
-        factor = len(current.partitions[0])
+        # Partition 0's target replicas: while it is being reassigned its replica list also
+        # holds the replicas leaving it.
+        factor = len(current.partitions[0]) - len(current.removing.get(0, ()))
         brokers = self._live_brokers()
         check_replication_factor(name, factor, [b.broker_id for b in brokers])
         added = assign_replicas_to_brokers(

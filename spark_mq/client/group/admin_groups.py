@@ -1,6 +1,7 @@
 """What ``Admin`` does for consumer groups: the result types and the coordinator requests.
 
-ListGroups goes to every broker (each lists the groups it coordinates); the other calls go
+ListGroups goes to every broker (each lists the groups it coordinates; one loading a
+partition it was just elected for is asked again); the other calls go
 to the group's coordinator (FindCoordinator first), and are retried while the coordinator
 moves or loads (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS)
 within ``default.api.timeout.ms``. Member assignments of ``consumer`` groups are decoded with
@@ -32,7 +33,7 @@ from spark_mq.client.group.offsets import (
     fetched_offsets,
 )
 from spark_mq.client.records import TopicPartition
-from spark_mq.client.retry import Retry
+from spark_mq.client.retry import Again, Retry
 from spark_mq.errors import NonEmptyGroupError, RequestTimedOutError, SparkMQError
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
 from spark_mq.protocol.group_offsets import OffsetCommitResponse, OffsetFetchResponse
@@ -160,15 +161,39 @@ class GroupAdmin:
         self._nodes_known = True
         node_ids = sorted({b.node_id for b in metadata.brokers}) or [-1]
         found: dict[str, GroupListing] = {}
+        retry = Retry.within_ms(
+            self._timeout_ms,
+            backoff_s=max(self._cluster.config.retry_backoff_ms, 1) / 1000,
+            clock=self._clock,
+            sleep=self._sleep,
+        )
         for node_id in node_ids:
-            response: ListGroupsResponse = self._cluster.request(
-                ListGroupsRequest(list(states)), node_id=node_id, timeout_ms=self._timeout_ms
-            )
-            if response.error_code != ErrorCode.NONE:
-                raise error_from_code(response.error_code)
+
+            def attempt(node_id: int = node_id) -> ListGroupsResponse | Again:
+                response: ListGroupsResponse = self._cluster.request(
+                    ListGroupsRequest(list(states)), node_id=node_id, timeout_ms=self._timeout_ms
+                )
+                if response.error_code in (
+                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                ):
+                    # A coordinator loading a partition it was just elected for lists it
+                    # once loaded, as Kafka's admin client asks again.
+                    return Again(error_from_code(response.error_code))
+                if response.error_code != ErrorCode.NONE:
+                    raise error_from_code(response.error_code)
+                return response
+
+            response = retry.until(attempt, self._list_timeout(node_id))
             for g in response.groups:
                 found[g.group_id] = GroupListing(g.group_id, g.group_state, g.protocol_type)
         return [found[name] for name in sorted(found)]
+
+    def _list_timeout(self, node_id: int) -> Callable[[SparkMQError], SparkMQError]:
+        return lambda error: RequestTimedOutError(
+            f"ListGroups to broker {node_id} did not succeed within {self._timeout_ms} ms "
+            f"(last error: {error})"
+        )
 
     def describe_group(self, group_id: str) -> GroupDescription:
         response, node_id = self._coordinator_call(

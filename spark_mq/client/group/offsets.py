@@ -93,7 +93,9 @@ class CommitOutcome(enum.Enum):
 
     #: Coordinator loading, a timeout: the same commit may succeed if sent again.
     RETRY = "retry"
-    #: NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE: look the coordinator up, then retry.
+    #: NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE / REQUEST_TIMED_OUT (Kafka's consumer: a
+    #: coordinator that did not get the commit onto its replicas in time may be cut off from
+    #: them, or no longer lead): look the coordinator up, then retry.
     COORDINATOR_GONE = "coordinator_gone"
     #: ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID: the member was removed; CommitFailedError.
     STALE_GENERATION = "stale_generation"
@@ -107,7 +109,7 @@ class CommitOutcome(enum.Enum):
 
 _OUTCOMES: Final = {
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: CommitOutcome.RETRY,
-    ErrorCode.REQUEST_TIMED_OUT: CommitOutcome.RETRY,
+    ErrorCode.REQUEST_TIMED_OUT: CommitOutcome.COORDINATOR_GONE,
     ErrorCode.NOT_COORDINATOR: CommitOutcome.COORDINATOR_GONE,
     ErrorCode.COORDINATOR_NOT_AVAILABLE: CommitOutcome.COORDINATOR_GONE,
     ErrorCode.ILLEGAL_GENERATION: CommitOutcome.STALE_GENERATION,
