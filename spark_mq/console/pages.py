@@ -14,6 +14,7 @@ from flask import Blueprint, Response, render_template, request
 from spark_mq.client.records import EARLIEST, LATEST, TopicPartition
 from spark_mq.console.charts import lag_chart, plotly_js
 from spark_mq.console.context import context
+from spark_mq.console.log_sizes import format_bytes, partition_size_bytes
 from spark_mq.console.record_view import FORMATS, format_time_ms, parse_time_ms, read_page
 from spark_mq.errors import GroupIdNotFoundError, UnknownTopicOrPartitionError, UsageError
 
@@ -88,6 +89,11 @@ def topic(name: str) -> str:
             "log_start": starts[tp].offset,
             "log_end": ends[tp].offset,
             "throughput": ctx.sampler.throughput(tp),
+            "size": format_bytes(
+                None
+                if ctx.config.path is None
+                else partition_size_bytes(ctx.config.path, name, p.partition)
+            ),
         }
         for p, tp in zip(description.partitions, tps, strict=True)
     ]

@@ -13,6 +13,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 
 from spark_mq import Admin, Producer
+from spark_mq.console.log_sizes import format_bytes
 from spark_mq.console.server import ConsoleServer
 
 
@@ -81,6 +82,15 @@ def test_topic_browser_shows_key_value_and_headers(browser, console, mq_dir) -> 
     wait(browser).until(expected_conditions.url_contains("offset=10"))
     keys = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "tr.record td.key")]
     assert keys == [f"customer-{n}" for n in range(10, 20)]
+
+    # The topic page shows the size of the partition's segment files (a --path console).
+    browser.get(f"{console.url}/topics/browsed")
+    sizes = [
+        e.text for e in wait(browser).until(lambda d: d.find_elements(By.CSS_SELECTOR, "td.size"))
+    ]
+    on_disk = sum(f.stat().st_size for f in (mq_dir / "browsed-0").glob("*.log"))
+    assert on_disk > 30 * 30  # 30 records, each value over 30 bytes
+    assert sizes[0] == format_bytes(on_disk)
 
     # Hex shows the bytes.
     browser.get(f"{console.url}/topics/browsed/browse?partition=0&offset=29&format=hex")

@@ -9,12 +9,12 @@ from types import ModuleType
 import pytest
 
 from spark_mq.client.records import ConsumerRecord, TopicPartition
-from spark_mq.console import config, record_view
+from spark_mq.console import config, log_sizes, record_view
 from spark_mq.console.record_view import RecordPage, ShownRecord, parse_time_ms, show_bytes, shown
 from spark_mq.errors import UsageError
 
 
-@pytest.mark.parametrize("module", [config, record_view])
+@pytest.mark.parametrize("module", [config, log_sizes, record_view])
 def test_docstring_examples_run(module: ModuleType) -> None:
     assert doctest.testmod(module).failed == 0
 
