@@ -21,6 +21,14 @@ if [ ! -f /usr/share/java/zookeeper.jar ] && [ "$(id -u)" = 0 ] && command -v ap
     { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q zookeeper >/dev/null 2>&1; }) ||
     echo "   could not install zookeeper; the cluster tests will be skipped"
 fi
+# The console's browser tests (tests/console) drive headless Chromium with Selenium through
+# Debian's chromium and chromium-driver packages. Without them those tests are skipped.
+if ! command -v chromedriver >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "== installing chromium and chromium-driver (Debian packages) for the console tests"
+  (apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }) ||
+    echo "   could not install chromium; the console's browser tests will be skipped"
+fi
 echo "== ruff"
 "$PY" -m ruff check .
 "$PY" -m ruff format --check .

@@ -39,6 +39,8 @@ LAYERS: dict[str, int] = {
     "cluster": 3,
     # Monitoring from outside (the lag exporter): clients of the brokers.
     "monitoring": 3,
+    # The web console: pages over the clients and the monitoring samplers.
+    "console": 3,
 }
 #: The top: the command line (``cli`` and ``cli_*``) and the root package itself.
 TOP = 4

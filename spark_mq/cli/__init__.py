@@ -1,5 +1,5 @@
 """``spark-mq``: the command line of spark_mq (broker, cluster, topics, groups, transactions,
-produce, consume, perf, log verify).
+produce, consume, perf, log verify, console).
 
 Every command but ``log verify`` (which reads a log directory's files itself, read-only) and
 ``cluster`` (which runs a local cluster's processes, under ``--dir``) talks to a broker:
@@ -36,6 +36,7 @@ from spark_mq import __version__
 from spark_mq.cli import (
     broker,
     cluster,
+    console,
     groups,
     half_messages,
     log,
@@ -71,6 +72,7 @@ COMMAND_GROUPS: Final = (
     log,
     records,
     perf,
+    console,
 )
 
 
