@@ -50,6 +50,10 @@ def cluster(
             "replica.fetch.wait.max.ms": "200",
             "replica.fetch.backoff.ms": "200",
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "60000",
+            # One replica of each __transaction_state partition (its coordinator's): the
+            # coordinator's own decisions then wait for no other broker, so what these tests
+            # pause or kill holds back only the markers they are about.
+            "transaction.state.log.replication.factor": "1",
         },
     )
     try:

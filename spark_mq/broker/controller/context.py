@@ -12,7 +12,7 @@ a copy for readers on other threads.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..zk.controller_election import ControllerEpoch
 from ..zk.znodes import BrokerRegistration, PartitionState, Versioned
@@ -36,6 +36,10 @@ class ControllerContext:
     """The controller's view; see the module docstring."""
 
     epoch: ControllerEpoch
+    #: Told of every partition leader an election writes (True: unclean): the broker's
+    #: election metrics. Every kind of election calls it (offline, controlled shutdown,
+    #: preferred, reassignment).
+    on_leader_elected: Callable[[bool], None] = lambda _unclean: None
     live_brokers: dict[int, BrokerRegistration] = dataclasses.field(default_factory=dict)
     #: Broker id -> broker epoch (czxid of its registration).
     broker_epochs: dict[int, int] = dataclasses.field(default_factory=dict)

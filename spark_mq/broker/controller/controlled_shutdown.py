@@ -120,6 +120,7 @@ def controlled_shutdown(
         return PartitionState(leader, current.leader_epoch + 1, isr, ctx.epoch.epoch)
 
     for tp in write_partition_states(zk, ctx, led, decide, "controlled shutdown election"):
+        ctx.on_leader_elected(False)
         batch.add_leader_and_isr([b for b in ctx.replicas(tp) if b in ctx.live_brokers], tp)
     remove_replicas_from_isr(zk, ctx, [broker], followed, batch)
     batch.add_update_metadata(ctx.live_ids)

@@ -161,7 +161,7 @@ class Controller:
         self.config = config
         self.broker_id = config.broker_id
         self._on_controller_moved = on_controller_moved
-        self.context = ControllerContext(epoch)
+        self.context = ControllerContext(epoch, on_leader_elected=config.on_leader_elected)
         self._queue: queue.Queue[tuple[str, Callable[[], None]] | None] = queue.Queue()
         self._active = threading.Event()
         self._watched: set[str] = set()
@@ -521,7 +521,6 @@ class Controller:
             sorted(offline),
             batch,
             self._unclean_allowed,
-            on_elected=self.config.on_leader_elected,
         )
         batch.send()
 

@@ -141,14 +141,12 @@ def elect_leaders(
     partitions: Iterable[TopicPartition],
     batch: RequestBatch,
     unclean_allowed: Callable[[str], bool],
-    *,
-    on_elected: Callable[[bool], None] = lambda _unclean: None,
 ) -> None:
     """OfflinePartition -> OnlinePartition (Kafka's offline partition election): the first
     live replica in the ISR leads, in leader epoch + 1, with the ISR cut to its live members;
     failing that, and only if ``unclean_allowed(topic)``, the first live replica with an ISR
-    of itself. A partition with no eligible leader stays Offline, unchanged. ``on_elected``
-    is told of each leader written (whether it was unclean)."""
+    of itself. A partition with no eligible leader stays Offline, unchanged. The context's
+    ``on_leader_elected`` is told of each leader written (whether it was unclean)."""
     elected: dict[TopicPartition, bool] = {}
 
     def decide(tp: TopicPartition, current: PartitionState) -> PartitionState | None:
@@ -181,7 +179,7 @@ def elect_leaders(
                 tp[1],
                 ctx.leadership[tp].value.leader,
             )
-        on_elected(elected.get(tp, False))
+        ctx.on_leader_elected(elected.get(tp, False))
         _move(ctx, tp, Phase.ONLINE)
         batch.add_leader_and_isr(_live_replicas(ctx, tp), tp)
 

@@ -104,6 +104,7 @@ def elect_preferred(
         state = ctx.leadership[tp].value
         preferred = ctx.replicas(tp)[0]
         if tp in written:
+            ctx.on_leader_elected(False)
             outcomes[tp] = (int(ErrorCode.NONE), None)
             batch.add_leader_and_isr([b for b in ctx.replicas(tp) if b in ctx.live_brokers], tp)
             log.info("%s: preferred replica %d leads again", _name(tp), preferred)

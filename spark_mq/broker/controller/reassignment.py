@@ -252,6 +252,8 @@ def advance(
         return False
     if new.leader != NO_LEADER:
         ctx.partition_states.move_all([tp], PartitionPhase.ONLINE)
+        if new.leader != state.leader:
+            ctx.on_leader_elected(False)  # the leaving leader handed over to a target replica
     _move_replicas(ctx, tp, assignment.adding)
     if not done:
         batch.add_leader_and_isr([b for b in assignment.replicas if b in ctx.live_brokers], tp)

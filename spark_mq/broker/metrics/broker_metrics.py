@@ -85,7 +85,8 @@ class BrokerMetrics:
         )
         self.leader_elections = Counter(
             "spark_mq_leader_elections",
-            "Partition leaders this broker elected as controller.",
+            "Partition leaders this broker elected as controller (offline partitions, "
+            "controlled shutdowns, preferred elections, reassignments).",
             registry=self.registry,
         )
         self.unclean_leader_elections = Counter(
