@@ -95,13 +95,16 @@ typedef struct {
     Py_ssize_t len, cap;
 } Buf;
 
+/* The buffers grow while the GIL is released (the scan runs without it), so they use the raw
+ * allocator, which is thread-safe without the GIL; PyMem_Realloc is not (pymalloc's arenas are
+ * shared by every thread) and corrupted the heap under concurrent fetches. No Python error is
+ * set here either: callers report MemoryError once they hold the GIL again. */
 static int buf_reserve(Buf *b, Py_ssize_t extra) {
     if (b->len + extra <= b->cap) return 0;
     Py_ssize_t cap = b->cap ? b->cap : 64;
     while (cap < b->len + extra) cap *= 2;
-    char *p = PyMem_Realloc(b->p, (size_t)cap);
+    char *p = PyMem_RawRealloc(b->p, (size_t)cap);
     if (p == NULL) {
-        PyErr_NoMemory();
         return -1;
     }
     b->p = p;
@@ -151,7 +154,7 @@ static void out_reset(Out *o, const Mark *m) {
 }
 
 static void out_free(Out *o) {
-    for (int i = 0; i < B_COUNT; i++) PyMem_Free(o->b[i].p);
+    for (int i = 0; i < B_COUNT; i++) PyMem_RawFree(o->b[i].p);
 }
 
 static int out_init(Out *o) {
@@ -419,7 +422,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Out o;
     if (out_init(&o) < 0) {
         PyBuffer_Release(&view);
-        return NULL;
+        return PyErr_NoMemory();
     }
     int reason = STOP_END;
     int failed = 0;
@@ -481,7 +484,7 @@ static PyObject *parse_body(PyObject *self, PyObject *args) {
     Out o;
     if (out_init(&o) < 0) {
         PyBuffer_Release(&view);
-        return NULL;
+        return PyErr_NoMemory();
     }
     int rc;
     Py_BEGIN_ALLOW_THREADS

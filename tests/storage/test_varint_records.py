@@ -9,8 +9,11 @@ must raise CorruptRecordError, and the C and Python decoders must agree on what 
 
 from __future__ import annotations
 
+import os
 import re
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -504,3 +507,43 @@ def test_compaction_of_varint_batches_keeps_newest_per_key_in_varint_bodies(
             assert not later, (offset, key)
     finally:
         log.close()
+
+
+_SCAN_WITHOUT_THE_GIL = """
+import pyarrow as pa
+from spark_mq.storage import varint_records
+from spark_mq.storage.record_batch import encode_batch
+
+batches = b"".join(
+    encode_batch(
+        pa.array([b"v" * 100] * 16, pa.binary()),
+        key=pa.array([b"k" * 50] * 16, pa.binary()),
+        body_encoding="varint",
+        base_offset=16 * i,
+    )
+    for i in range(200)
+)
+found = varint_records.scan(
+    batches, 0, start_offset=None, end_offset=None, verify_crc=True, stop_at_transactional=False
+)
+assert found.records is not None and found.records.num_rows == 3200, found
+"""
+
+
+def test_the_c_scan_allocates_safely_without_the_gil() -> None:
+    """The C scan releases the GIL while it decodes, so its buffers must come from the raw
+    allocator: Python's debug allocator (PYTHONMALLOC=debug) aborts the process when
+    PyMem_Malloc/Realloc run without the GIL, which is what corrupted the heap of a process
+    fetching from several threads (a segfault far from the scan)."""
+    if varint_records._c is None:
+        pytest.skip("the C extension is not built (no compiler): the Python fallback is used")
+    env = {**os.environ, "PYTHONMALLOC": "debug"}
+    done = subprocess.run(
+        [sys.executable, "-c", _SCAN_WITHOUT_THE_GIL],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
