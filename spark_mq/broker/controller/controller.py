@@ -161,7 +161,7 @@ class Controller:
         self.config = config
         self.broker_id = config.broker_id
         self._on_controller_moved = on_controller_moved
-        self.context = ControllerContext(epoch, on_leader_elected=config.on_leader_elected)
+        self.context = self._fresh_context()
         self._queue: queue.Queue[tuple[str, Callable[[], None]] | None] = queue.Queue()
         self._active = threading.Event()
         self._watched: set[str] = set()
@@ -445,8 +445,12 @@ class Controller:
     # -----------------------------------------------------------------------------------------
     # Events
 
+    def _fresh_context(self) -> ControllerContext:
+        """An empty view of the cluster for this controller epoch (startup reads it all)."""
+        return ControllerContext(self.epoch, on_leader_elected=self.config.on_leader_elected)
+
     def _startup(self) -> None:
-        ctx = self.context = ControllerContext(self.epoch)
+        ctx = self.context = self._fresh_context()
         self._watch_children(znodes.BROKER_IDS, "BrokerChange", self._broker_change)
         self._watch_children(znodes.TOPICS, "TopicChange", self._topic_change)
         self._watch_children(znodes.DELETE_TOPICS, "TopicDeletion", self._topic_deletion)
