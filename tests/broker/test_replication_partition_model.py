@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, currently_in_test_context, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -77,6 +77,13 @@ LAG_TIME_MAX_MS = 100
 CONFIG = LogConfig(segment_bytes=2048)
 
 Batch = tuple[int, int, int, tuple[bytes, ...]]  # base offset, next offset, epoch, values
+
+
+def note(what: str) -> None:
+    """Count ``what`` in Hypothesis's statistics (``--hypothesis-show-statistics``: how often
+    the model reaches the cases it is for); nothing in the step-by-step tests."""
+    if currently_in_test_context():
+        event(what)
 
 
 def batches_of(replica: PartitionLog) -> list[Batch]:
@@ -197,7 +204,9 @@ class PartitionReplicationMachine(RuleBasedStateMachine):
             try:
                 leader.check_enough_replicas(after_append=True)
             except NotEnoughReplicasAfterAppendError:
+                note("acks=all: NOT_ENOUGH_REPLICAS_AFTER_APPEND")
                 continue
+            note("acks=all acknowledged")
             for batch in batches_of(leader.log):
                 if wait.base_offset <= batch[0] < wait.end_offset:
                     self.acked[batch[0]] = batch
@@ -229,6 +238,7 @@ class PartitionReplicationMachine(RuleBasedStateMachine):
             info = leader.append(encode_batch(pa.array(values, pa.binary())), required_acks=acks)
         except NotEnoughReplicasError:
             assert acks == -1 and len(self.isr) < 2
+            note("acks=all: NOT_ENOUGH_REPLICAS")
             return
         if acks == -1:
             self.waiting.append(Waiting(self.leader_epoch, info.first_offset, info.last_offset + 1))
@@ -240,12 +250,32 @@ class PartitionReplicationMachine(RuleBasedStateMachine):
             data.draw(st.sampled_from([r for r in REPLICAS if r != self.leader])), max_bytes
         )
 
+    @rule(reverse=st.booleans())
+    def fetch_round(self, reverse: bool) -> None:
+        """Every follower fetches once, as their fetchers do concurrently: the high
+        watermark moves (the followers learn it one round late)."""
+        followers = [r for r in REPLICAS if r != self.leader]
+        for follower_id in reversed(followers) if reverse else followers:
+            self.fetch_once(follower_id)
+
+    @rule()
+    def settle(self) -> None:
+        """The fetchers run undisturbed for a while: fetch rounds until nothing moves."""
+        for _ in range(8):
+            before = [(p.log_end_offset, p.high_watermark) for p in self.parts.values()]
+            self.fetch_round(reverse=False)
+            if before == [(p.log_end_offset, p.high_watermark) for p in self.parts.values()]:
+                return
+
     def fetch_once(self, follower_id: int, max_bytes: int = 1 << 20) -> None:
         follower, leader = self.parts[follower_id], self.parts[self.leader]
         if follower_id in self.must_truncate:
             # The fetcher's TRUNCATING state: its own step, as the leader may change (or
             # die) between a follower's truncation and its first fetch.
+            end = follower.log_end_offset
             truncate_as_follower(follower.log, lambda epoch: self.ask_leader(follower_id, epoch))
+            if follower.log_end_offset < end:
+                note("a follower truncated records away")
             self.must_truncate.discard(follower_id)
             self.left_behind.discard(follower_id)
             return
@@ -341,6 +371,7 @@ class PartitionReplicationMachine(RuleBasedStateMachine):
             self.restart_replica(replica)
         leader = data.draw(st.sampled_from([r for r in REPLICAS if r not in failed]))
         self.elect(leader, (leader,))
+        note("unclean election")
         kept = set(batches_of(self.parts[leader].log))
         # What the new leader does not have is lost: the price of an unclean election.
         self.acked = {base: b for base, b in self.acked.items() if b in kept}
