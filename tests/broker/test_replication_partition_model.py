@@ -35,7 +35,7 @@ exchange requests:
 Invariants, after every step:
 
 - No divergence below the high watermark: every replica's batches below its high watermark
-  are the leader's (same base offsets, ends, leader epochs and values), except a replica
+  are the leader's (same base offsets, ends, leader epochs and CRCs), except a replica
   that an unclean election left behind and that has not truncated yet.
 - A follower that has truncated since the last leader change holds a prefix of the leader's
   log (whole: what KIP-279 fixed is a divergence above the high watermark).
@@ -76,7 +76,10 @@ LAG_TIME_MAX_MS = 100
 #: Small segments, so truncation and recovery cross segment boundaries.
 CONFIG = LogConfig(segment_bytes=2048)
 
-Batch = tuple[int, int, int, tuple[bytes, ...]]  # base offset, next offset, epoch, values
+#: A batch as the invariants compare it: base offset, next offset, leader epoch and CRC (which
+#: covers everything after the leader epoch: producer fields and records; every batch the
+#: model writes has values of its own).
+Batch = tuple[int, int, int, int]
 
 
 def note(what: str) -> None:
@@ -87,19 +90,11 @@ def note(what: str) -> None:
 
 
 def batches_of(replica: PartitionLog) -> list[Batch]:
-    out: list[Batch] = []
-    for segment in replica.segments:
-        for header, _ in segment.records.headers():
-            table = replica.read_records(
-                header.base_offset,
-                isolation=FetchIsolation.LOG_END,
-                max_offset=header.next_offset,
-            )
-            values = tuple(table.column("value").to_pylist())
-            out.append(
-                (header.base_offset, header.next_offset, header.partition_leader_epoch, values)
-            )
-    return out
+    return [
+        (header.base_offset, header.next_offset, header.partition_leader_epoch, header.crc)
+        for segment in replica.segments
+        for header, _ in segment.records.headers()
+    ]
 
 
 @dataclass
@@ -430,7 +425,7 @@ class PartitionReplicationMachine(RuleBasedStateMachine):
 
 TestPartitionReplicationModel = PartitionReplicationMachine.TestCase
 TestPartitionReplicationModel.settings = settings(
-    max_examples=100,
+    max_examples=300,
     stateful_step_count=40,
     deadline=None,
     print_blob=True,
