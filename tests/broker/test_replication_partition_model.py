@@ -230,7 +230,9 @@ class PartitionReplicationMachine(RuleBasedStateMachine):
         values = [b"%d:%d" % (self.serial, i) for i in range(count)]
         leader = self.parts[self.leader]
         try:
-            info = leader.append(encode_batch(pa.array(values, pa.binary())), required_acks=acks)
+            # The model's clock, not the wall clock: the same example writes the same batches.
+            batch = encode_batch(pa.array(values, pa.binary()), now_ms=NOW_MS)
+            info = leader.append(batch, required_acks=acks)
         except NotEnoughReplicasError:
             assert acks == -1 and len(self.isr) < 2
             note("acks=all: NOT_ENOUGH_REPLICAS")
