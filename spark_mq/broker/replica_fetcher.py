@@ -341,16 +341,12 @@ class ReplicaFetcher(threading.Thread):
                     )
                     continue
                 try:
-                    if len(records):
-                        state.log.append_as_follower(bytes(records))
+                    append_fetched(state.log, records, answer.high_watermark)
                 except FencedLeaderEpochError as exc:
                     # The leader sent batches of an older epoch than this log has: its
                     # leadership is stale. Wait for the controller.
                     self._park(tp, state, str(exc))
                     continue
-                state.log.update_high_watermark(
-                    min(answer.high_watermark, state.log.log_end_offset)
-                )
         self.rounds += 1
 
     # -- errors ---------------------------------------------------------------------------
@@ -395,6 +391,17 @@ class ReplicaFetcher(threading.Thread):
             if self._partitions.get(tp) is state:
                 state.state = FetchState.PARKED
                 state.reason = reason
+
+
+def append_fetched(log: PartitionLog, records: memoryview | bytes, high_watermark: int) -> None:
+    """What a follower does with one partition of a leader's Fetch response: append the
+    leader's batches as they are, then follow the leader's high watermark, never past its
+    own log end. Raises FencedLeaderEpochError (nothing appended) if the batches are of an
+    older leader epoch than the log has. Pure storage work, apart from the sockets so that
+    the replication model (tests/broker) runs the fetchers' own follower path in-process."""
+    if len(records):
+        log.append_as_follower(bytes(records))
+    log.update_high_watermark(min(high_watermark, log.log_end_offset))
 
 
 #: Partition errors retried after ``replica.fetch.backoff.ms`` (the rest park the partition).
