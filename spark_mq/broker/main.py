@@ -81,6 +81,7 @@ from spark_mq.storage.dir_lock import read_owner
 from spark_mq.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
+    from spark_mq.broker.metrics.broker_metrics import BrokerMetrics
     from spark_mq.broker.replica_fetcher import ReplicaFetcherManager
     from spark_mq.broker.txn.marker_channel import TransactionMarkerChannel
     from spark_mq.broker.zk.config_changes import TopicConfigSync
@@ -251,7 +252,9 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 default_replication_factor=broker.default_replication_factor,
                 log_defaults=config.log_defaults,
             )
-            await asyncio.to_thread(core.replicas.attach_fetchers, _fetchers(config, membership))
+            await asyncio.to_thread(
+                core.replicas.attach_fetchers, _fetchers(config, membership, core.metrics)
+            )
             from spark_mq.broker.alter_partition_manager import (  # noqa: PLC0415
                 AlterPartitionManager,
             )
@@ -361,7 +364,9 @@ def _marker_channel(core: BrokerCore, membership: ClusterMembership) -> Transact
     )
 
 
-def _fetchers(config: ServerConfig, membership: ClusterMembership) -> ReplicaFetcherManager:
+def _fetchers(
+    config: ServerConfig, membership: ClusterMembership, metrics: BrokerMetrics
+) -> ReplicaFetcherManager:
     """The replica fetchers of a cluster broker, authenticating with the secret its
     session read from ZooKeeper."""
     # Imported here: a single-node broker never follows.
@@ -378,7 +383,9 @@ def _fetchers(config: ServerConfig, membership: ClusterMembership) -> ReplicaFet
         return -1 if epoch is None else epoch
 
     identity = BrokerIdentity(config.broker.node_id, broker_epoch, secret)
-    return ReplicaFetcherManager(identity, config.replication.fetcher_config())
+    return ReplicaFetcherManager(
+        identity, config.replication.fetcher_config(), on_replicated=metrics.replicated
+    )
 
 
 def run(config: ServerConfig, *, local: bool) -> int:

@@ -130,8 +130,11 @@ class ReplicaFetcher(threading.Thread):
         leader: BrokerAddress,
         identity: BrokerIdentity,
         config: ReplicaFetcherConfig,
+        on_replicated: Callable[[int], None] = lambda _size: None,
     ) -> None:
         super().__init__(name=name, daemon=True)
+        #: Told the size of every fetched chunk appended (the broker's replication metric).
+        self._on_replicated = on_replicated
         self.leader_id = leader_id
         self.leader = leader
         self._identity = identity
@@ -342,6 +345,7 @@ class ReplicaFetcher(threading.Thread):
                     continue
                 try:
                     append_fetched(state.log, records, answer.high_watermark)
+                    self._on_replicated(len(records))
                 except FencedLeaderEpochError as exc:
                     # The leader sent batches of an older epoch than this log has: its
                     # leadership is stale. Wait for the controller.
@@ -428,9 +432,16 @@ class ReplicaFetcherManager:
     """The fetcher threads of one broker: ``num.replica.fetchers`` per leader, a partition
     always on the same one (by a hash of its name and index, as Kafka's)."""
 
-    def __init__(self, identity: BrokerIdentity, config: ReplicaFetcherConfig) -> None:
+    def __init__(
+        self,
+        identity: BrokerIdentity,
+        config: ReplicaFetcherConfig,
+        *,
+        on_replicated: Callable[[int], None] = lambda _size: None,
+    ) -> None:
         self._identity = identity
         self._config = config
+        self._on_replicated = on_replicated
         self._fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._where: dict[TopicPartition, tuple[int, int]] = {}
         self._lock = threading.Lock()
@@ -460,6 +471,7 @@ class ReplicaFetcherManager:
                         leader=address,
                         identity=self._identity,
                         config=self._config,
+                        on_replicated=self._on_replicated,
                     )
                     self._fetchers[key] = fetcher
                     fetcher.start()

@@ -24,7 +24,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from queue_workload import NumberedProducer
@@ -160,10 +160,14 @@ class Copier:
     output in one transaction with its offsets; a failed transaction is aborted and the
     consumer rewound to the committed offsets; a fenced producer is replaced."""
 
-    def __init__(self, servers: str, source: str, sink: str, group: str, txn_id: str) -> None:
+    def __init__(
+        self, servers: Callable[[], str], source: str, sink: str, group: str, txn_id: str
+    ) -> None:
+        # The current bootstrap servers: a restarted broker listens on a new port, so a
+        # producer made after a few bounces must not bootstrap from the first addresses.
         self.servers, self.source, self.sink, self.txn_id = servers, source, sink, txn_id
         self.consumer = Consumer(
-            bootstrap_servers=servers,
+            bootstrap_servers=servers(),
             group_id=group,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -183,7 +187,7 @@ class Copier:
     def _new_producer(self) -> Producer:
         while True:
             producer = Producer(
-                bootstrap_servers=self.servers,
+                bootstrap_servers=self.servers(),
                 transactional_id=self.txn_id,
                 linger_ms=2,
                 config={"retry.backoff.max.ms": 300},
@@ -281,7 +285,7 @@ def test_a_transactional_copier_keeps_output_equal_to_input(
     _create(cluster, zk, source, sink)
     servers = cluster.bootstrap_servers
     producer = NumberedProducer(servers, source, PARTITIONS).start()
-    copier = Copier(servers, source, sink, group, txn_id).start()
+    copier = Copier(lambda: cluster.bootstrap_servers, source, sink, group, txn_id).start()
     watched = {
         source: PARTITIONS,
         sink: PARTITIONS,
@@ -316,21 +320,31 @@ def test_a_transactional_copier_keeps_output_equal_to_input(
                 )
             )
             # The copier commits transactions again after each fault.
-            wait_for(lambda before=before: copier.committed > before + 2, 90)
+            try:
+                wait_for(lambda before=before: copier.committed > before + 2, 90)
+            except AssertionError:
+                raise AssertionError(
+                    f"the copier committed no transaction after {schedule[-1]}; its last "
+                    f"errors: {copier.errors[-8:]}"
+                ) from None
+    except BaseException:
+        copier.stop()
+        raise
     finally:
         producer.stop()
     print("schedule: " + "; ".join(schedule))
     acked = {n for _, _, n in producer.acknowledged}
     assert not producer.failed
     try:
-        wait_for(lambda: acked <= set(_committed_numbers(servers, sink)), 120)
+        wait_for(lambda: acked <= set(_committed_numbers(cluster.bootstrap_servers, sink)), 120)
     finally:
         copier.stop()
     print(
         f"copier: {copier.committed} transactions committed, {copier.aborted} aborted, "
         f"errors {len(copier.errors)} {copier.errors[:5]}"
     )
-    output = _committed_numbers(servers, sink)
+    # The brokers listen on new ports since they were restarted.
+    output = _committed_numbers(cluster.bootstrap_servers, sink)
     duplicates = sorted({n for n in output if output.count(n) > 1})
     assert not duplicates, f"copied twice: {duplicates[:20]}"
     assert set(output) == acked, (
@@ -399,7 +413,8 @@ def test_a_consumer_group_keeps_processing_with_commits_that_hold(
     schedule = []
 
     def committed_now() -> dict[TopicPartition, int]:
-        with Admin(bootstrap_servers=servers) as admin:
+        # cluster.bootstrap_servers: restarted brokers listen on new ports.
+        with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
             found = admin.list_group_offsets(group, tps)
         return {tp: meta.offset for tp, meta in found.items()}
 
@@ -423,6 +438,10 @@ def test_a_consumer_group_keeps_processing_with_commits_that_hold(
             # The group commits again on its new coordinator.
             wait_for(lambda before=before: sum(m.commits for m in members) > before + 2, 90)
             committed_seen.append(committed_now())
+    except BaseException:
+        for member in members:
+            member.stop()
+        raise
     finally:
         producer.stop()
     print("schedule: " + "; ".join(schedule))
@@ -430,7 +449,7 @@ def test_a_consumer_group_keeps_processing_with_commits_that_hold(
     assert not producer.failed
     try:
         wait_for(lambda: acked <= {n for m in members for n in m.processed}, 90)
-        with Consumer(bootstrap_servers=servers) as reader:
+        with Consumer(bootstrap_servers=cluster.bootstrap_servers) as reader:
             ends = reader.end_offsets(tps)
         wait_for(lambda: committed_now() == ends, 60)
     finally:

@@ -267,6 +267,20 @@ def test_every_broker_serves_metrics_and_one_is_controller(cluster: LocalCluster
     assert all(s["spark_mq_state_scrape_success"] == 1 for s in scraped.values())
 
 
+def test_followers_count_what_they_replicate(cluster: LocalCluster, zk: ZkClient) -> None:
+    topic = "replicated-bytes"
+    leader = create_topic(cluster, zk, topic, {})
+    followers = [b for b in cluster.broker_ids if b != leader]
+    before = {b: scrape(cluster, b)["spark_mq_replication_bytes_in_total"] for b in followers}
+    sent_before = scrape(cluster, leader)["spark_mq_replication_bytes_out_total"]
+    assert produce(cluster, leader, topic, [b"r" * 1000] * 10, acks=-1)[0] == 0
+    # acks=all: every follower has the batch; each counted its bytes, the leader what it sent.
+    after = {b: scrape(cluster, b)["spark_mq_replication_bytes_in_total"] for b in followers}
+    assert all(after[b] - before[b] >= 10_000 for b in followers), (before, after)
+    sent = scrape(cluster, leader)["spark_mq_replication_bytes_out_total"] - sent_before
+    assert sent >= 2 * 10_000
+
+
 def test_a_lagging_follower_leaves_the_isr_and_rejoins(cluster: LocalCluster, zk: ZkClient) -> None:
     topic = "lagging"
     leader = create_topic(cluster, zk, topic, {})
