@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -100,6 +100,10 @@ def _default_ensure_broker() -> EnsureBroker:
     return ensure_broker
 
 
+#: Former broker addresses a client keeps as a last resort for any-broker requests.
+FORMER_ADDRESSES_KEPT: Final = 32
+
+
 class Cluster:
     """Brokers and partition leaders as last seen, and connections to them."""
 
@@ -125,6 +129,11 @@ class Cluster:
         self._lock = threading.RLock()
         self._local_address: BrokerAddress | None = None
         self._nodes: dict[int, BrokerAddress] = {}
+        #: Addresses brokers had in earlier metadata, newest first: tried last by requests
+        #: that any broker may answer. A broker restarted before the controller told it of
+        #: the others answers Metadata with itself alone; without these a client whose
+        #: bootstrap servers moved (restarted on new ports) could be left with none alive.
+        self._former: list[BrokerAddress] = []
         self._topics: dict[str, TopicInfo] = {}
         #: Topic to partition count; replaced whole on refresh, read without the lock.
         self.partition_counts: dict[str, int] = {}
@@ -184,6 +193,7 @@ class Cluster:
             turn = self._bootstrap_turn % len(self._bootstrap)
             out = self._bootstrap[turn:] + self._bootstrap[:turn]
             out += [a for _, a in sorted(self._nodes.items()) if a not in out]
+            out += [a for a in self._former if a not in out]
             return out
 
     def new_connection(self, node_id: int) -> BrokerConnection:
@@ -335,6 +345,10 @@ class Cluster:
                         nodes[broker.node_id] = BrokerAddress.parse(broker.host)
                     else:
                         nodes[broker.node_id] = BrokerAddress(broker.host, broker.port)
+                gone = [a for a in self._nodes.values() if a not in nodes.values()]
+                self._former = (gone + [a for a in self._former if a not in gone])[
+                    :FORMER_ADDRESSES_KEPT
+                ]
                 self._nodes = nodes
             if topics is None or set(self._topics) <= set(topics):
                 # Every topic this client follows was looked up again: the update asked for
