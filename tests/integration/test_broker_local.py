@@ -255,4 +255,7 @@ def test_broker_json_is_valid_json_with_the_documented_fields(local_dir):
         "host",
         "port",
         "started_ms",
+        "metrics_port",
     }
+    # An embedded broker serves no metrics unless metrics.port asks it to.
+    assert data["metrics_port"] is None
