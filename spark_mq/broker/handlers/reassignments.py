@@ -10,12 +10,11 @@ reassignment and refuses to start one with INVALID_REQUEST.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
-from spark_mq.errors import ControllerMovedError, InvalidRequestError, RequestTimedOutError
+from spark_mq.broker.handlers.controller_events import active_controller, event_answer
+from spark_mq.errors import InvalidRequestError
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.reassignment import (
     AlterPartitionReassignmentsRequest,
@@ -27,45 +26,25 @@ if TYPE_CHECKING:
     # Only for types: a single-node broker never loads the controller (nor kazoo).
     from spark_mq.broker.controller.controller import Controller
 
-#: How long a handler waits for the controller's event (its queue may hold a Startup).
-EVENT_TIMEOUT_S: Final = 30.0
-
-_T = TypeVar("_T")
+#: What to do when the controller did not answer in time.
+_THEN = "list the reassignments to see whether it was started"
 
 
-def _active_controller(ctx: RequestContext, api: str) -> Controller:
-    core = ctx.core
-    membership = core.membership
-    controller = None if membership is None else membership.controller
-    if membership is None:
+def _reassigning_controller(ctx: RequestContext, api: str) -> Controller:
+    if ctx.core.membership is None:
         raise InvalidRequestError(
             f"{api}: a single-node broker holds the only replica of each partition, so there "
             "is nowhere to move one; partition reassignment needs a cluster"
         )
-    if controller is None or not controller.active:
-        raise ControllerMovedError(
-            f"broker {core.node_id} is not the controller (the controller is "
-            f"{core.controller_id}); send {api} to the controller"
-        )
-    return controller
-
-
-async def _answer(future: concurrent.futures.Future[_T], api: str) -> _T:
-    try:
-        return await asyncio.wait_for(asyncio.wrap_future(future), EVENT_TIMEOUT_S)
-    except TimeoutError:
-        raise RequestTimedOutError(
-            f"the controller did not process {api} within {EVENT_TIMEOUT_S:.0f} s; list the "
-            "reassignments to see whether it was started"
-        ) from None
+    return active_controller(ctx, api)
 
 
 async def handle_alter_partition_reassignments(
     ctx: RequestContext, request: AlterPartitionReassignmentsRequest, _: memoryview
 ) -> Response:
     api = "AlterPartitionReassignments"
-    controller = _active_controller(ctx, api)
-    answer = await _answer(controller.alter_partition_reassignments(request), api)
+    controller = _reassigning_controller(ctx, api)
+    answer = await event_answer(controller.alter_partition_reassignments(request), api, then=_THEN)
     return Response(answer)
 
 
@@ -75,6 +54,6 @@ async def handle_list_partition_reassignments(
     api = "ListPartitionReassignments"
     if ctx.core.membership is None:
         return Response(ListPartitionReassignmentsResponse(ErrorCode.NONE, []))
-    controller = _active_controller(ctx, api)
-    answer = await _answer(controller.list_partition_reassignments(request), api)
+    controller = _reassigning_controller(ctx, api)
+    answer = await event_answer(controller.list_partition_reassignments(request), api, then=_THEN)
     return Response(answer)
