@@ -8,8 +8,11 @@ never see each other's znodes.
 
 from __future__ import annotations
 
+import os
+import random
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -84,3 +87,23 @@ def clients(zk_connect: str) -> Iterator[Callable[[], ZkClient]]:
     yield make
     for client in made:
         client.close()
+
+
+@pytest.fixture
+def zk(cluster: Any) -> Iterator[ZkClient]:
+    """A ZooKeeper session on the module's ``cluster`` (a LocalCluster fixture each module
+    defines with the settings it needs), for reading partition states and the controller."""
+    client = ZkClient(ZkClientConfig(cluster.zookeeper_connect, session_timeout_ms=10_000))
+    client.start()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    """The fault schedule's randomness: ``FAULT_SEED=<n>`` replays a printed schedule."""
+    seed = int(os.environ.get("FAULT_SEED", random.randrange(1 << 32)))
+    print(f"FAULT_SEED={seed}")
+    return random.Random(seed)

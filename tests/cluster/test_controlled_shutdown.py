@@ -28,7 +28,7 @@ from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
 from spark_mq.broker.zk import znodes
-from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
+from spark_mq.broker.zk.client import ZkClient
 from spark_mq.broker.zk.partition_states import read_partition_state
 from spark_mq.cli import main
 from spark_mq.client.broker_auth import authenticate_as_broker
@@ -70,16 +70,6 @@ def cluster(
         yield local
     finally:
         local.stop()
-
-
-@pytest.fixture(scope="module")
-def zk(cluster: LocalCluster) -> Iterator[ZkClient]:
-    client = ZkClient(ZkClientConfig(cluster.zookeeper_connect, session_timeout_ms=10_000))
-    client.start()
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def _states(zk: ZkClient) -> dict[int, znodes.PartitionState]:

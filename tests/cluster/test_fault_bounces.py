@@ -24,7 +24,6 @@ every broker running with a full ISR.
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 import time
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from queue_workload import NumberedProducer, QueueReader, check, read_all
 from waiting import wait_for
 
 from spark_mq import Admin
-from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
+from spark_mq.broker.zk.client import ZkClient
 from spark_mq.broker.zk.partition_states import read_partition_state
 from spark_mq.cluster.local_cluster import LocalCluster, process_is
 
@@ -65,21 +64,6 @@ def cluster(
         yield local.start()
     finally:
         local.stop()
-
-
-@pytest.fixture(scope="module")
-def zk(cluster: LocalCluster) -> Iterator[ZkClient]:
-    client = ZkClient(ZkClientConfig(cluster.zookeeper_connect))
-    client.start()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def rng() -> random.Random:
-    seed = int(os.environ.get("FAULT_SEED", random.randrange(1 << 32)))
-    print(f"FAULT_SEED={seed}")
-    return random.Random(seed)
 
 
 @dataclasses.dataclass

@@ -20,7 +20,6 @@ happened (the victim's process is gone, the coordinator's partition got a new le
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
@@ -32,7 +31,7 @@ from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
 from spark_mq.broker.coordinator_topic import coordinator_partition
-from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
+from spark_mq.broker.zk.client import ZkClient
 from spark_mq.broker.zk.partition_states import read_partition_state
 from spark_mq.cluster.local_cluster import LocalCluster, process_is
 from spark_mq.errors import ProducerFencedError, SparkMQError
@@ -71,21 +70,6 @@ def cluster(
         yield local.start()
     finally:
         local.stop()
-
-
-@pytest.fixture(scope="module")
-def zk(cluster: LocalCluster) -> Iterator[ZkClient]:
-    client = ZkClient(ZkClientConfig(cluster.zookeeper_connect))
-    client.start()
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def rng() -> random.Random:
-    seed = int(os.environ.get("FAULT_SEED", random.randrange(1 << 32)))
-    print(f"FAULT_SEED={seed}")
-    return random.Random(seed)
 
 
 def _leader(zk: ZkClient, topic: str, partition: int) -> tuple[int, int]:

@@ -26,7 +26,7 @@ import pytest
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
-from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
+from spark_mq.broker.zk.client import ZkClient
 from spark_mq.broker.zk.partition_states import read_partition_state, read_topic_assignment
 from spark_mq.cli import main
 from spark_mq.cluster.local_cluster import LocalCluster
@@ -58,14 +58,6 @@ def cluster(
         yield local.start()
     finally:
         local.stop()
-
-
-@pytest.fixture(scope="module")
-def zk(cluster: LocalCluster) -> Iterator[ZkClient]:
-    client = ZkClient(ZkClientConfig(cluster.zookeeper_connect))
-    client.start()
-    yield client
-    client.close()
 
 
 def _admin(cluster: LocalCluster) -> Admin:

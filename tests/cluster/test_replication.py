@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_for
 
 from spark_mq.broker.zk.broker_registration import read_live_brokers
-from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
+from spark_mq.broker.zk.client import ZkClient
 from spark_mq.broker.zk.partition_states import read_partition_state
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
@@ -73,14 +73,6 @@ def cluster(
         yield local.start()
     finally:
         local.stop()
-
-
-@pytest.fixture(scope="module")
-def zk(cluster: LocalCluster) -> Iterator[ZkClient]:
-    client = ZkClient(ZkClientConfig(cluster.zookeeper_connect))
-    client.start()
-    yield client
-    client.close()
 
 
 def connect(cluster: LocalCluster, broker_id: int) -> BrokerConnection:

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pytest
 from waiting import wait_for
 
-from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
+from spark_mq.broker.zk.client import ZkClient
 from spark_mq.broker.zk.partition_states import read_partition_state
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
@@ -73,14 +73,6 @@ def cluster(zk_connect: str, tmp_path: Path) -> Iterator[LocalCluster]:
         yield local.start()
     finally:
         local.stop()
-
-
-@pytest.fixture
-def zk(cluster: LocalCluster) -> Iterator[ZkClient]:
-    client = ZkClient(ZkClientConfig(cluster.zookeeper_connect))
-    client.start()
-    yield client
-    client.close()
 
 
 def request(cluster: LocalCluster, broker_id: int, body: object) -> object:
