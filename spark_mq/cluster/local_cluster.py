@@ -12,16 +12,20 @@ Files under the cluster directory ``DIR`` (each written only by the process name
 ``cluster.json`` says what runs, and is rewritten as brokers come and go::
 
     {"zookeeper": "127.0.0.1:P", "zookeeper_pid": N, "bootstrap_servers": "127.0.0.1:P1,...",
-     "brokers": {"1": {"pid": N, "host": "127.0.0.1", "port": P, "log_dir": "..."}, ...}}
+     "brokers": {"1": {"pid": N, "host": "127.0.0.1", "port": P, "log_dir": "...",
+                       "listen_port": P}, ...}}
 
-A stopped or killed broker keeps its entry with ``pid`` and ``port`` null;
+A stopped or killed broker keeps its entry with ``pid`` and ``port`` null (``listen_port``,
+the port it listens on again when started, stays);
 ``bootstrap_servers`` lists the running ones. ``zookeeper_pid`` is null when the cluster
 uses a ZooKeeper it did not start (``zookeeper=HOST:PORT[/chroot]``), which it never stops.
 
 Every process is a real, detached one (its own session, so a Ctrl-C in the terminal that
 started the cluster does not kill it out of order): brokers run
-``python -m spark_mq.broker --config DIR/broker-<id>/broker.properties`` with listeners on
-port 0, and their real port is read from their ``/brokers/ids/<id>`` znode. A pid is
+``python -m spark_mq.broker --config DIR/broker-<id>/broker.properties`` with a listener on
+port 0 the first time; the port it gets (read from its ``/brokers/ids/<id>`` znode) is then
+written into its properties, so it listens there again after every restart, as a real
+broker's configured port (``start_broker(new_port=True)`` moves it). A pid is
 signalled only while ``/proc/<pid>/cmdline`` still names that broker's properties file (or,
 for ZooKeeper, this cluster's ``zoo.cfg``), so a pid the system reused for another process
 is never killed.
@@ -397,7 +401,9 @@ class LocalCluster:
         props = {
             "broker.id": str(broker_id),
             "log.dirs": str(self.log_dir(broker_id)),
-            "listeners": "PLAINTEXT://127.0.0.1:0",
+            # A free port the first time; then the port it got, kept across restarts as a
+            # real broker's configured port is (see _pin_port).
+            "listeners": f"PLAINTEXT://127.0.0.1:{self._entry(broker_id).get('listen_port') or 0}",
             "zookeeper.connect": self.zookeeper_connect,
             "zookeeper.session.timeout.ms": str(self.session_timeout_ms),
             # Kafka's default of 3 would leave a 1- or 2-broker cluster without group and
@@ -466,6 +472,20 @@ class LocalCluster:
         self._wait_for(registered, f"broker {broker_id} to register")
         endpoint = found[0].endpoint()
         self._entry(broker_id).update(host=endpoint.host, port=endpoint.port)
+        self._pin_port(broker_id, endpoint.port)
+
+    def _pin_port(self, broker_id: int, port: int | None) -> None:
+        """Keep the port a broker got from ``PLAINTEXT://127.0.0.1:0`` for its restarts, so
+        the ``bootstrap.servers`` printed by ``cluster start`` stay valid, as a real
+        cluster's configured ports do (a listener set by the caller is left alone)."""
+        path = self.properties_path(broker_id)
+        text = path.read_text(encoding="utf-8")
+        free = "listeners=PLAINTEXT://127.0.0.1:0\n"
+        if port is None or free not in text:
+            return
+        self._entry(broker_id)["listen_port"] = port
+        pinned = text.replace(free, f"listeners=PLAINTEXT://127.0.0.1:{port}\n")
+        atomic_write_bytes(path, pinned.encode("utf-8"))
 
     def _wait_for(
         self, condition: Callable[[], bool], what: str, *, timeout_s: float | None = None
@@ -480,11 +500,23 @@ class LocalCluster:
                 )
             time.sleep(_POLL_S)
 
-    def start_broker(self, broker_id: int) -> None:
-        """Start broker ``broker_id`` again with the same settings (after a stop or kill)."""
+    def start_broker(self, broker_id: int, *, new_port: bool = False) -> None:
+        """Start broker ``broker_id`` again with the same settings (after a stop or kill),
+        on the port it had, or with ``new_port`` on a free one (as a broker moved to another
+        address would be)."""
         self._require_known(broker_id)
         if self.broker_running(broker_id):
             return
+        if new_port:
+            entry = self._entry(broker_id)
+            if entry.get("listen_port"):
+                path = self.properties_path(broker_id)
+                text = path.read_text(encoding="utf-8").replace(
+                    f"listeners=PLAINTEXT://127.0.0.1:{entry['listen_port']}\n",
+                    "listeners=PLAINTEXT://127.0.0.1:0\n",
+                )
+                atomic_write_bytes(path, text.encode("utf-8"))
+                entry["listen_port"] = None
         try:
             self._spawn(broker_id)
             self._wait_registered(broker_id)

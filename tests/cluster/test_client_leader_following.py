@@ -115,9 +115,9 @@ def _survivor(cluster: LocalCluster, victim: int) -> int:
     return next(b for b in cluster.broker_ids if b != victim)
 
 
-def _restore(cluster: LocalCluster, broker_id: int) -> None:
+def _restore(cluster: LocalCluster, broker_id: int, *, new_port: bool = False) -> None:
     """Start a killed broker again and wait until the controller lists it as live."""
-    cluster.start_broker(broker_id)
+    cluster.start_broker(broker_id, new_port=new_port)
     with Admin(bootstrap_servers=cluster.broker_server(_survivor(cluster, broker_id))) as admin:
         wait_for(lambda: broker_id in admin.describe_cluster().broker_ids, timeout_s=30)
 
@@ -268,9 +268,9 @@ def test_a_request_to_a_broker_looks_up_where_it_listens_now(cluster: LocalClust
     try:
         client.refresh([])
         old = client.nodes()[victim]
-        # The broker restarts; a new process listens on another port (port 0).
+        # The broker restarts and listens on another port (it moved).
         cluster.kill(victim)
-        _restore(cluster, victim)
+        _restore(cluster, victim, new_port=True)
         now = _address(cluster, victim)
         assert now != old
         with Admin(bootstrap_servers=cluster.broker_server(live)) as admin:

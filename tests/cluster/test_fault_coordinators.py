@@ -200,6 +200,15 @@ class Copier:
                 self.consumer.seek(tp, found.offset)
 
     def _run(self) -> None:
+        try:
+            self._copy()
+        except BaseException as exc:
+            # Anything else ends the copier: the test's report names it (a thread that dies
+            # silently would only show as "no transaction committed").
+            self.errors.append(f"copier stopped: {exc!r}")
+            raise
+
+    def _copy(self) -> None:
         while not self._stop.is_set():
             try:
                 polled = self.consumer.poll(timeout_ms=200)

@@ -70,7 +70,9 @@ def test_cluster_json_names_every_running_broker_and_follows_stops_and_starts(
     assert set(state["brokers"]) == {"1", "2"}
     for key, entry in state["brokers"].items():
         broker_id = int(key)
-        assert set(entry) == {"pid", "host", "port", "log_dir"}
+        assert set(entry) == {"pid", "host", "port", "log_dir", "listen_port"}
+        # The port it got is kept for its restarts.
+        assert entry["listen_port"] == entry["port"]
         assert process_is(entry["pid"], str(cluster.properties_path(broker_id)))
         assert (entry["host"], entry["port"]) == (
             "127.0.0.1",
@@ -105,6 +107,8 @@ def test_cluster_json_names_every_running_broker_and_follows_stops_and_starts(
     state = json.loads((tmp_path / "cluster" / "cluster.json").read_text())
     assert state["brokers"]["2"]["pid"] not in (None, pid2)
     assert state["brokers"]["2"]["port"] == cluster.registered_brokers()[2].endpoint().port
+    # Back where it listened before: the bootstrap servers printed at start stay valid.
+    assert state["brokers"]["2"]["port"] == ports[1]
 
     cluster.stop()
     assert cluster.registered_brokers() == {}
