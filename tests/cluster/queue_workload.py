@@ -23,6 +23,16 @@ from collections.abc import Iterable
 
 from spark_mq import Consumer, Producer, TopicPartition
 
+#: The fault tests' brokers: a killed broker's session ends soon, and followers notice a
+#: dead leader and leave the ISR within seconds, so five bounces fit in a CI run.
+SESSION_TIMEOUT_MS = 4000
+FAULT_BROKER_PROPERTIES = {
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "200",
+    "replica.socket.timeout.ms": "3000",
+}
+
 #: A read or an acknowledgement: (partition, offset, record number).
 Placed = tuple[int, int, int]
 

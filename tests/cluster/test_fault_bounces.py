@@ -29,7 +29,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from queue_workload import NumberedProducer, QueueReader, check, read_all
+from queue_workload import (
+    FAULT_BROKER_PROPERTIES,
+    SESSION_TIMEOUT_MS,
+    NumberedProducer,
+    QueueReader,
+    check,
+    read_all,
+)
 from waiting import wait_for
 
 from spark_mq import Admin
@@ -39,7 +46,6 @@ from spark_mq.cluster.local_cluster import LocalCluster, process_is
 
 pytestmark = pytest.mark.slow
 
-SESSION_TIMEOUT_MS = 4000
 PARTITIONS = 2
 BOUNCES = 5
 
@@ -53,12 +59,7 @@ def cluster(
         3,
         zookeeper=zk_module_connect,
         session_timeout_ms=SESSION_TIMEOUT_MS,
-        broker_properties={
-            "replica.lag.time.max.ms": "3000",
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "200",
-            "replica.socket.timeout.ms": "3000",
-        },
+        broker_properties=FAULT_BROKER_PROPERTIES,
     )
     try:
         yield local.start()

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from queue_workload import NumberedProducer
+from queue_workload import FAULT_BROKER_PROPERTIES, SESSION_TIMEOUT_MS, NumberedProducer
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
@@ -38,7 +38,6 @@ from spark_mq.errors import ProducerFencedError, SparkMQError
 
 pytestmark = pytest.mark.slow
 
-SESSION_TIMEOUT_MS = 4000
 PARTITIONS = 2
 #: Few partitions of the internal topics, so their leaders are quick to elect.
 INTERNAL_PARTITIONS = 3
@@ -56,10 +55,7 @@ def cluster(
         zookeeper=zk_module_connect,
         session_timeout_ms=SESSION_TIMEOUT_MS,
         broker_properties={
-            "replica.lag.time.max.ms": "3000",
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "200",
-            "replica.socket.timeout.ms": "3000",
+            **FAULT_BROKER_PROPERTIES,
             "offsets.topic.num.partitions": str(INTERNAL_PARTITIONS),
             "transaction.state.log.num.partitions": str(INTERNAL_PARTITIONS),
             "group.initial.rebalance.delay.ms": "0",
