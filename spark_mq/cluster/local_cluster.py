@@ -55,8 +55,11 @@ from typing import Any, Final
 from spark_mq.broker.dir_files import Endpoint
 from spark_mq.broker.zk import partition_states, znodes
 from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
+from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.zookeeper_server import MAIN_CLASS, ZooKeeperServer, ZooKeeperServerConfig
 from spark_mq.errors import LocalClusterError, SparkMQError
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
 from spark_mq.storage.checkpoint_file import atomic_write_bytes
 
 CLUSTER_FILE: Final = "cluster.json"
@@ -391,6 +394,8 @@ class LocalCluster:
                 lambda: self.controller_id() in self.registered_brokers(),
                 "a controller to be elected",
             )
+            for broker_id in self.broker_ids:
+                self._wait_serving(broker_id)
         except BaseException:
             self._save()
             raise
@@ -474,6 +479,28 @@ class LocalCluster:
         self._entry(broker_id).update(host=endpoint.host, port=endpoint.port)
         self._pin_port(broker_id, endpoint.port)
 
+    def _wait_serving(self, broker_id: int) -> None:
+        """Wait until the broker has the controller's view of the cluster: its Metadata
+        answer names a controller and lists every registered broker. Until the controller's
+        first UpdateMetadata reaches it, a broker knows only itself, and a client that
+        bootstraps from it would see a one-broker cluster."""
+        entry = self._entry(broker_id)
+        address = BrokerAddress(str(entry["host"]), int(entry["port"]))
+
+        def serving() -> bool:
+            conn = BrokerConnection(address)
+            try:
+                conn.connect()
+                answer: MetadataResponse = conn.request(MetadataRequest([]), timeout_s=5)
+            except (SparkMQError, OSError):
+                return False
+            finally:
+                conn.close()
+            listed = {b.node_id for b in answer.brokers}
+            return answer.controller_id >= 0 and listed == set(self.registered_brokers())
+
+        self._wait_for(serving, f"broker {broker_id} to learn the cluster from the controller")
+
     def _pin_port(self, broker_id: int, port: int | None) -> None:
         """Keep the port a broker got from ``PLAINTEXT://127.0.0.1:0`` for its restarts, so
         the ``bootstrap.servers`` printed by ``cluster start`` stay valid, as a real
@@ -520,6 +547,7 @@ class LocalCluster:
         try:
             self._spawn(broker_id)
             self._wait_registered(broker_id)
+            self._wait_serving(broker_id)
         finally:
             self._save()
 
