@@ -25,6 +25,7 @@ PACKAGE_DIR = Path(spark_mq.__file__).resolve().parent
 LAYERS: dict[str, int] = {
     "errors": 0,
     "config": 0,
+    "principal": 0,
     "version": 0,
     "rate_limited_log": 0,
     "crash_points": 0,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from spark_mq.principal import ANONYMOUS, KafkaPrincipal
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.framing import RequestHeader
 from spark_mq.storage.file_records import FileRange
@@ -49,9 +50,11 @@ class Response:
 @dataclasses.dataclass(slots=True)
 class ConnectionSession:
     """What a connection has proven about its peer, for every request after it: the broker
-    id it authenticated as with AuthenticateBroker (None: a client)."""
+    id it authenticated as with AuthenticateBroker (None: a client), and the principal it
+    authenticated as (:data:`~spark_mq.principal.ANONYMOUS` until it does)."""
 
     broker_id: int | None = None
+    principal: KafkaPrincipal = ANONYMOUS
 
 
 @dataclasses.dataclass(slots=True)

@@ -1,0 +1,49 @@
+"""Who a connection is: Kafka's ``KafkaPrincipal`` (``User:alice``).
+
+A broker connection starts as :data:`ANONYMOUS` (Kafka's ``User:ANONYMOUS``). Authentication
+replaces it: SASL with the user it proved (``User:<name>``), TLS with client authentication
+with the certificate's distinguished name (``User:CN=client,O=org``), the embedded broker's
+token and the inter-broker secret with what they prove. Authorization (ACLs, ``super.users``)
+and quotas read it from the connection's session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final
+
+from spark_mq.errors import ConfigError
+
+#: Kafka's only principal type for users.
+USER_TYPE: Final = "User"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KafkaPrincipal:
+    """A principal as Kafka writes it: ``<type>:<name>``."""
+
+    principal_type: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.principal_type}:{self.name}"
+
+    @classmethod
+    def user(cls, name: str) -> KafkaPrincipal:
+        return cls(USER_TYPE, name)
+
+    @classmethod
+    def parse(cls, text: str, *, key: str = "principal") -> KafkaPrincipal:
+        """``User:alice`` (the name may itself hold colons, as a DN's values may)."""
+        kind, sep, name = text.strip().partition(":")
+        if not sep or not kind or not name:
+            raise ConfigError(
+                f"{key} {text!r} is not a principal: write it as Kafka does, User:<name>",
+                key=key,
+                value=text,
+            )
+        return cls(kind, name)
+
+
+#: The principal of a connection that has not authenticated.
+ANONYMOUS: Final = KafkaPrincipal.user("ANONYMOUS")
