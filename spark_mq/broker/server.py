@@ -131,7 +131,8 @@ class BrokerServer:
                     listener, BrokerAddress(host=listener.host, port=sock.getsockname()[1])
                 )
                 server = await loop.create_server(
-                    functools.partial(Connection, self, address), sock=sock
+                    functools.partial(Connection, self, address, listener.sasl_required),
+                    sock=sock,
                 )
             self._servers.append(server)
             self.addresses.append(address)
