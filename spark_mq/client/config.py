@@ -253,13 +253,13 @@ class ClientConfig(Config):
     )
     sasl_password: Password = setting(  # noqa: RUF009 (a hidden string)
         "sasl.password",
-        Password(""),
+        "",
         "The SASL user's password (librdkafka's key); never printed.",
         parse=parse_password,
     )
     sasl_jaas_config: Password = setting(  # noqa: RUF009 (a hidden string)
         "sasl.jaas.config",
-        Password(""),
+        "",
         "The Java client's form of the credentials instead of sasl.username/password: "
         'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" '
         'password="p"; (PlainLoginModule for PLAIN); never printed.',

@@ -62,7 +62,7 @@ LOGIN_MODULES: Final = {
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
 _FLAGS: Final = ("required", "requisite", "sufficient", "optional")
-_JAAS: Final = re.compile(r"\s*(?P<module>[\w.$]+)\s+(?P<flag>\w+)(?P<options>.*?);?\s*")
+_JAAS: Final = re.compile(r"\s*(?P<module>[\w.$]+)\s+(?P<flag>\w+)(?P<options>.*?);?\s*", re.DOTALL)
 _OPTION: Final = re.compile(
     r'\s*(?P<key>[\w.\-]+)\s*=\s*(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s";]+))'
 )
