@@ -22,10 +22,16 @@ from typing import Any
 
 import pytest
 
-from spark_mq import Admin, Consumer, Producer, TopicPartition
+from spark_mq import (
+    Admin,
+    Consumer,
+    Producer,
+    TopicPartition,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
 from spark_mq.broker.dir_files import Endpoint
 from spark_mq.client.connection import BrokerConnection
-from spark_mq.client.scram_users import UserScramCredentialDeletion, UserScramCredentialUpsertion
 from spark_mq.errors import (
     AuthenticationError,
     ResourceNotFoundError,

@@ -14,9 +14,8 @@ import pytest
 from kazoo.client import KazooClient
 from waiting import wait_for
 
-from spark_mq import Admin
+from spark_mq import Admin, UserScramCredentialDeletion, UserScramCredentialUpsertion
 from spark_mq.client.connection import BrokerConnection
-from spark_mq.client.scram_users import UserScramCredentialDeletion, UserScramCredentialUpsertion
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.sasl import (
