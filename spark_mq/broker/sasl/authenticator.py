@@ -105,7 +105,10 @@ class SaslServerSession:
         self.state = to
 
     def fail(self) -> None:
-        if self.state is not SaslState.FAILED:
+        """The exchange failed (the connection is being closed). A connection that had
+        authenticated keeps its state: what is refused then is a request out of turn, and
+        the connection closes all the same."""
+        if self.state in (SaslState.HANDSHAKE, SaslState.AUTHENTICATING):
             self._move(SaslState.FAILED)
 
     def handshake(self, mechanism: str) -> None:
