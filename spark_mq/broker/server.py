@@ -136,6 +136,13 @@ class BrokerServer:
                 )
             self._servers.append(server)
             self.addresses.append(address)
+            if listener.sasl_required:
+                logger.info(
+                    "listener %s on %s: clients authenticate with SASL (%s)",
+                    listener.scheme,
+                    address,
+                    ", ".join(self.core.config.sasl.sasl_enabled_mechanisms),
+                )
         logger.info(
             "connection limits: %s; queued.max.request.bytes %s",
             self.quotas.describe(),

@@ -200,6 +200,12 @@ def test_wrong_password_and_unknown_user_are_refused(broker: SaslBroker, mechani
         assert info.value.mechanism == mechanism and info.value.user == name
         assert mechanism in str(info.value) and repr(name) in str(info.value)
         assert password not in str(info.value)
+    # A failure is answered only after connection.failed.authentication.delay.ms (100 ms).
+    slow = BrokerConnection(broker.sasl, sasl=_credentials(broker, mechanism, user, "wrong"))
+    started = time.monotonic()
+    with pytest.raises(AuthenticationError):
+        slow.connect()
+    assert time.monotonic() - started >= 0.1
     # The broker still serves everyone else.
     good = BrokerConnection(
         broker.sasl, sasl=_credentials(broker, mechanism, user, "right-password")
@@ -243,6 +249,9 @@ def test_requests_before_authentication_close_the_connection(broker: SaslBroker)
     assert closed(sock)
     sock.close()
     assert "METADATA before SASL authentication" in broker.log()
+    assert f"listener SASL_PLAINTEXT on {broker.sasl}: clients authenticate with SASL" in (
+        broker.log()
+    )
     # The PLAINTEXT listener of the same broker needs no SASL.
     plain = BrokerConnection(broker.plain)
     plain.connect()

@@ -6,12 +6,15 @@ listener does not enable (UNSUPPORTED_SASL_MECHANISM, with the enabled ones list
 out of turn (ILLEGAL_SASL_STATE), and a failed exchange (SASL_AUTHENTICATION_FAILED, naming
 the mechanism and the user, never the password). Failures are logged with the peer, the
 mechanism, the user and the reason, rate-limited (repeats counted) so that a client retrying
-in a loop cannot flood the log. On a connection that needs no SASL (a PLAINTEXT or UNIX
-listener) both APIs are answered ILLEGAL_SASL_STATE and the connection is closed.
+in a loop cannot flood the log. A failed exchange is answered only after
+``connection.failed.authentication.delay.ms``. On a connection that needs no SASL (a
+PLAINTEXT or UNIX listener) both APIs are answered ILLEGAL_SASL_STATE and the connection is
+closed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from spark_mq.broker.context import RequestContext, Response
@@ -99,6 +102,10 @@ async def handle_sasl_authenticate(
         )
     except ExchangeFailedError as exc:
         _log_failure(ctx, session.mechanism, exc.user, str(exc))
+        # Kafka's connection.failed.authentication.delay.ms: slows down password guessing.
+        delay_ms = ctx.core.config.sasl.connection_failed_authentication_delay_ms
+        if delay_ms:
+            await asyncio.sleep(delay_ms / 1000)
         return _failed(session)
     if session.complete:
         ctx.session.principal = session.principal

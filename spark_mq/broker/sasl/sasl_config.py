@@ -1,5 +1,9 @@
 """A broker's SASL settings (``ServerConfig.sasl``), Kafka's keys.
 
+``connection.failed.authentication.delay.ms`` (Kafka's, default 100): a failed authentication
+is answered, and its connection closed, only after this delay, so that one connection cannot
+try passwords at the speed of the network.
+
 ``sasl.enabled.mechanisms``: Kafka's default is GSSAPI (Kerberos), which spark_mq does not
 build; ours is ``SCRAM-SHA-256,SCRAM-SHA-512``. PLAIN is accepted only when listed: it sends
 the password itself to the broker (in the clear on a SASL_PLAINTEXT listener), where SCRAM
@@ -14,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Final
 
-from spark_mq.config import Config, parse_list, setting
+from spark_mq.config import Config, between, parse_int, parse_list, setting
 from spark_mq.errors import ConfigError
 
 #: The mechanisms spark_mq implements.
@@ -48,6 +52,16 @@ class SaslConfig(Config):
         "when listed, PLAIN (it sends the password itself).",
         parse=lambda key, value: tuple(m.upper() for m in parse_list(key, value)),
         check=_check_mechanisms,
+    )
+
+    connection_failed_authentication_delay_ms: int = setting(
+        "connection.failed.authentication.delay.ms",
+        100,
+        "How long the broker waits before it answers a failed authentication and closes the "
+        "connection (Kafka's default): slows down password guessing without holding a "
+        "thread. 0: answer at once.",
+        parse=parse_int,
+        check=between(0, 60_000),
     )
 
     @classmethod
