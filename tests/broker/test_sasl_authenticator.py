@@ -127,3 +127,12 @@ def test_credentials_survive_a_reload_and_a_corrupt_file_is_refused(
     (tmp_path / "scram-credentials.json").write_text('{"version": 9}')
     with pytest.raises(CorruptCheckpointError, match=r"scram-credentials\.json"):
         CredentialStore(FileCredentialBackend(tmp_path))
+
+
+def test_credentials_file_is_owner_only_even_over_a_leftover_tmp(tmp_path: Path) -> None:
+    leftover = tmp_path / "scram-credentials.json.tmp"
+    leftover.write_text("torn")
+    leftover.chmod(0o644)
+    store = CredentialStore(FileCredentialBackend(tmp_path))
+    store.alter_user("bob", [ScramCredential.from_password("SCRAM-SHA-256", "pw")], [])
+    assert (tmp_path / "scram-credentials.json").stat().st_mode & 0o777 == 0o600

@@ -111,8 +111,7 @@ class FileCredentialBackend:
         else:
             users.pop(user, None)
         data = json.dumps({"version": FILE_VERSION, "users": users}, sort_keys=True).encode()
-        atomic_write_bytes(self.path, data)
-        os.chmod(self.path, 0o600)
+        atomic_write_bytes(self.path, data, mode=0o600)
         self._users = users
 
 
