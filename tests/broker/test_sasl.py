@@ -12,6 +12,7 @@ users, named after the test.
 from __future__ import annotations
 
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -47,10 +48,8 @@ from spark_mq.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+#: The broker's INFO line for a SASL listener, which names its bound address.
+_SASL_LISTENER = re.compile(r"listener SASL_PLAINTEXT on 127\.0\.0\.1:(\d+): clients authenticate")
 
 
 class SaslBroker:
@@ -62,12 +61,11 @@ class SaslBroker:
         self.mechanisms = mechanisms
         self.proc: subprocess.Popen[bytes] | None = None
         self.plain = BrokerAddress(host="127.0.0.1", port=0)
-        self.sasl = BrokerAddress(host="127.0.0.1", port=free_port())
+        self.sasl = BrokerAddress(host="127.0.0.1", port=0)
 
     def start(self) -> None:
         props = {
-            "listeners": f"PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{self.sasl.port},"
-            "UNIX://",
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,UNIX://",
             "sasl.enabled.mechanisms": self.mechanisms,
             "log.retention.check.interval.ms": "300000",
         }
@@ -83,6 +81,10 @@ class SaslBroker:
             if endpoint is not None and endpoint.pid == self.proc.pid:
                 assert endpoint.port is not None
                 self.plain = BrokerAddress(host="127.0.0.1", port=endpoint.port)
+                # Logged before the endpoint file is written; the last line is this start's.
+                ports = _SASL_LISTENER.findall(self.log())
+                assert ports, self.log()
+                self.sasl = BrokerAddress(host="127.0.0.1", port=int(ports[-1]))
                 return
             time.sleep(0.02)
         raise AssertionError(f"broker did not start:\n{self.log()}")
