@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "config": 0,
     "principal": 0,
+    "scram": 0,
     "version": 0,
     "rate_limited_log": 0,
     "crash_points": 0,

@@ -31,6 +31,7 @@ from spark_mq.broker.half.config import HalfMessageConfig
 from spark_mq.broker.leadership_config import LeadershipConfig
 from spark_mq.broker.metrics.config import MetricsConfig
 from spark_mq.broker.replication_config import ReplicationConfig
+from spark_mq.broker.sasl.sasl_config import SaslConfig
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.config import (
     Config,
@@ -86,7 +87,8 @@ INT_MAX: Final = 2**31 - 1
 
 #: The listener schemes: Kafka's PLAINTEXT (TCP) and our UNIX (a local socket). ``UNIX://``
 #: with no path means the default socket of the log directory (see ``local.socket_path``).
-LISTENER_SCHEMES: Final = ("PLAINTEXT", "UNIX")
+#: SASL_PLAINTEXT is TCP on which a connection must authenticate with SASL first.
+LISTENER_SCHEMES: Final = ("PLAINTEXT", "UNIX", "SASL_PLAINTEXT")
 
 #: Defaults of the embedded local broker (``--local``, what ensure_broker starts) unless the
 #: configuration sets them: idle exit, and only a Unix socket (mode 0600, so only its owner
@@ -134,13 +136,18 @@ class Listener:
                 f"listener {text!r}: port {port} is above 65535", key="listeners", value=text
             )
         # Kafka: an empty host binds every interface.
-        return cls("PLAINTEXT", host=host.strip("[]") or "0.0.0.0", port=port)
+        return cls(scheme, host=host.strip("[]") or "0.0.0.0", port=port)
+
+    @property
+    def sasl_required(self) -> bool:
+        """Whether a connection must authenticate with SASL before other requests."""
+        return self.scheme == "SASL_PLAINTEXT"
 
     def __str__(self) -> str:
         if self.scheme == "UNIX":
             return f"UNIX://{self.unix_path or ''}"
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"PLAINTEXT://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
 
 
 def _check_listeners(key: str, value: Any) -> None:
@@ -294,8 +301,10 @@ class BrokerConfig(Config):
         "listeners",
         ("PLAINTEXT://127.0.0.1:9092", "UNIX://"),
         "Where to accept connections: PLAINTEXT://host:port (TCP; port 0 picks a free port; an "
-        "empty host binds every interface) and UNIX://path (a local socket; UNIX:// alone puts "
-        "it in the log directory). The default listens on loopback only.",
+        "empty host binds every interface), SASL_PLAINTEXT://host:port (TCP, clients "
+        "authenticate with SASL first: sasl.enabled.mechanisms) and UNIX://path (a local "
+        "socket; UNIX:// alone puts it in the log directory). The default listens on "
+        "loopback only.",
         parse=parse_list,
         check=_check_listeners,
     )
@@ -561,6 +570,7 @@ class ServerConfig:
     replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     leadership: LeadershipConfig = dataclasses.field(default_factory=LeadershipConfig)
+    sasl: SaslConfig = dataclasses.field(default_factory=SaslConfig)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object] | None = None) -> ServerConfig:
@@ -573,6 +583,7 @@ class ServerConfig:
         replication_props: dict[str, object] = {}
         metrics_props: dict[str, object] = {}
         leadership_props: dict[str, object] = {}
+        sasl_props: dict[str, object] = {}
         broker_keys = BrokerConfig.settings()
         for raw_key, raw_value in (props or {}).items():
             key, value = _resolve_alias(raw_key.strip(), raw_value)
@@ -592,6 +603,8 @@ class ServerConfig:
                 metrics_props[key] = value
             elif LeadershipConfig.owns(key):
                 leadership_props[key] = value
+            elif SaslConfig.owns(key):
+                sasl_props[key] = value
             else:
                 valid = sorted(
                     [
@@ -604,6 +617,7 @@ class ServerConfig:
                         *ReplicationConfig.settings(),
                         *MetricsConfig.settings(),
                         *LeadershipConfig.settings(),
+                        *SaslConfig.settings(),
                     ]
                 )
                 close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
@@ -633,6 +647,7 @@ class ServerConfig:
             ReplicationConfig.from_properties(replication_props),
             MetricsConfig.from_properties(metrics_props),
             LeadershipConfig.from_properties(leadership_props),
+            SaslConfig.from_properties(sasl_props),
         )
 
     def with_overrides(self, props: Mapping[str, object]) -> ServerConfig:
@@ -655,6 +670,7 @@ class ServerConfig:
         out.update(metrics.overrides() if only_set else metrics.to_properties())
         leadership = self.leadership
         out.update(leadership.overrides() if only_set else leadership.to_properties())
+        out.update(self.sasl.overrides() if only_set else self.sasl.to_properties())
         for key, value in topic.items():
             if key in by_topic_key:  # a topic key without a broker default stays topic-only
                 out[by_topic_key[key]] = value
@@ -671,6 +687,7 @@ class ServerConfig:
             or ReplicationConfig.settings().get(broker_key)
             or MetricsConfig.settings().get(broker_key)
             or LeadershipConfig.settings().get(broker_key)
+            or SaslConfig.settings().get(broker_key)
         )
         if field is None and broker_key in TOPIC_DEFAULT_KEYS:
             field = LogConfig.settings().get(TOPIC_DEFAULT_KEYS[broker_key])

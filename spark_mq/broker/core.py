@@ -33,6 +33,7 @@ from spark_mq.broker.metadata_cache import MetadataCache
 from spark_mq.broker.metrics.broker_metrics import BrokerMetrics
 from spark_mq.broker.producer_ids import ProducerIdManager
 from spark_mq.broker.replica_manager import ReplicaManager
+from spark_mq.broker.sasl.credential_store import CredentialStore, FileCredentialBackend
 from spark_mq.broker.txn.service import TransactionService
 from spark_mq.storage.log_manager import LogManager
 
@@ -119,6 +120,9 @@ class BrokerCore:
         self.isr_changes: AlterPartitionManager | None = None
         #: The newest controller epoch accepted; refuses requests of older controllers.
         self.controller_fence = ControllerFence()
+        #: The SCRAM users SASL listeners authenticate (the log directory's file; a cluster
+        #: broker switches it to ZooKeeper when it joins).
+        self.credentials = CredentialStore(FileCredentialBackend(logs.root))
         #: The broker's Prometheus metrics (served by the server when metrics.port is set).
         self.metrics = BrokerMetrics()
         #: A cluster broker's view of the cluster, from the controller's UpdateMetadata

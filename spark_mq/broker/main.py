@@ -273,7 +273,14 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             marker_channel.start()
             # Applies /config/topics/<t> to the replicas here: now (catching up on changes
             # made while this broker was down) and on every change notification.
-            config_sync = TopicConfigSync(membership.zk, logs)
+            # The same notifications carry users' SCRAM credentials (users/<name>): the
+            # store reads ZooKeeper's users instead of the log directory's from now on.
+            from spark_mq.broker.zk.user_credentials import UserCredentialSync  # noqa: PLC0415
+            from spark_mq.broker.zk.znodes import USER_ENTITY  # noqa: PLC0415
+
+            users = UserCredentialSync(membership.zk, core.credentials)
+            await asyncio.to_thread(users.apply_all)
+            config_sync = TopicConfigSync(membership.zk, logs, entity_handlers={USER_ENTITY: users})
             config_sync.start()
         tcp = next((a for a in addresses if a.unix_path is None), None)
         logger.info(

@@ -131,10 +131,18 @@ class BrokerServer:
                     listener, BrokerAddress(host=listener.host, port=sock.getsockname()[1])
                 )
                 server = await loop.create_server(
-                    functools.partial(Connection, self, address), sock=sock
+                    functools.partial(Connection, self, address, listener.sasl_required),
+                    sock=sock,
                 )
             self._servers.append(server)
             self.addresses.append(address)
+            if listener.sasl_required:
+                logger.info(
+                    "listener %s on %s: clients authenticate with SASL (%s)",
+                    listener.scheme,
+                    address,
+                    ", ".join(self.core.config.sasl.sasl_enabled_mechanisms),
+                )
         logger.info(
             "connection limits: %s; queued.max.request.bytes %s",
             self.quotas.describe(),

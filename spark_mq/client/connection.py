@@ -42,6 +42,7 @@ from typing import Any, NoReturn
 import msgspec
 import numpy as np
 
+from spark_mq.client.sasl import SaslCredentials
 from spark_mq.errors import CorruptFrameError, NetworkError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import ApiSpec, decode_frame_error, encode_request, spec_for_request
@@ -173,8 +174,11 @@ class BrokerConnection:
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
         clock: Callable[[], float] = time.monotonic,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.address = address
+        #: Credentials to authenticate with right after connecting (a SASL listener).
+        self.sasl = sasl
         #: Monotonic seconds: when requests were sent, and the request timeout's deadline.
         self._clock = clock
         self.node_id = node_id
@@ -200,7 +204,8 @@ class BrokerConnection:
     # -- lifecycle ------------------------------------------------------------------------
 
     def connect(self) -> None:
-        """Open the socket if it is not open; raise BrokerNotAvailableError on failure."""
+        """Open the socket if it is not open and authenticate with ``sasl`` if set; raise
+        BrokerNotAvailableError on failure, AuthenticationError if the broker refuses."""
         if self._sock is None:
             sock = self.address.connect(self._connect_timeout_s)
             # Large kernel buffers let pipelined requests (and a fetch response) sit in the
@@ -218,6 +223,9 @@ class BrokerConnection:
             # poll() before every send and recv, a second system call each time.
             sock.setblocking(False)
             self._sock = sock
+            if self.sasl is not None:
+                # Before anything else: a SASL listener serves nothing else until then.
+                self.sasl.authenticate(self, timeout_s=self._connect_timeout_s)
 
     @property
     def connected(self) -> bool:

@@ -35,6 +35,7 @@ from spark_mq.protocol import (
     producer_id,
     reassignment,
     replication,
+    sasl,
     transactions,
 )
 from spark_mq.protocol.framing import (
@@ -103,6 +104,11 @@ class ApiKey(enum.IntEnum):
     # Partition reassignment, KIP-455 (protocol/reassignment.py).
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    # SASL authentication and SCRAM users (protocol/sasl.py).
+    SASL_HANDSHAKE = 17
+    SASL_AUTHENTICATE = 36
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
 
 
 #: The APIs only a broker of the cluster may send (Kafka: the ones that need the CLUSTER
@@ -458,6 +464,30 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             reassignment.ListPartitionReassignmentsRequest,
             reassignment.ListPartitionReassignmentsResponse,
             reassignment.list_partition_reassignments_error,
+        ),
+        ApiSpec(
+            ApiKey.SASL_HANDSHAKE,
+            sasl.SaslHandshakeRequest,
+            sasl.SaslHandshakeResponse,
+            sasl.sasl_handshake_error,
+        ),
+        ApiSpec(
+            ApiKey.SASL_AUTHENTICATE,
+            sasl.SaslAuthenticateRequest,
+            sasl.SaslAuthenticateResponse,
+            sasl.sasl_authenticate_error,
+        ),
+        ApiSpec(
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+            sasl.DescribeUserScramCredentialsRequest,
+            sasl.DescribeUserScramCredentialsResponse,
+            sasl.describe_user_scram_credentials_error,
+        ),
+        ApiSpec(
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+            sasl.AlterUserScramCredentialsRequest,
+            sasl.AlterUserScramCredentialsResponse,
+            sasl.alter_user_scram_credentials_error,
         ),
     )
 }

@@ -58,6 +58,11 @@ from spark_mq.broker.handlers.reassignments import (
     handle_list_partition_reassignments,
 )
 from spark_mq.broker.handlers.replication import handle_offset_for_leader_epoch
+from spark_mq.broker.handlers.sasl import handle_sasl_authenticate, handle_sasl_handshake
+from spark_mq.broker.handlers.scram_users import (
+    handle_alter_user_scram_credentials,
+    handle_describe_user_scram_credentials,
+)
 from spark_mq.broker.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -137,6 +142,10 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
     ApiKey.CONTROLLED_SHUTDOWN: handle_controlled_shutdown,
     ApiKey.ELECT_LEADERS: handle_elect_leaders,
+    ApiKey.SASL_HANDSHAKE: handle_sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: handle_sasl_authenticate,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: handle_describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: handle_alter_user_scram_credentials,
 }
 
 HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(
