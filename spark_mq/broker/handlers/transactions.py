@@ -25,6 +25,7 @@ from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.group.offsets import OffsetCommit
 from spark_mq.broker.group.rebalance import validate_group_id
 from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
+from spark_mq.broker.handlers.txn_participants import decide_two_phase
 from spark_mq.broker.internal_topics import OFFSETS_TOPIC, check_not_internal
 from spark_mq.broker.txn import two_phase
 from spark_mq.broker.txn.coordinator import TransactionCoordinator
@@ -88,12 +89,6 @@ async def _run(
         raise
     await txns.settle(keys, every=every)
     return result
-
-
-def _named(request: CommitPreparedTxnsRequest | AbortTxnsRequest) -> list[str]:
-    """The owner and transactional ids a two-phase decision is about."""
-    owner = request.owner.owner if request.owner is not None else ""
-    return [owner, *(r.transactional_id for r in request.transactions)]
 
 
 def _topic_results(order: Iterable[TopicPartition], results: Results) -> list[TxnTopicResult]:
@@ -439,8 +434,8 @@ async def handle_commit_prepared_txns(
 ) -> Response:
     txns = ctx.core.transactions
     what = "commit prepared transactions"
-    outcome = await _run(
-        txns, _named(request), lambda c, now: two_phase.commit(c, request, now), every=True
+    outcome = await decide_two_phase(
+        txns, request, lambda keys, fn: _run(txns, keys, fn, every=True)
     )
     results, code, message = _results(outcome, what)
     return Response(
@@ -460,8 +455,8 @@ async def handle_abort_txns(
 ) -> Response:
     txns = ctx.core.transactions
     what = "abort transactions"
-    outcome = await _run(
-        txns, _named(request), lambda c, now: two_phase.abort(c, request, now), every=True
+    outcome = await decide_two_phase(
+        txns, request, lambda keys, fn: _run(txns, keys, fn, every=True)
     )
     results, code, message = _results(outcome, what)
     return Response(

@@ -141,6 +141,23 @@ class TransactionCoordinator:
         #: Decisions without an owner whose markers are not all written yet.
         self.anonymous: dict[str, Decision] = {}
         self._decision_counter = 0
+        #: Decision ids whose participants on other coordinators have not all acknowledged
+        #: the decision: their records stay until they have.
+        self.remote_deliveries: set[str] = set()
+        #: Transactions that voted for a decider's commit, until when (ms): not aborted by
+        #: this coordinator on its own meanwhile (CheckPreparedTxns).
+        self.holds: dict[str, int] = {}
+        #: (transactional id, producer id, transaction number) -> until when (ms): a
+        #: participant asked about it and was told no decision names it, so no decision
+        #: written here may commit it (QueryTxnDecisions).
+        self.vetoes: dict[tuple[str, int, int], int] = {}
+        #: Prepared transactions whose coordinator is asking whether a decision names them:
+        #: they vote for no commit meanwhile.
+        self.terminating: set[str] = set()
+        #: In a cluster: whether a Prepared transaction whose owner went quiet here may be
+        #: aborted now, once the other coordinators confirmed that no decision names it
+        #: (None: yes, on one node every decision is here).
+        self.presume_abort: Callable[[TxnMetadata, int], bool] | None = None
 
     # -----------------------------------------------------------------------------------------
     # Writing state
@@ -182,18 +199,38 @@ class TransactionCoordinator:
                 f"({type(exc).__name__}: {exc}); nothing changed, retry"
             ) from exc
 
-    def write_decision(self, owner: str | None, decision: Decision, now_ms: int) -> str:
+    def write_decision(
+        self, owner: str | None, decision: Decision, now_ms: int, *, name: str | None = None
+    ) -> str:
         """Append one decision record (the commit point of a two-phase decision); the key it
-        went under (the owner, or a new decision id)."""
+        went under (the owner, or a decision id). ``name`` (from :meth:`decision_name_near`)
+        also records the decision under that decision id, in the same batch: what its
+        participants on other coordinators must still be told
+        (:mod:`~spark_mq.broker.txn.participants`), kept until each acknowledged."""
         if owner is not None:
             moved = self.owners.after(owner, decision)  # refuses an illegal move unwritten
-            self._append(owner, [(owner_key(owner), _encode(decision))], now_ms)
+            records: list[Record] = [(owner_key(owner), _encode(decision))]
+            if name is not None:
+                records.append((decision_key(name), _encode(decision)))
+            self._append(owner, records, now_ms)
             self.owners.install(moved)
+            if name is not None:
+                self.anonymous[name] = decision
             return owner
-        name = self._decision_name(decision, now_ms)
+        if name is None:
+            name = self._decision_name(decision, now_ms)
         self._append(name, [(decision_key(name), _encode(decision))], now_ms)
         self.anonymous[name] = decision
         return name
+
+    def decision_name_near(self, key: str) -> str:
+        """A new decision id on the ``__transaction_state`` partition of ``key``."""
+        target = self.store.partition_for(key)
+        while True:
+            self._decision_counter += 1
+            name = f"{key}@{os.getpid()}-{self._decision_counter}"
+            if self.store.partition_for(name) == target:
+                return name
 
     def _decision_name(self, decision: Decision, now_ms: int) -> str:
         """A new decision id. In a cluster it is drawn until it lands on the partition of
@@ -207,6 +244,17 @@ class TransactionCoordinator:
             name = f"{now_ms}-{os.getpid()}-{self._decision_counter}"
             if target is None or self.store.partition_for(name) == target:
                 return name
+
+    def held(self, transactional_id: str, now_ms: int) -> bool:
+        """Whether the transaction voted for a commit that has not arrived yet."""
+        until = self.holds.get(transactional_id)
+        if until is not None and until <= now_ms:
+            del self.holds[transactional_id]
+            return False
+        return until is not None
+
+    def vetoed(self, transactional_id: str, producer_id: int, txn_number: int) -> bool:
+        return (transactional_id, producer_id, txn_number) in self.vetoes
 
     def check_not_closed(self, transactional_id: str) -> None:
         """Refuse a transactional id under a prefix its two-phase owner closed: the owner's
@@ -297,6 +345,8 @@ class TransactionCoordinator:
             if txn.state.is_decided and not self.complete(txn, now_ms).state.is_decided:
                 done += 1
         for name, decision in list(self.anonymous.items()):
+            if name in self.remote_deliveries:
+                continue  # participants elsewhere have not all acknowledged it
             if all(not self._still_pending(e.transactional_id) for e in decision.entries):
                 try:
                     self._append(name, [(decision_key(name), None)], now_ms)
@@ -429,6 +479,11 @@ class TransactionCoordinator:
             )
         if txn.state.is_decided:
             txn = self.complete(txn, now_ms)
+        if txn.state.is_open and self.held(tid, now_ms):
+            raise ConcurrentTransactionsError(
+                f"the prepared transaction of {tid!r} voted for a two-phase decision that is "
+                "on its way; retry"
+            )
         if txn.state.is_open:
             (txn,) = self.decide([(txn, False)], now_ms, fence=True, from_request=False)
         if txn.state.is_decided:
@@ -644,7 +699,11 @@ class TransactionCoordinator:
             return None
         if now_ms - txn.prepared_ms > self.config.transaction_prepared_max_timeout_ms:
             return "it timed out (transaction.prepared.max.timeout.ms)"
+        if self.held(txn.transactional_id, now_ms):
+            return None  # it voted for a decision on its way
         if txn.owner_prefix is not None and now_ms - quiet_since[txn.owner_prefix] > txn.timeout_ms:
+            if self.presume_abort is not None and not self.presume_abort(txn, now_ms):
+                return None  # asking the other coordinators first
             return (
                 f"its owner {txn.owner_prefix!r} has been quiet for {txn.timeout_ms} ms "
                 "(transaction.timeout.ms: no request for an id under it, no heartbeat): its "

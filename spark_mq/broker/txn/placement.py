@@ -163,6 +163,10 @@ class TxnPlacement:
                 f"(coordinator epoch {led.epoch}), where {key!r} is kept; retry shortly"
             )
 
+    def loaded(self, partition: int) -> bool:
+        led = self.led.get(partition)
+        return led is not None and led.state is LoadState.LOADED
+
     def coordinates(self, key: str) -> bool:
         led = self.led.get(self._partition_for(key))
         return led is not None and led.state is LoadState.LOADED
