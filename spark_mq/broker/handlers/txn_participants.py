@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from spark_mq import crash_points
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import error_of
 from spark_mq.broker.txn import participants, two_phase
@@ -88,6 +89,7 @@ async def decide_two_phase(
     decided = _decider(request, remote, key)
     outcome = await run(local, decided)
     if outcome.delivery is not None and peers is not None:
+        crash_points.reach("txn.before_delivery", key)
         task = peers.deliver(*outcome.delivery)
         if task is not None:
             await asyncio.wait({task}, timeout=FIRST_DELIVERY_WAIT_S)

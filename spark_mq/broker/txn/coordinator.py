@@ -207,6 +207,9 @@ class TransactionCoordinator:
         also records the decision under that decision id, in the same batch: what its
         participants on other coordinators must still be told
         (:mod:`~spark_mq.broker.txn.participants`), kept until each acknowledged."""
+        if name is not None:
+            # Kept until every participant acknowledged, not only the local transactions.
+            self.remote_deliveries.add(name)
         if owner is not None:
             moved = self.owners.after(owner, decision)  # refuses an illegal move unwritten
             records: list[Record] = [(owner_key(owner), _encode(decision))]

@@ -45,6 +45,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Final
 
+import msgspec
+
 from spark_mq.broker.txn.coordinator import TransactionCoordinator, check_producer
 from spark_mq.broker.txn.owners import Owner
 from spark_mq.broker.txn.records import Decision, DecisionEntry
@@ -277,13 +279,27 @@ def _finish(
 
 
 def _remote_entries(
-    remote: RemoteVotes, refs: Sequence[PreparedTxnRef], commit: bool
+    coordinator: TransactionCoordinator,
+    remote: RemoteVotes,
+    refs: Sequence[PreparedTxnRef],
+    commit: bool,
 ) -> tuple[DecisionEntry, ...]:
     """The entries the participants must be told: the named transactions they vote for
-    (committed or aborted as ``commit`` says), then the scope's leftovers there."""
+    (committed or aborted as ``commit`` says), then the scope's leftovers there. A
+    transaction an earlier decision held here already decides is left to that decision's
+    delivery: a replay after a decider crashed must not abort what it committed."""
     named = [remote.entries.get(r.transactional_id) for r in refs]
-    decided = [dataclasses.replace(e, commit=commit) for e in named if e is not None]
-    return (*decided, *remote.leftovers)
+    decided = [msgspec.structs.replace(e, commit=commit) for e in named if e is not None]
+    earlier = {
+        (e.transactional_id, e.producer_id, e.txn_number)
+        for d in [*coordinator.owners.records(), *coordinator.anonymous.values()]
+        for e in d.entries
+    }
+    return tuple(
+        e
+        for e in (*decided, *remote.leftovers)
+        if (e.transactional_id, e.producer_id, e.txn_number) not in earlier
+    )
 
 
 def _check_vetoes(coordinator: TransactionCoordinator, entries: Sequence[DecisionEntry]) -> None:
@@ -331,7 +347,7 @@ def commit(
     if tag is not None and tag.sequence <= last:
         # A replay: what it names is aborted, and the owner's record stays as it is.
         outcome = _abort_refs(coordinator, local_refs, _scope_leftovers(coordinator, scope, refs))
-        entries = _remote_entries(remote, refs, False)
+        entries = _remote_entries(coordinator, remote, refs, False)
         delivery = _delivery(coordinator, decider_key, entries)
         if delivery is not None:
             coordinator.write_decision(None, Decision(-1, now_ms, entries), now_ms, name=delivery)
@@ -351,7 +367,7 @@ def commit(
     results = _merged(refs, results, remote)
     if any(e is not None for _, e in results):
         return CompletionOutcome(results, False, False, last, [])
-    entries = _remote_entries(remote, refs, True)
+    entries = _remote_entries(coordinator, remote, refs, True)
     _check_vetoes(coordinator, entries)
     leftovers = _scope_leftovers(coordinator, scope, refs)
     decisions += [(t, False) for t in leftovers]
@@ -415,7 +431,7 @@ def abort(
     last = known.last_sequence if known is not None else -1
     local_refs = [r for r in refs if not remote.named(r.transactional_id)]
     outcome = _abort_refs(coordinator, local_refs, _scope_leftovers(coordinator, scope, refs))
-    entries = _remote_entries(remote, refs, False)
+    entries = _remote_entries(coordinator, remote, refs, False)
     delivery = _delivery(coordinator, decider_key, entries)
     if delivery is not None:
         record = Decision(-1, now_ms, entries)
