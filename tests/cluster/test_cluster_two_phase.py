@@ -101,6 +101,25 @@ def _wait_in_sync(cluster: LocalCluster) -> dict[int, int]:
     return {p.partition: p.leader for p in parts}
 
 
+def _restart(cluster: LocalCluster, broker: int) -> None:
+    """Start ``broker`` again and give the preferred replicas their leaderships back, so
+    that the next test finds a coordinator on every broker."""
+    cluster.start_broker(broker)
+    _wait_in_sync(cluster)
+    with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+        admin.elect_leaders("preferred")
+
+        def preferred() -> bool:
+            return all(
+                p.leader == p.replicas[0]
+                for t in (TOPIC, TRANSACTION_STATE_TOPIC)
+                for p in admin.describe_topic(t).partitions
+            )
+
+        wait_for(preferred, timeout_s=30)
+    _wait_in_sync(cluster)
+
+
 def _producer(
     cluster: LocalCluster,
     transactional_id: str,
@@ -269,7 +288,8 @@ def test_a_replayed_commit_is_not_doubled(cluster: LocalCluster) -> None:
 
 
 def _alive(cluster: LocalCluster, broker: int) -> bool:
-    child = cluster._children.get(broker)  # noqa: SLF001 - the test needs the process
+    # LocalCluster has no public "is it running" (a crash point kills without it).
+    child = cluster._children.get(broker)
     return child is not None and child.poll() is None
 
 
@@ -298,8 +318,7 @@ def test_the_new_owner_coordinator_finishes_a_decision_whose_decider_died(
     assert result.committed or result.already_committed
     assert sorted(_read(cluster, "k1-", False, 2)) == sorted(values)
     _wait_states(cluster, ids, "CompleteCommit", 30)
-    cluster.start_broker(decider)
-    _wait_in_sync(cluster)
+    _restart(cluster, decider)
 
 
 def test_a_participant_coordinator_killed_while_prepared(cluster: LocalCluster) -> None:
@@ -315,8 +334,7 @@ def test_a_participant_coordinator_killed_while_prepared(cluster: LocalCluster) 
     with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
         assert admin.txn_owner(owner).commit(handles, 0).committed
     assert sorted(_read(cluster, "m1-", False, 2)) == sorted(values)
-    cluster.start_broker(2)
-    _wait_in_sync(cluster)
+    _restart(cluster, 2)
 
 
 def test_a_quiet_owners_transactions_elsewhere_are_aborted_after_asking(

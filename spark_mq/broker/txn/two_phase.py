@@ -302,6 +302,16 @@ def _remote_entries(
     )
 
 
+def _committed_before(coordinator: TransactionCoordinator) -> set[str]:
+    """The transactional ids the decisions held here commit."""
+    return {
+        e.transactional_id
+        for d in [*coordinator.owners.records(), *coordinator.anonymous.values()]
+        for e in d.entries
+        if e.commit
+    }
+
+
 def _check_vetoes(coordinator: TransactionCoordinator, entries: Sequence[DecisionEntry]) -> None:
     """Refuse to commit a participant's transaction that its coordinator asked about (the
     termination protocol) and was told no decision names: it is being aborted there."""
@@ -353,7 +363,13 @@ def commit(
             coordinator.write_decision(None, Decision(-1, now_ms, entries), now_ms, name=delivery)
         _close_if_asked(coordinator, name, known, scope, outcome.decisions, now_ms=now_ms)
         _finish(coordinator, outcome.decisions, now_ms)
-        replayed = _merged(refs, outcome.results, remote)
+        # A named transaction an earlier decision here committed is what a replay wants
+        # (the client's retry after the decider died with its answer in flight).
+        committed = _committed_before(coordinator)
+        replayed = [
+            (tid, None if tid in committed else error)
+            for tid, error in _merged(refs, outcome.results, remote)
+        ]
         others = outcome.others + [e.transactional_id for e in remote.leftovers]
         return CompletionOutcome(replayed, False, True, last, others, _delivered(delivery, entries))
     results: list[tuple[str, SparkMQError | None]] = []
