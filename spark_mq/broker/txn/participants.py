@@ -91,7 +91,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("spark_mq.broker.txn")
 _FAILURES: Final = RateLimitedLog(logger)
 
-#: How long a transaction that voted for a commit is held for its decision (ms).
+#: How long at most a transaction that voted for a commit is held for its decision (ms);
+#: never longer than its own transaction.timeout.ms (the termination protocol takes over).
 VOTE_HOLD_MS: Final = 30_000
 #: How long a "no decision names it" answer bars a commit of the transaction (ms).
 VETO_MS: Final = 600_000
@@ -138,7 +139,7 @@ def _vote(c: TransactionCoordinator, ref: PreparedTxnRef, commit: bool, now_ms: 
     except SparkMQError as exc:
         return CheckedTxn(ref.transactional_id, int(code_for(exc)), str(exc))
     if commit:
-        c.holds[ref.transactional_id] = now_ms + VOTE_HOLD_MS
+        c.holds[ref.transactional_id] = now_ms + min(VOTE_HOLD_MS, txn.timeout_ms)
     return CheckedTxn(
         ref.transactional_id, 0, None, txn.producer_id, txn.producer_epoch, txn.txn_number
     )
