@@ -8,7 +8,9 @@ loaded, recovered and created), calls it with the time and wraps the answer; the
 are in :mod:`spark_mq.broker.txn` and docs/transactions.md. In a cluster a request for a
 transactional id (or two-phase owner) whose ``__transaction_state`` partition this broker
 does not lead is answered NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it loads), and
-a request is answered once what it wrote is on every in-sync replica (:func:`_run`).
+a request is answered once what it wrote is on every in-sync replica (:func:`_run`); a
+two-phase decision is the owner's coordinator's, which asks the others for the transactions
+it does not coordinate (:mod:`~spark_mq.broker.handlers.txn_participants`).
 
 TxnOffsetCommit is the group coordinator's request: it checks the transaction with the
 (local) transaction coordinator (Ongoing, the group's ``__consumer_offsets`` partition added

@@ -40,6 +40,7 @@ from spark_mq import crash_points
 from spark_mq.broker.coordinator_topic import Record
 from spark_mq.broker.producer_ids import MAX_PRODUCER_EPOCH
 from spark_mq.broker.txn.config import TxnConfig
+from spark_mq.broker.txn.guards import TwoPhaseGuards
 from spark_mq.broker.txn.owners import OwnerRegistry
 from spark_mq.broker.txn.records import (
     Decision,
@@ -141,23 +142,8 @@ class TransactionCoordinator:
         #: Decisions without an owner whose markers are not all written yet.
         self.anonymous: dict[str, Decision] = {}
         self._decision_counter = 0
-        #: Decision ids whose participants on other coordinators have not all acknowledged
-        #: the decision: their records stay until they have.
-        self.remote_deliveries: set[str] = set()
-        #: Transactions that voted for a decider's commit, until when (ms): not aborted by
-        #: this coordinator on its own meanwhile (CheckPreparedTxns).
-        self.holds: dict[str, int] = {}
-        #: (transactional id, producer id, transaction number) -> until when (ms): a
-        #: participant asked about it and was told no decision names it, so no decision
-        #: written here may commit it (QueryTxnDecisions).
-        self.vetoes: dict[tuple[str, int, int], int] = {}
-        #: Prepared transactions whose coordinator is asking whether a decision names them:
-        #: they vote for no commit meanwhile.
-        self.terminating: set[str] = set()
-        #: In a cluster: whether a Prepared transaction whose owner went quiet here may be
-        #: aborted now, once the other coordinators confirmed that no decision names it
-        #: (None: yes, on one node every decision is here).
-        self.presume_abort: Callable[[TxnMetadata, int], bool] | None = None
+        #: Two-phase decisions spanning coordinators: what a cluster keeps in memory.
+        self.guards = TwoPhaseGuards()
 
     # -----------------------------------------------------------------------------------------
     # Writing state
@@ -209,7 +195,7 @@ class TransactionCoordinator:
         (:mod:`~spark_mq.broker.txn.participants`), kept until each acknowledged."""
         if name is not None:
             # Kept until every participant acknowledged, not only the local transactions.
-            self.remote_deliveries.add(name)
+            self.guards.remote_deliveries.add(name)
         if owner is not None:
             moved = self.owners.after(owner, decision)  # refuses an illegal move unwritten
             records: list[Record] = [(owner_key(owner), _encode(decision))]
@@ -247,17 +233,6 @@ class TransactionCoordinator:
             name = f"{now_ms}-{os.getpid()}-{self._decision_counter}"
             if target is None or self.store.partition_for(name) == target:
                 return name
-
-    def held(self, transactional_id: str, now_ms: int) -> bool:
-        """Whether the transaction voted for a commit that has not arrived yet."""
-        until = self.holds.get(transactional_id)
-        if until is not None and until <= now_ms:
-            del self.holds[transactional_id]
-            return False
-        return until is not None
-
-    def vetoed(self, transactional_id: str, producer_id: int, txn_number: int) -> bool:
-        return (transactional_id, producer_id, txn_number) in self.vetoes
 
     def check_not_closed(self, transactional_id: str) -> None:
         """Refuse a transactional id under a prefix its two-phase owner closed: the owner's
@@ -348,7 +323,7 @@ class TransactionCoordinator:
             if txn.state.is_decided and not self.complete(txn, now_ms).state.is_decided:
                 done += 1
         for name, decision in list(self.anonymous.items()):
-            if name in self.remote_deliveries:
+            if name in self.guards.remote_deliveries:
                 continue  # participants elsewhere have not all acknowledged it
             if all(not self._still_pending(e.transactional_id) for e in decision.entries):
                 try:
@@ -482,7 +457,7 @@ class TransactionCoordinator:
             )
         if txn.state.is_decided:
             txn = self.complete(txn, now_ms)
-        if txn.state.is_open and self.held(tid, now_ms):
+        if txn.state.is_open and self.guards.held(tid, now_ms):
             raise ConcurrentTransactionsError(
                 f"the prepared transaction of {tid!r} voted for a two-phase decision that is "
                 "on its way; retry"
@@ -702,10 +677,10 @@ class TransactionCoordinator:
             return None
         if now_ms - txn.prepared_ms > self.config.transaction_prepared_max_timeout_ms:
             return "it timed out (transaction.prepared.max.timeout.ms)"
-        if self.held(txn.transactional_id, now_ms):
+        if self.guards.held(txn.transactional_id, now_ms):
             return None  # it voted for a decision on its way
         if txn.owner_prefix is not None and now_ms - quiet_since[txn.owner_prefix] > txn.timeout_ms:
-            if self.presume_abort is not None and not self.presume_abort(txn, now_ms):
+            if self.guards.presume_abort is not None and not self.guards.presume_abort(txn, now_ms):
                 return None  # asking the other coordinators first
             return (
                 f"its owner {txn.owner_prefix!r} has been quiet for {txn.timeout_ms} ms "

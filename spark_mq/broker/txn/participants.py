@@ -131,7 +131,7 @@ def _vote(c: TransactionCoordinator, ref: PreparedTxnRef, commit: bool, now_ms: 
                 producer_id=ref.producer_id,
                 producer_epoch=ref.producer_epoch,
             )
-        if ref.transactional_id in c.terminating:
+        if ref.transactional_id in c.guards.terminating:
             raise ConcurrentTransactionsError(
                 f"the coordinator of {ref.transactional_id!r} is asking whether a decision "
                 "names it (its owner was quiet); retry"
@@ -139,7 +139,7 @@ def _vote(c: TransactionCoordinator, ref: PreparedTxnRef, commit: bool, now_ms: 
     except SparkMQError as exc:
         return CheckedTxn(ref.transactional_id, int(code_for(exc)), str(exc))
     if commit:
-        c.holds[ref.transactional_id] = now_ms + min(VOTE_HOLD_MS, txn.timeout_ms)
+        c.guards.holds[ref.transactional_id] = now_ms + min(VOTE_HOLD_MS, txn.timeout_ms)
     return CheckedTxn(
         ref.transactional_id, 0, None, txn.producer_id, txn.producer_epoch, txn.txn_number
     )
@@ -171,7 +171,7 @@ def decide(
     due: list[tuple[TxnMetadata, bool]] = []
     for e in request.transactions:
         txn = c.txns.get(e.transactional_id)
-        c.holds.pop(e.transactional_id, None)
+        c.guards.holds.pop(e.transactional_id, None)
         problem = _decided_problem(txn, e)
         if problem is not None:
             logger.error(
@@ -226,11 +226,11 @@ def answer_query(
         elif now_ms - active[q.owner_prefix] <= q.timeout_ms:
             answers.append(QueryAnswer(q.transactional_id, -1, True))
         else:
-            c.vetoes[(q.transactional_id, q.producer_id, q.txn_number)] = now_ms + VETO_MS
+            c.guards.vetoes[(q.transactional_id, q.producer_id, q.txn_number)] = now_ms + VETO_MS
             answers.append(QueryAnswer(q.transactional_id))
-    for key, until in list(c.vetoes.items()):
+    for key, until in list(c.guards.vetoes.items()):
         if until <= now_ms:
-            del c.vetoes[key]
+            del c.guards.vetoes[key]
     return QueryTxnDecisionsResponse(0, sorted(loaded), answers)
 
 
@@ -278,7 +278,7 @@ class TxnPeers:
         #: Transactions being asked about (one question each).
         self._asking: set[str] = set()
         self._closed = False
-        service.coordinator.presume_abort = self._presume_abort
+        service.coordinator.guards.presume_abort = self._presume_abort
 
     @property
     def _c(self) -> TransactionCoordinator:
@@ -385,7 +385,7 @@ class TxnPeers:
         remote = [e for e in entries if self.remote(e.transactional_id)]
         if self._closed or name in self._delivering:
             return None
-        self._c.remote_deliveries.add(name)
+        self._c.guards.remote_deliveries.add(name)
         self._delivering.add(name)
         task = asyncio.create_task(self._deliver(name, remote), name=f"txn-deliver-{name}")
         self._tasks.add(task)
@@ -417,7 +417,7 @@ class TxnPeers:
                 if pending:
                     await asyncio.sleep(backoff / 1000)
                     backoff = min(backoff * 2, RETRY_BACKOFF_MAX_MS)
-            self._c.remote_deliveries.discard(name)
+            self._c.guards.remote_deliveries.discard(name)
             logger.info("decision %s: every participant acknowledged", name)
             self._c.retry_pending(self._service.now_ms())  # tombstones its record
         finally:
@@ -473,7 +473,7 @@ class TxnPeers:
         tid = txn.transactional_id
         if tid not in self._asking and not self._closed:
             self._asking.add(tid)
-            self._c.terminating.add(tid)
+            self._c.guards.terminating.add(tid)
             task = asyncio.create_task(self._ask(txn), name=f"txn-ask-{tid}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -488,7 +488,7 @@ class TxnPeers:
             verdict = None
         finally:
             self._asking.discard(tid)
-            self._c.terminating.discard(tid)
+            self._c.guards.terminating.discard(tid)
         now = self._service.now_ms()
         current = self._c.txns.get(tid)
         if (

@@ -109,7 +109,7 @@ class TxnPlacement:
             if any(
                 self._partition_for(e.transactional_id) not in self.led for e in decision.entries
             ):
-                c.remote_deliveries.add(name)
+                c.guards.remote_deliveries.add(name)
         c.epochs[partition] = epoch
         c.apply_decisions(now_ms)
         self._move(partition, Led(LoadState.LOADED, epoch))
@@ -149,7 +149,7 @@ class TxnPlacement:
         c.owners.drop([name for name in c.owners if mine(name) == partition])
         for name in [n for n in c.anonymous if mine(n) == partition]:
             del c.anonymous[name]
-            c.remote_deliveries.discard(name)
+            c.guards.remote_deliveries.discard(name)
         c.epochs.pop(partition, None)
         return len(gone)
 

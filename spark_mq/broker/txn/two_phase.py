@@ -316,7 +316,7 @@ def _check_vetoes(coordinator: TransactionCoordinator, entries: Sequence[Decisio
     """Refuse to commit a participant's transaction that its coordinator asked about (the
     termination protocol) and was told no decision names: it is being aborted there."""
     for e in entries:
-        if e.commit and coordinator.vetoed(e.transactional_id, e.producer_id, e.txn_number):
+        if e.commit and coordinator.guards.vetoed(e.transactional_id, e.producer_id, e.txn_number):
             raise InvalidTxnStateError(
                 f"the transaction of {e.transactional_id!r} is being aborted by its own "
                 "coordinator: its owner was quiet for its transaction.timeout.ms and no "
@@ -365,7 +365,8 @@ def commit(
         _finish(coordinator, outcome.decisions, now_ms)
         # A named transaction an earlier decision here committed is what a replay wants
         # (the client's retry after the decider died with its answer in flight).
-        committed = _committed_before(coordinator)
+        # (Only in a cluster: one node answers such a retry as before.)
+        committed = _committed_before(coordinator) if remote is not NO_REMOTE else set()
         replayed = [
             (tid, None if tid in committed else error)
             for tid, error in _merged(refs, outcome.results, remote)
