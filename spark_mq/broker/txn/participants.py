@@ -404,6 +404,18 @@ class TxnPeers:
                 count += 1
         return count
 
+    def redrive_pending(self) -> int:
+        """Deliver every kept delivery record no task is delivering (one whose first
+        re-delivery after a load could not start); how many. Run by the periodic job."""
+        count = 0
+        for name in list(self._c.guards.remote_deliveries):
+            decision = self._c.anonymous.get(name)
+            if decision is None or name in self._delivering or not self._service.coordinates(name):
+                continue
+            if self.deliver(name, decision.entries) is not None:
+                count += 1
+        return count
+
     async def _deliver(self, name: str, entries: list[DecisionEntry]) -> None:
         pending = {e.transactional_id: e for e in entries}
         backoff = RETRY_BACKOFF_MS

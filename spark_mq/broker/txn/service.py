@@ -125,6 +125,12 @@ class TransactionService:
         #: server once the broker is registered); None on one node.
         self.peers: TxnPeers | None = None
 
+    def _timeouts(self, coordinator: TransactionCoordinator, now_ms: int) -> int:
+        """The periodic check: timed-out transactions, and in a cluster the two-phase
+        decisions whose participants were not all told yet."""
+        aborted = coordinator.abort_timed_out(now_ms)
+        return aborted + (self.peers.redrive_pending() if self.peers is not None else 0)
+
     def _offsets_marker(self, partition: int, producer_id: int, committed: bool) -> None:
         self._groups.complete_transaction(producer_id, committed=committed, partition=partition)
 
@@ -143,7 +149,7 @@ class TransactionService:
                     self._every(
                         "txn-timeouts",
                         cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-                        lambda c, now: c.abort_timed_out(now),
+                        self._timeouts,
                     ),
                     name="txn-timeouts",
                 ),
