@@ -193,24 +193,24 @@ class TransactionCoordinator:
         also records the decision under that decision id, in the same batch: what its
         participants on other coordinators must still be told
         (:mod:`~spark_mq.broker.txn.participants`), kept until each acknowledged."""
-        if name is not None:
-            # Kept until every participant acknowledged, not only the local transactions.
-            self.guards.remote_deliveries.add(name)
+        delivery = name
         if owner is not None:
+            key = owner
             moved = self.owners.after(owner, decision)  # refuses an illegal move unwritten
             records: list[Record] = [(owner_key(owner), _encode(decision))]
-            if name is not None:
-                records.append((decision_key(name), _encode(decision)))
+            if delivery is not None:
+                records.append((decision_key(delivery), _encode(decision)))
             self._append(owner, records, now_ms)
             self.owners.install(moved)
-            if name is not None:
-                self.anonymous[name] = decision
-            return owner
-        if name is None:
-            name = self._decision_name(decision, now_ms)
-        self._append(name, [(decision_key(name), _encode(decision))], now_ms)
-        self.anonymous[name] = decision
-        return name
+        else:
+            key = name if name is not None else self._decision_name(decision, now_ms)
+            self._append(key, [(decision_key(key), _encode(decision))], now_ms)
+            self.anonymous[key] = decision
+        if delivery is not None:
+            # Kept until every participant acknowledged, not only the local transactions.
+            self.guards.remote_deliveries.add(delivery)
+            self.anonymous[delivery] = decision
+        return key
 
     def decision_name_near(self, key: str) -> str:
         """A new decision id on the ``__transaction_state`` partition of ``key``."""
