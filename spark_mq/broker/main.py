@@ -84,6 +84,7 @@ if TYPE_CHECKING:
     from spark_mq.broker.metrics.broker_metrics import BrokerMetrics
     from spark_mq.broker.replica_fetcher import ReplicaFetcherManager
     from spark_mq.broker.txn.marker_channel import TransactionMarkerChannel
+    from spark_mq.broker.txn.participants import TxnPeers
     from spark_mq.broker.zk.config_changes import TopicConfigSync
     from spark_mq.broker.zk.membership import ClusterMembership
 
@@ -271,6 +272,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             marker_channel = _marker_channel(core, membership)
             core.transactions.markers.attach_channel(marker_channel)
             marker_channel.start()
+            core.transactions.peers = _txn_peers(core, membership)
             # Applies /config/topics/<t> to the replicas here: now (catching up on changes
             # made while this broker was down) and on every change notification.
             # The same notifications carry users' SCRAM credentials (users/<name>): the
@@ -329,6 +331,8 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         if marker_channel is not None:
             core.transactions.markers.attach_channel(None)
             await marker_channel.close()
+        if core.transactions.peers is not None:
+            await core.transactions.peers.close()
         # Followers stop fetching before the logs they append to close.
         await asyncio.to_thread(core.replicas.close_fetchers)
         await server.close(timeout_s)
@@ -351,10 +355,8 @@ def _marker_channel(core: BrokerCore, membership: ClusterMembership) -> Transact
     """The transaction coordinator's channel to the leaders of the partitions it does not
     lead; a transaction whose last marker is acknowledged is completed at once."""
     # Imported here: a single-node broker writes every marker itself.
-    from spark_mq.broker.txn.marker_channel import (  # noqa: PLC0415
-        BrokerCredentials,
-        TransactionMarkerChannel,
-    )
+    from spark_mq.broker.txn.broker_links import BrokerCredentials  # noqa: PLC0415
+    from spark_mq.broker.txn.marker_channel import TransactionMarkerChannel  # noqa: PLC0415
 
     secret = membership.inter_broker_secret
     assert secret is not None, "read by membership.start()"
@@ -368,6 +370,22 @@ def _marker_channel(core: BrokerCore, membership: ClusterMembership) -> Transact
         metadata=lambda: core.metadata_cache.snapshot,
         credentials=BrokerCredentials(core.node_id, lambda: membership.broker_epoch, secret),
         on_acknowledged=complete_acknowledged,
+    )
+
+
+def _txn_peers(core: BrokerCore, membership: ClusterMembership) -> TxnPeers:
+    """The transaction coordinator's two-phase requests to the other coordinators."""
+    # Imported here: a single-node broker coordinates every transaction itself.
+    from spark_mq.broker.txn.broker_links import BrokerCredentials  # noqa: PLC0415
+    from spark_mq.broker.txn.participants import TxnPeers  # noqa: PLC0415
+
+    secret = membership.inter_broker_secret
+    assert secret is not None, "read by membership.start()"
+    return TxnPeers(
+        core.transactions,
+        node_id=core.node_id,
+        metadata=lambda: core.metadata_cache.snapshot,
+        credentials=BrokerCredentials(core.node_id, lambda: membership.broker_epoch, secret),
     )
 
 

@@ -37,6 +37,7 @@ from spark_mq.protocol import (
     replication,
     sasl,
     transactions,
+    txn_participants,
 )
 from spark_mq.protocol.framing import (
     RequestFrame,
@@ -99,6 +100,11 @@ class ApiKey(enum.IntEnum):
     CONTROLLED_SHUTDOWN = 7
     ALTER_PARTITION = 56
     AUTHENTICATE_BROKER = 1009
+    #: spark_mq's own: two-phase decisions across transaction coordinators
+    #: (protocol/txn_participants.py).
+    CHECK_PREPARED_TXNS = 1010
+    DECIDE_TXNS = 1011
+    QUERY_TXN_DECISIONS = 1012
     # Replication (protocol/replication.py).
     OFFSET_FOR_LEADER_EPOCH = 23
     # Partition reassignment, KIP-455 (protocol/reassignment.py).
@@ -126,6 +132,9 @@ INTER_BROKER_APIS: Final[frozenset[ApiKey]] = frozenset(
         ApiKey.UPDATE_METADATA,
         ApiKey.CONTROLLED_SHUTDOWN,
         ApiKey.ALTER_PARTITION,
+        ApiKey.CHECK_PREPARED_TXNS,
+        ApiKey.DECIDE_TXNS,
+        ApiKey.QUERY_TXN_DECISIONS,
     }
 )
 
@@ -386,6 +395,24 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             transactions.AbortTxnsRequest,
             transactions.AbortTxnsResponse,
             transactions.abort_txns_error,
+        ),
+        ApiSpec(
+            ApiKey.CHECK_PREPARED_TXNS,
+            txn_participants.CheckPreparedTxnsRequest,
+            txn_participants.CheckPreparedTxnsResponse,
+            txn_participants.check_prepared_txns_error,
+        ),
+        ApiSpec(
+            ApiKey.DECIDE_TXNS,
+            txn_participants.DecideTxnsRequest,
+            txn_participants.DecideTxnsResponse,
+            txn_participants.decide_txns_error,
+        ),
+        ApiSpec(
+            ApiKey.QUERY_TXN_DECISIONS,
+            txn_participants.QueryTxnDecisionsRequest,
+            txn_participants.QueryTxnDecisionsResponse,
+            txn_participants.query_txn_decisions_error,
         ),
         ApiSpec(
             ApiKey.SEND_HALF_MESSAGE,
