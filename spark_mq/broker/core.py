@@ -173,6 +173,7 @@ class BrokerCore:
             self.run_blocking,
             new_producer_id=self.producer_ids.next_id,
             clock=clock,
+            metadata=lambda: self.metadata_cache.snapshot,
         )
 
     def _transaction_state_partitions(self) -> int | None:

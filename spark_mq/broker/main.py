@@ -81,6 +81,7 @@ from spark_mq.storage.dir_lock import read_owner
 from spark_mq.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
+    from spark_mq.broker.half.replicated_writes import ReplicatedWriter
     from spark_mq.broker.metrics.broker_metrics import BrokerMetrics
     from spark_mq.broker.replica_fetcher import ReplicaFetcherManager
     from spark_mq.broker.txn.marker_channel import TransactionMarkerChannel
@@ -271,6 +272,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             marker_channel = _marker_channel(core, membership)
             core.transactions.markers.attach_channel(marker_channel)
             marker_channel.start()
+            core.half_messages.writer = _half_writer(core, membership)
             # Applies /config/topics/<t> to the replicas here: now (catching up on changes
             # made while this broker was down) and on every change notification.
             config_sync = TopicConfigSync(membership.zk, logs)
@@ -322,6 +324,9 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         if marker_channel is not None:
             core.transactions.markers.attach_channel(None)
             await marker_channel.close()
+        if core.half_messages.writer is not None:
+            await asyncio.to_thread(core.half_messages.writer.close)
+            core.half_messages.writer = None
         # Followers stop fetching before the logs they append to close.
         await asyncio.to_thread(core.replicas.close_fetchers)
         await server.close(timeout_s)
@@ -338,6 +343,22 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         repeats.cancel()  # which writes the last counts of repeated failures
         await asyncio.gather(repeats, return_exceptions=True)
         core.close()
+
+
+def _half_writer(core: BrokerCore, membership: ClusterMembership) -> ReplicatedWriter:
+    """The half-message service's acks=all writes to partitions other brokers lead (its
+    real records and discards), authenticated as this broker as the markers are."""
+    from spark_mq.broker.half.replicated_writes import ReplicatedWriter  # noqa: PLC0415
+    from spark_mq.broker.txn.marker_channel import BrokerCredentials  # noqa: PLC0415
+
+    secret = membership.inter_broker_secret
+    assert secret is not None, "read by membership.start()"
+    return ReplicatedWriter(
+        core.replicas,
+        node_id=core.node_id,
+        metadata=lambda: core.metadata_cache.snapshot,
+        credentials=BrokerCredentials(core.node_id, lambda: membership.broker_epoch, secret),
+    )
 
 
 def _marker_channel(core: BrokerCore, membership: ClusterMembership) -> TransactionMarkerChannel:

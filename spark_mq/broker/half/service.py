@@ -64,9 +64,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Final
 
-from spark_mq.broker.coordinator_topic import CoordinatorTopic
+from spark_mq.broker.coordinator_leadership import LeadershipChange
+from spark_mq.broker.coordinator_topic import CoordinatorTopic, coordinator_partition
 from spark_mq.broker.half.config import HalfMessageConfig
 from spark_mq.broker.half.expiry import EXPIRE_STEP_RECORDS, tombstone_batches
+from spark_mq.broker.half.placement import HalfPlacement
 from spark_mq.broker.half.records import (
     VERSION,
     HalfOp,
@@ -76,8 +78,10 @@ from spark_mq.broker.half.records import (
     encode_op,
     encode_record,
 )
+from spark_mq.broker.half.replicated_writes import ReplicatedWriter
 from spark_mq.broker.half.state import is_final, is_transition_valid
 from spark_mq.broker.internal_topics import HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC
+from spark_mq.broker.metadata_cache import MetadataSnapshot
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.retried_step import RetriedStep
 from spark_mq.broker.txn.log_reader import read_batches
@@ -87,7 +91,13 @@ from spark_mq.errors import (
     InvalidRequestError,
     InvalidTxnStateError,
     LogClosedError,
+    NotCoordinatorError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
     TopicExistsError,
+    UnknownTopicOrPartitionError,
 )
 from spark_mq.protocol.half_messages import (
     EndHalfMessageRequest,
@@ -110,6 +120,13 @@ DISCARD_HEADERS: Final = ("half.message.id", "half.topic", "half.partition", "ha
 LOAD_BUFFER_BYTES: Final = 5 * 1024 * 1024
 #: Longest a CheckHalfMessages request may wait (a bound on every poll, whatever it asks).
 MAX_CHECK_WAIT_MS: Final = 30_000
+#: On a cluster, a message's op is kept in the same ``__half_messages`` partition as its
+#: record, under this prefix and the message id (see "On a cluster" in the module docstring).
+OP_KEY_PREFIX: Final = "op:"
+#: How long a cluster write waits for every in-sync replica (Kafka's request.timeout.ms).
+REPLICATION_TIMEOUT_S: Final = 30.0
+#: How long a cluster broker waits before reading a partition again after a failed load.
+LOAD_RETRY_S: Final = 1.0
 
 RunBlocking = Callable[..., Awaitable[Any]]
 
@@ -142,6 +159,8 @@ class Outcome:
     offset: int
     #: The service's clock when it ended.
     ended_ms: int
+    #: The ``__half_messages`` partition the message lives in (0 on one node).
+    index: int = 0
 
 
 @dataclasses.dataclass
@@ -151,6 +170,14 @@ class LoadedHalfMessages:
 
     records: dict[str, HalfRecord] = dataclasses.field(default_factory=dict)
     ops: dict[str, HalfOp] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class _LoadedPartition:
+    """One ``__half_messages`` partition as a cluster broker read it, and its log end."""
+
+    messages: LoadedHalfMessages
+    log_end: int
 
 
 class HalfMessageService:
@@ -164,9 +191,22 @@ class HalfMessageService:
         *,
         new_producer_id: Callable[[], int],
         clock: Callable[[], int] = wall_clock_ms,
+        metadata: Callable[[], MetadataSnapshot] | None = None,
     ) -> None:
         self.config = config
         self.replicas = replicas
+        #: A cluster broker serves the partitions of __half_messages it leads.
+        self.cluster = replicas.cluster
+        self._metadata = metadata
+        self.placement = HalfPlacement()
+        #: A cluster broker's acks=all writes to partitions other brokers may lead (attached
+        #: by the server once its cluster session is up).
+        self.writer: ReplicatedWriter | None = None
+        self._partition_loads: dict[int, asyncio.Task[None]] = {}
+        #: Per __half_messages partition: the end of what this broker appended (cluster).
+        self._appended_end: dict[int, int] = {}
+        #: Ends under way (cluster: a write to another broker is awaited), one per message.
+        self._ending: dict[str, asyncio.Lock] = {}
         self._run_blocking = run_blocking
         self._new_producer_id = new_producer_id
         self._clock = clock
@@ -187,12 +227,16 @@ class HalfMessageService:
         self._ready = RetriedStep(self._load, what="loading half messages", owner="half messages")
         self._job: asyncio.Task[None] | None = None
         self._closed = False
+        if self.cluster:
+            replicas.add_leadership_listener(HALF_MESSAGES_TOPIC, self)
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Load the two topics (creating them) and start the check job (on the loop)."""
-        self._ready.start()
+        """Load the two topics (creating them) and start the check job (on the loop). A
+        cluster broker loads a partition when it becomes its leader instead."""
+        if not self.cluster:
+            self._ready.start()
         if self._job is None:
             self._job = asyncio.create_task(self._check_job(), name="half-message-checks")
 
@@ -200,6 +244,8 @@ class HalfMessageService:
         self._closed = True
         if self._job is not None:
             self._job.cancel()
+        for task in self._partition_loads.values():
+            task.cancel()
         for event in self._wakeups.values():
             event.set()
 
@@ -211,7 +257,17 @@ class HalfMessageService:
     async def ready(self) -> HalfMessageService:
         if self._closed:
             raise CoordinatorNotAvailableError("the broker is shutting down; retry elsewhere")
-        await self._ready.wait()
+        if not self.cluster:
+            await self._ready.wait()
+        return self
+
+    async def serving(self, group: str) -> HalfMessageService:
+        """The service once it serves ``group``: on a cluster, NOT_COORDINATOR or
+        COORDINATOR_LOAD_IN_PROGRESS (retriable) unless this broker leads the group's
+        partition of ``__half_messages`` and has loaded it."""
+        await self.ready()
+        if self.cluster:
+            self.placement.check(self._index_of(group), group)
         return self
 
     def _create_blocking(self) -> None:
@@ -239,8 +295,8 @@ class HalfMessageService:
                 loaded.ops[record_key] = decode_op(value)
         return loaded
 
-    def _read(self, topic: str) -> Iterator[tuple[str, bytes | None]]:
-        log = self.replicas.logs.get_log(topic, 0)
+    def _read(self, topic: str, index: int = 0) -> Iterator[tuple[str, bytes | None]]:
+        log = self.replicas.logs.get_log(topic, index)
         for batch in read_batches(log, LOAD_BUFFER_BYTES):
             for record_key, value in batch.records:
                 if record_key is not None:
@@ -254,6 +310,10 @@ class HalfMessageService:
 
     async def _load(self) -> None:
         loaded = await self._run_blocking(self._load_blocking)
+        self._install(loaded, 0)
+
+    def _install(self, loaded: LoadedHalfMessages, index: int) -> None:
+        """Make what was read of partition ``index`` the service's state."""
         now = self._clock()
         for message_id, op in loaded.ops.items():
             state = HalfState(op.state)
@@ -261,7 +321,7 @@ class HalfMessageService:
                 continue
             # An op written before ops carried their time expires a retention from now.
             ended_ms = op.time_ms if op.time_ms >= 0 else now
-            self.ended[message_id] = Outcome(state, op.offset, ended_ms)
+            self.ended[message_id] = Outcome(state, op.offset, ended_ms, index)
             record = loaded.records.get(message_id)
             if state is HalfState.DISCARDED and record is not None:
                 # (Without its record, its expiry was under way: the next pass finishes it.)
@@ -272,22 +332,196 @@ class HalfMessageService:
                 count = 0 if op_loaded is None else op_loaded.check_count
                 self.pending[message_id] = _Pending(record, count)
         logger.info(
-            "half messages loaded: %d pending, %d ended, %d discarded",
-            len(self.pending),
-            len(self.ended),
-            len(self.discarded),
+            "half messages loaded from %s-%d: %d live records, %d outcomes",
+            HALF_MESSAGES_TOPIC,
+            index,
+            len(loaded.records),
+            len(loaded.ops),
         )
+
+    # -- on a cluster: placement, storage, replication --------------------------------------
+
+    def _index_of(self, group: str) -> int:
+        """The ``__half_messages`` partition of ``group`` (0 on one node)."""
+        if not self.cluster:
+            return 0
+        partitions = self._metadata().partitions(HALF_MESSAGES_TOPIC) if self._metadata else {}
+        if not partitions:
+            raise CoordinatorNotAvailableError(
+                f"{HALF_MESSAGES_TOPIC} is not known to this broker yet (it is created on the "
+                "first FindCoordinator with key type 2); retry"
+            )
+        return coordinator_partition(group, max(partitions) + 1)
+
+    def on_leadership_change(self, change: LeadershipChange) -> None:
+        """Load the partitions of ``__half_messages`` this broker now leads, unload those it
+        no longer leads (called on the event loop; loading is a task of its own)."""
+        for index in change.resigned:
+            task = self._partition_loads.pop(index, None)
+            if task is not None:
+                task.cancel()
+            if self.placement.resign(index):
+                self._unload(index)
+        for index, epoch in change.elected:
+            if self._closed:
+                continue
+            reloading = self.placement.state_of(index) is not None
+            if not self.placement.elect(index, epoch):
+                continue
+            if reloading:
+                self._unload(index)
+            previous = self._partition_loads.pop(index, None)
+            if previous is not None:
+                previous.cancel()
+            self._partition_loads[index] = asyncio.create_task(
+                self._load_partition(index, epoch), name=f"half-load-{index}"
+            )
+
+    async def _load_partition(self, index: int, epoch: int) -> None:
+        started = time.monotonic()
+        while True:
+            try:
+                loaded = await self._run_blocking(self._load_partition_blocking, index)
+                break
+            except Exception:
+                # A read error may pass: retried while this broker still leads the
+                # partition; its groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
+                logger.exception(
+                    "loading %s-%d failed; retrying in %.0f s",
+                    HALF_MESSAGES_TOPIC,
+                    index,
+                    LOAD_RETRY_S,
+                )
+                await asyncio.sleep(LOAD_RETRY_S)
+        if not self.placement.install(index, epoch):
+            return  # resigned or re-elected meanwhile: the read is stale
+        self._appended_end[index] = loaded.log_end
+        self._install(loaded.messages, index)
+        logger.info(
+            "serving the half messages of %s-%d (leader epoch %d), loaded in %.0f ms",
+            HALF_MESSAGES_TOPIC,
+            index,
+            epoch,
+            (time.monotonic() - started) * 1000,
+        )
+        # Their checks are due again at once: wake this partition's pollers.
+        self._wake({p.record.producer_group for p in self.pending.values()})
+
+    def _load_partition_blocking(self, index: int) -> _LoadedPartition:
+        """Read partition ``index``: records under message ids, ops under OP_KEY_PREFIX."""
+        loaded = LoadedHalfMessages()
+        end = int(self.replicas.logs.get_log(HALF_MESSAGES_TOPIC, index).log_end_offset)
+        for record_key, value in self._read(HALF_MESSAGES_TOPIC, index):
+            if record_key.startswith(OP_KEY_PREFIX):
+                message_id = record_key[len(OP_KEY_PREFIX) :]
+                loaded.ops.pop(message_id, None)
+                if value is not None:
+                    loaded.ops[message_id] = decode_op(value)
+            elif value is None:
+                loaded.records.pop(record_key, None)
+            else:
+                loaded.records[record_key] = decode_record(value)
+        return _LoadedPartition(loaded, end)
+
+    def _unload(self, index: int) -> None:
+        """Forget the messages of partition ``index`` (this broker no longer serves it) and
+        wake their pollers, who then hear NOT_COORDINATOR and look for the new leader."""
+        groups = {p.record.producer_group for p in self.pending.values()}
+        for table in (self.pending, self.discarded):
+            for message_id in [m for m, p in table.items() if self._index_of_record(p) == index]:
+                del table[message_id]
+        for message_id in [m for m, o in self.ended.items() if o.index == index]:
+            del self.ended[message_id]
+        self._appended_end.pop(index, None)
+        self._wake(groups)
+        logger.info("no longer serving the half messages of %s-%d", HALF_MESSAGES_TOPIC, index)
+
+    def _index_of_record(self, pending: _Pending) -> int:
+        try:
+            return self._index_of(pending.record.producer_group)
+        except CoordinatorNotAvailableError:
+            return -1
+
+    def _wake(self, groups: set[str]) -> None:
+        for group in groups:
+            event = self._wakeups.pop(group, None)
+            if event is not None:
+                event.set()
+
+    def _append_record(self, group: str, message_id: str, value: bytes | None, now: int) -> None:
+        """Append a half record (or its tombstone) where the message lives."""
+        if not self.cluster:
+            self.halves.append(message_id, [(message_id.encode(), value)], now)
+            return
+        self._append_here(self._index_of(group), [(message_id.encode(), value)], now)
+
+    def _append_op(self, group: str, message_id: str, value: bytes | None, now: int) -> None:
+        """Append an op (or its tombstone): ``__half_ops`` on one node, the message's own
+        ``__half_messages`` partition (under OP_KEY_PREFIX) on a cluster."""
+        if not self.cluster:
+            self.ops.append(message_id, [(message_id.encode(), value)], now)
+            return
+        key = (OP_KEY_PREFIX + message_id).encode()
+        self._append_here(self._index_of(group), [(key, value)], now)
+
+    def _append_here(self, index: int, records: list[tuple[bytes, bytes | None]], now: int) -> None:
+        part = self.replicas.partition(HALF_MESSAGES_TOPIC, index)
+        keys = binary_array([k for k, _ in records])
+        values = binary_array([v for _, v in records])
+        info = part.append(encode_batch(values, key=keys, now_ms=now), required_acks=-1)
+        self.replicas.notify([part])
+        self._appended_end[index] = int(info.last_offset) + 1
+
+    async def _replicated(self, group: str) -> None:
+        """On a cluster: return once every record this broker appended to the partition of
+        ``group`` is on every in-sync replica (acks=all); NOT_COORDINATOR when this broker
+        no longer leads it, COORDINATOR_NOT_AVAILABLE when the replicas did not all get it in
+        time (both retriable: the producer finds the coordinator again and retries)."""
+        if not self.cluster:
+            return
+        index = self._index_of(group)
+        end = self._appended_end.get(index)
+        if end is None:
+            return
+        try:
+            part = self.replicas.partition(HALF_MESSAGES_TOPIC, index)
+            if part.high_watermark < end:
+                await self.replicas.purgatory.wait(
+                    (HALF_MESSAGES_TOPIC, index), end, REPLICATION_TIMEOUT_S
+                )
+            part.check_enough_replicas(after_append=True)
+        except NotLeaderOrFollowerError as exc:
+            raise NotCoordinatorError(
+                f"this broker no longer leads {HALF_MESSAGES_TOPIC}-{index}, where producer "
+                f"group {group!r}'s half messages are kept ({exc}); find the coordinator again "
+                "and retry"
+            ) from exc
+        except (
+            UnknownTopicOrPartitionError,
+            RequestTimedOutError,
+            NotEnoughReplicasError,
+            NotEnoughReplicasAfterAppendError,
+        ) as exc:
+            raise CoordinatorNotAvailableError(
+                f"what was written to {HALF_MESSAGES_TOPIC}-{index} for producer group "
+                f"{group!r} is not on every in-sync replica yet ({exc}); retry"
+            ) from exc
 
     # -- SendHalfMessage --------------------------------------------------------------------
 
     async def send(self, request: SendHalfMessageRequest) -> int:
         """Store a half message; its partition. Idempotent per ``message_id``."""
-        await self.ready()
         if not request.producer_group or not request.message_id:
             raise InvalidRequestError(
                 "SendHalfMessage needs a producer_group and a message_id (a UUID the "
                 "producer makes)"
             )
+        if request.message_id.startswith(OP_KEY_PREFIX):
+            raise InvalidRequestError(
+                f"half message id {request.message_id!r}: an id may not start with "
+                f"{OP_KEY_PREFIX!r} (the service keys its outcomes so); use a UUID"
+            )
+        await self.serving(request.producer_group)
         if request.topic in (HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC, DISCARD_TOPIC):
             raise InvalidRequestError(
                 f"a half message cannot go to {request.topic!r}: it is the half-message "
@@ -301,11 +535,14 @@ class HalfMessageService:
         known = self._known_partition(request.message_id)
         if known is not None:
             return known
-        # The topic must exist (created if auto-creation is on) and have the partition.
-        await self._run_blocking(self.replicas.auto_create, request.topic)
-        self.replicas.partition(request.topic, request.partition)
-        if not (self.halves.ready and self.ops.ready):
-            await self._run_blocking(self._create_blocking)
+        if self.cluster:
+            self._check_cluster_partition(request.topic, request.partition)
+        else:
+            # The topic must exist (created if auto-creation is on) and have the partition.
+            await self._run_blocking(self.replicas.auto_create, request.topic)
+            self.replicas.partition(request.topic, request.partition)
+            if not (self.halves.ready and self.ops.ready):
+                await self._run_blocking(self._create_blocking)
         producer_id = await self._run_blocking(self._new_producer_id)
         known = self._known_partition(request.message_id)  # a racing retry stored it
         if known is not None:
@@ -324,11 +561,23 @@ class HalfMessageService:
             self.config.transaction_half_timeout_ms if immunity < 0 else immunity,
             producer_id,
         )
-        self.halves.append(
-            record.message_id, [(record.message_id.encode(), encode_record(record))], self._clock()
+        self._append_record(
+            record.producer_group, record.message_id, encode_record(record), self._clock()
         )
         self.pending[record.message_id] = _Pending(record, 0)
+        await self._replicated(record.producer_group)
         return record.partition
+
+    def _check_cluster_partition(self, topic: str, partition: int) -> None:
+        """The real topic of a half message must exist in the cluster with ``partition``
+        (the producer's metadata request created it when auto-creation is on)."""
+        assert self._metadata is not None, "a cluster service has the metadata cache"
+        if partition not in self._metadata().partitions(topic):
+            raise UnknownTopicOrPartitionError(
+                f"{topic}-{partition} is not in the cluster's metadata: create the topic (or "
+                "let the producer's metadata request create it), then send again",
+                topic=topic,
+            )
 
     def _known_partition(self, message_id: str) -> int | None:
         for table in (self.pending, self.discarded):
@@ -343,7 +592,6 @@ class HalfMessageService:
 
     async def end(self, request: EndHalfMessageRequest) -> tuple[HalfState, int]:
         """End a half message; its outcome and the real record's offset (or -1)."""
-        await self.ready()
         try:
             action = HalfAction(request.action)
         except ValueError:
@@ -351,6 +599,65 @@ class HalfMessageService:
                 f"EndHalfMessage action {request.action}: use 1 (COMMIT) or 2 (ROLLBACK)"
             ) from None
         wanted = HalfState.COMMITTED if action is HalfAction.COMMIT else HalfState.ROLLED_BACK
+        await self.serving(request.producer_group)
+        found = self._to_end(request, wanted)
+        if not isinstance(found, _Pending):
+            return found
+        if self.cluster:
+            state, offset = await self._end_on_cluster(request, wanted)
+        else:
+            # No await from here on: the appends and the state change are one step.
+            offset = self._write_real(found.record) if wanted is HalfState.COMMITTED else -1
+            self._finish(found, wanted, offset)
+            state = wanted
+        if request.from_check:
+            logger.info("half message %s %s by a check-back", request.message_id, state.name)
+        return state, offset
+
+    async def _end_on_cluster(
+        self, request: EndHalfMessageRequest, wanted: HalfState
+    ) -> tuple[HalfState, int]:
+        """End a message on a cluster, where the real record may go to another broker.
+
+        One end of a message at a time (a COMMIT awaiting its real write must not meet a
+        ROLLBACK finishing meanwhile). The commit point is the COMMITTED op on every in-sync
+        replica of the message's partition: before it, the message loads as pending on the
+        next leader, and its next COMMIT writes the real record again, which the destination
+        answers as a duplicate of the first (the message's own producer id and sequence)."""
+        message_id, group = request.message_id, request.producer_group
+        lock = self._ending.setdefault(message_id, asyncio.Lock())
+        async with lock:
+            found = self._to_end(request, wanted)
+            if not isinstance(found, _Pending):
+                return found
+            offset = -1
+            if wanted is HalfState.COMMITTED:
+                offset = await self._write_elsewhere(found.record)
+                # Meanwhile this broker may have stopped serving the group, or reloaded it.
+                self.placement.check(self._index_of(group), group)
+                if self.pending.get(message_id) is not found:
+                    raise CoordinatorNotAvailableError(
+                        f"half message {message_id!r} was reloaded while its record was "
+                        "written; retry (the record is not written twice)"
+                    )
+            self._finish(found, wanted, offset)
+        await self._replicated(group)
+        return wanted, offset
+
+    async def _write_elsewhere(self, record: HalfRecord, *, topic: str | None = None) -> int:
+        """A cluster's :meth:`_write_real`: acks=all, wherever the partition's leader is."""
+        if self.writer is None:
+            raise CoordinatorNotAvailableError(
+                "this broker is still joining the cluster (no inter-broker writes yet); retry"
+            )
+        target, partition, batch = self._real_batch(record, topic)
+        return await self.writer.write(target, partition, batch)
+
+    def _to_end(
+        self, request: EndHalfMessageRequest, wanted: HalfState
+    ) -> _Pending | tuple[HalfState, int]:
+        """The pending message ``request`` ends, or the outcome a repeated end answers;
+        the typed error of an end that does not fit."""
         message_id = request.message_id
         outcome = self.ended.get(message_id)
         if outcome is not None and outcome.state is HalfState.DISCARDED:
@@ -382,15 +689,20 @@ class HalfMessageService:
                 f"half message {message_id!r} belongs to producer group "
                 f"{pending.record.producer_group!r}, not {request.producer_group!r}"
             )
-        # No await from here on: the appends and the state change are one step on the loop.
-        offset = self._write_real(pending.record) if wanted is HalfState.COMMITTED else -1
-        self._finish(pending, wanted, offset)
-        if request.from_check:
-            logger.info("half message %s %s by a check-back", message_id, wanted.name)
-        return wanted, offset
+        return pending
 
     def _write_real(self, record: HalfRecord, *, topic: str | None = None) -> int:
-        """Append the message's record to ``topic`` (its own by default) idempotently."""
+        """Append the message's record to ``topic`` (its own by default) idempotently
+        (one node: the partition is this broker's)."""
+        target, partition, batch = self._real_batch(record, topic)
+        part = self.replicas.partition(target, partition)
+        info = part.append(batch)
+        self.replicas.notify([part])
+        return int(info.first_offset)
+
+    def _real_batch(self, record: HalfRecord, topic: str | None) -> tuple[str, int, bytes]:
+        """Where the message's real record goes, and its batch: the message's own producer
+        id, epoch 0, sequence 0, so that a repeat is recognised as a duplicate."""
         headers = [(h.key, h.value) for h in record.headers]
         target, partition = record.topic, record.partition
         if topic is not None:
@@ -403,7 +715,6 @@ class HalfMessageService:
                     strict=True,
                 )
             ]
-        part = self.replicas.partition(target, partition)
         batch = encode_batch(
             binary_array([record.value]),
             key=binary_array([record.key]),
@@ -413,9 +724,7 @@ class HalfMessageService:
             base_sequence=0,
             now_ms=self._clock(),
         )
-        info = part.append(batch)
-        self.replicas.notify([part])
-        return int(info.first_offset)
+        return target, partition, bytes(batch)
 
     def _finish(self, pending: _Pending, state: HalfState, offset: int) -> None:
         record = pending.record
@@ -427,13 +736,15 @@ class HalfMessageService:
             raise AssertionError(f"no transition from PENDING to {state.name}")
         now = self._clock()
         op = HalfOp(VERSION, record.message_id, state, pending.check_count, offset, now)
-        self.ops.append(record.message_id, [(record.message_id.encode(), encode_op(op))], now)
+        group = record.producer_group
+        self._append_op(group, record.message_id, encode_op(op), now)
         if state is HalfState.DISCARDED:
             self.discarded[record.message_id] = pending
         else:
-            self.halves.append(record.message_id, [(record.message_id.encode(), None)], now)
-        self.ended[record.message_id] = Outcome(state, offset, now)
+            self._append_record(group, record.message_id, None, now)
+        self.ended[record.message_id] = Outcome(state, offset, now, self._index_of(group))
         self.pending.pop(record.message_id, None)
+        self._ending.pop(record.message_id, None)
 
     # -- CheckHalfMessages ------------------------------------------------------------------
 
@@ -448,7 +759,7 @@ class HalfMessageService:
         pending.check_out_ms = -1
         record = pending.record
         op = HalfOp(VERSION, record.message_id, HalfState.PENDING, pending.check_count, -1, now)
-        self.ops.append(record.message_id, [(record.message_id.encode(), encode_op(op))], now)
+        self._append_op(record.producer_group, record.message_id, encode_op(op), now)
 
     def _due(self, pending: _Pending, now: int) -> bool:
         """Whether a check of ``pending`` may be handed out (after :meth:`_settle`)."""
@@ -461,14 +772,19 @@ class HalfMessageService:
     async def poll_checks(
         self, group: str, max_wait_ms: int, max_messages: int
     ) -> list[HalfMessage]:
-        """Half messages of ``group`` to check, waiting up to ``max_wait_ms`` for some."""
-        await self.ready()
+        """Half messages of ``group`` to check, waiting up to ``max_wait_ms`` for some. On a
+        cluster only the group's coordinator answers (NOT_COORDINATOR elsewhere), so the
+        producers of a group poll it there: check-back goes over their own connections."""
         if not group:
             raise InvalidRequestError("CheckHalfMessages needs the producer_group")
+        await self.serving(group)
         wait_s = max(0, min(max_wait_ms, MAX_CHECK_WAIT_MS)) / 1000
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         while True:
+            if self.cluster:
+                # Woken because this broker stopped serving the group: NOT_COORDINATOR.
+                self.placement.check(self._index_of(group), group)
             handed = self._hand_out(group, max(1, max_messages))
             remaining = deadline - loop.time()
             if handed or remaining <= 0 or self._closed:
@@ -497,10 +813,13 @@ class HalfMessageService:
         interval_s = self.config.transaction_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
-            if not self._ready.succeeded:
+            if not self.cluster and not self._ready.succeeded:
                 continue
             try:
-                self.run_checks()
+                if self.cluster:
+                    await self._discard_elsewhere(self._sweep(self._clock()))
+                else:
+                    self.run_checks()
                 await self.expire_outcomes()
             except LogClosedError:
                 return
@@ -510,30 +829,43 @@ class HalfMessageService:
     def run_checks(self) -> int:
         """Count the checks whose answer is overdue, discard the messages whose last check
         went unanswered and wake the pollers of every group with a message due; the number
-        discarded."""
-        now = self._clock()
-        discarded = 0
+        discarded (one node)."""
+        to_discard = self._sweep(self._clock())
+        for pending in to_discard:
+            self._write_real(pending.record, topic=DISCARD_TOPIC)
+            self._finish(pending, HalfState.DISCARDED, -1)
+            _log_discard(pending)
+        return len(to_discard)
+
+    def _sweep(self, now: int) -> list[_Pending]:
+        """Count the overdue checks, wake the pollers of the groups with a message due; the
+        messages whose last check went unanswered, to be discarded."""
+        to_discard: list[_Pending] = []
         groups: set[str] = set()
         for pending in list(self.pending.values()):
             self._settle(pending, now)
             if pending.check_count >= self.config.transaction_check_max:
-                self._write_real(pending.record, topic=DISCARD_TOPIC)
-                self._finish(pending, HalfState.DISCARDED, -1)
-                discarded += 1
-                logger.warning(
-                    "half message %s of group %s moved to %s after %d unanswered checks",
-                    pending.record.message_id,
-                    pending.record.producer_group,
-                    DISCARD_TOPIC,
-                    pending.check_count,
-                )
+                to_discard.append(pending)
             elif self._due(pending, now):
                 groups.add(pending.record.producer_group)
-        for group in groups:
-            event = self._wakeups.pop(group, None)
-            if event is not None:
-                event.set()
-        return discarded
+        self._wake(groups)
+        return to_discard
+
+    async def _discard_elsewhere(self, to_discard: list[_Pending]) -> None:
+        """A cluster's discards: the record to ``__half_discarded`` (acks=all, wherever its
+        leader is), then the DISCARDED op; one end of a message at a time, as COMMIT."""
+        for pending in to_discard:
+            message_id = pending.record.message_id
+            lock = self._ending.setdefault(message_id, asyncio.Lock())
+            async with lock:
+                if self.pending.get(message_id) is not pending:
+                    continue  # ended, or unloaded, while the lock was waited for
+                await self._write_elsewhere(pending.record, topic=DISCARD_TOPIC)
+                if self.pending.get(message_id) is not pending:
+                    continue  # unloaded meanwhile: the next leader discards it again
+                self._finish(pending, HalfState.DISCARDED, -1)
+            _log_discard(pending)
+            await self._replicated(pending.record.producer_group)
 
     # -- expiry -----------------------------------------------------------------------------
 
@@ -548,12 +880,18 @@ class HalfMessageService:
             retention_ms = self.config.transaction_half_op_retention_ms
             expired: list[str] = []
             for message_id, outcome in self.ended.items():
-                # Ended in order: the first one kept ends the pass.
-                if len(expired) >= EXPIRE_STEP_RECORDS or now - outcome.ended_ms < retention_ms:
+                if len(expired) >= EXPIRE_STEP_RECORDS:
                     break
-                expired.append(message_id)
+                if now - outcome.ended_ms >= retention_ms:
+                    expired.append(message_id)
+                elif not self.cluster:
+                    break  # one node: ended in order, so the first one kept ends the pass
             if not expired:
                 return forgotten
+            if self.cluster:
+                self._expire_here(expired, now)
+                forgotten += len(expired)
+                continue
             halves_log = self.replicas.logs.get_log(HALF_MESSAGES_TOPIC, 0)
             ops_log = self.replicas.logs.get_log(HALF_OPS_TOPIC, 0)
             # The topics' own segment.bytes (an operator may have altered it since creation).
@@ -573,6 +911,25 @@ class HalfMessageService:
             forgotten += len(expired)
             logger.info("forgot the outcomes of %d ended half messages", len(expired))
 
+    def _expire_here(self, expired: list[str], now: int) -> None:
+        """A cluster's expiry: in each message's own partition, the tombstone of its record,
+        then that of its op. One log orders them, so the op is never gone while the record
+        is live (one node needs an fsync between two topics for the same)."""
+        by_index: dict[int, list[str]] = {}
+        for message_id in expired:
+            by_index.setdefault(self.ended[message_id].index, []).append(message_id)
+        for index, ids in by_index.items():
+            segment_bytes = self.replicas.logs.get_log(HALF_MESSAGES_TOPIC, index).config
+            for batch in tombstone_batches(ids, segment_bytes.segment_bytes):
+                self._append_here(index, list(batch), now)
+            op_keys = [OP_KEY_PREFIX + m for m in ids]
+            for batch in tombstone_batches(op_keys, segment_bytes.segment_bytes):
+                self._append_here(index, list(batch), now)
+        for message_id in expired:
+            self.ended.pop(message_id, None)
+            self.discarded.pop(message_id, None)
+        logger.info("forgot the outcomes of %d ended half messages", len(expired))
+
     # -- ListHalfMessages -------------------------------------------------------------------
 
     def discarded_total(self) -> int:
@@ -583,7 +940,12 @@ class HalfMessageService:
         return int(self.replicas.logs.get_log(DISCARD_TOPIC, 0).log_end_offset)
 
     async def list(self, *, discarded: bool, group: str | None) -> list[HalfMessage]:
-        await self.ready()
+        """The pending (or discarded) messages of ``group``, or of every group this broker
+        serves (on a cluster: the partitions of ``__half_messages`` it leads)."""
+        if group is None:
+            await self.ready()
+        else:
+            await self.serving(group)
         table = self.discarded if discarded else self.pending
         state = HalfState.DISCARDED if discarded else HalfState.PENDING
         return [
@@ -591,6 +953,16 @@ class HalfMessageService:
             for p in table.values()
             if group is None or p.record.producer_group == group
         ]
+
+
+def _log_discard(pending: _Pending) -> None:
+    logger.warning(
+        "half message %s of group %s moved to %s after %d unanswered checks",
+        pending.record.message_id,
+        pending.record.producer_group,
+        DISCARD_TOPIC,
+        pending.check_count,
+    )
 
 
 def _state_error(message: str, producer_id: int = -1) -> InvalidTxnStateError:
