@@ -297,7 +297,9 @@ class HalfMessageService:
 
     def _read(self, topic: str, index: int = 0) -> Iterator[tuple[str, bytes | None]]:
         log = self.replicas.logs.get_log(topic, index)
-        for batch in read_batches(log, LOAD_BUFFER_BYTES):
+        # A newly elected leader reads to its log end: its high watermark may lag what its
+        # in-sync replicas all have (as the group and transaction coordinators load).
+        for batch in read_batches(log, LOAD_BUFFER_BYTES, to_log_end=self.cluster):
             for record_key, value in batch.records:
                 if record_key is not None:
                     yield record_key.decode(), value
