@@ -25,17 +25,26 @@ from spark_mq import (
     TopicPartition,
     TransactionalMessageProducer,
 )
+from spark_mq.broker.half.records import HalfRecord, decode_record
 from spark_mq.cli import main
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import AdminConfig
+from spark_mq.client.connection import BrokerConnection
 from spark_mq.client.half_coordinator import HalfCoordinator
 from spark_mq.client.half_messages import TransactionalMessage, list_half_messages
 from spark_mq.cluster.local_cluster import LocalCluster
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.half_messages import ListHalfMessagesRequest, SendHalfMessageRequest
+from spark_mq.protocol.produce import ProducePartition, ProduceRequest, ProduceTopic
+from spark_mq.storage.arrow_arrays import binary_array
+from spark_mq.storage.record_batch import encode_batch
 
 pytestmark = pytest.mark.slow
 
 #: A killed broker's session ends, and its partitions move, this long after the kill.
 SESSION_TIMEOUT_MS = 4000
+HALF_PARTITIONS = 3
 COMMIT = LocalTransactionState.COMMIT
 ROLLBACK = LocalTransactionState.ROLLBACK
 UNKNOWN = LocalTransactionState.UNKNOWN
@@ -59,7 +68,7 @@ def cluster(
             "transaction.check.interval.ms": "500",
             "transaction.half.timeout.ms": "500",
             "transaction.check.max": "3",
-            "half.messages.topic.num.partitions": "3",
+            "half.messages.topic.num.partitions": str(HALF_PARTITIONS),
         },
     )
     try:
@@ -148,6 +157,56 @@ def _records(servers: str, topic: str, expected: int, *, settle_s: float = 1.0) 
     return sorted(got)
 
 
+def _half_record(servers: str, message_id: str) -> HalfRecord:
+    """The stored half record of ``message_id``, read from ``__half_messages``."""
+    with Consumer(bootstrap_servers=servers) as consumer:
+        tps = [TopicPartition("__half_messages", p) for p in range(HALF_PARTITIONS)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=300).values():
+                for r in records:
+                    if r.key == message_id.encode() and r.value is not None:
+                        return decode_record(r.value)
+    raise AssertionError(f"half record {message_id} not found")
+
+
+def _write_real_record(cluster: LocalCluster, topic: str, partition: int, half: HalfRecord) -> int:
+    """Produce ``half``'s real record to the partition's leader as the half-message service
+    does (its producer id, epoch 0, sequence 0, acks=all); its offset."""
+    batch = bytes(
+        encode_batch(
+            binary_array([half.value]),
+            key=binary_array([half.key]),
+            headers=[None],
+            producer_id=half.producer_id,
+            producer_epoch=0,
+            base_sequence=0,
+            now_ms=int(time.time() * 1000),
+        )
+    )
+    leader = _leaders(cluster, topic)[partition]
+    host, _, port = cluster.broker_server(leader).rpartition(":")
+    conn = BrokerConnection(BrokerAddress(host, int(port)))
+    conn.connect()
+    try:
+        request = ProduceRequest(
+            acks=-1,
+            timeout_ms=10_000,
+            topics=[ProduceTopic(topic, [ProducePartition(partition, len(batch))])],
+        )
+        conn.send(request, records=[batch])
+        response = conn.receive(15)
+        assert response is not None
+        (answer,) = response.result().topics[0].partitions
+    finally:
+        conn.close()
+    assert answer.error_code == 0, answer
+    return int(answer.base_offset)
+
+
 def test_commit_and_rollback_write_each_committed_record_once_on_its_leader(
     cluster: LocalCluster,
 ) -> None:
@@ -171,6 +230,18 @@ def test_commit_and_rollback_write_each_committed_record_once_on_its_leader(
     # records went over the inter-broker path.
     coordinator = _coordinator(servers, "basic")
     assert set(_leaders(cluster, "pay").values()) - {coordinator}
+    # Another broker does not serve the group: NOT_COORDINATOR, and nothing stored there.
+    other = next(b for b in cluster.broker_ids if b != coordinator)
+    host, _, port = cluster.broker_server(other).rpartition(":")
+    conn = BrokerConnection(BrokerAddress(host, int(port)))
+    conn.connect()
+    try:
+        send = SendHalfMessageRequest("basic", "elsewhere", "pay", 0, None, b"x")
+        assert conn.request(send, timeout_s=10).error_code == ErrorCode.NOT_COORDINATOR
+        listing = conn.request(ListHalfMessagesRequest(False, "basic"), timeout_s=10)
+        assert listing.error_code == ErrorCode.NOT_COORDINATOR
+    finally:
+        conn.close()
     assert _records(servers, "pay", 3) == [b"commit-0", b"commit-1", b"commit-2"]
 
 
@@ -234,13 +305,17 @@ def test_the_service_leader_killed_between_send_and_end(cluster: LocalCluster) -
         # Not known to the checks (UNKNOWN): the producer ends it itself after the kill.
         ended = producer.send("orders", b"by-end", partition=1, arg="unknown")
         assert checked.offset == -1 and ended.offset == -1
+        # The service's leader wrote the real record of ``ended`` and died before its op:
+        # done here as the leader does it (the message's own producer id, sequence 0).
+        written = _write_real_record(cluster, "orders", 1, _half_record(servers, ended.message_id))
         victim = _coordinator(servers, "moving")
         cluster.kill(victim)
         survivors = ",".join(cluster.broker_server(b) for b in cluster.broker_ids if b != victim)
         # The end is sent to the killed broker first, then follows the service.
         ledger.committed.add(ended.message_id)
         offset = producer._end(ended.message_id, COMMIT, from_check=False)
-        assert offset >= 0
+        # The new leader's COMMIT wrote it again: a duplicate, answered with the first offset.
+        assert offset == written
         # The fault happened: another broker serves the group now.
         assert _coordinator(survivors, "moving") != victim
         # The check-back reached this producer over its connection to the new leader.
