@@ -61,20 +61,23 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from spark_mq.broker.coordinator_leadership import LeadershipChange
-from spark_mq.broker.coordinator_topic import CoordinatorTopic, coordinator_partition
 from spark_mq.broker.half.config import HalfMessageConfig
 from spark_mq.broker.half.expiry import EXPIRE_STEP_RECORDS, tombstone_batches
+from spark_mq.broker.half.half_log import (
+    DISCARD_TOPIC,
+    OP_KEY_PREFIX,
+    HalfLog,
+    LoadedHalfMessages,
+)
 from spark_mq.broker.half.placement import HalfPlacement
 from spark_mq.broker.half.records import (
     VERSION,
     HalfOp,
     HalfRecord,
-    decode_op,
-    decode_record,
     encode_op,
     encode_record,
 )
@@ -84,19 +87,12 @@ from spark_mq.broker.internal_topics import HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC
 from spark_mq.broker.metadata_cache import MetadataSnapshot
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.retried_step import RetriedStep
-from spark_mq.broker.txn.log_reader import read_batches
 from spark_mq.errors import (
     CoordinatorNotAvailableError,
     HalfMessageNotFoundError,
     InvalidRequestError,
     InvalidTxnStateError,
     LogClosedError,
-    NotCoordinatorError,
-    NotEnoughReplicasAfterAppendError,
-    NotEnoughReplicasError,
-    NotLeaderOrFollowerError,
-    RequestTimedOutError,
-    TopicExistsError,
     UnknownTopicOrPartitionError,
 )
 from spark_mq.protocol.half_messages import (
@@ -111,20 +107,10 @@ from spark_mq.storage.record_batch import encode_batch
 
 logger = logging.getLogger("spark_mq.broker.half")
 
-#: Where messages go after their last check went unanswered (RocketMQ's
-#: ``TRANS_CHECK_MAX_TIME_TOPIC``). An ordinary topic, kept until an operator deletes it.
-DISCARD_TOPIC: Final = "__half_discarded"
 #: Headers the service adds to a discarded record, so whoever handles it knows its origin.
 DISCARD_HEADERS: Final = ("half.message.id", "half.topic", "half.partition", "half.group")
-#: How much of a partition one read returns while loading.
-LOAD_BUFFER_BYTES: Final = 5 * 1024 * 1024
 #: Longest a CheckHalfMessages request may wait (a bound on every poll, whatever it asks).
 MAX_CHECK_WAIT_MS: Final = 30_000
-#: On a cluster, a message's op is kept in the same ``__half_messages`` partition as its
-#: record, under this prefix and the message id (see "On a cluster" in the module docstring).
-OP_KEY_PREFIX: Final = "op:"
-#: How long a cluster write waits for every in-sync replica (Kafka's request.timeout.ms).
-REPLICATION_TIMEOUT_S: Final = 30.0
 #: How long a cluster broker waits before reading a partition again after a failed load.
 LOAD_RETRY_S: Final = 1.0
 
@@ -163,23 +149,6 @@ class Outcome:
     index: int = 0
 
 
-@dataclasses.dataclass
-class LoadedHalfMessages:
-    """What the two topics hold, newest value per key; ``ops`` in the order of their newest
-    op (so ended messages come in the order they ended)."""
-
-    records: dict[str, HalfRecord] = dataclasses.field(default_factory=dict)
-    ops: dict[str, HalfOp] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass
-class _LoadedPartition:
-    """One ``__half_messages`` partition as a cluster broker read it, and its log end."""
-
-    messages: LoadedHalfMessages
-    log_end: int
-
-
 class HalfMessageService:
     """The broker's half messages, bound to the running event loop."""
 
@@ -203,20 +172,15 @@ class HalfMessageService:
         #: by the server once its cluster session is up).
         self.writer: ReplicatedWriter | None = None
         self._partition_loads: dict[int, asyncio.Task[None]] = {}
-        #: Per __half_messages partition: the end of what this broker appended (cluster).
-        self._appended_end: dict[int, int] = {}
         #: Ends under way (cluster: a write to another broker is awaited), one per message.
         self._ending: dict[str, asyncio.Lock] = {}
         self._run_blocking = run_blocking
         self._new_producer_id = new_producer_id
         self._clock = clock
-        segment = config.transaction_half_log_segment_bytes
-        self.halves = CoordinatorTopic(
-            replicas, HALF_MESSAGES_TOPIC, num_partitions=1, segment_bytes=segment
-        )
-        self.ops = CoordinatorTopic(
-            replicas, HALF_OPS_TOPIC, num_partitions=1, segment_bytes=segment
-        )
+        #: Where the records and ops go (one node's two topics, or a cluster's partitions).
+        self.log = HalfLog(config, replicas, metadata)
+        self.halves = self.log.halves
+        self.ops = self.log.ops
         self.pending: dict[str, _Pending] = {}
         #: Ended messages (discarded ones too) in the order they ended, which is the order
         #: they expire in: the front is the next to be forgotten.
@@ -267,51 +231,11 @@ class HalfMessageService:
         partition of ``__half_messages`` and has loaded it."""
         await self.ready()
         if self.cluster:
-            self.placement.check(self._index_of(group), group)
+            self.placement.check(self.log.index_of(group), group)
         return self
 
-    def _create_blocking(self) -> None:
-        """Create the service's three topics (on the first half message, as the group and
-        transaction coordinators create theirs on first use). Blocking."""
-        for topic in (self.halves, self.ops):
-            topic.ensure()
-        self._ensure_discard_topic()
-
-    def _load_blocking(self) -> LoadedHalfMessages:
-        loaded = LoadedHalfMessages()
-        if not self.replicas.logs.topic_exists(HALF_MESSAGES_TOPIC):
-            return loaded  # no half message was ever sent here
-        self._create_blocking()
-        # Batch by batch, keeping only the newest value of each key: memory is the live set.
-        for record_key, value in self._read(HALF_MESSAGES_TOPIC):
-            if value is None:
-                loaded.records.pop(record_key, None)
-            else:
-                loaded.records[record_key] = decode_record(value)
-        for record_key, value in self._read(HALF_OPS_TOPIC):
-            # Moved to the end: the dict's order is that of each message's newest op.
-            loaded.ops.pop(record_key, None)
-            if value is not None:
-                loaded.ops[record_key] = decode_op(value)
-        return loaded
-
-    def _read(self, topic: str, index: int = 0) -> Iterator[tuple[str, bytes | None]]:
-        log = self.replicas.logs.get_log(topic, index)
-        # A newly elected leader reads to its log end: its high watermark may lag what its
-        # in-sync replicas all have (as the group and transaction coordinators load).
-        for batch in read_batches(log, LOAD_BUFFER_BYTES, to_log_end=self.cluster):
-            for record_key, value in batch.records:
-                if record_key is not None:
-                    yield record_key.decode(), value
-
-    def _ensure_discard_topic(self) -> None:
-        logs = self.replicas.logs
-        if not logs.topic_exists(DISCARD_TOPIC):
-            with contextlib.suppress(TopicExistsError):
-                logs.create_topic(DISCARD_TOPIC, 1, {"retention.ms": "-1", "retention.bytes": "-1"})
-
     async def _load(self) -> None:
-        loaded = await self._run_blocking(self._load_blocking)
+        loaded = await self._run_blocking(self.log.load_blocking)
         self._install(loaded, 0)
 
     def _install(self, loaded: LoadedHalfMessages, index: int) -> None:
@@ -343,18 +267,6 @@ class HalfMessageService:
 
     # -- on a cluster: placement, storage, replication --------------------------------------
 
-    def _index_of(self, group: str) -> int:
-        """The ``__half_messages`` partition of ``group`` (0 on one node)."""
-        if not self.cluster:
-            return 0
-        partitions = self._metadata().partitions(HALF_MESSAGES_TOPIC) if self._metadata else {}
-        if not partitions:
-            raise CoordinatorNotAvailableError(
-                f"{HALF_MESSAGES_TOPIC} is not known to this broker yet (it is created on the "
-                "first FindCoordinator with key type 2); retry"
-            )
-        return coordinator_partition(group, max(partitions) + 1)
-
     def on_leadership_change(self, change: LeadershipChange) -> None:
         """Load the partitions of ``__half_messages`` this broker now leads, unload those it
         no longer leads (called on the event loop; loading is a task of its own)."""
@@ -383,7 +295,7 @@ class HalfMessageService:
         started = time.monotonic()
         while True:
             try:
-                loaded = await self._run_blocking(self._load_partition_blocking, index)
+                loaded = await self._run_blocking(self.log.load_partition_blocking, index)
                 break
             except Exception:
                 # A read error may pass: retried while this broker still leads the
@@ -397,7 +309,7 @@ class HalfMessageService:
                 await asyncio.sleep(LOAD_RETRY_S)
         if not self.placement.install(index, epoch):
             return  # resigned or re-elected meanwhile: the read is stale
-        self._appended_end[index] = loaded.log_end
+        self.log.appended_end[index] = loaded.log_end
         self._install(loaded.messages, index)
         logger.info(
             "serving the half messages of %s-%d (leader epoch %d), loaded in %.0f ms",
@@ -409,22 +321,6 @@ class HalfMessageService:
         # Their checks are due again at once: wake this partition's pollers.
         self._wake({p.record.producer_group for p in self.pending.values()})
 
-    def _load_partition_blocking(self, index: int) -> _LoadedPartition:
-        """Read partition ``index``: records under message ids, ops under OP_KEY_PREFIX."""
-        loaded = LoadedHalfMessages()
-        end = int(self.replicas.logs.get_log(HALF_MESSAGES_TOPIC, index).log_end_offset)
-        for record_key, value in self._read(HALF_MESSAGES_TOPIC, index):
-            if record_key.startswith(OP_KEY_PREFIX):
-                message_id = record_key[len(OP_KEY_PREFIX) :]
-                loaded.ops.pop(message_id, None)
-                if value is not None:
-                    loaded.ops[message_id] = decode_op(value)
-            elif value is None:
-                loaded.records.pop(record_key, None)
-            else:
-                loaded.records[record_key] = decode_record(value)
-        return _LoadedPartition(loaded, end)
-
     def _unload(self, index: int) -> None:
         """Forget the messages of partition ``index`` (this broker no longer serves it) and
         wake their pollers, who then hear NOT_COORDINATOR and look for the new leader."""
@@ -434,13 +330,13 @@ class HalfMessageService:
                 del table[message_id]
         for message_id in [m for m, o in self.ended.items() if o.index == index]:
             del self.ended[message_id]
-        self._appended_end.pop(index, None)
+        self.log.appended_end.pop(index, None)
         self._wake(groups)
         logger.info("no longer serving the half messages of %s-%d", HALF_MESSAGES_TOPIC, index)
 
     def _index_of_record(self, pending: _Pending) -> int:
         try:
-            return self._index_of(pending.record.producer_group)
+            return self.log.index_of(pending.record.producer_group)
         except CoordinatorNotAvailableError:
             return -1
 
@@ -449,65 +345,6 @@ class HalfMessageService:
             event = self._wakeups.pop(group, None)
             if event is not None:
                 event.set()
-
-    def _append_record(self, group: str, message_id: str, value: bytes | None, now: int) -> None:
-        """Append a half record (or its tombstone) where the message lives."""
-        if not self.cluster:
-            self.halves.append(message_id, [(message_id.encode(), value)], now)
-            return
-        self._append_here(self._index_of(group), [(message_id.encode(), value)], now)
-
-    def _append_op(self, group: str, message_id: str, value: bytes | None, now: int) -> None:
-        """Append an op (or its tombstone): ``__half_ops`` on one node, the message's own
-        ``__half_messages`` partition (under OP_KEY_PREFIX) on a cluster."""
-        if not self.cluster:
-            self.ops.append(message_id, [(message_id.encode(), value)], now)
-            return
-        key = (OP_KEY_PREFIX + message_id).encode()
-        self._append_here(self._index_of(group), [(key, value)], now)
-
-    def _append_here(self, index: int, records: list[tuple[bytes, bytes | None]], now: int) -> None:
-        part = self.replicas.partition(HALF_MESSAGES_TOPIC, index)
-        keys = binary_array([k for k, _ in records])
-        values = binary_array([v for _, v in records])
-        info = part.append(encode_batch(values, key=keys, now_ms=now), required_acks=-1)
-        self.replicas.notify([part])
-        self._appended_end[index] = int(info.last_offset) + 1
-
-    async def _replicated(self, group: str) -> None:
-        """On a cluster: return once every record this broker appended to the partition of
-        ``group`` is on every in-sync replica (acks=all); NOT_COORDINATOR when this broker
-        no longer leads it, COORDINATOR_NOT_AVAILABLE when the replicas did not all get it in
-        time (both retriable: the producer finds the coordinator again and retries)."""
-        if not self.cluster:
-            return
-        index = self._index_of(group)
-        end = self._appended_end.get(index)
-        if end is None:
-            return
-        try:
-            part = self.replicas.partition(HALF_MESSAGES_TOPIC, index)
-            if part.high_watermark < end:
-                await self.replicas.purgatory.wait(
-                    (HALF_MESSAGES_TOPIC, index), end, REPLICATION_TIMEOUT_S
-                )
-            part.check_enough_replicas(after_append=True)
-        except NotLeaderOrFollowerError as exc:
-            raise NotCoordinatorError(
-                f"this broker no longer leads {HALF_MESSAGES_TOPIC}-{index}, where producer "
-                f"group {group!r}'s half messages are kept ({exc}); find the coordinator again "
-                "and retry"
-            ) from exc
-        except (
-            UnknownTopicOrPartitionError,
-            RequestTimedOutError,
-            NotEnoughReplicasError,
-            NotEnoughReplicasAfterAppendError,
-        ) as exc:
-            raise CoordinatorNotAvailableError(
-                f"what was written to {HALF_MESSAGES_TOPIC}-{index} for producer group "
-                f"{group!r} is not on every in-sync replica yet ({exc}); retry"
-            ) from exc
 
     # -- SendHalfMessage --------------------------------------------------------------------
 
@@ -544,7 +381,7 @@ class HalfMessageService:
             await self._run_blocking(self.replicas.auto_create, request.topic)
             self.replicas.partition(request.topic, request.partition)
             if not (self.halves.ready and self.ops.ready):
-                await self._run_blocking(self._create_blocking)
+                await self._run_blocking(self.log.create_blocking)
         producer_id = await self._run_blocking(self._new_producer_id)
         known = self._known_partition(request.message_id)  # a racing retry stored it
         if known is not None:
@@ -563,11 +400,11 @@ class HalfMessageService:
             self.config.transaction_half_timeout_ms if immunity < 0 else immunity,
             producer_id,
         )
-        self._append_record(
+        self.log.append_record(
             record.producer_group, record.message_id, encode_record(record), self._clock()
         )
         self.pending[record.message_id] = _Pending(record, 0)
-        await self._replicated(record.producer_group)
+        await self.log.replicated(record.producer_group)
         return record.partition
 
     def _check_cluster_partition(self, topic: str, partition: int) -> None:
@@ -636,14 +473,14 @@ class HalfMessageService:
             if wanted is HalfState.COMMITTED:
                 offset = await self._write_elsewhere(found.record)
                 # Meanwhile this broker may have stopped serving the group, or reloaded it.
-                self.placement.check(self._index_of(group), group)
+                self.placement.check(self.log.index_of(group), group)
                 if self.pending.get(message_id) is not found:
                     raise CoordinatorNotAvailableError(
                         f"half message {message_id!r} was reloaded while its record was "
                         "written; retry (the record is not written twice)"
                     )
             self._finish(found, wanted, offset)
-        await self._replicated(group)
+        await self.log.replicated(group)
         return wanted, offset
 
     async def _write_elsewhere(self, record: HalfRecord, *, topic: str | None = None) -> int:
@@ -739,12 +576,12 @@ class HalfMessageService:
         now = self._clock()
         op = HalfOp(VERSION, record.message_id, state, pending.check_count, offset, now)
         group = record.producer_group
-        self._append_op(group, record.message_id, encode_op(op), now)
+        self.log.append_op(group, record.message_id, encode_op(op), now)
         if state is HalfState.DISCARDED:
             self.discarded[record.message_id] = pending
         else:
-            self._append_record(group, record.message_id, None, now)
-        self.ended[record.message_id] = Outcome(state, offset, now, self._index_of(group))
+            self.log.append_record(group, record.message_id, None, now)
+        self.ended[record.message_id] = Outcome(state, offset, now, self.log.index_of(group))
         self.pending.pop(record.message_id, None)
         self._ending.pop(record.message_id, None)
 
@@ -761,7 +598,7 @@ class HalfMessageService:
         pending.check_out_ms = -1
         record = pending.record
         op = HalfOp(VERSION, record.message_id, HalfState.PENDING, pending.check_count, -1, now)
-        self._append_op(record.producer_group, record.message_id, encode_op(op), now)
+        self.log.append_op(record.producer_group, record.message_id, encode_op(op), now)
 
     def _due(self, pending: _Pending, now: int) -> bool:
         """Whether a check of ``pending`` may be handed out (after :meth:`_settle`)."""
@@ -786,7 +623,7 @@ class HalfMessageService:
         while True:
             if self.cluster:
                 # Woken because this broker stopped serving the group: NOT_COORDINATOR.
-                self.placement.check(self._index_of(group), group)
+                self.placement.check(self.log.index_of(group), group)
             handed = self._hand_out(group, max(1, max_messages))
             remaining = deadline - loop.time()
             if handed or remaining <= 0 or self._closed:
@@ -867,7 +704,7 @@ class HalfMessageService:
                     continue  # unloaded meanwhile: the next leader discards it again
                 self._finish(pending, HalfState.DISCARDED, -1)
             _log_discard(pending)
-            await self._replicated(pending.record.producer_group)
+            await self.log.replicated(pending.record.producer_group)
 
     # -- expiry -----------------------------------------------------------------------------
 
@@ -921,12 +758,7 @@ class HalfMessageService:
         for message_id in expired:
             by_index.setdefault(self.ended[message_id].index, []).append(message_id)
         for index, ids in by_index.items():
-            segment_bytes = self.replicas.logs.get_log(HALF_MESSAGES_TOPIC, index).config
-            for batch in tombstone_batches(ids, segment_bytes.segment_bytes):
-                self._append_here(index, list(batch), now)
-            op_keys = [OP_KEY_PREFIX + m for m in ids]
-            for batch in tombstone_batches(op_keys, segment_bytes.segment_bytes):
-                self._append_here(index, list(batch), now)
+            self.log.tombstone_here(index, ids, now)
         for message_id in expired:
             self.ended.pop(message_id, None)
             self.discarded.pop(message_id, None)

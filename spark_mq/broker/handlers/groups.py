@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, TypeVar
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.coordinator_topic import coordinator_partition
 from spark_mq.broker.group.rebalance import sync_error, validate_group_id
-from spark_mq.broker.half.service import DISCARD_TOPIC
+from spark_mq.broker.half.half_log import DISCARD_TOPIC
 from spark_mq.broker.handlers.errors import REPEATED
 from spark_mq.broker.handlers.metadata import CLIENT_LISTENER
 from spark_mq.broker.internal_topics import (
