@@ -51,6 +51,19 @@ everything.
 The three topics are created with the first half message, not at startup, so a broker
 that never sees one has none of them.
 
+On a cluster (``replicas.cluster``; docs/half_messages.md, "On a cluster") nothing is loaded
+at startup. A producer group's messages and ops live in its partition of
+``__half_messages`` (:mod:`~spark_mq.broker.half.half_log`), and the service of that
+partition runs on its leader: elected, the broker loads the partition (to its log end) and
+serves its groups; resigned, it forgets them and answers NOT_COORDINATOR
+(:mod:`~spark_mq.broker.half.placement`). Every write is answered once on every in-sync
+replica. A COMMIT's real record and a discarded record go to their partitions' leaders,
+wherever they are, with acks=all (:mod:`~spark_mq.broker.half.replicated_writes`); the
+commit point is the COMMITTED op replicated, and a COMMIT repeated by the next leader
+after a move is answered by the destination as a duplicate (the message's producer id and
+sequence 0, as above). One end of a message runs at a time, since the real write is
+awaited.
+
 Threads: everything runs on the event loop except loading and topic creation (executor).
 """
 
@@ -373,6 +386,8 @@ class HalfMessageService:
             )
         known = self._known_partition(request.message_id)
         if known is not None:
+            # A retried send is answered once the first one's record is replicated.
+            await self.log.replicated(request.producer_group)
             return known
         if self.cluster:
             self._check_cluster_partition(request.topic, request.partition)
@@ -441,6 +456,8 @@ class HalfMessageService:
         await self.serving(request.producer_group)
         found = self._to_end(request, wanted)
         if not isinstance(found, _Pending):
+            # A repeated end is answered once the first one's op is replicated.
+            await self.log.replicated(request.producer_group)
             return found
         if self.cluster:
             state, offset = await self._end_on_cluster(request, wanted)

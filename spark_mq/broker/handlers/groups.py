@@ -18,7 +18,9 @@ record is on every in-sync replica (replication.py).
 
 FindCoordinator in a cluster first makes sure the coordinator's internal topic exists in
 ZooKeeper (``core.cluster_admin``), created with ``offsets.topic.replication.factor`` /
-``transaction.state.log.replication.factor``. With fewer live brokers than that, Kafka
+``transaction.state.log.replication.factor`` (key type 2, spark_mq's own, finds the
+half-message service of a producer group: ``__half_messages`` and ``__half_discarded`` with
+``half.messages.topic.replication.factor``). With fewer live brokers than that, Kafka
 refuses to create it and answers COORDINATOR_NOT_AVAILABLE; so do we, and the broker log
 (WARNING) and the client's error say which setting and how many brokers are missing.
 """
