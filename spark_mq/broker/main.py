@@ -63,6 +63,7 @@ from spark_mq.broker.dir_files import (
     pid_alive,
     socket_path_for,
 )
+from spark_mq.broker.half.cluster_service import ClusterHalfMessageService
 from spark_mq.broker.handlers.errors import report_repeated
 from spark_mq.broker.log_dir import require_log_dir
 from spark_mq.broker.log_setup import FAILURE_PREFIX, setup_logging
@@ -272,7 +273,8 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             marker_channel = _marker_channel(core, membership)
             core.transactions.markers.attach_channel(marker_channel)
             marker_channel.start()
-            core.half_messages.writer = _half_writer(core, membership)
+            if isinstance(core.half_messages, ClusterHalfMessageService):
+                core.half_messages.writer = _half_writer(core, membership)
             # Applies /config/topics/<t> to the replicas here: now (catching up on changes
             # made while this broker was down) and on every change notification.
             config_sync = TopicConfigSync(membership.zk, logs)
@@ -324,9 +326,10 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         if marker_channel is not None:
             core.transactions.markers.attach_channel(None)
             await marker_channel.close()
-        if core.half_messages.writer is not None:
-            await asyncio.to_thread(core.half_messages.writer.close)
-            core.half_messages.writer = None
+        half = core.half_messages
+        if isinstance(half, ClusterHalfMessageService) and half.writer is not None:
+            await asyncio.to_thread(half.writer.close)
+            half.writer = None
         # Followers stop fetching before the logs they append to close.
         await asyncio.to_thread(core.replicas.close_fetchers)
         await server.close(timeout_s)

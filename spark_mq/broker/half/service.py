@@ -51,18 +51,9 @@ everything.
 The three topics are created with the first half message, not at startup, so a broker
 that never sees one has none of them.
 
-On a cluster (``replicas.cluster``; docs/half_messages.md, "On a cluster") nothing is loaded
-at startup. A producer group's messages and ops live in its partition of
-``__half_messages`` (:mod:`~spark_mq.broker.half.half_log`), and the service of that
-partition runs on its leader: elected, the broker loads the partition (to its log end) and
-serves its groups; resigned, it forgets them and answers NOT_COORDINATOR
-(:mod:`~spark_mq.broker.half.placement`). Every write is answered once on every in-sync
-replica. A COMMIT's real record and a discarded record go to their partitions' leaders,
-wherever they are, with acks=all (:mod:`~spark_mq.broker.half.replicated_writes`); the
-commit point is the COMMITTED op replicated, and a COMMIT repeated by the next leader
-after a move is answered by the destination as a duplicate (the message's producer id and
-sequence 0, as above). One end of a message runs at a time, since the real write is
-awaited.
+A cluster broker runs :class:`~spark_mq.broker.half.cluster_service.ClusterHalfMessageService`,
+which serves the partitions of ``__half_messages`` it leads (docs/half_messages.md, "On a
+cluster").
 
 Threads: everything runs on the event loop except loading and topic creation (executor).
 """
@@ -77,7 +68,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from spark_mq.broker.coordinator_leadership import LeadershipChange
 from spark_mq.broker.half.config import HalfMessageConfig
 from spark_mq.broker.half.expiry import EXPIRE_STEP_RECORDS, tombstone_batches
 from spark_mq.broker.half.half_log import (
@@ -86,7 +76,6 @@ from spark_mq.broker.half.half_log import (
     HalfLog,
     LoadedHalfMessages,
 )
-from spark_mq.broker.half.placement import HalfPlacement
 from spark_mq.broker.half.records import (
     VERSION,
     HalfOp,
@@ -94,7 +83,6 @@ from spark_mq.broker.half.records import (
     encode_op,
     encode_record,
 )
-from spark_mq.broker.half.replicated_writes import ReplicatedWriter
 from spark_mq.broker.half.state import is_final, is_transition_valid
 from spark_mq.broker.internal_topics import HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC
 from spark_mq.broker.metadata_cache import MetadataSnapshot
@@ -106,7 +94,6 @@ from spark_mq.errors import (
     InvalidRequestError,
     InvalidTxnStateError,
     LogClosedError,
-    UnknownTopicOrPartitionError,
 )
 from spark_mq.protocol.half_messages import (
     EndHalfMessageRequest,
@@ -124,8 +111,6 @@ logger = logging.getLogger("spark_mq.broker.half")
 DISCARD_HEADERS: Final = ("half.message.id", "half.topic", "half.partition", "half.group")
 #: Longest a CheckHalfMessages request may wait (a bound on every poll, whatever it asks).
 MAX_CHECK_WAIT_MS: Final = 30_000
-#: How long a cluster broker waits before reading a partition again after a failed load.
-LOAD_RETRY_S: Final = 1.0
 
 RunBlocking = Callable[..., Awaitable[Any]]
 
@@ -163,7 +148,12 @@ class Outcome:
 
 
 class HalfMessageService:
-    """The broker's half messages, bound to the running event loop."""
+    """The broker's half messages, bound to the running event loop (one node; a cluster
+    broker's is :class:`~spark_mq.broker.half.cluster_service.ClusterHalfMessageService`)."""
+
+    #: Whether ``ended`` is in the order of the outcomes' times (one node loads and ends
+    #: in that order; a cluster broker loads partitions as it comes to lead them).
+    ENDED_IN_ORDER: bool = True
 
     def __init__(
         self,
@@ -177,16 +167,6 @@ class HalfMessageService:
     ) -> None:
         self.config = config
         self.replicas = replicas
-        #: A cluster broker serves the partitions of __half_messages it leads.
-        self.cluster = replicas.cluster
-        self._metadata = metadata
-        self.placement = HalfPlacement()
-        #: A cluster broker's acks=all writes to partitions other brokers may lead (attached
-        #: by the server once its cluster session is up).
-        self.writer: ReplicatedWriter | None = None
-        self._partition_loads: dict[int, asyncio.Task[None]] = {}
-        #: Ends under way (cluster: a write to another broker is awaited), one per message.
-        self._ending: dict[str, asyncio.Lock] = {}
         self._run_blocking = run_blocking
         self._new_producer_id = new_producer_id
         self._clock = clock
@@ -204,16 +184,15 @@ class HalfMessageService:
         self._ready = RetriedStep(self._load, what="loading half messages", owner="half messages")
         self._job: asyncio.Task[None] | None = None
         self._closed = False
-        if self.cluster:
-            replicas.add_leadership_listener(HALF_MESSAGES_TOPIC, self)
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Load the two topics (creating them) and start the check job (on the loop). A
-        cluster broker loads a partition when it becomes its leader instead."""
-        if not self.cluster:
-            self._ready.start()
+        """Load the two topics (creating them) and start the check job (on the loop)."""
+        self._ready.start()
+        self._start_job()
+
+    def _start_job(self) -> None:
         if self._job is None:
             self._job = asyncio.create_task(self._check_job(), name="half-message-checks")
 
@@ -221,8 +200,6 @@ class HalfMessageService:
         self._closed = True
         if self._job is not None:
             self._job.cancel()
-        for task in self._partition_loads.values():
-            task.cancel()
         for event in self._wakeups.values():
             event.set()
 
@@ -234,18 +211,12 @@ class HalfMessageService:
     async def ready(self) -> HalfMessageService:
         if self._closed:
             raise CoordinatorNotAvailableError("the broker is shutting down; retry elsewhere")
-        if not self.cluster:
-            await self._ready.wait()
+        await self._ready.wait()
         return self
 
     async def serving(self, group: str) -> HalfMessageService:
-        """The service once it serves ``group``: on a cluster, NOT_COORDINATOR or
-        COORDINATOR_LOAD_IN_PROGRESS (retriable) unless this broker leads the group's
-        partition of ``__half_messages`` and has loaded it."""
-        await self.ready()
-        if self.cluster:
-            self.placement.check(self.log.index_of(group), group)
-        return self
+        """The service once it serves ``group`` (one node: every group, once loaded)."""
+        return await self.ready()
 
     async def _load(self) -> None:
         loaded = await self._run_blocking(self.log.load_blocking)
@@ -279,79 +250,6 @@ class HalfMessageService:
         )
 
     # -- on a cluster: placement, storage, replication --------------------------------------
-
-    def on_leadership_change(self, change: LeadershipChange) -> None:
-        """Load the partitions of ``__half_messages`` this broker now leads, unload those it
-        no longer leads (called on the event loop; loading is a task of its own)."""
-        for index in change.resigned:
-            task = self._partition_loads.pop(index, None)
-            if task is not None:
-                task.cancel()
-            if self.placement.resign(index):
-                self._unload(index)
-        for index, epoch in change.elected:
-            if self._closed:
-                continue
-            reloading = self.placement.state_of(index) is not None
-            if not self.placement.elect(index, epoch):
-                continue
-            if reloading:
-                self._unload(index)
-            previous = self._partition_loads.pop(index, None)
-            if previous is not None:
-                previous.cancel()
-            self._partition_loads[index] = asyncio.create_task(
-                self._load_partition(index, epoch), name=f"half-load-{index}"
-            )
-
-    async def _load_partition(self, index: int, epoch: int) -> None:
-        started = time.monotonic()
-        while True:
-            try:
-                loaded = await self._run_blocking(self.log.load_partition_blocking, index)
-                break
-            except Exception:
-                # A read error may pass: retried while this broker still leads the
-                # partition; its groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
-                logger.exception(
-                    "loading %s-%d failed; retrying in %.0f s",
-                    HALF_MESSAGES_TOPIC,
-                    index,
-                    LOAD_RETRY_S,
-                )
-                await asyncio.sleep(LOAD_RETRY_S)
-        if not self.placement.install(index, epoch):
-            return  # resigned or re-elected meanwhile: the read is stale
-        self.log.appended_end[index] = loaded.log_end
-        self._install(loaded.messages, index)
-        logger.info(
-            "serving the half messages of %s-%d (leader epoch %d), loaded in %.0f ms",
-            HALF_MESSAGES_TOPIC,
-            index,
-            epoch,
-            (time.monotonic() - started) * 1000,
-        )
-        # Their checks are due again at once: wake this partition's pollers.
-        self._wake({p.record.producer_group for p in self.pending.values()})
-
-    def _unload(self, index: int) -> None:
-        """Forget the messages of partition ``index`` (this broker no longer serves it) and
-        wake their pollers, who then hear NOT_COORDINATOR and look for the new leader."""
-        groups = {p.record.producer_group for p in self.pending.values()}
-        for table in (self.pending, self.discarded):
-            for message_id in [m for m, p in table.items() if self._index_of_record(p) == index]:
-                del table[message_id]
-        for message_id in [m for m, o in self.ended.items() if o.index == index]:
-            del self.ended[message_id]
-        self.log.appended_end.pop(index, None)
-        self._wake(groups)
-        logger.info("no longer serving the half messages of %s-%d", HALF_MESSAGES_TOPIC, index)
-
-    def _index_of_record(self, pending: _Pending) -> int:
-        try:
-            return self.log.index_of(pending.record.producer_group)
-        except CoordinatorNotAvailableError:
-            return -1
 
     def _wake(self, groups: set[str]) -> None:
         for group in groups:
@@ -389,14 +287,7 @@ class HalfMessageService:
             # A retried send is answered once the first one's record is replicated.
             await self.log.replicated(request.producer_group)
             return known
-        if self.cluster:
-            self._check_cluster_partition(request.topic, request.partition)
-        else:
-            # The topic must exist (created if auto-creation is on) and have the partition.
-            await self._run_blocking(self.replicas.auto_create, request.topic)
-            self.replicas.partition(request.topic, request.partition)
-            if not (self.halves.ready and self.ops.ready):
-                await self._run_blocking(self.log.create_blocking)
+        await self._check_real_partition(request.topic, request.partition)
         producer_id = await self._run_blocking(self._new_producer_id)
         known = self._known_partition(request.message_id)  # a racing retry stored it
         if known is not None:
@@ -422,16 +313,13 @@ class HalfMessageService:
         await self.log.replicated(record.producer_group)
         return record.partition
 
-    def _check_cluster_partition(self, topic: str, partition: int) -> None:
-        """The real topic of a half message must exist in the cluster with ``partition``
-        (the producer's metadata request created it when auto-creation is on)."""
-        assert self._metadata is not None, "a cluster service has the metadata cache"
-        if partition not in self._metadata().partitions(topic):
-            raise UnknownTopicOrPartitionError(
-                f"{topic}-{partition} is not in the cluster's metadata: create the topic (or "
-                "let the producer's metadata request create it), then send again",
-                topic=topic,
-            )
+    async def _check_real_partition(self, topic: str, partition: int) -> None:
+        """The topic must exist (created if auto-creation is on) and have the partition; the
+        service's topics are created with the first half message."""
+        await self._run_blocking(self.replicas.auto_create, topic)
+        self.replicas.partition(topic, partition)
+        if not (self.halves.ready and self.ops.ready):
+            await self._run_blocking(self.log.create_blocking)
 
     def _known_partition(self, message_id: str) -> int | None:
         for table in (self.pending, self.discarded):
@@ -459,55 +347,19 @@ class HalfMessageService:
             # A repeated end is answered once the first one's op is replicated.
             await self.log.replicated(request.producer_group)
             return found
-        if self.cluster:
-            state, offset = await self._end_on_cluster(request, wanted)
-        else:
-            # No await from here on: the appends and the state change are one step.
-            offset = self._write_real(found.record) if wanted is HalfState.COMMITTED else -1
-            self._finish(found, wanted, offset)
-            state = wanted
+        state, offset = await self._end_pending(found, request, wanted)
         if request.from_check:
             logger.info("half message %s %s by a check-back", request.message_id, state.name)
         return state, offset
 
-    async def _end_on_cluster(
-        self, request: EndHalfMessageRequest, wanted: HalfState
+    async def _end_pending(
+        self, pending: _Pending, request: EndHalfMessageRequest, wanted: HalfState
     ) -> tuple[HalfState, int]:
-        """End a message on a cluster, where the real record may go to another broker.
-
-        One end of a message at a time (a COMMIT awaiting its real write must not meet a
-        ROLLBACK finishing meanwhile). The commit point is the COMMITTED op on every in-sync
-        replica of the message's partition: before it, the message loads as pending on the
-        next leader, and its next COMMIT writes the real record again, which the destination
-        answers as a duplicate of the first (the message's own producer id and sequence)."""
-        message_id, group = request.message_id, request.producer_group
-        lock = self._ending.setdefault(message_id, asyncio.Lock())
-        async with lock:
-            found = self._to_end(request, wanted)
-            if not isinstance(found, _Pending):
-                return found
-            offset = -1
-            if wanted is HalfState.COMMITTED:
-                offset = await self._write_elsewhere(found.record)
-                # Meanwhile this broker may have stopped serving the group, or reloaded it.
-                self.placement.check(self.log.index_of(group), group)
-                if self.pending.get(message_id) is not found:
-                    raise CoordinatorNotAvailableError(
-                        f"half message {message_id!r} was reloaded while its record was "
-                        "written; retry (the record is not written twice)"
-                    )
-            self._finish(found, wanted, offset)
-        await self.log.replicated(group)
+        """End ``pending`` as ``wanted``. One node: no await from here on, so the appends
+        and the state change are one step on the loop."""
+        offset = self._write_real(pending.record) if wanted is HalfState.COMMITTED else -1
+        self._finish(pending, wanted, offset)
         return wanted, offset
-
-    async def _write_elsewhere(self, record: HalfRecord, *, topic: str | None = None) -> int:
-        """A cluster's :meth:`_write_real`: acks=all, wherever the partition's leader is."""
-        if self.writer is None:
-            raise CoordinatorNotAvailableError(
-                "this broker is still joining the cluster (no inter-broker writes yet); retry"
-            )
-        target, partition, batch = self._real_batch(record, topic)
-        return await self.writer.write(target, partition, batch)
 
     def _to_end(
         self, request: EndHalfMessageRequest, wanted: HalfState
@@ -600,7 +452,6 @@ class HalfMessageService:
             self.log.append_record(group, record.message_id, None, now)
         self.ended[record.message_id] = Outcome(state, offset, now, self.log.index_of(group))
         self.pending.pop(record.message_id, None)
-        self._ending.pop(record.message_id, None)
 
     # -- CheckHalfMessages ------------------------------------------------------------------
 
@@ -638,9 +489,7 @@ class HalfMessageService:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         while True:
-            if self.cluster:
-                # Woken because this broker stopped serving the group: NOT_COORDINATOR.
-                self.placement.check(self.log.index_of(group), group)
+            self._still_serving(group)
             handed = self._hand_out(group, max(1, max_messages))
             remaining = deadline - loop.time()
             if handed or remaining <= 0 or self._closed:
@@ -648,6 +497,10 @@ class HalfMessageService:
             event = self._wakeups.setdefault(group, asyncio.Event())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), remaining)
+
+    def _still_serving(self, group: str) -> None:
+        """Raise if a waiting poll of ``group`` must end (a cluster broker stopped serving
+        it); one node always serves every group."""
 
     def _hand_out(self, group: str, limit: int) -> list[HalfMessage]:
         now = self._clock()
@@ -669,18 +522,22 @@ class HalfMessageService:
         interval_s = self.config.transaction_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
-            if not self.cluster and not self._ready.succeeded:
+            if not self._loaded():
                 continue
             try:
-                if self.cluster:
-                    await self._discard_elsewhere(self._sweep(self._clock()))
-                else:
-                    self.run_checks()
+                await self._run_checks_once()
                 await self.expire_outcomes()
             except LogClosedError:
                 return
             except Exception:
                 logger.exception("half-message checks failed; retrying at the next interval")
+
+    def _loaded(self) -> bool:
+        """Whether the periodic job has a state to work on (one node: once loaded)."""
+        return self._ready.succeeded
+
+    async def _run_checks_once(self) -> None:
+        self.run_checks()
 
     def run_checks(self) -> int:
         """Count the checks whose answer is overdue, discard the messages whose last check
@@ -707,22 +564,6 @@ class HalfMessageService:
         self._wake(groups)
         return to_discard
 
-    async def _discard_elsewhere(self, to_discard: list[_Pending]) -> None:
-        """A cluster's discards: the record to ``__half_discarded`` (acks=all, wherever its
-        leader is), then the DISCARDED op; one end of a message at a time, as COMMIT."""
-        for pending in to_discard:
-            message_id = pending.record.message_id
-            lock = self._ending.setdefault(message_id, asyncio.Lock())
-            async with lock:
-                if self.pending.get(message_id) is not pending:
-                    continue  # ended, or unloaded, while the lock was waited for
-                await self._write_elsewhere(pending.record, topic=DISCARD_TOPIC)
-                if self.pending.get(message_id) is not pending:
-                    continue  # unloaded meanwhile: the next leader discards it again
-                self._finish(pending, HalfState.DISCARDED, -1)
-            _log_discard(pending)
-            await self.log.replicated(pending.record.producer_group)
-
     # -- expiry -----------------------------------------------------------------------------
 
     async def expire_outcomes(self) -> int:
@@ -740,46 +581,33 @@ class HalfMessageService:
                     break
                 if now - outcome.ended_ms >= retention_ms:
                     expired.append(message_id)
-                elif not self.cluster:
-                    break  # one node: ended in order, so the first one kept ends the pass
+                elif self.ENDED_IN_ORDER:
+                    break  # the first one kept ends the pass
             if not expired:
                 return forgotten
-            if self.cluster:
-                self._expire_here(expired, now)
-                forgotten += len(expired)
-                continue
-            halves_log = self.replicas.logs.get_log(HALF_MESSAGES_TOPIC, 0)
-            ops_log = self.replicas.logs.get_log(HALF_OPS_TOPIC, 0)
-            # The topics' own segment.bytes (an operator may have altered it since creation).
-            segment_bytes = min(halves_log.config.segment_bytes, ops_log.config.segment_bytes)
-            batches = tombstone_batches(expired, segment_bytes)
-            for batch in batches:
-                self.halves.append(HALF_MESSAGES_TOPIC, batch, now)
-            # The records' tombstones on disk before the ops' go: after a power loss the ops
-            # must not be gone while a record is back.
-            await self._run_blocking(halves_log.flush)
-            for batch in batches:
-                self.ops.append(HALF_OPS_TOPIC, batch, now)
-            for message_id in expired:
-                # (An end that came during the flush found the outcome: it is still final.)
-                self.ended.pop(message_id, None)
-                self.discarded.pop(message_id, None)
+            await self._forget(expired, now)
             forgotten += len(expired)
             logger.info("forgot the outcomes of %d ended half messages", len(expired))
 
-    def _expire_here(self, expired: list[str], now: int) -> None:
-        """A cluster's expiry: in each message's own partition, the tombstone of its record,
-        then that of its op. One log orders them, so the op is never gone while the record
-        is live (one node needs an fsync between two topics for the same)."""
-        by_index: dict[int, list[str]] = {}
+    async def _forget(self, expired: list[str], now: int) -> None:
+        """Tombstone the records of ``expired``, fsync, tombstone their ops, then drop them
+        from memory (the order, and why: :mod:`~spark_mq.broker.half.expiry`)."""
+        halves_log = self.replicas.logs.get_log(HALF_MESSAGES_TOPIC, 0)
+        ops_log = self.replicas.logs.get_log(HALF_OPS_TOPIC, 0)
+        # The topics' own segment.bytes (an operator may have altered it since creation).
+        segment_bytes = min(halves_log.config.segment_bytes, ops_log.config.segment_bytes)
+        batches = tombstone_batches(expired, segment_bytes)
+        for batch in batches:
+            self.halves.append(HALF_MESSAGES_TOPIC, batch, now)
+        # The records' tombstones on disk before the ops' go: after a power loss the ops
+        # must not be gone while a record is back.
+        await self._run_blocking(halves_log.flush)
+        for batch in batches:
+            self.ops.append(HALF_OPS_TOPIC, batch, now)
         for message_id in expired:
-            by_index.setdefault(self.ended[message_id].index, []).append(message_id)
-        for index, ids in by_index.items():
-            self.log.tombstone_here(index, ids, now)
-        for message_id in expired:
+            # (An end that came during the flush found the outcome: it is still final.)
             self.ended.pop(message_id, None)
             self.discarded.pop(message_id, None)
-        logger.info("forgot the outcomes of %d ended half messages", len(expired))
 
     # -- ListHalfMessages -------------------------------------------------------------------
 
