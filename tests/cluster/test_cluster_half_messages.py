@@ -114,12 +114,17 @@ def _create(cluster: LocalCluster, topic: str) -> None:
     """``topic`` with 3 partitions, replication factor 3, every replica in sync."""
     with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
         admin.create_topic(topic, partitions=3, replication_factor=3)
+    # Every broker's metadata has it (the service checks a real partition in its own).
+    for broker_id in cluster.broker_ids:
+        with Admin(bootstrap_servers=cluster.broker_server(broker_id)) as admin:
 
-        def full() -> bool:
-            parts = admin.describe_topic(topic).partitions
-            return all(p.leader > 0 and sorted(p.isr) == [1, 2, 3] for p in parts)
+            def full(a: Admin = admin) -> bool:
+                if topic not in a.list_topics():
+                    return False
+                parts = a.describe_topic(topic).partitions
+                return all(p.leader > 0 and sorted(p.isr) == [1, 2, 3] for p in parts)
 
-        wait_for(full, timeout_s=30)
+            wait_for(full, timeout_s=30)
 
 
 def _leaders(cluster: LocalCluster, topic: str) -> dict[int, int]:

@@ -100,10 +100,11 @@ def ensure_internal_topic_in_cluster(core: BrokerCore, topic: str) -> None:
     CoordinatorNotAvailableError naming the setting when too few brokers are live."""
     admin = core.cluster_admin
     assert admin is not None, "only a cluster broker creates internal topics in ZooKeeper"
-    if admin.topic_exists(topic):
-        return
     if topic == HALF_MESSAGES_TOPIC:
+        # Both of the service's topics, each checked: a discard needs __half_discarded.
         _ensure_half_message_topics(core)
+        return
+    if admin.topic_exists(topic):
         return
     if topic == OFFSETS_TOPIC:
         groups = core.config.groups
@@ -170,8 +171,7 @@ def _ensure_half_message_topics(core: BrokerCore) -> None:
             {"retention.ms": "-1", "retention.bytes": "-1", "min.insync.replicas": min_isr},
         ),
     )
-    # The discard topic first: once __half_messages exists, this is not called again.
-    for topic, partitions, configs in reversed(topics):
+    for topic, partitions, configs in topics:
         if admin.topic_exists(topic):
             continue
         try:
