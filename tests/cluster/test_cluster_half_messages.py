@@ -33,6 +33,7 @@ from spark_mq.client.connection import BrokerConnection
 from spark_mq.client.half_coordinator import HalfCoordinator
 from spark_mq.client.half_messages import TransactionalMessage, list_half_messages
 from spark_mq.cluster.local_cluster import LocalCluster
+from spark_mq.errors import HalfMessageNotFoundError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.half_messages import ListHalfMessagesRequest, SendHalfMessageRequest
@@ -45,6 +46,7 @@ pytestmark = pytest.mark.slow
 #: A killed broker's session ends, and its partitions move, this long after the kill.
 SESSION_TIMEOUT_MS = 4000
 HALF_PARTITIONS = 3
+RETENTION_MS = 12_000
 COMMIT = LocalTransactionState.COMMIT
 ROLLBACK = LocalTransactionState.ROLLBACK
 UNKNOWN = LocalTransactionState.UNKNOWN
@@ -69,6 +71,8 @@ def cluster(
             "transaction.half.timeout.ms": "500",
             "transaction.check.max": "3",
             "half.messages.topic.num.partitions": str(HALF_PARTITIONS),
+            # Outcomes are forgotten (tombstoned) this long after their message ended.
+            "transaction.half.op.retention.ms": str(RETENTION_MS),
         },
     )
     try:
@@ -178,6 +182,24 @@ def _half_record(servers: str, message_id: str) -> HalfRecord:
     raise AssertionError(f"half record {message_id} not found")
 
 
+def _tombstoned_keys(servers: str) -> set[str]:
+    """The keys whose newest value in ``__half_messages`` is a tombstone."""
+    newest: dict[str, bytes | None] = {}
+    tps = [TopicPartition("__half_messages", p) for p in range(HALF_PARTITIONS)]
+    with Consumer(bootstrap_servers=servers) as consumer:
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        ends = consumer.end_offsets(tps)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(consumer.position(tp) < ends[tp] for tp in tps):
+            for records in consumer.poll(timeout_ms=300).values():
+                for r in records:
+                    if r.key is not None:
+                        newest[r.key.decode()] = r.value
+    return {key for key, value in newest.items() if value is None}
+
+
 def _write_real_record(cluster: LocalCluster, topic: str, partition: int, half: HalfRecord) -> int:
     """Produce ``half``'s real record to the partition's leader as the half-message service
     does (its producer id, epoch 0, sequence 0, acks=all); its offset."""
@@ -212,8 +234,14 @@ def _write_real_record(cluster: LocalCluster, topic: str, partition: int, half: 
     return int(answer.base_offset)
 
 
+@pytest.fixture(scope="module")
+def committed_early() -> list[str]:
+    """Ids of messages the first test committed, whose outcomes the last test sees expire."""
+    return []
+
+
 def test_commit_and_rollback_write_each_committed_record_once_on_its_leader(
-    cluster: LocalCluster,
+    cluster: LocalCluster, committed_early: list[str]
 ) -> None:
     _create(cluster, "pay")
     servers = cluster.bootstrap_servers
@@ -229,6 +257,7 @@ def test_commit_and_rollback_write_each_committed_record_once_on_its_leader(
         # A repeated COMMIT answers the first one's offset and writes nothing.
         first = results[0]
         assert producer._end(first.message_id, COMMIT, from_check=False) == first.offset
+        committed_early.append(first.message_id)
     assert [r.state for r in results] == [COMMIT] * 3 + [ROLLBACK] * 3
     assert all(r.offset >= 0 for r in results[:3]) and all(r.offset == -1 for r in results[3:])
     # Some real partitions are led by a broker other than the group's service: their
@@ -294,7 +323,9 @@ def test_unanswered_checks_discard_and_the_cli_lists_every_broker(
     assert listed["discarded_count"] >= 1
 
 
-def test_the_service_leader_killed_between_send_and_end(cluster: LocalCluster) -> None:
+def test_the_service_leader_killed_between_send_and_end(
+    cluster: LocalCluster, committed_early: list[str]
+) -> None:
     _create(cluster, "orders")
     servers = cluster.bootstrap_servers
     ledger = Ledger()
@@ -327,3 +358,21 @@ def test_the_service_leader_killed_between_send_and_end(cluster: LocalCluster) -
         assert _records(survivors, "orders", 2) == [b"by-check", b"by-end"]
         assert checked.message_id in ledger.checked
         assert not list_half_messages(bootstrap_servers=survivors, producer_group="moving").messages
+    # The first test's outcome expired (wherever its group is served now): a late end is
+    # HALF_MESSAGE_NOT_FOUND, and both its record and its op are tombstoned.
+    (early,) = committed_early
+    with TransactionalMessageProducer(
+        bootstrap_servers=survivors, producer_group="basic", listener=ledger
+    ) as late:
+
+        def forgotten() -> bool:
+            try:
+                late._end(early, COMMIT, from_check=False)
+            except HalfMessageNotFoundError:
+                return True
+            time.sleep(0.25)
+            return False
+
+        wait_for(forgotten, timeout_s=RETENTION_MS / 1000 + 10)
+    keys = _tombstoned_keys(survivors)
+    assert {early, f"op:{early}"} <= keys

@@ -39,7 +39,7 @@ from typing import Final
 from spark_mq.broker.coordinator_leadership import LeadershipChange
 from spark_mq.broker.half.config import HalfMessageConfig
 from spark_mq.broker.half.half_log import DISCARD_TOPIC
-from spark_mq.broker.half.placement import HalfPlacement
+from spark_mq.broker.half.placement import HalfPlacement, LoadState
 from spark_mq.broker.half.records import HalfRecord
 from spark_mq.broker.half.replicated_writes import ReplicatedWriter
 from spark_mq.broker.half.service import (
@@ -63,8 +63,6 @@ LOAD_RETRY_S: Final = 1.0
 
 class ClusterHalfMessageService(HalfMessageService):
     """The half-message service of a cluster broker (see the module docstring)."""
-
-    ENDED_IN_ORDER = False
 
     def __init__(
         self,
@@ -122,6 +120,9 @@ class ClusterHalfMessageService(HalfMessageService):
 
     def _loaded(self) -> bool:
         return True  # each partition is loaded when led; the job sees only loaded ones
+
+    def _partitions_served(self) -> int:
+        return sum(1 for led in self.placement.led.values() if led.state is LoadState.LOADED)
 
     def _finish(self, pending: _Pending, state: HalfState, offset: int) -> None:
         super()._finish(pending, state, offset)
@@ -188,6 +189,7 @@ class ClusterHalfMessageService(HalfMessageService):
         for table in (self.pending, self.discarded):
             for message_id in [m for m, p in table.items() if self._index_of_record(p) == index]:
                 del table[message_id]
+                self._ending.pop(message_id, None)
         for message_id in [m for m, o in self.ended.items() if o.index == index]:
             del self.ended[message_id]
         self.log.appended_end.pop(index, None)

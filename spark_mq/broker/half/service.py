@@ -151,10 +151,6 @@ class HalfMessageService:
     """The broker's half messages, bound to the running event loop (one node; a cluster
     broker's is :class:`~spark_mq.broker.half.cluster_service.ClusterHalfMessageService`)."""
 
-    #: Whether ``ended`` is in the order of the outcomes' times (one node loads and ends
-    #: in that order; a cluster broker loads partitions as it comes to lead them).
-    ENDED_IN_ORDER: bool = True
-
     def __init__(
         self,
         config: HalfMessageConfig,
@@ -532,6 +528,10 @@ class HalfMessageService:
             except Exception:
                 logger.exception("half-message checks failed; retrying at the next interval")
 
+    def _partitions_served(self) -> int:
+        """How many partitions of ``__half_messages`` this service holds outcomes of."""
+        return 1
+
     def _loaded(self) -> bool:
         """Whether the periodic job has a state to work on (one node: once loaded)."""
         return self._ready.succeeded
@@ -576,13 +576,20 @@ class HalfMessageService:
             now = self._clock()
             retention_ms = self.config.transaction_half_op_retention_ms
             expired: list[str] = []
+            # ``ended`` is in the order the messages ended within each partition (one node:
+            # one partition), so a partition's first outcome kept ends its part of the pass.
+            kept: set[int] = set()
             for message_id, outcome in self.ended.items():
                 if len(expired) >= EXPIRE_STEP_RECORDS:
                     break
+                if outcome.index in kept:
+                    continue
                 if now - outcome.ended_ms >= retention_ms:
                     expired.append(message_id)
-                elif self.ENDED_IN_ORDER:
-                    break  # the first one kept ends the pass
+                else:
+                    kept.add(outcome.index)
+                    if len(kept) >= self._partitions_served():
+                        break
             if not expired:
                 return forgotten
             await self._forget(expired, now)
