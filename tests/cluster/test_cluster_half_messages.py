@@ -4,7 +4,9 @@ leader of its ``__half_messages`` partition, real records go to their partitions
 killed (SIGKILL): the new leader loads the group's pending messages, an end sent after the
 kill and a check-back both complete them, and every committed record is in its topic once.
 A message whose checks all go unanswered still lands in ``__half_discarded``, and
-``spark-mq half-messages list --bootstrap-server`` lists what every broker serves.
+``spark-mq half-messages list --bootstrap-server`` lists what every broker serves. An
+outcome is forgotten after ``transaction.half.op.retention.ms`` (its record and op
+tombstoned in its partition), also after its group moved.
 
 One cluster is shared by the tests of this module; the kill test runs last."""
 
