@@ -34,14 +34,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from spark_mq.broker.coordinator_leadership import LeadershipChange
 from spark_mq.broker.half.config import HalfMessageConfig
 from spark_mq.broker.half.half_log import DISCARD_TOPIC
 from spark_mq.broker.half.placement import HalfPlacement, LoadState
 from spark_mq.broker.half.records import HalfRecord
-from spark_mq.broker.half.replicated_writes import ReplicatedWriter
 from spark_mq.broker.half.service import (
     HalfMessageService,
     RunBlocking,
@@ -54,6 +53,11 @@ from spark_mq.broker.metadata_cache import MetadataSnapshot
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.errors import CoordinatorNotAvailableError, UnknownTopicOrPartitionError
 from spark_mq.protocol.half_messages import EndHalfMessageRequest, HalfState
+
+if TYPE_CHECKING:
+    # A client connection: imported by the server only when it joins a cluster, so that
+    # the broker's import loads no client module.
+    from spark_mq.broker.half.replicated_writes import ReplicatedWriter
 
 logger = logging.getLogger("spark_mq.broker.half")
 
