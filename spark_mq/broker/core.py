@@ -26,6 +26,7 @@ from spark_mq.broker.config import ServerConfig
 from spark_mq.broker.controller_fence import ControllerFence
 from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.broker.group.service import GroupService, wall_clock_ms
+from spark_mq.broker.half.cluster_service import ClusterHalfMessageService
 from spark_mq.broker.half.service import HalfMessageService
 from spark_mq.broker.handlers import HANDLERS
 from spark_mq.broker.internal_topics import TRANSACTION_STATE_TOPIC
@@ -170,14 +171,26 @@ class BrokerCore:
             clock=clock,
             partition_count=self._transaction_state_partitions,
         )
-        #: Half messages with check-back (started by the server, after the transactions).
-        self.half_messages = HalfMessageService(
-            config.half_messages,
-            self.replicas,
-            self.run_blocking,
-            new_producer_id=self.producer_ids.next_id,
-            clock=clock,
-        )
+        #: Half messages with check-back (started by the server, after the transactions);
+        #: a cluster broker serves the partitions of __half_messages it leads.
+        self.half_messages: HalfMessageService
+        if config.broker.in_cluster:
+            self.half_messages = ClusterHalfMessageService(
+                config.half_messages,
+                self.replicas,
+                self.run_blocking,
+                new_producer_id=self.producer_ids.next_id,
+                clock=clock,
+                metadata=lambda: self.metadata_cache.snapshot,
+            )
+        else:
+            self.half_messages = HalfMessageService(
+                config.half_messages,
+                self.replicas,
+                self.run_blocking,
+                new_producer_id=self.producer_ids.next_id,
+                clock=clock,
+            )
 
     def _transaction_state_partitions(self) -> int | None:
         """A cluster's partition count of __transaction_state (None: not known yet)."""

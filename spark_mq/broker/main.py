@@ -63,6 +63,7 @@ from spark_mq.broker.dir_files import (
     pid_alive,
     socket_path_for,
 )
+from spark_mq.broker.half.cluster_service import ClusterHalfMessageService
 from spark_mq.broker.handlers.errors import report_repeated
 from spark_mq.broker.log_dir import require_log_dir
 from spark_mq.broker.log_setup import FAILURE_PREFIX, setup_logging
@@ -81,6 +82,7 @@ from spark_mq.storage.dir_lock import read_owner
 from spark_mq.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
+    from spark_mq.broker.half.replicated_writes import ReplicatedWriter
     from spark_mq.broker.metrics.broker_metrics import BrokerMetrics
     from spark_mq.broker.replica_fetcher import ReplicaFetcherManager
     from spark_mq.broker.txn.marker_channel import TransactionMarkerChannel
@@ -273,6 +275,8 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             core.transactions.markers.attach_channel(marker_channel)
             marker_channel.start()
             core.transactions.peers = _txn_peers(core, membership)
+            if isinstance(core.half_messages, ClusterHalfMessageService):
+                core.half_messages.writer = _half_writer(core, membership)
             # Applies /config/topics/<t> to the replicas here: now (catching up on changes
             # made while this broker was down) and on every change notification.
             # The same notifications carry users' SCRAM credentials (users/<name>): the
@@ -333,6 +337,10 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             await marker_channel.close()
         if core.transactions.peers is not None:
             await core.transactions.peers.close()
+        half = core.half_messages
+        if isinstance(half, ClusterHalfMessageService) and half.writer is not None:
+            await asyncio.to_thread(half.writer.close)
+            half.writer = None
         # Followers stop fetching before the logs they append to close.
         await asyncio.to_thread(core.replicas.close_fetchers)
         await server.close(timeout_s)
@@ -349,6 +357,22 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         repeats.cancel()  # which writes the last counts of repeated failures
         await asyncio.gather(repeats, return_exceptions=True)
         core.close()
+
+
+def _half_writer(core: BrokerCore, membership: ClusterMembership) -> ReplicatedWriter:
+    """The half-message service's acks=all writes to partitions other brokers lead (its
+    real records and discards), authenticated as this broker as the markers are."""
+    from spark_mq.broker.half.replicated_writes import ReplicatedWriter  # noqa: PLC0415
+    from spark_mq.broker.txn.marker_channel import BrokerCredentials  # noqa: PLC0415
+
+    secret = membership.inter_broker_secret
+    assert secret is not None, "read by membership.start()"
+    return ReplicatedWriter(
+        core.replicas,
+        node_id=core.node_id,
+        metadata=lambda: core.metadata_cache.snapshot,
+        credentials=BrokerCredentials(core.node_id, lambda: membership.broker_epoch, secret),
+    )
 
 
 def _marker_channel(core: BrokerCore, membership: ClusterMembership) -> TransactionMarkerChannel:
