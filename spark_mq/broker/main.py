@@ -363,7 +363,7 @@ def _half_writer(core: BrokerCore, membership: ClusterMembership) -> ReplicatedW
     """The half-message service's acks=all writes to partitions other brokers lead (its
     real records and discards), authenticated as this broker as the markers are."""
     from spark_mq.broker.half.replicated_writes import ReplicatedWriter  # noqa: PLC0415
-    from spark_mq.broker.txn.marker_channel import BrokerCredentials  # noqa: PLC0415
+    from spark_mq.broker.txn.broker_links import BrokerCredentials  # noqa: PLC0415
 
     secret = membership.inter_broker_secret
     assert secret is not None, "read by membership.start()"

@@ -37,19 +37,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-import threading
 from collections.abc import Callable
 from typing import Final
 
 from spark_mq.broker.metadata_cache import NO_LEADER, MetadataSnapshot
 from spark_mq.broker.replica_manager import ReplicaManager
-from spark_mq.broker.txn.marker_channel import BrokerCredentials
-from spark_mq.client.broker_auth import authenticate_as_broker
-from spark_mq.client.connection import BrokerConnection
+from spark_mq.broker.txn.broker_links import BrokerCredentials, BrokerLinks
 from spark_mq.errors import (
     LeaderNotAvailableError,
     NetworkError,
-    SparkMQError,
     UnknownTopicOrPartitionError,
 )
 from spark_mq.protocol.address import BrokerAddress
@@ -94,9 +90,8 @@ class ReplicatedWriter:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             MAX_DESTINATIONS, thread_name_prefix="half-writes"
         )
-        # One connection per destination, each behind its own lock (one request at a time).
-        self._connections: dict[int, tuple[threading.Lock, list[BrokerConnection]]] = {}
-        self._connections_lock = threading.Lock()
+        # One authenticated connection per destination (one request at a time on each).
+        self._links = BrokerLinks(credentials, client_id=f"half-messages-{node_id}")
 
     async def write(self, topic: str, partition: int, batch: bytes) -> int:
         """Write ``batch`` to ``topic``-``partition`` with acks=all; its first offset (the
@@ -144,30 +139,9 @@ class ReplicatedWriter:
             timeout_ms=timeout_ms,
             topics=[ProduceTopic(topic, [ProducePartition(partition, len(batch))])],
         )
-        with self._connections_lock:
-            lock, held = self._connections.setdefault(leader, (threading.Lock(), []))
-        with lock:
-            conn = held[0] if held else None
-            if conn is not None and (conn.address != address or not conn.connected):
-                conn.close()
-                held.clear()
-                conn = None
-            if conn is None:
-                conn = self._connect(leader, address)
-                held.append(conn)
-            try:
-                conn.send(request, records=[batch])
-                response = conn.receive(timeout_ms / 1000 + 5)
-                if response is None:
-                    raise NetworkError(
-                        f"no answer from broker {leader} at {address} within {timeout_ms} ms "
-                        f"to a Produce of a half message's record to {topic}-{partition}"
-                    )
-                body: ProduceResponse = response.result()
-            except (SparkMQError, OSError):
-                conn.close()
-                held.clear()
-                raise
+        body: ProduceResponse = self._links.request(
+            leader, address, request, timeout_ms + 5000, records=[batch]
+        )
         (answer,) = answers_by_entry(request.topics, body)
         if answer is None:
             raise NetworkError(f"broker {leader} answered a Produce to {topic}-{partition} amiss")
@@ -175,33 +149,7 @@ class ReplicatedWriter:
             raise error_from_code(answer.error_code, answer.error_message, topic=topic)
         return int(answer.base_offset)
 
-    def _connect(self, leader: int, address: BrokerAddress) -> BrokerConnection:
-        creds = self._credentials
-        epoch = creds.broker_epoch()
-        if epoch is None:
-            raise NetworkError("this broker is not registered with the cluster yet; retry")
-        timeout_ms = self.config.request_timeout_ms
-        conn = BrokerConnection(
-            address,
-            node_id=leader,
-            client_id=f"half-messages-{self._node_id}",
-            connect_timeout_ms=timeout_ms,
-            request_timeout_ms=timeout_ms,
-        )
-        authenticate_as_broker(
-            conn,
-            broker_id=creds.broker_id,
-            broker_epoch=epoch,
-            secret=creds.secret,
-            timeout_s=timeout_ms / 1000,
-        )
-        return conn
-
     def close(self) -> None:
         """Close the connections and stop the threads (blocking: waits for writes)."""
         self._executor.shutdown(wait=True)
-        with self._connections_lock:
-            for _, held in self._connections.values():
-                for conn in held:
-                    conn.close()
-            self._connections.clear()
+        self._links.close()

@@ -1,6 +1,7 @@
 """Authenticated connections from this broker to the other brokers of the cluster, for the
 transaction coordinator's inter-broker requests (WriteTxnMarkers from the marker channel,
-CheckPreparedTxns and DecideTxns from the two-phase participants).
+CheckPreparedTxns and DecideTxns from the two-phase participants) and the half-message
+service's acks=all Produce of records to partitions other brokers lead.
 
 One connection per destination, opened on first use at the destination's first
 (inter-broker) endpoint, authenticated with the cluster's inter-broker secret
@@ -16,14 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
-from spark_mq.errors import SparkMQError
+from spark_mq.errors import NetworkError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
 
 
@@ -52,10 +53,17 @@ class BrokerLinks:
             return self._locks.setdefault(destination, threading.Lock())
 
     def request(
-        self, destination: int, address: BrokerAddress, request: msgspec.Struct, timeout_ms: int
+        self,
+        destination: int,
+        address: BrokerAddress,
+        request: msgspec.Struct,
+        timeout_ms: int,
+        *,
+        records: Sequence[bytes] = (),
     ) -> Any:
-        """Send ``request`` to broker ``destination`` at ``address`` and return its answer;
-        raises what the connection raises (SparkMQError, OSError), after dropping it."""
+        """Send ``request`` (followed by ``records``, a Produce's batches) to broker
+        ``destination`` at ``address`` and return its answer; raises what the connection
+        raises (SparkMQError, OSError), after dropping it."""
         with self._lock(destination):
             held = self._connections.get(destination)
             if held is not None and (held[0] != address or not held[1].connected):
@@ -68,7 +76,16 @@ class BrokerLinks:
                     self._open(destination, address, timeout_ms),
                 )
             try:
-                return held[1].request(request, timeout_s=timeout_ms / 1000)
+                if not records:
+                    return held[1].request(request, timeout_s=timeout_ms / 1000)
+                held[1].send(request, records=records)
+                response = held[1].receive(timeout_ms / 1000)
+                if response is None:
+                    raise NetworkError(
+                        f"no answer from broker {destination} at {address} within "
+                        f"{timeout_ms} ms to a {type(request).__name__}"
+                    )
+                return response.result()
             except (SparkMQError, OSError):
                 held[1].close()
                 self._connections.pop(destination, None)
