@@ -25,6 +25,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any, Final
 
+from spark_mq.broker.acl.config import AuthorizerConfig
 from spark_mq.broker.connection_quotas import UNIX_PEER, normalize_host
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.half.config import HalfMessageConfig
@@ -561,6 +562,7 @@ class ServerConfig:
     replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     leadership: LeadershipConfig = dataclasses.field(default_factory=LeadershipConfig)
+    authorizer: AuthorizerConfig = dataclasses.field(default_factory=AuthorizerConfig)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object] | None = None) -> ServerConfig:
@@ -573,6 +575,7 @@ class ServerConfig:
         replication_props: dict[str, object] = {}
         metrics_props: dict[str, object] = {}
         leadership_props: dict[str, object] = {}
+        authorizer_props: dict[str, object] = {}
         broker_keys = BrokerConfig.settings()
         for raw_key, raw_value in (props or {}).items():
             key, value = _resolve_alias(raw_key.strip(), raw_value)
@@ -592,6 +595,8 @@ class ServerConfig:
                 metrics_props[key] = value
             elif LeadershipConfig.owns(key):
                 leadership_props[key] = value
+            elif AuthorizerConfig.owns(key):
+                authorizer_props[key] = value
             else:
                 valid = sorted(
                     [
@@ -604,6 +609,7 @@ class ServerConfig:
                         *ReplicationConfig.settings(),
                         *MetricsConfig.settings(),
                         *LeadershipConfig.settings(),
+                        *AuthorizerConfig.settings(),
                     ]
                 )
                 close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
@@ -633,6 +639,7 @@ class ServerConfig:
             ReplicationConfig.from_properties(replication_props),
             MetricsConfig.from_properties(metrics_props),
             LeadershipConfig.from_properties(leadership_props),
+            AuthorizerConfig.from_properties(authorizer_props),
         )
 
     def with_overrides(self, props: Mapping[str, object]) -> ServerConfig:
@@ -655,6 +662,8 @@ class ServerConfig:
         out.update(metrics.overrides() if only_set else metrics.to_properties())
         leadership = self.leadership
         out.update(leadership.overrides() if only_set else leadership.to_properties())
+        authorizer = self.authorizer
+        out.update(authorizer.overrides() if only_set else authorizer.to_properties())
         for key, value in topic.items():
             if key in by_topic_key:  # a topic key without a broker default stays topic-only
                 out[by_topic_key[key]] = value
@@ -671,6 +680,7 @@ class ServerConfig:
             or ReplicationConfig.settings().get(broker_key)
             or MetricsConfig.settings().get(broker_key)
             or LeadershipConfig.settings().get(broker_key)
+            or AuthorizerConfig.settings().get(broker_key)
         )
         if field is None and broker_key in TOPIC_DEFAULT_KEYS:
             field = LogConfig.settings().get(TOPIC_DEFAULT_KEYS[broker_key])

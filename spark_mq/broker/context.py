@@ -55,6 +55,8 @@ class ConnectionSession:
 
     broker_id: int | None = None
     principal: KafkaPrincipal = ANONYMOUS
+    #: The peer's address as ACLs name hosts (its IP; ``unix`` for a Unix-socket peer).
+    host: str = ""
 
 
 @dataclasses.dataclass(slots=True)
