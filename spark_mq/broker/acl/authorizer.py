@@ -56,19 +56,20 @@ class _Snapshot:
 
     #: (resource type, literal name) -> entries; ``*`` is a literal name.
     literal: dict[tuple[ResourceType, str], frozenset[AccessControlEntry]]
-    #: resource type -> [(prefix, entries)].
-    prefixed: dict[ResourceType, list[tuple[str, frozenset[AccessControlEntry]]]]
+    #: (resource type, prefix) -> entries: a name's patterns are found with one look-up per
+    #: prefix length of the name, whatever the number of prefixed ACLs.
+    prefixed: dict[tuple[ResourceType, str], frozenset[AccessControlEntry]]
     cache: dict[_Key, bool]
 
 
 def _index(acls: dict[ResourcePattern, frozenset[AccessControlEntry]]) -> _Snapshot:
     literal: dict[tuple[ResourceType, str], frozenset[AccessControlEntry]] = {}
-    prefixed: dict[ResourceType, list[tuple[str, frozenset[AccessControlEntry]]]] = {}
+    prefixed: dict[tuple[ResourceType, str], frozenset[AccessControlEntry]] = {}
     for pattern, entries in acls.items():
         if not entries:
             continue
         if pattern.pattern_type is PatternType.PREFIXED:
-            prefixed.setdefault(pattern.resource_type, []).append((pattern.name, entries))
+            prefixed[(pattern.resource_type, pattern.name)] = entries
         else:
             literal[(pattern.resource_type, pattern.name)] = entries
     return _Snapshot(literal, prefixed, {})
@@ -159,7 +160,7 @@ class AclAuthorizer:
             return True
         snapshot = self._snapshot
         groups = [e for (t, _), e in snapshot.literal.items() if t is resource_type]
-        groups += [e for _, e in snapshot.prefixed.get(resource_type, ())]
+        groups += [e for (t, _), e in snapshot.prefixed.items() if t is resource_type]
         if not groups:
             return self.allow_if_no_acl
         principals = {principal, f"{principal.partition(':')[0]}:{WILDCARD}"}
@@ -191,9 +192,11 @@ class AclAuthorizer:
             found = snapshot.literal.get((resource_type, literal))
             if found:
                 entries.extend(found)
-        for prefix, found in snapshot.prefixed.get(resource_type, ()):
-            if name.startswith(prefix):
-                entries.extend(found)
+        if snapshot.prefixed:
+            for end in range(1, len(name) + 1):
+                found = snapshot.prefixed.get((resource_type, name[:end]))
+                if found:
+                    entries.extend(found)
         if not entries:
             return self.allow_if_no_acl
         principal_type = principal.partition(":")[0]
