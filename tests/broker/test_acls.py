@@ -34,6 +34,7 @@ from spark_mq.client.acl_admin import (
     ResourcePattern,
     ResourceType,
 )
+from spark_mq.client.half_messages import LocalTransactionState, TransactionalMessageProducer
 from spark_mq.errors import (
     ClusterAuthorizationError,
     GroupAuthorizationError,
@@ -371,3 +372,50 @@ def test_a_broker_without_authorizer_keeps_no_acls(tmp_path: Path) -> None:
             admin.create_acls([acl(RT.TOPIC, "t", Op.READ)])
         admin.create_topic("t")
         admin.delete_topic("t")
+
+
+def test_two_phase_owner_calls_need_write_on_the_transactional_id_prefix(
+    admin: Admin, anon: Admin
+) -> None:
+    owner = f"sink{next(_names)}"
+    denied_then_allowed(
+        lambda: anon.owner_heartbeat(f"{owner}/run/"),
+        TransactionalIdAuthorizationError,
+        lambda: admin.create_acls(
+            [acl(RT.TRANSACTIONAL_ID, owner, Op.WRITE, pattern=PatternType.PREFIXED)]
+        ),
+        operation="TransactionalId",  # its FindCoordinator (Describe) is refused first
+    )
+    # Write on the prefix implies Describe of the owner (DescribeTxnOwner).
+    assert anon.last_committed_sequence(owner) == -1
+
+
+class _Commit:
+    """A local transaction that always commits."""
+
+    def execute_local_transaction(self, message: object, arg: object) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT
+
+    def check_local_transaction(self, message: object) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT
+
+
+def test_half_messages_need_write_on_the_producer_group(
+    broker: tuple[Path, str], admin: Admin, topic: str
+) -> None:
+    admin.create_acls([acl(RT.TOPIC, topic, Op.WRITE)])
+    group = f"orders{next(_names)}"
+
+    def send() -> Any:
+        with TransactionalMessageProducer(
+            bootstrap_servers=broker[1], producer_group=group, listener=_Commit(), **FAST
+        ) as producer:
+            return producer.send(topic, b"v")
+
+    result = denied_then_allowed(
+        send,
+        TransactionalIdAuthorizationError,
+        lambda: admin.create_acls([acl(RT.TRANSACTIONAL_ID, group, Op.WRITE)]),
+        operation="Write",
+    )
+    assert result is not None
