@@ -134,9 +134,12 @@ def peer_user(sock: Any) -> str | None:
     try:
         creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         _pid, uid, _gid = struct.unpack("3i", creds)
-        return pwd.getpwuid(uid).pw_name
-    except (OSError, KeyError):
+    except OSError:
         return None
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)  # a user with no passwd entry (a container's): its uid
 
 
 def tune_socket(sock: Any) -> None:
