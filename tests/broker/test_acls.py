@@ -34,6 +34,7 @@ from spark_mq.client.acl_admin import (
     ResourcePattern,
     ResourceType,
 )
+from spark_mq.client.connection import BrokerConnection
 from spark_mq.client.half_messages import LocalTransactionState, TransactionalMessageProducer
 from spark_mq.errors import (
     ClusterAuthorizationError,
@@ -42,6 +43,9 @@ from spark_mq.errors import (
     TopicAuthorizationError,
     TransactionalIdAuthorizationError,
 )
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.fetch import FetchPartition, FetchRequest, FetchResponse, FetchTopic
 
 Op = AclOperation
 RT = ResourceType
@@ -419,3 +423,36 @@ def test_half_messages_need_write_on_the_producer_group(
         operation="Write",
     )
     assert result is not None
+
+
+def test_fetch_answers_refused_topics_apart(
+    broker: tuple[Path, str], admin: Admin, topic: str
+) -> None:
+    """As Kafka: one Fetch for a readable and an unreadable topic reads the first and
+    answers TOPIC_AUTHORIZATION_FAILED for the second."""
+    other = f"t{next(_names)}"
+    admin.create_topic(other)
+    with Producer(path=broker[0]) as p:
+        p.send(topic, b"v").get(10)
+        p.send(other, b"v").get(10)
+    admin.create_acls([acl(RT.TOPIC, topic, Op.READ)])
+    host, port = broker[1].rsplit(":", 1)
+    conn = BrokerConnection(BrokerAddress(host, int(port)))
+    conn.connect()
+    try:
+        answer: FetchResponse = conn.request(
+            FetchRequest(
+                0,
+                1,
+                1 << 20,
+                [FetchTopic(t, [FetchPartition(0, 0, 1 << 20)]) for t in (topic, other)],
+            ),
+            timeout_s=10,
+        )
+    finally:
+        conn.close()
+    by_topic = {t.name: t.partitions[0] for t in answer.topics}
+    assert by_topic[topic].error_code == ErrorCode.NONE and by_topic[topic].records_size > 0
+    refused = by_topic[other]
+    assert refused.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    assert refused.records_size == 0 and refused.error_message and ANON in refused.error_message

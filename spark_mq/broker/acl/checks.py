@@ -5,14 +5,16 @@
 ``TransactionalIdAuthorizationError``, ``ClusterAuthorizationError``) for the first thing
 the principal may not do; the dispatcher answers it as it answers any error of the API, with
 the code in every part of the response and nothing done. :func:`authorized_handler` wraps a
-handler with its check; Metadata, ListGroups and ListTransactions answer only what the
-principal may describe instead of refusing (:data:`FILTERS`).
+handler with its check. Some APIs answer part by part instead (:data:`FILTERS`): Fetch
+answers the partitions of unreadable topics TOPIC_AUTHORIZATION_FAILED and fetches the
+others, as Kafka does; Metadata, ListGroups and ListTransactions answer only what the
+principal may describe.
 
-Kafka answers some requests part by part (a produce to an allowed and a refused topic
-writes to the first and refuses the second); here a request with any refused part is refused
-whole, so nothing of it happens and the client's error names the refused part. Clients send
-one request per broker with every topic of a batch; a job whose principal lacks one ACL sees
-every send fail, with a message naming the ACL to add.
+Kafka answers other requests part by part too (a produce to an allowed and a refused topic
+writes to the first and refuses the second); here such a request is refused whole, so
+nothing of it happens and the client's error names the refused part. A producer sends one
+request per broker with every topic of its batches: a job whose principal lacks one ACL
+sees those sends fail, with a message naming the ACL to add.
 
 Connections of the cluster's brokers (AuthenticateBroker) are not checked: they may do
 ClusterAction and everything replication and transaction markers need, as Kafka's inter-
@@ -33,6 +35,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any, Final
+
+import msgspec
 
 from spark_mq.broker.acl.authorizer import AclAuthorizer, denial
 from spark_mq.broker.context import Handler, RequestContext, Response
@@ -97,13 +101,6 @@ def _produce(s: Subject, r: produce.ProduceRequest) -> None:
     if r.transactional_id is not None:
         s.require(Op.WRITE, RT.TRANSACTIONAL_ID, r.transactional_id)
     s.require_all(Op.WRITE, RT.TOPIC, (t.name for t in r.topics))
-
-
-def _fetch(s: Subject, r: fetch.FetchRequest) -> None:
-    if r.replica_id >= 0:
-        s.require(Op.CLUSTER_ACTION, RT.CLUSTER)
-    else:
-        s.require_all(Op.READ, RT.TOPIC, (t.name for t in r.topics))
 
 
 def _offset_for_leader_epoch(s: Subject, r: replication.OffsetForLeaderEpochRequest) -> None:
@@ -220,7 +217,6 @@ def _cluster(op: AclOperation) -> Check:
 
 CHECKS: Final[dict[ApiKey, Check]] = {
     ApiKey.PRODUCE: _produce,
-    ApiKey.FETCH: _fetch,
     ApiKey.LIST_OFFSETS: lambda s, r: s.require_all(
         Op.DESCRIBE, RT.TOPIC, (t.name for t in r.topics)
     ),
@@ -304,6 +300,48 @@ async def _metadata(
     return response
 
 
+async def _fetch(
+    s: Subject, handler: Handler, ctx: RequestContext, r: fetch.FetchRequest, records: memoryview
+) -> Response | None:
+    """Kafka's Fetch: the partitions of topics the principal may not Read are answered
+    TOPIC_AUTHORIZATION_FAILED, the others are fetched (a consumer assigned both keeps
+    reading what it may). A replica's fetch from a client needs ClusterAction."""
+    if r.replica_id >= 0:
+        s.require(Op.CLUSTER_ACTION, RT.CLUSTER)
+        return await handler(ctx, r, records)
+    refused = [t for t in r.topics if not s.allows(Op.READ, RT.TOPIC, t.name)]
+    if not refused:
+        return await handler(ctx, r, records)
+    code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    answers = [
+        fetch.FetchTopicResponse(
+            t.name,
+            [
+                fetch.FetchPartitionResponse(
+                    p.partition,
+                    code,
+                    -1,
+                    -1,
+                    -1,
+                    0,
+                    error_message=denial(s.principal, s.host, Op.READ, RT.TOPIC, t.name),
+                )
+                for p in t.partitions
+            ],
+        )
+        for t in refused
+    ]
+    allowed = [t for t in r.topics if t not in refused]
+    if not allowed:
+        return Response(fetch.FetchResponse(0, answers))
+    response = await handler(ctx, msgspec.structs.replace(r, topics=allowed), records)
+    if response is not None and isinstance(response.body, fetch.FetchResponse):
+        # After the fetched partitions: they carry no records, so the records section (in
+        # body order) is unchanged.
+        response.body.topics.extend(answers)
+    return response
+
+
 async def _list_groups(
     s: Subject, handler: Handler, ctx: RequestContext, r: Any, records: memoryview
 ) -> Response | None:
@@ -336,6 +374,7 @@ Filter = Callable[[Subject, Handler, RequestContext, Any, memoryview], Any]
 
 FILTERS: Final[dict[ApiKey, Filter]] = {
     ApiKey.METADATA: _metadata,
+    ApiKey.FETCH: _fetch,
     ApiKey.LIST_GROUPS: _list_groups,
     ApiKey.LIST_TRANSACTIONS: _list_transactions,
 }
