@@ -456,3 +456,25 @@ def test_fetch_answers_refused_topics_apart(
     refused = by_topic[other]
     assert refused.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
     assert refused.records_size == 0 and refused.error_message and ANON in refused.error_message
+
+
+def test_produce_answers_refused_topics_apart(
+    broker: tuple[Path, str], admin: Admin, topic: str
+) -> None:
+    """As Kafka: one Produce request for a writable and an unwritable topic appends to the
+    first and answers TOPIC_AUTHORIZATION_FAILED for the second."""
+    other = f"t{next(_names)}"
+    admin.create_topic(other)
+    # Describe on the other topic lets the producer batch for it; only Write is missing.
+    admin.create_acls([acl(RT.TOPIC, topic, Op.WRITE), acl(RT.TOPIC, other, Op.DESCRIBE)])
+    with Producer(bootstrap_servers=broker[1], linger_ms=200, **PRODUCER_FAST) as p:
+        written = p.send(topic, b"kept")
+        refused = p.send(other, b"refused")
+        p.flush()
+    assert written.get(10).offset == 0
+    with pytest.raises(TopicAuthorizationError, match="Write"):
+        refused.get(10)
+    assert (
+        admin.list_offsets({TopicPartition(other, 0): "latest"})[TopicPartition(other, 0)].offset
+        == 0
+    )

@@ -5,16 +5,14 @@
 ``TransactionalIdAuthorizationError``, ``ClusterAuthorizationError``) for the first thing
 the principal may not do; the dispatcher answers it as it answers any error of the API, with
 the code in every part of the response and nothing done. :func:`authorized_handler` wraps a
-handler with its check. Some APIs answer part by part instead (:data:`FILTERS`): Fetch
-answers the partitions of unreadable topics TOPIC_AUTHORIZATION_FAILED and fetches the
-others, as Kafka does; Metadata, ListGroups and ListTransactions answer only what the
-principal may describe.
+handler with its check. The hot APIs answer part by part instead, as Kafka does
+(:data:`FILTERS`): Produce and Fetch answer the partitions of topics the principal may not
+Write or Read TOPIC_AUTHORIZATION_FAILED and serve the others; Metadata, ListGroups and
+ListTransactions answer only what the principal may describe.
 
-Kafka answers other requests part by part too (a produce to an allowed and a refused topic
-writes to the first and refuses the second); here such a request is refused whole, so
-nothing of it happens and the client's error names the refused part. A producer sends one
-request per broker with every topic of its batches: a job whose principal lacks one ACL
-sees those sends fail, with a message naming the ACL to add.
+Kafka answers a few more requests part by part (CreateTopics, DeleteTopics, DeleteRecords,
+OffsetCommit, the configs APIs); here those are refused whole when any part is refused, so
+nothing of them happens and the client's error names the refused part.
 
 Connections of the cluster's brokers (AuthenticateBroker) are not checked: they may do
 ClusterAction and everything replication and transaction markers need, as Kafka's inter-
@@ -95,12 +93,6 @@ class Subject:
 
 
 Check = Callable[[Subject, Any], None]
-
-
-def _produce(s: Subject, r: produce.ProduceRequest) -> None:
-    if r.transactional_id is not None:
-        s.require(Op.WRITE, RT.TRANSACTIONAL_ID, r.transactional_id)
-    s.require_all(Op.WRITE, RT.TOPIC, (t.name for t in r.topics))
 
 
 def _offset_for_leader_epoch(s: Subject, r: replication.OffsetForLeaderEpochRequest) -> None:
@@ -216,7 +208,6 @@ def _cluster(op: AclOperation) -> Check:
 
 
 CHECKS: Final[dict[ApiKey, Check]] = {
-    ApiKey.PRODUCE: _produce,
     ApiKey.LIST_OFFSETS: lambda s, r: s.require_all(
         Op.DESCRIBE, RT.TOPIC, (t.name for t in r.topics)
     ),
@@ -300,6 +291,68 @@ async def _metadata(
     return response
 
 
+async def _produce(
+    s: Subject,
+    handler: Handler,
+    ctx: RequestContext,
+    r: produce.ProduceRequest,
+    records: memoryview,
+) -> Response | None:
+    """Kafka's Produce: Write on the TransactionalId of a transactional request (refused
+    whole), then the partitions of topics the principal may not Write are answered
+    TOPIC_AUTHORIZATION_FAILED and the others appended. The response mirrors the request
+    entry by entry (``protocol.produce.answers_by_entry``), so the refusals are put back in
+    their places. An ``acks=0`` request gets no response: a refusal closes the connection,
+    as any failed ``acks=0`` produce does."""
+    if r.transactional_id is not None and not s.allows(
+        Op.WRITE, RT.TRANSACTIONAL_ID, r.transactional_id
+    ):
+        if r.acks == 0:
+            return Response(produce.ProduceResponse([]), close_connection=True, silent=True)
+        s.require(Op.WRITE, RT.TRANSACTIONAL_ID, r.transactional_id)
+    refused = {t.name for t in r.topics if not s.allows(Op.WRITE, RT.TOPIC, t.name)}
+    if not refused:
+        return await handler(ctx, r, records)
+    if r.acks == 0:
+        return Response(produce.ProduceResponse([]), close_connection=True, silent=True)
+    # The records section holds each partition's records in body order: keep the slices
+    # of the allowed topics (a copy, only on this mixed path).
+    kept: list[memoryview] = []
+    allowed: list[produce.ProduceTopic] = []
+    position = 0
+    for t in r.topics:
+        size = sum(p.records_size for p in t.partitions)
+        if t.name not in refused:
+            kept.append(records[position : position + size])
+            allowed.append(t)
+        position += size
+    answered: list[produce.ProduceTopicResponse] = []
+    if allowed:
+        response = await handler(
+            ctx, msgspec.structs.replace(r, topics=allowed), memoryview(b"".join(kept))
+        )
+        if response is None or not isinstance(response.body, produce.ProduceResponse):
+            return response
+        answered = list(response.body.topics)
+    code = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    merged: list[produce.ProduceTopicResponse] = []
+    for t in r.topics:
+        if t.name in refused:
+            message = denial(s.principal, s.host, Op.WRITE, RT.TOPIC, t.name)
+            merged.append(
+                produce.ProduceTopicResponse(
+                    t.name,
+                    [
+                        produce.ProducePartitionResponse(p.partition, code, error_message=message)
+                        for p in t.partitions
+                    ],
+                )
+            )
+        elif answered:
+            merged.append(answered.pop(0))
+    return Response(produce.ProduceResponse(merged))
+
+
 async def _fetch(
     s: Subject, handler: Handler, ctx: RequestContext, r: fetch.FetchRequest, records: memoryview
 ) -> Response | None:
@@ -373,6 +426,7 @@ async def _list_transactions(
 Filter = Callable[[Subject, Handler, RequestContext, Any, memoryview], Any]
 
 FILTERS: Final[dict[ApiKey, Filter]] = {
+    ApiKey.PRODUCE: _produce,
     ApiKey.METADATA: _metadata,
     ApiKey.FETCH: _fetch,
     ApiKey.LIST_GROUPS: _list_groups,
