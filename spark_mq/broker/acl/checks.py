@@ -276,7 +276,11 @@ async def _metadata(
     if r.topics is not None:
         allowed = [t for t in r.topics if s.allows(Op.DESCRIBE, RT.TOPIC, t)]
         refused = [t for t in r.topics if t not in allowed]
-        create = r.allow_auto_topic_creation and s.allows(Op.CREATE, RT.CLUSTER, CLUSTER_NAME)
+        # Auto-creation needs Create on the Cluster, or on every topic named.
+        create = r.allow_auto_topic_creation and (
+            s.allows(Op.CREATE, RT.CLUSTER, CLUSTER_NAME)
+            or all(s.allows(Op.CREATE, RT.TOPIC, t) for t in allowed)
+        )
         r = metadata.MetadataRequest(allowed, create)
     response = await handler(ctx, r, records)
     if response is None or not isinstance(response.body, metadata.MetadataResponse):
