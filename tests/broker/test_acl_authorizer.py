@@ -186,3 +186,15 @@ def test_config_refuses_unknown_authorizer_and_bad_super_users() -> None:
         AuthorizerConfig.from_properties({"authorizer.class.name": "com.example.Mine"})
     with pytest.raises(ConfigError, match="User:<name>"):
         AuthorizerConfig.from_properties({"super.users": "admin"})
+
+
+def test_docstring_examples_run() -> None:
+    import doctest
+
+    import spark_mq.broker.acl.config
+    import spark_mq.client.acl_admin
+    import spark_mq.protocol.acls
+
+    for module in (spark_mq.protocol.acls, spark_mq.broker.acl.config, spark_mq.client.acl_admin):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
