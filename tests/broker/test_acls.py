@@ -478,3 +478,18 @@ def test_produce_answers_refused_topics_apart(
         admin.list_offsets({TopicPartition(other, 0): "latest"})[TopicPartition(other, 0)].offset
         == 0
     )
+
+
+def test_offset_fetch_of_every_topic_answers_only_describable_topics(
+    broker: tuple[Path, str], admin: Admin, anon: Admin, topic: str
+) -> None:
+    other = f"t{next(_names)}"
+    admin.create_topic(other)
+    group = f"g{next(_names)}"
+    admin.alter_group_offsets(group, {TopicPartition(topic, 0): 0, TopicPartition(other, 0): 0})
+    admin.create_acls([acl(RT.GROUP, group, Op.DESCRIBE), acl(RT.TOPIC, topic, Op.DESCRIBE)])
+    assert set(anon.list_group_offsets(group)) == {TopicPartition(topic, 0)}
+    assert set(admin.list_group_offsets(group)) == {
+        TopicPartition(topic, 0),
+        TopicPartition(other, 0),
+    }

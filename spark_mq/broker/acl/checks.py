@@ -8,7 +8,8 @@ the code in every part of the response and nothing done. :func:`authorized_handl
 handler with its check. The hot APIs answer part by part instead, as Kafka does
 (:data:`FILTERS`): Produce and Fetch answer the partitions of topics the principal may not
 Write or Read TOPIC_AUTHORIZATION_FAILED and serve the others; Metadata, ListGroups and
-ListTransactions answer only what the principal may describe.
+ListTransactions and OffsetFetch (of every topic) answer only what the principal may
+describe.
 
 Kafka answers a few more requests part by part (CreateTopics, DeleteTopics, DeleteRecords,
 OffsetCommit, the configs APIs); here those are refused whole when any part is refused, so
@@ -140,11 +141,6 @@ def _offset_commit(s: Subject, r: group_offsets.OffsetCommitRequest) -> None:
     s.require_all(Op.READ, RT.TOPIC, (t.name for t in r.topics))
 
 
-def _offset_fetch(s: Subject, r: group_offsets.OffsetFetchRequest) -> None:
-    s.require(Op.DESCRIBE, RT.GROUP, r.group_id)
-    s.require_all(Op.DESCRIBE, RT.TOPIC, (t.name for t in r.topics or ()))
-
-
 def _find_coordinator(s: Subject, r: groups.FindCoordinatorRequest) -> None:
     if r.key_type == groups.COORDINATOR_TRANSACTION:
         s.require(Op.DESCRIBE, RT.TRANSACTIONAL_ID, r.key)
@@ -224,7 +220,6 @@ CHECKS: Final[dict[ApiKey, Check]] = {
     ApiKey.ALTER_CONFIGS: _configs(Op.ALTER_CONFIGS),
     ApiKey.INIT_PRODUCER_ID: _init_producer_id,
     ApiKey.OFFSET_COMMIT: _offset_commit,
-    ApiKey.OFFSET_FETCH: _offset_fetch,
     ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.JOIN_GROUP: _group_read,
     ApiKey.HEARTBEAT: _group_read,
@@ -399,6 +394,26 @@ async def _fetch(
     return response
 
 
+async def _offset_fetch(
+    s: Subject,
+    handler: Handler,
+    ctx: RequestContext,
+    r: group_offsets.OffsetFetchRequest,
+    records: memoryview,
+) -> Response | None:
+    """Describe on the Group, and on each topic named; asked for every topic, the answer
+    leaves out the topics the principal may not describe (Kafka's filtering)."""
+    s.require(Op.DESCRIBE, RT.GROUP, r.group_id)
+    if r.topics is not None:
+        s.require_all(Op.DESCRIBE, RT.TOPIC, (t.name for t in r.topics))
+        return await handler(ctx, r, records)
+    response = await handler(ctx, r, records)
+    if response is not None and isinstance(response.body, group_offsets.OffsetFetchResponse):
+        body = response.body
+        body.topics = [t for t in body.topics if s.allows(Op.DESCRIBE, RT.TOPIC, t.name)]
+    return response
+
+
 async def _list_groups(
     s: Subject, handler: Handler, ctx: RequestContext, r: Any, records: memoryview
 ) -> Response | None:
@@ -433,6 +448,7 @@ FILTERS: Final[dict[ApiKey, Filter]] = {
     ApiKey.PRODUCE: _produce,
     ApiKey.METADATA: _metadata,
     ApiKey.FETCH: _fetch,
+    ApiKey.OFFSET_FETCH: _offset_fetch,
     ApiKey.LIST_GROUPS: _list_groups,
     ApiKey.LIST_TRANSACTIONS: _list_transactions,
 }
