@@ -25,6 +25,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any, Final
 
+from spark_mq.broker.acl.config import AuthorizerConfig
 from spark_mq.broker.connection_quotas import UNIX_PEER, normalize_host
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.half.config import HalfMessageConfig
@@ -571,6 +572,7 @@ class ServerConfig:
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     leadership: LeadershipConfig = dataclasses.field(default_factory=LeadershipConfig)
     sasl: SaslConfig = dataclasses.field(default_factory=SaslConfig)
+    authorizer: AuthorizerConfig = dataclasses.field(default_factory=AuthorizerConfig)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object] | None = None) -> ServerConfig:
@@ -584,6 +586,7 @@ class ServerConfig:
         metrics_props: dict[str, object] = {}
         leadership_props: dict[str, object] = {}
         sasl_props: dict[str, object] = {}
+        authorizer_props: dict[str, object] = {}
         broker_keys = BrokerConfig.settings()
         for raw_key, raw_value in (props or {}).items():
             key, value = _resolve_alias(raw_key.strip(), raw_value)
@@ -605,6 +608,8 @@ class ServerConfig:
                 leadership_props[key] = value
             elif SaslConfig.owns(key):
                 sasl_props[key] = value
+            elif AuthorizerConfig.owns(key):
+                authorizer_props[key] = value
             else:
                 valid = sorted(
                     [
@@ -618,6 +623,7 @@ class ServerConfig:
                         *MetricsConfig.settings(),
                         *LeadershipConfig.settings(),
                         *SaslConfig.settings(),
+                        *AuthorizerConfig.settings(),
                     ]
                 )
                 close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
@@ -648,6 +654,7 @@ class ServerConfig:
             MetricsConfig.from_properties(metrics_props),
             LeadershipConfig.from_properties(leadership_props),
             SaslConfig.from_properties(sasl_props),
+            AuthorizerConfig.from_properties(authorizer_props),
         )
 
     def with_overrides(self, props: Mapping[str, object]) -> ServerConfig:
@@ -671,6 +678,8 @@ class ServerConfig:
         leadership = self.leadership
         out.update(leadership.overrides() if only_set else leadership.to_properties())
         out.update(self.sasl.overrides() if only_set else self.sasl.to_properties())
+        authorizer = self.authorizer
+        out.update(authorizer.overrides() if only_set else authorizer.to_properties())
         for key, value in topic.items():
             if key in by_topic_key:  # a topic key without a broker default stays topic-only
                 out[by_topic_key[key]] = value
@@ -688,6 +697,7 @@ class ServerConfig:
             or MetricsConfig.settings().get(broker_key)
             or LeadershipConfig.settings().get(broker_key)
             or SaslConfig.settings().get(broker_key)
+            or AuthorizerConfig.settings().get(broker_key)
         )
         if field is None and broker_key in TOPIC_DEFAULT_KEYS:
             field = LogConfig.settings().get(TOPIC_DEFAULT_KEYS[broker_key])
