@@ -416,11 +416,13 @@ def test_half_messages_need_write_on_the_producer_group(
         ) as producer:
             return producer.send(topic, b"v")
 
+    # The producer first looks up its group's broker (FindCoordinator: Describe on the
+    # TransactionalId, as Kafka's transactional producer); Write implies Describe.
     result = denied_then_allowed(
         send,
         TransactionalIdAuthorizationError,
         lambda: admin.create_acls([acl(RT.TRANSACTIONAL_ID, group, Op.WRITE)]),
-        operation="Write",
+        operation="Describe",
     )
     assert result is not None
 

@@ -142,7 +142,9 @@ def _offset_commit(s: Subject, r: group_offsets.OffsetCommitRequest) -> None:
 
 
 def _find_coordinator(s: Subject, r: groups.FindCoordinatorRequest) -> None:
-    if r.key_type == groups.COORDINATOR_TRANSACTION:
+    # A half-message producer group is named as a TransactionalId by the half-message APIs
+    # (see the module docstring), so finding its broker needs Describe on that.
+    if r.key_type in (groups.COORDINATOR_TRANSACTION, groups.COORDINATOR_HALF_MESSAGES):
         s.require(Op.DESCRIBE, RT.TRANSACTIONAL_ID, r.key)
     else:
         s.require(Op.DESCRIBE, RT.GROUP, r.key)

@@ -18,14 +18,15 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from spark_mq.client.broker_auth import authenticate_as_broker
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.errors import NetworkError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
+
+if TYPE_CHECKING:
+    from spark_mq.client.connection import BrokerConnection
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +93,11 @@ class BrokerLinks:
                 raise
 
     def _open(self, destination: int, address: BrokerAddress, timeout_ms: int) -> BrokerConnection:
+        # The client's connection code is loaded only by a broker that talks to others (a
+        # single node never does; tests/test_public_api.py checks it loads no client module).
+        from spark_mq.client.broker_auth import authenticate_as_broker  # noqa: PLC0415
+        from spark_mq.client.connection import BrokerConnection  # noqa: PLC0415
+
         creds = self._credentials
         epoch = creds.broker_epoch()
         if epoch is None:
