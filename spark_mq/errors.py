@@ -90,6 +90,7 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
         ├── InvalidReplicaAssignmentError        (39) an assignment that cannot be made
         ├── NoReassignmentInProgressError        (85) cancelling a reassignment that is not there
         ├── ClusterAuthorizationError            (31) an inter-broker API sent by a client
+        ├── SslAuthenticationError               a TLS handshake refused: certificate, CA, host
         ├── DuplicateSequenceError               (46)
         ├── UnknownProducerIdError               (59)
         ├── InvalidProducerIdMappingError        (49)
@@ -627,6 +628,18 @@ class ClusterAuthorizationError(ProtocolError):
     ``abort_transaction()``)."""
 
     error_code = 31
+
+
+class SslAuthenticationError(ProtocolError):
+    """A TLS handshake with a broker was refused: its certificate expired, is signed by a CA
+    this client does not trust, or does not name the host; or the broker refused this
+    client's certificate (or wanted one). Not retried: the same handshake fails the same
+    way until the certificates or the ``ssl.*`` settings change. Kafka's
+    SslAuthenticationException. ``broker`` is the address connected to."""
+
+    def __init__(self, message: str, *, broker: str = "") -> None:
+        super().__init__(message)
+        self.broker = broker
 
 
 class TransactionalIdNotFoundError(ProtocolError):

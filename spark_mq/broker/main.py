@@ -64,6 +64,7 @@ from spark_mq.broker.dir_files import (
     socket_path_for,
 )
 from spark_mq.broker.handlers.errors import report_repeated
+from spark_mq.broker.inter_broker import inter_broker_transport
 from spark_mq.broker.log_dir import require_log_dir
 from spark_mq.broker.log_setup import FAILURE_PREFIX, setup_logging
 from spark_mq.broker.persisted_config import load_persisted
@@ -232,6 +233,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             membership = ClusterMembership(
                 broker,
                 addresses,
+                inter_broker=inter_broker_transport(config),
                 unclean_leader_election_enable=config.log_defaults.unclean_leader_election_enable,
                 on_leader_elected=core.metrics.leader_elected,
                 leadership=config.leadership,
@@ -359,7 +361,9 @@ def _marker_channel(core: BrokerCore, membership: ClusterMembership) -> Transact
     return TransactionMarkerChannel(
         node_id=core.node_id,
         metadata=lambda: core.metadata_cache.snapshot,
-        credentials=BrokerCredentials(core.node_id, lambda: membership.broker_epoch, secret),
+        credentials=BrokerCredentials(
+            core.node_id, lambda: membership.broker_epoch, secret, membership.inter_broker
+        ),
         on_acknowledged=complete_acknowledged,
     )
 
@@ -382,7 +386,7 @@ def _fetchers(
         epoch = membership.broker_epoch
         return -1 if epoch is None else epoch
 
-    identity = BrokerIdentity(config.broker.node_id, broker_epoch, secret)
+    identity = BrokerIdentity(config.broker.node_id, broker_epoch, secret, membership.inter_broker)
     return ReplicaFetcherManager(
         identity, config.replication.fetcher_config(), on_replicated=metrics.replicated
     )

@@ -34,7 +34,7 @@ from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.coordinator_topic import coordinator_partition
 from spark_mq.broker.group.rebalance import sync_error, validate_group_id
 from spark_mq.broker.handlers.errors import REPEATED
-from spark_mq.broker.handlers.metadata import CLIENT_LISTENER
+from spark_mq.broker.handlers.metadata import client_endpoint
 from spark_mq.broker.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from spark_mq.broker.metadata_cache import NO_LEADER
 from spark_mq.broker.txn.coordinator import validate_transactional_id
@@ -155,9 +155,7 @@ def cluster_coordinator(ctx: RequestContext, topic: str, key: str) -> tuple[int,
     broker = snapshot.brokers.get(leader) if leader >= 0 else None
     endpoint = None
     if broker is not None:
-        endpoint = broker.endpoint(CLIENT_LISTENER) or (
-            broker.endpoints[0] if broker.endpoints else None
-        )
+        endpoint = client_endpoint(broker, ctx.listener_name)
     if endpoint is None:
         raise CoordinatorNotAvailableError(
             f"{topic}-{index}, which holds {key!r}, has no live leader now (it is being "

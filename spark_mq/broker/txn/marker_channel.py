@@ -56,6 +56,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
+from spark_mq.broker.inter_broker import PLAINTEXT_TRANSPORT, InterBrokerTransport
 from spark_mq.broker.metadata_cache import NO_LEADER, MetadataSnapshot
 from spark_mq.broker.txn.markers import MarkerKey, MarkerPendingError
 from spark_mq.broker.txn.state import TopicPartition
@@ -133,6 +134,8 @@ class BrokerCredentials:
     broker_id: int
     broker_epoch: Callable[[], int | None]
     secret: str
+    #: How to reach the other brokers (the inter-broker listener and its TLS).
+    inter_broker: InterBrokerTransport = PLAINTEXT_TRANSPORT
 
 
 @dataclasses.dataclass
@@ -309,7 +312,9 @@ class TransactionMarkerChannel:
                 batch.setdefault(key, []).append(tp)
         for leader, batch in batches.items():
             broker = snapshot.brokers[leader]
-            ep = broker.endpoints[0]
+            ep = (
+                broker.endpoint(self._credentials.inter_broker.listener_name) or broker.endpoints[0]
+            )
             for key, tps in batch.items():
                 for tp in tps:
                     self._markers[key][tp].move(MarkerState.IN_FLIGHT)
@@ -506,7 +511,7 @@ class TransactionMarkerChannel:
             epoch = creds.broker_epoch()
             if epoch is None:
                 raise SparkMQError("this broker is not registered; the markers wait")
-            conn = BrokerConnection(
+            conn = creds.inter_broker.connection(
                 address,
                 node_id=leader,
                 client_id=f"txn-marker-channel-{self._node_id}",
