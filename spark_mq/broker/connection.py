@@ -618,6 +618,13 @@ class Connection(asyncio.BufferedProtocol):
                     self._write(item)
                 elif item.size < SENDFILE_MIN_BYTES:
                     self._write(item.read())
+                elif not self._sendfile_ok:
+                    # TLS: the bytes must pass through the encryption. One pread on a worker
+                    # thread, then the TLS transport: loop.sendfile's fallback reads 256 KiB
+                    # at a time on the executor, several times slower (bench_tls.py).
+                    self._write(await self.core.run_blocking(item.read))
+                    if self._write_paused:
+                        await self._drain()
                 elif not await self._sendfile(item):
                     return False
             return not response.close_connection

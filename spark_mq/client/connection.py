@@ -365,23 +365,30 @@ class BrokerConnection:
             self._fail(exc, "writing a request")
 
     def _tls_drain(self, sock: ssl.SSLSocket) -> int:
-        """Read what the TLS layer decrypted already (select cannot see it); returns the
-        bytes read."""
+        """Read on while the TLS socket has bytes, decrypted or in the kernel: one
+        ``recv_into`` returns at most one TLS record (16 KiB), and what the TLS layer holds
+        is invisible to ``select``. Returns the bytes read."""
         total = 0
-        while sock.pending():
-            if self._big is not None and self._big_filled < len(self._big):
-                n = sock.recv_into(self._big[self._big_filled :])
-                self._big_filled += n
-            else:
-                if self._end == len(self._buf):
-                    self._compact()
-                if self._end == len(self._buf):
-                    break  # full of complete frames: parsed before the next read
-                n = sock.recv_into(self._view[self._end :], len(self._buf) - self._end)
-                self._end += n
+        while True:
+            try:
+                if self._big is not None and self._big_filled < len(self._big):
+                    n = sock.recv_into(self._big[self._big_filled :])
+                    self._big_filled += n
+                else:
+                    if self._end == len(self._buf):
+                        self._compact()
+                    if self._end == len(self._buf):
+                        # Full of complete frames: they are parsed before the next read.
+                        break
+                    n = sock.recv_into(self._view[self._end :], len(self._buf) - self._end)
+                    self._end += n
+            except (ssl.SSLWantReadError, BlockingIOError, InterruptedError):
+                break
             if n == 0:
                 break
             total += n
+            if self._big is None and self._end - self._start > len(self._buf) // 2:
+                break  # enough to parse; a large frame moves to its own buffer first
         return total
 
     def _fail(self, exc: BaseException, doing: str) -> NoReturn:
