@@ -277,7 +277,15 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             # made while this broker was down) and on every change notification.
             config_sync = TopicConfigSync(membership.zk, logs)
             config_sync.start()
-        tcp = next((a for a in addresses if a.unix_path is None), None)
+        # broker.json's TCP address is for clients given path=DIR, which speak PLAINTEXT.
+        tcp = next(
+            (
+                address
+                for listener, address in server.bound
+                if address.unix_path is None and listener.security_protocol == "PLAINTEXT"
+            ),
+            None,
+        )
         logger.info(
             "broker %d serving %s on %s (epoch %d, cluster %s, %s)",
             broker.node_id,
