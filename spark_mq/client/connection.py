@@ -364,6 +364,12 @@ class BrokerConnection:
         except (OSError, ValueError) as exc:
             self._fail(exc, "writing a request")
 
+    def _tls_pending(self) -> bool:
+        """Whether the TLS layer holds decrypted bytes not read yet (select cannot see
+        them: they are read before waiting)."""
+        sock = self._sock
+        return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
+
     def _tls_drain(self, sock: ssl.SSLSocket) -> int:
         """Read on while the TLS socket has bytes, decrypted or in the kernel: one
         ``recv_into`` returns at most one TLS record (16 KiB), and what the TLS layer holds
@@ -387,8 +393,14 @@ class BrokerConnection:
             if n == 0:
                 break
             total += n
-            if self._big is None and self._end - self._start > len(self._buf) // 2:
-                break  # enough to parse; a large frame moves to its own buffer first
+            if (
+                self._big is None
+                and self._end - self._start > len(self._buf) // 2
+                and not sock.pending()
+            ):
+                # Enough to parse (a large frame moves to its own buffer first); what is left
+                # is in the kernel, where select sees it.
+                break
         return total
 
     def _fail(self, exc: BaseException, doing: str) -> NoReturn:
@@ -436,7 +448,7 @@ class BrokerConnection:
         deadline = self._clock() + (self._request_timeout_s if timeout_s is None else timeout_s)
         while True:
             remaining = deadline - self._clock()
-            if remaining <= 0 or not self._wait_readable(remaining):
+            if remaining <= 0 or not (self._tls_pending() or self._wait_readable(remaining)):
                 return None
             self._read_some()
             response = self._parse_one()
@@ -453,7 +465,7 @@ class BrokerConnection:
             if response is None:
                 # The first read of a large frame takes its size only; the rest is usually
                 # waiting in the socket already, so read on rather than select again.
-                if self._big is not None and self._read_some():
+                if (self._big is not None or self._tls_pending()) and self._read_some():
                     continue
                 break
             out.append(response)

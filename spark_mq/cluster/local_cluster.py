@@ -131,7 +131,10 @@ class LocalCluster:
 
     ``zookeeper``: ``HOST:PORT[/chroot]`` of a running ZooKeeper to use instead of starting
     one in ``DIR/zookeeper``. ``broker_properties``: more settings for every broker (Kafka's
-    keys). Broker ids are 1..N.
+    keys). Broker ids are 1..N. ``listener_name``: the name of each broker's one TCP listener
+    (``listeners=<name>://127.0.0.1:<port>``), also its ``inter.broker.listener.name``:
+    ``SSL`` runs the cluster over TLS with the ``ssl.*`` files of ``broker_properties``, and
+    this object then connects to the brokers as they connect to each other.
 
     Example (needs Debian's zookeeper package)::
 
