@@ -37,6 +37,10 @@ from typing import Any, Final
 from spark_mq.errors import ConfigError
 from spark_mq.principal import ANONYMOUS, KafkaPrincipal
 
+#: Kafka's security protocols (``security.protocol``, listener.security.protocol.map), and
+#: those whose transport is TLS. SASL itself is not here: these say only what carries it.
+SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+TLS_PROTOCOLS: Final = frozenset({"SSL", "SASL_SSL"})
 #: The TLS versions ``ssl.enabled.protocols`` may name; anything older is refused.
 TLS_VERSIONS: Final[Mapping[str, ssl.TLSVersion]] = {
     "TLSv1.2": ssl.TLSVersion.TLSv1_2,

@@ -17,9 +17,8 @@ import dataclasses
 import ssl
 from typing import TYPE_CHECKING, Any
 
-from spark_mq.broker.listeners import TLS_PROTOCOLS
 from spark_mq.protocol.address import BrokerAddress
-from spark_mq.tls import client_context
+from spark_mq.tls import TLS_PROTOCOLS, client_context
 
 if TYPE_CHECKING:
     from spark_mq.broker.config import ServerConfig

@@ -23,11 +23,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from spark_mq.errors import ConfigError
+from spark_mq.tls import SECURITY_PROTOCOLS, TLS_PROTOCOLS
 
-#: Kafka's security protocols.
-SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-#: The protocols whose transport is TLS.
-TLS_PROTOCOLS: Final = frozenset({"SSL", "SASL_SSL"})
 #: spark_mq's local-socket listener.
 UNIX: Final = "UNIX"
 #: Kafka's default listener.security.protocol.map: each protocol names itself.

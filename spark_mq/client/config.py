@@ -40,11 +40,14 @@ from spark_mq.errors import ConfigError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from spark_mq.storage.codecs import CODEC_NAMES
-from spark_mq.tls import HTTPS, TlsSettings, check_endpoint_identification, client_context
-
-#: Kafka's security protocols (``security.protocol``), and those whose transport is TLS.
-SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-TLS_PROTOCOLS: Final = frozenset({"SSL", "SASL_SSL"})
+from spark_mq.tls import (
+    HTTPS,
+    SECURITY_PROTOCOLS,
+    TLS_PROTOCOLS,
+    TlsSettings,
+    check_endpoint_identification,
+    client_context,
+)
 
 #: The partitioner names ``partitioner`` accepts (or a callable).
 PARTITIONERS: Final = ("murmur3", "murmur2", "sticky", "round_robin")
