@@ -167,7 +167,12 @@ def _load_chain(context: ssl.SSLContext, settings: TlsSettings) -> None:
         )
     except ssl.SSLError as exc:
         reason = (exc.reason or str(exc)).upper()
-        if "KEY_VALUES_MISMATCH" in reason:
+        if _encrypted(key_file or cert) and "KEY_VALUES_MISMATCH" not in reason:
+            # OpenSSL 3 says only "PEM lib" when the password is wrong or missing.
+            given = "is wrong" if settings.key_password else "is not set"
+            what = f"cannot decrypt the key in {key_file or cert}: ssl.key.password {given}"
+            key = settings.key("key.password")
+        elif "KEY_VALUES_MISMATCH" in reason:
             what = f"the key in {key_file or cert} does not belong to the certificate in {cert}"
             key = settings.key("key.location")
         elif "BAD_DECRYPT" in reason or "PASSWORD" in reason:
@@ -180,6 +185,16 @@ def _load_chain(context: ssl.SSLContext, settings: TlsSettings) -> None:
             what = f"cannot load {cert} with key {key_file or cert}"
             key = settings.key("certificate.location")
         raise ConfigError(f"{key}: {what} ({exc})", key=key, value=cert) from exc
+
+
+def _encrypted(path: str) -> bool:
+    """Whether the PEM file at ``path`` holds an encrypted private key."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(64 * 1024)
+    except OSError:
+        return False
+    return b"ENCRYPTED PRIVATE KEY" in head or b"Proc-Type: 4,ENCRYPTED" in head
 
 
 def server_context(settings: TlsSettings, listener_name: str) -> ssl.SSLContext:

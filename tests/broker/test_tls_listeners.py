@@ -307,6 +307,31 @@ def test_per_listener_override_wins(tmp_path: Path, pki: dict[str, Any]) -> None
         served.close()
 
 
+def test_encrypted_client_key(tmp_path: Path, pki: dict[str, Any]) -> None:
+    """ssl.key.password opens an encrypted key; a wrong one is a ConfigError naming it."""
+    props = broker_props(
+        pki["broker"], **{"ssl.client.auth": "required", "ssl.ca.location": str(pki["ca"].cert)}
+    )
+    served = TlsBroker(tmp_path / "mq", props)
+    try:
+        issued = pki["ca"].issue(tmp_path / "locked", "locked", hosts=(), key_password="s3cret")
+        locked = ssl_client(
+            pki,
+            **{
+                "ssl.certificate.location": str(issued.cert),
+                "ssl.key.location": str(issued.key),
+            },
+        )
+        with pytest.raises(ConfigError) as caught:
+            list_topics(str(served.ssl), {**locked, "ssl.key.password": "wrong"})
+        assert caught.value.key == "ssl.key.password"
+        assert "s3cret" not in str(caught.value)
+        assert list_topics(str(served.ssl), {**locked, "ssl.key.password": "s3cret"}) == []
+        assert "User:CN=locked" in served.principals()
+    finally:
+        served.close()
+
+
 def test_client_tls_settings_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"ssl\.ca\.location: file"):
         Admin(
