@@ -21,7 +21,7 @@ from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.errors import SslAuthenticationError
+from spark_mq.errors import SslAuthenticationError, UnknownTopicOrPartitionError
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +75,14 @@ def client(pki: dict[str, Path]) -> dict[str, Any]:
     }
 
 
+def _isr_size(admin: Admin, topic: str) -> int:
+    """The ISR size of partition 0 (0 while the broker asked does not know the topic yet)."""
+    try:
+        return len(admin.describe_topic(topic).partitions[0].isr)
+    except UnknownTopicOrPartitionError:
+        return 0
+
+
 def test_registration_lists_the_ssl_endpoint(cluster: LocalCluster) -> None:
     for registration in cluster.registered_brokers().values():
         assert [(e.listener_name, e.security_protocol) for e in registration.endpoints] == [
@@ -86,10 +94,7 @@ def test_acks_all_replicates_over_tls(cluster: LocalCluster, pki: dict[str, Path
     servers = cluster.bootstrap_servers
     with Admin(bootstrap_servers=servers, config=client(pki)) as admin:
         admin.create_topic("secure", partitions=1, replication_factor=3)
-        wait_for(
-            lambda: len(admin.describe_topic("secure").partitions[0].isr) == 3,
-            timeout_s=30,
-        )
+        wait_for(lambda: _isr_size(admin, "secure") == 3, timeout_s=30)
     values = [f"record-{i}".encode() for i in range(200)]
     with Producer(bootstrap_servers=servers, acks="all", config=client(pki)) as producer:
         futures = [producer.send("secure", v) for v in values]
