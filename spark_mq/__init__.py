@@ -62,7 +62,12 @@ if TYPE_CHECKING:
         TransactionListener,
         TransactionSendResult,
     )
+    from spark_mq.client.scram_users import (
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
     from spark_mq.errors import (
+        AuthenticationError,
         ConfigError,
         CorruptCheckpointError,
         CorruptIndexError,
@@ -116,6 +121,10 @@ _HOMES: dict[str, str] = {
     "TransactionSendResult": "spark_mq.client.half_messages",
     "TransactionalMessage": "spark_mq.client.half_messages",
     "TransactionalMessageProducer": "spark_mq.client.half_messages",
+    # SASL users and authentication.
+    "AuthenticationError": "spark_mq.errors",
+    "UserScramCredentialDeletion": "spark_mq.client.scram_users",
+    "UserScramCredentialUpsertion": "spark_mq.client.scram_users",
     "Admin": "spark_mq.client",
     "AdminConfig": "spark_mq.client",
     "BatchMetadata": "spark_mq.client",
@@ -223,6 +232,7 @@ __all__ = [
     "RECORD_SCHEMA",
     "Admin",
     "AdminConfig",
+    "AuthenticationError",
     "BatchMetadata",
     "BufferExhaustedError",
     "CleanerStats",
@@ -295,6 +305,8 @@ __all__ = [
     "TransactionalMessageProducer",
     "UnknownTopicOrPartitionError",
     "UsageError",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
     "__version__",
     "decode_records",
     "encode_batch",

@@ -44,6 +44,9 @@ POINTS: Final[Mapping[str, Scope]] = {
     # The transaction coordinator: a request's decision (PrepareCommit / PrepareAbort, or a
     # two-phase decision record) is durable and no marker is written yet.
     "txn.after_decision": "process",
+    # A two-phase decider, keyed by the decision's owner: its decision record (naming
+    # transactions other coordinators coordinate) is durable and no participant was told.
+    "txn.before_delivery": "process",
     # The Spark sink's driver commit, keyed by batch id: handles collected and nothing
     # decided; the coordinator call in flight (fired from a timer a few ms after it starts);
     # decided, but Spark has not yet written its own commit log.

@@ -43,6 +43,9 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
     │   ├── ProducerFencedError                  [protocol] (90)
     │   ├── InvalidProducerEpochError            [storage] ProducerStateError (47)
     │   └── TransactionCoordinatorFencedError    [storage] ProducerStateError (52)
+    ├── AuthenticationError                      (58) fix the credentials; never retried
+    │   ├── UnsupportedSaslMechanismError        (33) the listener does not enable it
+    │   └── IllegalSaslStateError                (34) a SASL request out of order
     ├── UsageError                               fix the call
     │   └── InvalidTopicError                    (17) a topic name Kafka would refuse
     ├── ConfigError                              (40) fix the option it names
@@ -56,7 +59,7 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
     │   ├── StaleControllerEpochError            (11) a request from an ex-controller
     │   ├── StaleBrokerEpochError                (77) a request for an earlier life of a broker
     │   ├── InvalidUpdateVersionError            (95) a partition change at an old epoch
-    │   ├── BrokerAuthenticationError            (58) a wrong inter-broker secret
+    │   ├── BrokerAuthenticationError            (58*) a wrong inter-broker secret
     │   ├── StateChangeFailedError               a move a state machine does not allow
     │   ├── ElectionNotNeededError               (84) the partition has the leader asked for
     │   ├── InconsistentClusterIdError           the log directory served another cluster
@@ -111,6 +114,8 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
         ├── MemberIdRequiredError                (79)
         ├── GroupMaxSizeReachedError             (81)
         ├── FencedInstanceIdError                (82)
+        ├── ResourceNotFoundError                (91) e.g. a user with no SCRAM credential
+        ├── UnacceptableCredentialError          (93) a SCRAM credential the broker refuses
         └── CommitFailedError                    the group refused a commit: poll() rejoins
 
 ``tests/test_errors.py`` checks that this tree lists every class, under its first base, with
@@ -189,6 +194,38 @@ class ConfigError(SparkMQError, ValueError):
         super().__init__(message)
         self.key = key
         self.value = value
+
+
+class AuthenticationError(SparkMQError):
+    """A connection could not prove who it is (SASL, Kafka's
+    ``SaslAuthenticationException``): an unknown user, a wrong password, or a mechanism the
+    broker does not enable. The broker closed the connection. Not retriable: the same
+    credentials fail again; fix ``sasl.username`` / ``sasl.password`` (or
+    ``sasl.jaas.config``) and ``sasl.mechanism``. The message names the mechanism and the
+    user, never the secret."""
+
+    error_code: ClassVar[int] = 58
+
+    def __init__(
+        self, message: str, *, mechanism: str | None = None, user: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.mechanism = mechanism
+        self.user = user
+
+
+class UnsupportedSaslMechanismError(AuthenticationError):
+    """The client asked for a SASL mechanism the listener does not enable
+    (``sasl.enabled.mechanisms``); the broker's answer lists those it does."""
+
+    error_code: ClassVar[int] = 33
+
+
+class IllegalSaslStateError(AuthenticationError):
+    """A SASL request out of order: SaslAuthenticate before SaslHandshake, a second
+    handshake, or an exchange continued after it ended."""
+
+    error_code: ClassVar[int] = 34
 
 
 class UsageError(SparkMQError):
@@ -611,6 +648,21 @@ class OwnerInstanceConflictError(ProtocolError):
     error_code = 1000
 
 
+class ResourceNotFoundError(ProtocolError):
+    """The resource a request names does not exist: DescribeUserScramCredentials of a user
+    with no SCRAM credential."""
+
+    error_code = 91
+
+
+class UnacceptableCredentialError(ProtocolError):
+    """AlterUserScramCredentials refused a credential: an empty user name, a mechanism that
+    is not SCRAM-SHA-256/512, an iteration count under 4096 (Kafka's minimum) or a
+    deletion of a credential the user does not have. Nothing was changed."""
+
+    error_code = 93
+
+
 class HalfMessageNotFoundError(ProtocolError):
     """An EndHalfMessage for a half message the broker does not know: it was never sent to
     this broker, or it ended more than ``transaction.half.op.retention.ms`` ago and its
@@ -929,9 +981,11 @@ class InvalidUpdateVersionError(ClusterError):
 class BrokerAuthenticationError(ClusterError):
     """A connection claimed to be a broker of the cluster without the cluster's inter-broker
     secret (AuthenticateBroker). The connection stays a client's; inter-broker APIs on it are
-    refused."""
+    refused. Its code is SASL authentication's, which a client raises as
+    :class:`AuthenticationError`."""
 
     error_code = 58
+    shares_code = True
 
 
 class StateChangeFailedError(ClusterError):

@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "principal": 0,
     # TLS contexts from PEM files (Python's ssl), for listeners and clients alike.
     "tls": 0,
+    "scram": 0,
     "version": 0,
     "rate_limited_log": 0,
     "crash_points": 0,

@@ -35,6 +35,10 @@ EXPECTED = {
     "TransactionSendResult",
     "TransactionalMessage",
     "TransactionalMessageProducer",
+    # SASL users and authentication.
+    "AuthenticationError",
+    "UserScramCredentialDeletion",
+    "UserScramCredentialUpsertion",
     "CompletionResult",
     "PreparedTransaction",
     "ProducerFencedError",

@@ -40,6 +40,7 @@ from spark_mq.broker.listeners import (
 )
 from spark_mq.broker.metrics.config import MetricsConfig
 from spark_mq.broker.replication_config import ReplicationConfig
+from spark_mq.broker.sasl.sasl_config import SaslConfig
 from spark_mq.broker.tls_config import (
     LISTENER_PREFIX,
     BrokerTlsConfig,
@@ -581,6 +582,7 @@ class ServerConfig:
     replication: ReplicationConfig = dataclasses.field(default_factory=ReplicationConfig)
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     leadership: LeadershipConfig = dataclasses.field(default_factory=LeadershipConfig)
+    sasl: SaslConfig = dataclasses.field(default_factory=SaslConfig)
     #: ``ssl.*``: the TLS of SSL and SASL_SSL listeners and of inter-broker connections.
     tls: BrokerTlsConfig = dataclasses.field(default_factory=BrokerTlsConfig)
     #: Listener name -> its TLS config, for listeners with ``listener.name.<name>.ssl.*``.
@@ -603,6 +605,7 @@ class ServerConfig:
         replication_props: dict[str, object] = {}
         metrics_props: dict[str, object] = {}
         leadership_props: dict[str, object] = {}
+        sasl_props: dict[str, object] = {}
         tls_props: dict[str, object] = {}
         listener_tls_props: dict[str, dict[str, object]] = {}
         broker_keys = BrokerConfig.settings()
@@ -624,6 +627,8 @@ class ServerConfig:
                 metrics_props[key] = value
             elif LeadershipConfig.owns(key):
                 leadership_props[key] = value
+            elif SaslConfig.owns(key):
+                sasl_props[key] = value
             elif BrokerTlsConfig.owns(key):
                 tls_props[key] = value
             elif (per_listener := split_listener_key(key)) is not None:
@@ -640,6 +645,7 @@ class ServerConfig:
                         *ReplicationConfig.settings(),
                         *MetricsConfig.settings(),
                         *LeadershipConfig.settings(),
+                        *SaslConfig.settings(),
                         *BrokerTlsConfig.settings(),
                     ]
                 )
@@ -670,6 +676,7 @@ class ServerConfig:
             ReplicationConfig.from_properties(replication_props),
             MetricsConfig.from_properties(metrics_props),
             LeadershipConfig.from_properties(leadership_props),
+            SaslConfig.from_properties(sasl_props),
             BrokerTlsConfig.from_properties(tls_props),
             listener_configs(tls_props, listener_tls_props),
             {
@@ -698,6 +705,7 @@ class ServerConfig:
         out.update(metrics.overrides() if only_set else metrics.to_properties())
         leadership = self.leadership
         out.update(leadership.overrides() if only_set else leadership.to_properties())
+        out.update(self.sasl.overrides() if only_set else self.sasl.to_properties())
         out.update(self.tls.overrides() if only_set else self.tls.to_properties())
         for name, props in self.listener_tls_props.items():
             for key, value in props.items():
@@ -718,6 +726,7 @@ class ServerConfig:
             or ReplicationConfig.settings().get(broker_key)
             or MetricsConfig.settings().get(broker_key)
             or LeadershipConfig.settings().get(broker_key)
+            or SaslConfig.settings().get(broker_key)
             or BrokerTlsConfig.settings().get(broker_key)
         )
         if field is None and broker_key in TOPIC_DEFAULT_KEYS:

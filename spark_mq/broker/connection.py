@@ -65,8 +65,9 @@ from typing import IO, TYPE_CHECKING, Any, Final, cast
 from spark_mq.broker.connection_quotas import peer_host
 from spark_mq.broker.context import ConnectionSession, RequestContext, Response
 from spark_mq.broker.handlers import HANDLERS
-from spark_mq.broker.handlers.errors import UnanswerableError, answer
+from spark_mq.broker.handlers.errors import REPEATED, UnanswerableError, answer
 from spark_mq.broker.request_memory import MemoryWaiter
+from spark_mq.broker.sasl.authenticator import PRE_AUTHENTICATION_APIS, SaslServerSession
 from spark_mq.errors import CorruptFrameError, StorageError, UnsupportedVersionError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import ApiKey, encode_frame_error, encode_response, spec_for
@@ -144,6 +145,7 @@ class Connection(asyncio.BufferedProtocol):
         self,
         server: BrokerServer,
         listener: BrokerAddress,
+        sasl_required: bool = False,
         *,
         listener_name: str = "PLAINTEXT",
         tls: ssl.SSLContext | None = None,
@@ -155,8 +157,15 @@ class Connection(asyncio.BufferedProtocol):
         #: The listener's TLS context: the connection's first bytes are a TLS handshake.
         self._tls = tls
         self.peer = str(listener)
-        #: What the peer has proven (a broker of the cluster, after AuthenticateBroker).
-        self.session = ConnectionSession()
+        #: What the peer has proven (a broker of the cluster, after AuthenticateBroker; a
+        #: user, after SASL on a SASL listener).
+        self.session = ConnectionSession(
+            sasl=SaslServerSession(
+                self.core.credentials, self.core.config.sasl.sasl_enabled_mechanisms
+            )
+            if sasl_required
+            else None
+        )
         #: The address this connection counts under for max.connections.per.ip.
         self.host = ""
         self.busy = False
@@ -553,6 +562,8 @@ class Connection(asyncio.BufferedProtocol):
             handler = HANDLERS.get(spec.key)
             if handler is None:
                 raise UnsupportedVersionError(f"{spec.key.name} is not served by this broker")
+            if self.session.awaiting_sasl and spec.key not in PRE_AUTHENTICATION_APIS:
+                return self._refuse_unauthenticated(spec.key)
             request = spec.decode_request(frame.body)
         except UnsupportedVersionError as exc:
             return self._frame_error(cid, ErrorCode.UNSUPPORTED_VERSION, str(exc), header.api_key)
@@ -595,6 +606,22 @@ class Connection(asyncio.BufferedProtocol):
             remote_s=ctx.timing.remote_s,
         )
         return keep_open
+
+    def _refuse_unauthenticated(self, api: ApiKey) -> bool:
+        """A request before SASL authentication completed: close without serving it (Kafka
+        closes such a connection too; an answer would tell an unauthenticated peer about
+        the broker). Logged rate-limited, per peer host."""
+        REPEATED.log(
+            ("unauthenticated request", self.host),
+            logging.WARNING,
+            "closing connection from %s: %s before SASL authentication (a SASL listener "
+            "serves only ApiVersions, SaslHandshake and SaslAuthenticate until the client "
+            "has authenticated; set the client's security.protocol=SASL_PLAINTEXT and "
+            "sasl.mechanism)",
+            self.peer,
+            api.name,
+        )
+        return False
 
     def _frame_error(
         self, correlation_id: int, code: ErrorCode, message: str, api_key: int | None = None

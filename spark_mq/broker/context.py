@@ -21,6 +21,7 @@ from spark_mq.storage.file_records import FileRange
 
 if TYPE_CHECKING:
     from spark_mq.broker.core import BrokerCore
+    from spark_mq.broker.sasl.authenticator import SaslServerSession
 
 
 @dataclasses.dataclass(slots=True)
@@ -51,10 +52,18 @@ class Response:
 class ConnectionSession:
     """What a connection has proven about its peer, for every request after it: the broker
     id it authenticated as with AuthenticateBroker (None: a client), and the principal it
-    authenticated as (:data:`~spark_mq.principal.ANONYMOUS` until it does)."""
+    authenticated as (:data:`~spark_mq.principal.ANONYMOUS` until it does). ``sasl`` is
+    the SASL exchange of a connection on a SASL listener (None on the others): until it is
+    complete the connection may send only the APIs that authenticate."""
 
     broker_id: int | None = None
     principal: KafkaPrincipal = ANONYMOUS
+    sasl: SaslServerSession | None = None
+
+    @property
+    def awaiting_sasl(self) -> bool:
+        """Whether this connection must still authenticate with SASL."""
+        return self.sasl is not None and not self.sasl.complete
 
 
 @dataclasses.dataclass(slots=True)

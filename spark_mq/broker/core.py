@@ -26,6 +26,7 @@ from spark_mq.broker.config import ServerConfig
 from spark_mq.broker.controller_fence import ControllerFence
 from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.broker.group.service import GroupService, wall_clock_ms
+from spark_mq.broker.half.cluster_service import ClusterHalfMessageService
 from spark_mq.broker.half.service import HalfMessageService
 from spark_mq.broker.handlers import HANDLERS
 from spark_mq.broker.internal_topics import TRANSACTION_STATE_TOPIC
@@ -33,6 +34,7 @@ from spark_mq.broker.metadata_cache import MetadataCache
 from spark_mq.broker.metrics.broker_metrics import BrokerMetrics
 from spark_mq.broker.producer_ids import ProducerIdManager
 from spark_mq.broker.replica_manager import ReplicaManager
+from spark_mq.broker.sasl.credential_store import CredentialStore, FileCredentialBackend
 from spark_mq.broker.txn.service import TransactionService
 from spark_mq.storage.log_manager import LogManager
 
@@ -119,6 +121,9 @@ class BrokerCore:
         self.isr_changes: AlterPartitionManager | None = None
         #: The newest controller epoch accepted; refuses requests of older controllers.
         self.controller_fence = ControllerFence()
+        #: The SCRAM users SASL listeners authenticate (the log directory's file; a cluster
+        #: broker switches it to ZooKeeper when it joins).
+        self.credentials = CredentialStore(FileCredentialBackend(logs.root))
         #: The broker's Prometheus metrics (served by the server when metrics.port is set).
         self.metrics = BrokerMetrics()
         #: A cluster broker's view of the cluster, from the controller's UpdateMetadata
@@ -166,14 +171,26 @@ class BrokerCore:
             clock=clock,
             partition_count=self._transaction_state_partitions,
         )
-        #: Half messages with check-back (started by the server, after the transactions).
-        self.half_messages = HalfMessageService(
-            config.half_messages,
-            self.replicas,
-            self.run_blocking,
-            new_producer_id=self.producer_ids.next_id,
-            clock=clock,
-        )
+        #: Half messages with check-back (started by the server, after the transactions);
+        #: a cluster broker serves the partitions of __half_messages it leads.
+        self.half_messages: HalfMessageService
+        if config.broker.in_cluster:
+            self.half_messages = ClusterHalfMessageService(
+                config.half_messages,
+                self.replicas,
+                self.run_blocking,
+                new_producer_id=self.producer_ids.next_id,
+                clock=clock,
+                metadata=lambda: self.metadata_cache.snapshot,
+            )
+        else:
+            self.half_messages = HalfMessageService(
+                config.half_messages,
+                self.replicas,
+                self.run_blocking,
+                new_producer_id=self.producer_ids.next_id,
+                clock=clock,
+            )
 
     def _transaction_state_partitions(self) -> int | None:
         """A cluster's partition count of __transaction_state (None: not known yet)."""

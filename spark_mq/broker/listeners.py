@@ -25,6 +25,9 @@ from typing import Any, Final
 from spark_mq.errors import ConfigError
 from spark_mq.tls import SECURITY_PROTOCOLS, TLS_PROTOCOLS
 
+#: The protocols on which a connection authenticates with SASL first.
+SASL_PROTOCOLS: Final = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+
 #: spark_mq's local-socket listener.
 UNIX: Final = "UNIX"
 #: Kafka's default listener.security.protocol.map: each protocol names itself.
@@ -47,6 +50,11 @@ class Listener:
     @property
     def name(self) -> str:
         return self.scheme
+
+    @property
+    def sasl_required(self) -> bool:
+        """Whether a connection must authenticate with SASL before other requests."""
+        return self.security_protocol in SASL_PROTOCOLS
 
     @property
     def tls(self) -> bool:

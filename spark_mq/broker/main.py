@@ -63,6 +63,7 @@ from spark_mq.broker.dir_files import (
     pid_alive,
     socket_path_for,
 )
+from spark_mq.broker.half.cluster_service import ClusterHalfMessageService
 from spark_mq.broker.handlers.errors import report_repeated
 from spark_mq.broker.inter_broker import inter_broker_transport
 from spark_mq.broker.log_dir import require_log_dir
@@ -82,9 +83,11 @@ from spark_mq.storage.dir_lock import read_owner
 from spark_mq.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
+    from spark_mq.broker.half.replicated_writes import ReplicatedWriter
     from spark_mq.broker.metrics.broker_metrics import BrokerMetrics
     from spark_mq.broker.replica_fetcher import ReplicaFetcherManager
     from spark_mq.broker.txn.marker_channel import TransactionMarkerChannel
+    from spark_mq.broker.txn.participants import TxnPeers
     from spark_mq.broker.zk.config_changes import TopicConfigSync
     from spark_mq.broker.zk.membership import ClusterMembership
 
@@ -273,9 +276,19 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             marker_channel = _marker_channel(core, membership)
             core.transactions.markers.attach_channel(marker_channel)
             marker_channel.start()
+            core.transactions.peers = _txn_peers(core, membership)
+            if isinstance(core.half_messages, ClusterHalfMessageService):
+                core.half_messages.writer = _half_writer(core, membership)
             # Applies /config/topics/<t> to the replicas here: now (catching up on changes
             # made while this broker was down) and on every change notification.
-            config_sync = TopicConfigSync(membership.zk, logs)
+            # The same notifications carry users' SCRAM credentials (users/<name>): the
+            # store reads ZooKeeper's users instead of the log directory's from now on.
+            from spark_mq.broker.zk.user_credentials import UserCredentialSync  # noqa: PLC0415
+            from spark_mq.broker.zk.znodes import USER_ENTITY  # noqa: PLC0415
+
+            users = UserCredentialSync(membership.zk, core.credentials)
+            await asyncio.to_thread(users.apply_all)
+            config_sync = TopicConfigSync(membership.zk, logs, entity_handlers={USER_ENTITY: users})
             config_sync.start()
         # broker.json's TCP address is for clients given path=DIR, which speak PLAINTEXT.
         tcp = next(
@@ -332,6 +345,12 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         if marker_channel is not None:
             core.transactions.markers.attach_channel(None)
             await marker_channel.close()
+        if core.transactions.peers is not None:
+            await core.transactions.peers.close()
+        half = core.half_messages
+        if isinstance(half, ClusterHalfMessageService) and half.writer is not None:
+            await asyncio.to_thread(half.writer.close)
+            half.writer = None
         # Followers stop fetching before the logs they append to close.
         await asyncio.to_thread(core.replicas.close_fetchers)
         await server.close(timeout_s)
@@ -350,14 +369,30 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         core.close()
 
 
+def _half_writer(core: BrokerCore, membership: ClusterMembership) -> ReplicatedWriter:
+    """The half-message service's acks=all writes to partitions other brokers lead (its
+    real records and discards), authenticated as this broker as the markers are."""
+    from spark_mq.broker.half.replicated_writes import ReplicatedWriter  # noqa: PLC0415
+    from spark_mq.broker.txn.broker_links import BrokerCredentials  # noqa: PLC0415
+
+    secret = membership.inter_broker_secret
+    assert secret is not None, "read by membership.start()"
+    return ReplicatedWriter(
+        core.replicas,
+        node_id=core.node_id,
+        metadata=lambda: core.metadata_cache.snapshot,
+        credentials=BrokerCredentials(
+            core.node_id, lambda: membership.broker_epoch, secret, membership.inter_broker
+        ),
+    )
+
+
 def _marker_channel(core: BrokerCore, membership: ClusterMembership) -> TransactionMarkerChannel:
     """The transaction coordinator's channel to the leaders of the partitions it does not
     lead; a transaction whose last marker is acknowledged is completed at once."""
     # Imported here: a single-node broker writes every marker itself.
-    from spark_mq.broker.txn.marker_channel import (  # noqa: PLC0415
-        BrokerCredentials,
-        TransactionMarkerChannel,
-    )
+    from spark_mq.broker.txn.broker_links import BrokerCredentials  # noqa: PLC0415
+    from spark_mq.broker.txn.marker_channel import TransactionMarkerChannel  # noqa: PLC0415
 
     secret = membership.inter_broker_secret
     assert secret is not None, "read by membership.start()"
@@ -373,6 +408,24 @@ def _marker_channel(core: BrokerCore, membership: ClusterMembership) -> Transact
             core.node_id, lambda: membership.broker_epoch, secret, membership.inter_broker
         ),
         on_acknowledged=complete_acknowledged,
+    )
+
+
+def _txn_peers(core: BrokerCore, membership: ClusterMembership) -> TxnPeers:
+    """The transaction coordinator's two-phase requests to the other coordinators."""
+    # Imported here: a single-node broker coordinates every transaction itself.
+    from spark_mq.broker.txn.broker_links import BrokerCredentials  # noqa: PLC0415
+    from spark_mq.broker.txn.participants import TxnPeers  # noqa: PLC0415
+
+    secret = membership.inter_broker_secret
+    assert secret is not None, "read by membership.start()"
+    return TxnPeers(
+        core.transactions,
+        node_id=core.node_id,
+        metadata=lambda: core.metadata_cache.snapshot,
+        credentials=BrokerCredentials(
+            core.node_id, lambda: membership.broker_epoch, secret, membership.inter_broker
+        ),
     )
 
 

@@ -154,6 +154,7 @@ class BrokerServer:
                         Connection,
                         self,
                         address,
+                        listener.sasl_required,
                         listener_name=listener.scheme,
                         tls=contexts.get(listener.scheme),
                     ),
@@ -162,6 +163,13 @@ class BrokerServer:
             self._servers.append(server)
             self.addresses.append(address)
             self.bound.append((listener, address))
+            if listener.sasl_required:
+                logger.info(
+                    "listener %s on %s: clients authenticate with SASL (%s)",
+                    listener.scheme,
+                    address,
+                    ", ".join(self.core.config.sasl.sasl_enabled_mechanisms),
+                )
         logger.info(
             "connection limits: %s; queued.max.request.bytes %s",
             self.quotas.describe(),

@@ -44,6 +44,7 @@ from spark_mq.cli import (
     records,
     topics,
     transactions,
+    users,
 )
 from spark_mq.cli.common import (
     EXIT_BROKEN_PIPE,
@@ -73,6 +74,7 @@ COMMAND_GROUPS: Final = (
     records,
     perf,
     console,
+    users,
 )
 
 

@@ -123,7 +123,11 @@ def broker_options(
 
 
 #: The example in the help of -X: a key the client really takes.
-_PROPERTY_EXAMPLES: Final = {"producer": "linger.ms=5", "consumer": "fetch.max.wait.ms=100"}
+_PROPERTY_EXAMPLES: Final = {
+    "producer": "linger.ms=5",
+    "consumer": "fetch.max.wait.ms=100",
+    "admin": "security.protocol=SASL_PLAINTEXT",
+}
 
 
 def client_properties(p: argparse.ArgumentParser, what: str) -> None:

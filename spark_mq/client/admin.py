@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from typing import Any
 
-from spark_mq.client import reassignments
+from spark_mq.client import reassignments, scram_users
 from spark_mq.client.cluster import ANY_NODE, LEADER_MOVED, Cluster
 from spark_mq.client.config import AdminConfig, client_config_props
 from spark_mq.client.descriptions import (
@@ -64,6 +64,7 @@ from spark_mq.protocol.offsets import (
     DeleteRecordsResponse,
     DeleteRecordsTopic,
 )
+from spark_mq.protocol.sasl import ScramCredentialInfo
 
 #: ``list_offsets`` spec names, besides a timestamp in ms.
 OFFSET_SPECS = {
@@ -314,6 +315,19 @@ class Admin:
         response: msg.AlterConfigsResponse = self._request(request)
         for result in response.results:
             _raise_for(result.error_code, result.error_message, topic)
+
+    # -- SCRAM users (client/scram_users.py) ----------------------------------------------
+
+    def alter_user_scram_credentials(self, alterations: Sequence[scram_users.Alteration]) -> None:
+        """Add, change or remove users' SCRAM credentials (Kafka's
+        alterUserScramCredentials); the password is salted here and never sent."""
+        scram_users.alter_user_scram_credentials(self._request, alterations)
+
+    def describe_user_scram_credentials(
+        self, users: Sequence[str] | None = None
+    ) -> dict[str, list[ScramCredentialInfo]]:
+        """Each user's SCRAM mechanisms and iteration counts (None: every user)."""
+        return scram_users.describe_user_scram_credentials(self._request, users)
 
     # -- offsets and records --------------------------------------------------------------
 

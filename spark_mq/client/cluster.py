@@ -122,6 +122,8 @@ class Cluster:
         #: Whether ``path`` is created (and its broker started) when it holds no log yet.
         self.create_log = create_log
         self._bootstrap = config.bootstrap_addresses()
+        #: What every connection authenticates with (security.protocol=SASL_PLAINTEXT).
+        self._sasl = config.sasl_credentials()
         self._ensure_broker = ensure_broker
         #: The clock and sleep of every deadline and backoff of this client's calls.
         self.clock = clock
@@ -218,6 +220,7 @@ class Cluster:
             receive_buffer_bytes=self.config.receive_buffer_bytes,
             clock=self.clock,
             ssl_context=self._ssl_context,
+            sasl=self._sasl,
         )
 
     def connect(self, conn: BrokerConnection, *, timeout_ms: int | None = None) -> None:

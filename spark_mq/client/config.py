@@ -25,6 +25,15 @@ from typing import Any, ClassVar, Final
 
 from spark_mq.client.assignors.assignor import Assignor
 from spark_mq.client.assignors.registry import parse_assignment_strategy
+from spark_mq.client.sasl import (
+    MECHANISMS as SASL_MECHANISMS,
+)
+from spark_mq.client.sasl import (
+    Password,
+    SaslCredentials,
+    parse_jaas_config,
+    parse_password,
+)
 from spark_mq.config import (
     Config,
     at_least,
@@ -289,6 +298,42 @@ class ClientConfig(Config):
             )
         )
 
+    # SASL (client/sasl.py): Kafka's keys, librdkafka's sasl.username / sasl.password.
+    sasl_mechanism: str = setting(
+        "sasl.mechanism",
+        "SCRAM-SHA-512",
+        "The SASL mechanism: SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN (sends the password).",
+        parse=lambda key, value: parse_str(key, value).upper(),
+        check=one_of(*SASL_MECHANISMS),
+    )
+    sasl_username: str = setting(
+        "sasl.username", "", "The SASL user (librdkafka's key).", parse=parse_str
+    )
+    sasl_password: Password = setting(  # noqa: RUF009 (a hidden string)
+        "sasl.password",
+        "",
+        "The SASL user's password (librdkafka's key); never printed.",
+        parse=parse_password,
+    )
+    sasl_jaas_config: Password = setting(  # noqa: RUF009 (a hidden string)
+        "sasl.jaas.config",
+        "",
+        "The Java client's form of the credentials instead of sasl.username/password: "
+        'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" '
+        'password="p"; (PlainLoginModule for PLAIN); never printed.',
+        parse=parse_jaas_config,
+    )
+
+    def sasl_credentials(self) -> SaslCredentials | None:
+        """The credentials to authenticate with (None: security.protocol=PLAINTEXT)."""
+        return SaslCredentials.from_settings(
+            self.security_protocol,
+            self.sasl_mechanism,
+            self.sasl_username,
+            self.sasl_password,
+            self.sasl_jaas_config,
+        )
+
     def bootstrap_addresses(self) -> list[BrokerAddress]:
         """The parsed ``bootstrap.servers`` (empty when ``path`` is used)."""
         return BrokerAddress.parse_list(self.bootstrap_servers) if self.bootstrap_servers else []
@@ -311,6 +356,7 @@ class ClientConfig(Config):
                 value=self.security_protocol,
             )
         self.bootstrap_addresses()
+        self.sasl_credentials()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,6 +52,7 @@ from typing import Any, NoReturn
 import msgspec
 import numpy as np
 
+from spark_mq.client.sasl import SaslCredentials
 from spark_mq.errors import CorruptFrameError, NetworkError, SparkMQError, SslAuthenticationError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import ApiSpec, decode_frame_error, encode_request, spec_for_request
@@ -185,10 +186,13 @@ class BrokerConnection:
         receive_buffer_bytes: int = -1,
         clock: Callable[[], float] = time.monotonic,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.address = address
         #: TLS (security.protocol SSL or SASL_SSL): the context every socket is wrapped in.
         self.ssl_context = ssl_context
+        #: Credentials to authenticate with right after connecting (a SASL listener).
+        self.sasl = sasl
         #: Monotonic seconds: when requests were sent, and the request timeout's deadline.
         self._clock = clock
         self.node_id = node_id
@@ -218,7 +222,8 @@ class BrokerConnection:
     # -- lifecycle ------------------------------------------------------------------------
 
     def connect(self) -> None:
-        """Open the socket if it is not open; raise BrokerNotAvailableError on failure."""
+        """Open the socket if it is not open and authenticate with ``sasl`` if set; raise
+        BrokerNotAvailableError on failure, AuthenticationError if the broker refuses."""
         if self._sock is None:
             sock = self.address.connect(self._connect_timeout_s)
             if self.ssl_context is not None:
@@ -239,6 +244,9 @@ class BrokerConnection:
             # poll() before every send and recv, a second system call each time.
             sock.setblocking(False)
             self._sock = sock
+            if self.sasl is not None:
+                # Before anything else: a SASL listener serves nothing else until then.
+                self.sasl.authenticate(self, timeout_s=self._connect_timeout_s)
 
     def _handshake(self, raw: socket.socket, context: ssl.SSLContext) -> ssl.SSLSocket:
         """The client side of the TLS handshake, blocking for at most the connection setup

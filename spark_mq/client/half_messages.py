@@ -42,10 +42,11 @@ from os import PathLike
 from types import TracebackType
 from typing import Any, Final, Protocol
 
-from spark_mq.client.cluster import ANY_NODE, Cluster
+from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import AdminConfig, client_config_props
+from spark_mq.client.half_coordinator import HalfCoordinator
 from spark_mq.client.partitioner import murmur2
-from spark_mq.errors import NetworkError, SparkMQError, UsageError
+from spark_mq.errors import NetworkError, RequestTimedOutError, SparkMQError, UsageError
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
 from spark_mq.protocol.half_messages import (
     CheckHalfMessagesRequest,
@@ -116,6 +117,10 @@ class TransactionListener(Protocol):
         ...
 
 
+def _error_code(response: Any) -> int:
+    return int(response.error_code)
+
+
 def _raise_for(code: int, message: str | None, *, topic: str | None = None) -> None:
     if code != ErrorCode.NONE:
         raise error_from_code(code, message, topic=topic)
@@ -158,6 +163,9 @@ class TransactionalMessageProducer:
         self._immunity_ms = -1 if check_immunity_ms is None else check_immunity_ms
         # Writing is how a log starts, as for Producer.
         self._cluster = Cluster(self.config, create_log=True)
+        #: The broker serving this group's half messages (on a cluster, the leader of the
+        #: group's __half_messages partition), followed when it moves.
+        self._coordinator = HalfCoordinator(self._cluster, producer_group)
         self._closed = threading.Event()
         self._checker = threading.Thread(
             target=self._answer_checks, name=f"half-checks-{producer_group}", daemon=True
@@ -187,7 +195,7 @@ class TransactionalMessageProducer:
         message = TransactionalMessage(
             uuid.uuid4().hex, topic, partition, key, value, tuple(headers)
         )
-        response = self._cluster.request(
+        response = self._coordinator.call(
             SendHalfMessageRequest(
                 self.producer_group,
                 message.message_id,
@@ -197,7 +205,9 @@ class TransactionalMessageProducer:
                 value,
                 [HalfHeader(k, v) for k, v in message.headers],
                 self._immunity_ms,
-            )
+            ),
+            _error_code,
+            timeout_ms=self.config.default_api_timeout_ms,
         )
         _raise_for(response.error_code, response.error_message, topic=topic)
         try:
@@ -214,7 +224,7 @@ class TransactionalMessageProducer:
         if state is not LocalTransactionState.UNKNOWN:
             try:
                 offset = self._end(message.message_id, state, from_check=False)
-            except NetworkError as exc:
+            except (NetworkError, RequestTimedOutError) as exc:
                 logger.warning(
                     "could not end half message %s (%s); the broker's check-back will",
                     message.message_id,
@@ -232,8 +242,10 @@ class TransactionalMessageProducer:
 
     def _end(self, message_id: str, state: LocalTransactionState, *, from_check: bool) -> int:
         action = HalfAction.COMMIT if state is LocalTransactionState.COMMIT else HalfAction.ROLLBACK
-        response = self._cluster.request(
-            EndHalfMessageRequest(self.producer_group, message_id, action, from_check)
+        response = self._coordinator.call(
+            EndHalfMessageRequest(self.producer_group, message_id, action, from_check),
+            _error_code,
+            timeout_ms=self.config.default_api_timeout_ms,
         )
         _raise_for(response.error_code, response.error_message)
         return int(response.offset)
@@ -241,12 +253,17 @@ class TransactionalMessageProducer:
     # -- check-back ---------------------------------------------------------------------------
 
     def _answer_checks(self) -> None:
+        """Keep a CheckHalfMessages long poll open on the group's coordinator (so that its
+        check-back reaches this producer over this connection), following it when it
+        moves: an error, NOT_COORDINATOR included, closes the connection and the next poll
+        looks the coordinator up again."""
         conn = None
         request = CheckHalfMessagesRequest(self.producer_group, CHECK_POLL_MS)
         while not self._closed.is_set():
             try:
                 if conn is None:
-                    conn = self._cluster.new_connection(ANY_NODE)
+                    node = self._coordinator.node(self.config.request_timeout_ms)
+                    conn = self._cluster.new_connection(node)
                     self._cluster.connect(conn)
                 timeout_s = (CHECK_POLL_MS + self.config.request_timeout_ms) / 1000
                 response = conn.request(request, timeout_s=timeout_s)
@@ -255,6 +272,7 @@ class TransactionalMessageProducer:
                     self._check(half)
             except SparkMQError as exc:
                 if conn is not None:
+                    self._coordinator.forget(conn.node_id)
                     self._cluster.connection_failed(conn)
                     conn = None
                 if not exc.retriable and not isinstance(exc, NetworkError):
@@ -299,7 +317,11 @@ class TransactionalMessageProducer:
 
     def list_half_messages(self, *, discarded: bool = False) -> list[HalfMessage]:
         """This group's pending (or discarded) half messages, as the broker has them."""
-        response = self._cluster.request(ListHalfMessagesRequest(discarded, self.producer_group))
+        response = self._coordinator.call(
+            ListHalfMessagesRequest(discarded, self.producer_group),
+            _error_code,
+            timeout_ms=self.config.default_api_timeout_ms,
+        )
         _raise_for(response.error_code, response.error_message)
         return list(response.messages)
 
@@ -342,16 +364,35 @@ def list_half_messages(
     **configs: object,
 ) -> HalfMessageListing:
     """The pending half messages (or, with ``discarded``, those moved to the discard topic)
-    of ``producer_group``, or of every group: what ``spark-mq half-messages list`` shows."""
+    of ``producer_group``, or of every group: what ``spark-mq half-messages list`` shows.
+
+    On a cluster a group's messages are served by the leader of its partition of
+    ``__half_messages``: one group is asked of its coordinator; every group, of every live
+    broker (each lists the partitions it leads), and the discarded count is the largest
+    any broker reports (the leader of ``__half_discarded`` knows it)."""
     cfg = AdminConfig.from_properties(client_config_props(path, bootstrap_servers, config, configs))
     cfg.check_endpoint()
     cluster = Cluster(cfg)
+    request = ListHalfMessagesRequest(discarded, producer_group)
     try:
-        response = cluster.request(ListHalfMessagesRequest(discarded, producer_group))
+        if producer_group is not None:
+            coordinator = HalfCoordinator(cluster, producer_group)
+            response = coordinator.call(request, _error_code, timeout_ms=cfg.default_api_timeout_ms)
+            responses = [response]
+        elif cfg.path:
+            responses = [cluster.request(request)]
+        else:
+            brokers = cluster.refresh([]).brokers
+            responses = [cluster.request(request, node_id=b.node_id) for b in brokers]
     finally:
         cluster.close()
-    _raise_for(response.error_code, response.error_message)
-    return HalfMessageListing(tuple(response.messages), response.discarded_count)
+    messages: list[HalfMessage] = []
+    for response in responses:
+        _raise_for(response.error_code, response.error_message)
+        messages += response.messages
+    if len(responses) > 1:
+        messages.sort(key=lambda m: (m.created_ms, m.message_id))
+    return HalfMessageListing(tuple(messages), max(r.discarded_count for r in responses))
 
 
 __all__ = [

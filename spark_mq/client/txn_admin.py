@@ -5,7 +5,9 @@ ListTransactions goes to every broker (each lists the transactional ids it coord
 the other calls go to the transaction coordinator of their key (FindCoordinator with
 ``key_type`` 1): the transactional id, or for CommitPreparedTxns, AbortTxns and
 DescribeTxnOwner the owner (so every decision of one owner, and its sequence record, lives on
-one coordinator).
+one coordinator). In a cluster that coordinator asks the coordinators of the transactions it
+does not coordinate itself (docs/cluster.md, "Two-phase decisions across coordinators"):
+one request decides them all, wherever they are.
 Requests are retried while the coordinator moves, loads or is busy finishing a transaction
 (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS,
 CONCURRENT_TRANSACTIONS) within ``default.api.timeout.ms``.

@@ -431,6 +431,8 @@ class LocalCluster:
             # transaction coordinators (Kafka's quickstart lowers them the same way).
             "offsets.topic.replication.factor": str(min(3, len(self.broker_ids))),
             "transaction.state.log.replication.factor": str(min(3, len(self.broker_ids))),
+            "half.messages.topic.replication.factor": str(min(3, len(self.broker_ids))),
+            "half.messages.topic.min.isr": str(min(2, len(self.broker_ids))),
             # Prometheus metrics on a free port, recorded in the broker's broker.json
             # (metrics_url(id); `spark-mq cluster status` lists them).
             "metrics.port": "0",

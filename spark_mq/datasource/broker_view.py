@@ -21,10 +21,16 @@ from spark_mq.client.config import AdminConfig
 from spark_mq.client.fetcher import end_of_last_batch
 from spark_mq.client.offset_lookup import list_offsets
 from spark_mq.client.records import TopicPartition
+from spark_mq.client.retry import Retry, sent
 from spark_mq.datasource.offsets import PartitionOffsets, split_by_backlog
 from spark_mq.datasource.option_names import closest_name
 from spark_mq.datasource.options import EARLIEST, LATEST, OffsetSpec, SourceOptions
-from spark_mq.errors import ConfigError, SparkMQError, UnknownTopicOrPartitionError
+from spark_mq.errors import (
+    ConfigError,
+    RequestTimedOutError,
+    SparkMQError,
+    UnknownTopicOrPartitionError,
+)
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.fetch import (
     READ_COMMITTED,
@@ -35,6 +41,7 @@ from spark_mq.protocol.fetch import (
     FetchTopic,
 )
 from spark_mq.protocol.framing import split_records
+from spark_mq.protocol.metadata import MetadataResponse
 from spark_mq.protocol.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 log = logging.getLogger(__name__)
@@ -60,6 +67,28 @@ class BrokerView:
 
     # -- partitions -----------------------------------------------------------------------
 
+    def _metadata(self, topics: list[str] | None) -> MetadataResponse:
+        """Metadata of ``topics`` (None: all) from any broker, retrying a lost connection or
+        a timeout until ``default.api.timeout.ms``: on a cluster the broker this view last
+        asked may be the one that just died, and a query must not fail for it."""
+        config = self._cluster.config
+        retry = Retry.within_ms(
+            self._timeout_ms,
+            backoff_s=max(config.retry_backoff_ms, 1) / 1000,
+            max_backoff_s=max(config.retry_backoff_max_ms, config.retry_backoff_ms) / 1000,
+            clock=self._cluster.clock,
+            sleep=self._cluster.sleep,
+        )
+        return retry.until(
+            lambda: sent(lambda: self._cluster.refresh(topics)),
+            lambda error: RequestTimedOutError(
+                f"no broker answered a Metadata request within default.api.timeout.ms="
+                f"{self._timeout_ms} (last error: {error}); check that the brokers are "
+                "running and reachable"
+            ),
+            what="source metadata",
+        )
+
     def partitions(self, *, missing: MissingTopics = "wait") -> list[TopicPartition]:
         """The partitions the subscription covers now, sorted. Named topics (``subscribe``)
         and assigned partitions that do not exist raise UnknownTopicOrPartitionError naming
@@ -68,11 +97,11 @@ class BrokerView:
         partition. A pattern matches the topics that exist."""
         sub = self.options.subscription
         if sub.kind == "subscribe":
-            response = self._cluster.refresh(list(sub.topics))
+            response = self._metadata(list(sub.topics))
         elif sub.kind == "assign":
-            response = self._cluster.refresh(sorted({t for t, _ in sub.assigned}))
+            response = self._metadata(sorted({t for t, _ in sub.assigned}))
         else:
-            response = self._cluster.refresh(None)
+            response = self._metadata(None)
         counts = {
             t.name: len(t.partitions)
             for t in response.topics
@@ -132,7 +161,7 @@ class BrokerView:
             return ""
         existing = sorted(
             t.name
-            for t in self._cluster.refresh(None).topics
+            for t in self._metadata(None).topics
             if t.error_code == ErrorCode.NONE and not t.is_internal
         )
         close = [c for t in topics if (c := closest_name(t, existing, 0.6)) is not None]

@@ -4,8 +4,8 @@ Exactly one of the two options is required (docs/architecture.md: the embedded d
 starts a local broker for the directory on demand; ``bootstrap.servers`` names running
 brokers). Spark passes option names case-insensitively, so both spellings are matched
 without regard to case, and ``kafka.bootstrap.servers`` (the Kafka source's name) is accepted
-as an alias. How to connect goes with where: ``kafka.security.protocol`` and the
-``kafka.ssl.*`` options (:data:`CONNECTION_KEYS`), written as Spark's Kafka connector users
+as an alias. How to connect goes with where: ``kafka.security.protocol``, ``kafka.ssl.*``
+and ``kafka.sasl.*`` (:data:`CONNECTION_KEYS`), written as Spark's Kafka connector users
 write them, reach every client the source or sink opens (the consumers and producers of
 the tasks, and the Admin of the driver).
 
@@ -37,6 +37,10 @@ CONNECTION_KEYS: Final = (
     "ssl.key.location",
     "ssl.key.password",
     "ssl.endpoint.identification.algorithm",
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+    "sasl.jaas.config",
 )
 
 

@@ -380,7 +380,8 @@ def _consumer_config(options: Mapping[str, str]) -> dict[str, object]:
         props[name] = value
     if props:
         # Checked here, on the driver, so a bad value fails the query before any task runs.
-        ConsumerConfig.from_properties({**props, "path": "/unused"})
+        # The SASL credentials too (kafka.sasl.jaas.config parsed here).
+        ConsumerConfig.from_properties({**props, "path": "/unused"}).sasl_credentials()
     return props
 
 

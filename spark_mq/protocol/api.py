@@ -35,7 +35,9 @@ from spark_mq.protocol import (
     producer_id,
     reassignment,
     replication,
+    sasl,
     transactions,
+    txn_participants,
 )
 from spark_mq.protocol.framing import (
     RequestFrame,
@@ -98,11 +100,21 @@ class ApiKey(enum.IntEnum):
     CONTROLLED_SHUTDOWN = 7
     ALTER_PARTITION = 56
     AUTHENTICATE_BROKER = 1009
+    #: spark_mq's own: two-phase decisions across transaction coordinators
+    #: (protocol/txn_participants.py).
+    CHECK_PREPARED_TXNS = 1010
+    DECIDE_TXNS = 1011
+    QUERY_TXN_DECISIONS = 1012
     # Replication (protocol/replication.py).
     OFFSET_FOR_LEADER_EPOCH = 23
     # Partition reassignment, KIP-455 (protocol/reassignment.py).
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    # SASL authentication and SCRAM users (protocol/sasl.py).
+    SASL_HANDSHAKE = 17
+    SASL_AUTHENTICATE = 36
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
 
 
 #: The APIs only a broker of the cluster may send (Kafka: the ones that need the CLUSTER
@@ -120,6 +132,9 @@ INTER_BROKER_APIS: Final[frozenset[ApiKey]] = frozenset(
         ApiKey.UPDATE_METADATA,
         ApiKey.CONTROLLED_SHUTDOWN,
         ApiKey.ALTER_PARTITION,
+        ApiKey.CHECK_PREPARED_TXNS,
+        ApiKey.DECIDE_TXNS,
+        ApiKey.QUERY_TXN_DECISIONS,
     }
 )
 
@@ -382,6 +397,24 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             transactions.abort_txns_error,
         ),
         ApiSpec(
+            ApiKey.CHECK_PREPARED_TXNS,
+            txn_participants.CheckPreparedTxnsRequest,
+            txn_participants.CheckPreparedTxnsResponse,
+            txn_participants.check_prepared_txns_error,
+        ),
+        ApiSpec(
+            ApiKey.DECIDE_TXNS,
+            txn_participants.DecideTxnsRequest,
+            txn_participants.DecideTxnsResponse,
+            txn_participants.decide_txns_error,
+        ),
+        ApiSpec(
+            ApiKey.QUERY_TXN_DECISIONS,
+            txn_participants.QueryTxnDecisionsRequest,
+            txn_participants.QueryTxnDecisionsResponse,
+            txn_participants.query_txn_decisions_error,
+        ),
+        ApiSpec(
             ApiKey.SEND_HALF_MESSAGE,
             half_messages.SendHalfMessageRequest,
             half_messages.SendHalfMessageResponse,
@@ -458,6 +491,30 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             reassignment.ListPartitionReassignmentsRequest,
             reassignment.ListPartitionReassignmentsResponse,
             reassignment.list_partition_reassignments_error,
+        ),
+        ApiSpec(
+            ApiKey.SASL_HANDSHAKE,
+            sasl.SaslHandshakeRequest,
+            sasl.SaslHandshakeResponse,
+            sasl.sasl_handshake_error,
+        ),
+        ApiSpec(
+            ApiKey.SASL_AUTHENTICATE,
+            sasl.SaslAuthenticateRequest,
+            sasl.SaslAuthenticateResponse,
+            sasl.sasl_authenticate_error,
+        ),
+        ApiSpec(
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS,
+            sasl.DescribeUserScramCredentialsRequest,
+            sasl.DescribeUserScramCredentialsResponse,
+            sasl.describe_user_scram_credentials_error,
+        ),
+        ApiSpec(
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+            sasl.AlterUserScramCredentialsRequest,
+            sasl.AlterUserScramCredentialsResponse,
+            sasl.alter_user_scram_credentials_error,
         ),
     )
 }

@@ -15,10 +15,14 @@ import msgspec
 #: ``key_type`` of FindCoordinator.
 COORDINATOR_GROUP = 0
 COORDINATOR_TRANSACTION = 1
+#: spark_mq's own: the half-message service of a producer group (the leader of the group's
+#: partition of ``__half_messages``; docs/half_messages.md). Kafka's key types stop at 1.
+COORDINATOR_HALF_MESSAGES = 2
 
 
 class FindCoordinatorRequest(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
-    """``key`` is the group id (or the transactional id with ``key_type`` 1)."""
+    """``key`` is the group id (the transactional id with ``key_type`` 1, the producer
+    group of half messages with 2)."""
 
     key: str
     key_type: int = COORDINATOR_GROUP

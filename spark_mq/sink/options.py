@@ -213,7 +213,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         )
     # Validate the producer settings now, on the driver, so that a bad value fails the query
     # at start rather than every task on the executors. Building the config connects nothing.
-    ProducerConfig.from_user({**producer, **endpoint})
+    ProducerConfig.from_user({**producer, **endpoint}).sasl_credentials()
     topic = values.get("topic")
     if topic is not None and not topic.strip():
         raise ConfigError("option topic must not be empty", key="topic", value=topic)

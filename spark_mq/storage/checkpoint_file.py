@@ -60,18 +60,26 @@ def fsync_directory(directory: str | os.PathLike[str]) -> None:
 
 
 def atomic_write_bytes(
-    path: str | os.PathLike[str], data: bytes, *, tmp_path: str | os.PathLike[str] | None = None
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    tmp_path: str | os.PathLike[str] | None = None,
+    mode: int | None = None,
 ) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content.
 
     Writes ``tmp_path`` (default ``<path>.tmp``, in the same directory so the rename stays on
-    one filesystem), fsyncs it, renames it over ``path`` and fsyncs the directory.
+    one filesystem), fsyncs it, renames it over ``path`` and fsyncs the directory. ``mode``
+    (e.g. 0o600 for secrets) is set on the temporary file before anything is written to it,
+    even when a crash left one behind, so the content is never readable more widely.
     """
     target = Path(path)
     tmp = Path(tmp_path) if tmp_path is not None else target.with_name(target.name + TMP_SUFFIX)
     assert tmp.parent == target.parent, "the rename must stay in one directory to be atomic"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode or 0o644)
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             written = os.write(fd, view)

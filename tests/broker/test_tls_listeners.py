@@ -27,12 +27,18 @@ from typing import Any
 import pytest
 from tls_certs import Issued, TestCa
 
+from spark_mq import UserScramCredentialUpsertion
 from spark_mq.broker.config import ServerConfig
 from spark_mq.broker.core import BrokerCore
 from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.broker.server import BrokerServer
 from spark_mq.client import Admin, Consumer, Producer, TopicPartition
-from spark_mq.errors import ConfigError, NetworkError, SslAuthenticationError
+from spark_mq.errors import (
+    AuthenticationError,
+    ConfigError,
+    NetworkError,
+    SslAuthenticationError,
+)
 from spark_mq.principal import ANONYMOUS
 from spark_mq.storage.log_manager import LogManager
 
@@ -40,12 +46,17 @@ from spark_mq.storage.log_manager import LogManager
 class TlsBroker:
     """A broker with listeners PLAINTEXT and SSL on loopback, serving on a thread."""
 
-    def __init__(self, root: Path, props: dict[str, str]) -> None:
+    def __init__(
+        self,
+        root: Path,
+        props: dict[str, str],
+        listeners: str = "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+    ) -> None:
         self.logs = LogManager(root)
         config = ServerConfig.from_properties(
             {
                 "log.dirs": str(root),
-                "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                "listeners": listeners,
                 "socket.request.read.timeout.ms": "2000",
                 **props,
             }
@@ -62,9 +73,9 @@ class TlsBroker:
         except BaseException:
             self.close(started=False)
             raise
-        by_name = {listener.scheme: address for listener, address in self.server.bound}
-        self.plain = by_name["PLAINTEXT"]
-        self.ssl = by_name["SSL"]
+        self.by_name = {listener.scheme: address for listener, address in self.server.bound}
+        self.plain = self.by_name["PLAINTEXT"]
+        self.ssl = self.by_name["SSL"]
 
     def call(self, coro: Any, timeout_s: float = 30) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
@@ -307,6 +318,43 @@ def test_per_listener_override_wins(tmp_path: Path, pki: dict[str, Any]) -> None
         served.close()
 
 
+def test_sasl_ssl_authenticates_inside_tls(tmp_path: Path, pki: dict[str, Any]) -> None:
+    """A SASL_SSL listener: the TLS handshake, then SCRAM inside it; the principal is the
+    SASL user, and a wrong password is refused as on SASL_PLAINTEXT."""
+    served = TlsBroker(
+        tmp_path / "mq",
+        broker_props(pki["broker"]),
+        listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+    )
+    try:
+        with Admin(bootstrap_servers=str(served.plain)) as admin:
+            admin.alter_user_scram_credentials(
+                [UserScramCredentialUpsertion("alice", "SCRAM-SHA-512", "alice-secret")]
+            )
+        servers = str(served.by_name["SASL_SSL"])
+        alice = ssl_client(
+            pki,
+            **{
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": "alice",
+                "sasl.password": "alice-secret",
+            },
+        )
+        with Admin(bootstrap_servers=servers, config=alice) as admin:
+            assert admin.list_topics() == []
+            assert "User:alice" in served.principals()
+        with pytest.raises(AuthenticationError, match="alice"):
+            list_topics(servers, {**alice, "sasl.password": "wrong"})
+        # Without TLS the SASL_SSL listener is not reached.
+        with pytest.raises(NetworkError):
+            list_topics(
+                servers, {**alice, "security.protocol": "SASL_PLAINTEXT"}, request_timeout_ms=3000
+            )
+    finally:
+        served.close()
+
+
 def test_encrypted_client_key(tmp_path: Path, pki: dict[str, Any]) -> None:
     """ssl.key.password opens an encrypted key; a wrong one is a ConfigError naming it."""
     props = broker_props(
@@ -326,8 +374,10 @@ def test_encrypted_client_key(tmp_path: Path, pki: dict[str, Any]) -> None:
             list_topics(str(served.ssl), {**locked, "ssl.key.password": "wrong"})
         assert caught.value.key == "ssl.key.password"
         assert "s3cret" not in str(caught.value)
-        assert list_topics(str(served.ssl), {**locked, "ssl.key.password": "s3cret"}) == []
-        assert "User:CN=locked" in served.principals()
+        opened = {**locked, "ssl.key.password": "s3cret"}
+        with Admin(bootstrap_servers=str(served.ssl), config=opened) as admin:
+            assert admin.list_topics() == []
+            assert "User:CN=locked" in served.principals()
     finally:
         served.close()
 

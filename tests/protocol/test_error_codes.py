@@ -32,6 +32,8 @@ SHARED_CODES: dict[int, tuple[type[e.SparkMQError], set[type[e.SparkMQError]]]] 
         e.KafkaStorageError,
         {e.KafkaStorageError, e.LogDirectoryFullError, e.PartitionOfflineError},
     ),
+    # A failed SASL exchange and a wrong inter-broker secret (AuthenticateBroker).
+    58: (e.AuthenticationError, {e.AuthenticationError, e.BrokerAuthenticationError}),
 }
 
 #: Client-side refinements of a code's class: raised by the clients only (never sent), they

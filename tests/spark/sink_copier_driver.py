@@ -22,11 +22,15 @@ Each time the retry writes under its own transactional id and the micro-batch's 
 aborts whatever the failed attempt left.
 
     python tests/spark/sink_copier_driver.py --path MQ --checkpoint CKPT --input in --output out
+
+``--bootstrap-servers host:port,...`` instead of ``--path`` copies on a running cluster
+(``tests/spark/test_sink_on_cluster.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import signal
 import sys
@@ -57,13 +61,18 @@ def _transform_value(value):  # no hints: pyspark would read them as a pandas UD
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--path", required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--path")
+    where.add_argument("--bootstrap-servers")
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--input", required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=300)
     parser.add_argument("--started-file", help="touched once the query has started")
+    parser.add_argument("--group-id", help="the source's group.id (lag commits)")
     args = parser.parse_args()
+    # `kill -USR1 <pid>` prints where every thread of this driver is (a stuck run's state).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     # The sink's commit crash points kill this whole process group (driver, JVM, Python
     # workers). Set before spark_mq is imported (it reads them once) and before Spark starts,
     # so that its Python workers inherit them.
@@ -78,9 +87,11 @@ def main() -> int:
         {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g"},
     )
     transform = udf(_transform_value, "string")
+    endpoint = {"path": args.path} if args.path else {"bootstrap.servers": args.bootstrap_servers}
+    lag = {"group.id": args.group_id} if args.group_id else {}
     source = (
         spark.readStream.format("spark_mq")
-        .option("path", args.path)
+        .options(**endpoint, **lag)
         .option("subscribe", args.input)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
@@ -89,7 +100,7 @@ def main() -> int:
     copied = source.select(col("key"), transform(col("value").cast("string")).alias("value"))
     query = (
         copied.writeStream.format("spark_mq")
-        .option("path", args.path)
+        .options(**endpoint)
         .option("topic", args.output)
         .option("checkpointLocation", args.checkpoint)
         .trigger(availableNow=True)

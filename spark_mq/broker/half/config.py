@@ -72,6 +72,37 @@ class HalfMessageConfig(Config):
         check=at_least(1024),
     )
 
+    half_messages_topic_num_partitions: int = setting(
+        "half.messages.topic.num.partitions",
+        8,
+        "Partitions of __half_messages when a cluster broker creates it (on the first "
+        "FindCoordinator of a producer group). A producer group's half messages and their "
+        "outcomes live in partition abs(hash(producer group)) % this, and its leader runs "
+        "the group's half-message service. An existing topic keeps its count; a single-node "
+        "broker keeps one partition.",
+        parse=parse_int,
+        check=between(1, 10_000),
+    )
+    half_messages_topic_replication_factor: int = setting(
+        "half.messages.topic.replication.factor",
+        3,
+        "Replication factor of __half_messages and __half_discarded when a cluster broker "
+        "creates them. With fewer live brokers they are not created and clients get "
+        "COORDINATOR_NOT_AVAILABLE saying so (as offsets.topic.replication.factor).",
+        parse=parse_int,
+        check=between(1, 32767),
+    )
+    half_messages_topic_min_isr: int = setting(
+        "half.messages.topic.min.isr",
+        2,
+        "min.insync.replicas of __half_messages and __half_discarded on a cluster (at most "
+        "their replication factor), as Kafka's transaction.state.log.min.isr: a half "
+        "message, an outcome or a discarded record is acknowledged once on this many "
+        "replicas.",
+        parse=parse_int,
+        check=between(1, 32767),
+    )
+
     @classmethod
     def owns(cls, key: str) -> bool:
         """Whether ``key`` (dotted or underscored) is one of these settings."""

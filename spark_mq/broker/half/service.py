@@ -51,6 +51,10 @@ everything.
 The three topics are created with the first half message, not at startup, so a broker
 that never sees one has none of them.
 
+A cluster broker runs :class:`~spark_mq.broker.half.cluster_service.ClusterHalfMessageService`,
+which serves the partitions of ``__half_messages`` it leads (docs/half_messages.md, "On a
+cluster").
+
 Threads: everything runs on the event loop except loading and topic creation (executor).
 """
 
@@ -61,33 +65,35 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from spark_mq.broker.coordinator_topic import CoordinatorTopic
 from spark_mq.broker.half.config import HalfMessageConfig
 from spark_mq.broker.half.expiry import EXPIRE_STEP_RECORDS, tombstone_batches
+from spark_mq.broker.half.half_log import (
+    DISCARD_TOPIC,
+    OP_KEY_PREFIX,
+    HalfLog,
+    LoadedHalfMessages,
+)
 from spark_mq.broker.half.records import (
     VERSION,
     HalfOp,
     HalfRecord,
-    decode_op,
-    decode_record,
     encode_op,
     encode_record,
 )
 from spark_mq.broker.half.state import is_final, is_transition_valid
 from spark_mq.broker.internal_topics import HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC
+from spark_mq.broker.metadata_cache import MetadataSnapshot
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.retried_step import RetriedStep
-from spark_mq.broker.txn.log_reader import read_batches
 from spark_mq.errors import (
     CoordinatorNotAvailableError,
     HalfMessageNotFoundError,
     InvalidRequestError,
     InvalidTxnStateError,
     LogClosedError,
-    TopicExistsError,
 )
 from spark_mq.protocol.half_messages import (
     EndHalfMessageRequest,
@@ -101,13 +107,8 @@ from spark_mq.storage.record_batch import encode_batch
 
 logger = logging.getLogger("spark_mq.broker.half")
 
-#: Where messages go after their last check went unanswered (RocketMQ's
-#: ``TRANS_CHECK_MAX_TIME_TOPIC``). An ordinary topic, kept until an operator deletes it.
-DISCARD_TOPIC: Final = "__half_discarded"
 #: Headers the service adds to a discarded record, so whoever handles it knows its origin.
 DISCARD_HEADERS: Final = ("half.message.id", "half.topic", "half.partition", "half.group")
-#: How much of a partition one read returns while loading.
-LOAD_BUFFER_BYTES: Final = 5 * 1024 * 1024
 #: Longest a CheckHalfMessages request may wait (a bound on every poll, whatever it asks).
 MAX_CHECK_WAIT_MS: Final = 30_000
 
@@ -142,19 +143,13 @@ class Outcome:
     offset: int
     #: The service's clock when it ended.
     ended_ms: int
-
-
-@dataclasses.dataclass
-class LoadedHalfMessages:
-    """What the two topics hold, newest value per key; ``ops`` in the order of their newest
-    op (so ended messages come in the order they ended)."""
-
-    records: dict[str, HalfRecord] = dataclasses.field(default_factory=dict)
-    ops: dict[str, HalfOp] = dataclasses.field(default_factory=dict)
+    #: The ``__half_messages`` partition the message lives in (0 on one node).
+    index: int = 0
 
 
 class HalfMessageService:
-    """The broker's half messages, bound to the running event loop."""
+    """The broker's half messages, bound to the running event loop (one node; a cluster
+    broker's is :class:`~spark_mq.broker.half.cluster_service.ClusterHalfMessageService`)."""
 
     def __init__(
         self,
@@ -164,19 +159,17 @@ class HalfMessageService:
         *,
         new_producer_id: Callable[[], int],
         clock: Callable[[], int] = wall_clock_ms,
+        metadata: Callable[[], MetadataSnapshot] | None = None,
     ) -> None:
         self.config = config
         self.replicas = replicas
         self._run_blocking = run_blocking
         self._new_producer_id = new_producer_id
         self._clock = clock
-        segment = config.transaction_half_log_segment_bytes
-        self.halves = CoordinatorTopic(
-            replicas, HALF_MESSAGES_TOPIC, num_partitions=1, segment_bytes=segment
-        )
-        self.ops = CoordinatorTopic(
-            replicas, HALF_OPS_TOPIC, num_partitions=1, segment_bytes=segment
-        )
+        #: Where the records and ops go (one node's two topics, or a cluster's partitions).
+        self.log = HalfLog(config, replicas, metadata)
+        self.halves = self.log.halves
+        self.ops = self.log.ops
         self.pending: dict[str, _Pending] = {}
         #: Ended messages (discarded ones too) in the order they ended, which is the order
         #: they expire in: the front is the next to be forgotten.
@@ -193,6 +186,9 @@ class HalfMessageService:
     def start(self) -> None:
         """Load the two topics (creating them) and start the check job (on the loop)."""
         self._ready.start()
+        self._start_job()
+
+    def _start_job(self) -> None:
         if self._job is None:
             self._job = asyncio.create_task(self._check_job(), name="half-message-checks")
 
@@ -214,46 +210,16 @@ class HalfMessageService:
         await self._ready.wait()
         return self
 
-    def _create_blocking(self) -> None:
-        """Create the service's three topics (on the first half message, as the group and
-        transaction coordinators create theirs on first use). Blocking."""
-        for topic in (self.halves, self.ops):
-            topic.ensure()
-        self._ensure_discard_topic()
-
-    def _load_blocking(self) -> LoadedHalfMessages:
-        loaded = LoadedHalfMessages()
-        if not self.replicas.logs.topic_exists(HALF_MESSAGES_TOPIC):
-            return loaded  # no half message was ever sent here
-        self._create_blocking()
-        # Batch by batch, keeping only the newest value of each key: memory is the live set.
-        for record_key, value in self._read(HALF_MESSAGES_TOPIC):
-            if value is None:
-                loaded.records.pop(record_key, None)
-            else:
-                loaded.records[record_key] = decode_record(value)
-        for record_key, value in self._read(HALF_OPS_TOPIC):
-            # Moved to the end: the dict's order is that of each message's newest op.
-            loaded.ops.pop(record_key, None)
-            if value is not None:
-                loaded.ops[record_key] = decode_op(value)
-        return loaded
-
-    def _read(self, topic: str) -> Iterator[tuple[str, bytes | None]]:
-        log = self.replicas.logs.get_log(topic, 0)
-        for batch in read_batches(log, LOAD_BUFFER_BYTES):
-            for record_key, value in batch.records:
-                if record_key is not None:
-                    yield record_key.decode(), value
-
-    def _ensure_discard_topic(self) -> None:
-        logs = self.replicas.logs
-        if not logs.topic_exists(DISCARD_TOPIC):
-            with contextlib.suppress(TopicExistsError):
-                logs.create_topic(DISCARD_TOPIC, 1, {"retention.ms": "-1", "retention.bytes": "-1"})
+    async def serving(self, group: str) -> HalfMessageService:
+        """The service once it serves ``group`` (one node: every group, once loaded)."""
+        return await self.ready()
 
     async def _load(self) -> None:
-        loaded = await self._run_blocking(self._load_blocking)
+        loaded = await self._run_blocking(self.log.load_blocking)
+        self._install(loaded, 0)
+
+    def _install(self, loaded: LoadedHalfMessages, index: int) -> None:
+        """Make what was read of partition ``index`` the service's state."""
         now = self._clock()
         for message_id, op in loaded.ops.items():
             state = HalfState(op.state)
@@ -261,7 +227,7 @@ class HalfMessageService:
                 continue
             # An op written before ops carried their time expires a retention from now.
             ended_ms = op.time_ms if op.time_ms >= 0 else now
-            self.ended[message_id] = Outcome(state, op.offset, ended_ms)
+            self.ended[message_id] = Outcome(state, op.offset, ended_ms, index)
             record = loaded.records.get(message_id)
             if state is HalfState.DISCARDED and record is not None:
                 # (Without its record, its expiry was under way: the next pass finishes it.)
@@ -272,22 +238,36 @@ class HalfMessageService:
                 count = 0 if op_loaded is None else op_loaded.check_count
                 self.pending[message_id] = _Pending(record, count)
         logger.info(
-            "half messages loaded: %d pending, %d ended, %d discarded",
-            len(self.pending),
-            len(self.ended),
-            len(self.discarded),
+            "half messages loaded from %s-%d: %d live records, %d outcomes",
+            HALF_MESSAGES_TOPIC,
+            index,
+            len(loaded.records),
+            len(loaded.ops),
         )
+
+    # -- on a cluster: placement, storage, replication --------------------------------------
+
+    def _wake(self, groups: set[str]) -> None:
+        for group in groups:
+            event = self._wakeups.pop(group, None)
+            if event is not None:
+                event.set()
 
     # -- SendHalfMessage --------------------------------------------------------------------
 
     async def send(self, request: SendHalfMessageRequest) -> int:
         """Store a half message; its partition. Idempotent per ``message_id``."""
-        await self.ready()
         if not request.producer_group or not request.message_id:
             raise InvalidRequestError(
                 "SendHalfMessage needs a producer_group and a message_id (a UUID the "
                 "producer makes)"
             )
+        if request.message_id.startswith(OP_KEY_PREFIX):
+            raise InvalidRequestError(
+                f"half message id {request.message_id!r}: an id may not start with "
+                f"{OP_KEY_PREFIX!r} (the service keys its outcomes so); use a UUID"
+            )
+        await self.serving(request.producer_group)
         if request.topic in (HALF_MESSAGES_TOPIC, HALF_OPS_TOPIC, DISCARD_TOPIC):
             raise InvalidRequestError(
                 f"a half message cannot go to {request.topic!r}: it is the half-message "
@@ -300,12 +280,10 @@ class HalfMessageService:
             )
         known = self._known_partition(request.message_id)
         if known is not None:
+            # A retried send is answered once the first one's record is replicated.
+            await self.log.replicated(request.producer_group)
             return known
-        # The topic must exist (created if auto-creation is on) and have the partition.
-        await self._run_blocking(self.replicas.auto_create, request.topic)
-        self.replicas.partition(request.topic, request.partition)
-        if not (self.halves.ready and self.ops.ready):
-            await self._run_blocking(self._create_blocking)
+        await self._check_real_partition(request.topic, request.partition)
         producer_id = await self._run_blocking(self._new_producer_id)
         known = self._known_partition(request.message_id)  # a racing retry stored it
         if known is not None:
@@ -324,11 +302,20 @@ class HalfMessageService:
             self.config.transaction_half_timeout_ms if immunity < 0 else immunity,
             producer_id,
         )
-        self.halves.append(
-            record.message_id, [(record.message_id.encode(), encode_record(record))], self._clock()
+        self.log.append_record(
+            record.producer_group, record.message_id, encode_record(record), self._clock()
         )
         self.pending[record.message_id] = _Pending(record, 0)
+        await self.log.replicated(record.producer_group)
         return record.partition
+
+    async def _check_real_partition(self, topic: str, partition: int) -> None:
+        """The topic must exist (created if auto-creation is on) and have the partition; the
+        service's topics are created with the first half message."""
+        await self._run_blocking(self.replicas.auto_create, topic)
+        self.replicas.partition(topic, partition)
+        if not (self.halves.ready and self.ops.ready):
+            await self._run_blocking(self.log.create_blocking)
 
     def _known_partition(self, message_id: str) -> int | None:
         for table in (self.pending, self.discarded):
@@ -343,7 +330,6 @@ class HalfMessageService:
 
     async def end(self, request: EndHalfMessageRequest) -> tuple[HalfState, int]:
         """End a half message; its outcome and the real record's offset (or -1)."""
-        await self.ready()
         try:
             action = HalfAction(request.action)
         except ValueError:
@@ -351,6 +337,31 @@ class HalfMessageService:
                 f"EndHalfMessage action {request.action}: use 1 (COMMIT) or 2 (ROLLBACK)"
             ) from None
         wanted = HalfState.COMMITTED if action is HalfAction.COMMIT else HalfState.ROLLED_BACK
+        await self.serving(request.producer_group)
+        found = self._to_end(request, wanted)
+        if not isinstance(found, _Pending):
+            # A repeated end is answered once the first one's op is replicated.
+            await self.log.replicated(request.producer_group)
+            return found
+        state, offset = await self._end_pending(found, request, wanted)
+        if request.from_check:
+            logger.info("half message %s %s by a check-back", request.message_id, state.name)
+        return state, offset
+
+    async def _end_pending(
+        self, pending: _Pending, request: EndHalfMessageRequest, wanted: HalfState
+    ) -> tuple[HalfState, int]:
+        """End ``pending`` as ``wanted``. One node: no await from here on, so the appends
+        and the state change are one step on the loop."""
+        offset = self._write_real(pending.record) if wanted is HalfState.COMMITTED else -1
+        self._finish(pending, wanted, offset)
+        return wanted, offset
+
+    def _to_end(
+        self, request: EndHalfMessageRequest, wanted: HalfState
+    ) -> _Pending | tuple[HalfState, int]:
+        """The pending message ``request`` ends, or the outcome a repeated end answers;
+        the typed error of an end that does not fit."""
         message_id = request.message_id
         outcome = self.ended.get(message_id)
         if outcome is not None and outcome.state is HalfState.DISCARDED:
@@ -382,15 +393,20 @@ class HalfMessageService:
                 f"half message {message_id!r} belongs to producer group "
                 f"{pending.record.producer_group!r}, not {request.producer_group!r}"
             )
-        # No await from here on: the appends and the state change are one step on the loop.
-        offset = self._write_real(pending.record) if wanted is HalfState.COMMITTED else -1
-        self._finish(pending, wanted, offset)
-        if request.from_check:
-            logger.info("half message %s %s by a check-back", message_id, wanted.name)
-        return wanted, offset
+        return pending
 
     def _write_real(self, record: HalfRecord, *, topic: str | None = None) -> int:
-        """Append the message's record to ``topic`` (its own by default) idempotently."""
+        """Append the message's record to ``topic`` (its own by default) idempotently
+        (one node: the partition is this broker's)."""
+        target, partition, batch = self._real_batch(record, topic)
+        part = self.replicas.partition(target, partition)
+        info = part.append(batch)
+        self.replicas.notify([part])
+        return int(info.first_offset)
+
+    def _real_batch(self, record: HalfRecord, topic: str | None) -> tuple[str, int, bytes]:
+        """Where the message's real record goes, and its batch: the message's own producer
+        id, epoch 0, sequence 0, so that a repeat is recognised as a duplicate."""
         headers = [(h.key, h.value) for h in record.headers]
         target, partition = record.topic, record.partition
         if topic is not None:
@@ -403,7 +419,6 @@ class HalfMessageService:
                     strict=True,
                 )
             ]
-        part = self.replicas.partition(target, partition)
         batch = encode_batch(
             binary_array([record.value]),
             key=binary_array([record.key]),
@@ -413,9 +428,7 @@ class HalfMessageService:
             base_sequence=0,
             now_ms=self._clock(),
         )
-        info = part.append(batch)
-        self.replicas.notify([part])
-        return int(info.first_offset)
+        return target, partition, bytes(batch)
 
     def _finish(self, pending: _Pending, state: HalfState, offset: int) -> None:
         record = pending.record
@@ -427,12 +440,13 @@ class HalfMessageService:
             raise AssertionError(f"no transition from PENDING to {state.name}")
         now = self._clock()
         op = HalfOp(VERSION, record.message_id, state, pending.check_count, offset, now)
-        self.ops.append(record.message_id, [(record.message_id.encode(), encode_op(op))], now)
+        group = record.producer_group
+        self.log.append_op(group, record.message_id, encode_op(op), now)
         if state is HalfState.DISCARDED:
             self.discarded[record.message_id] = pending
         else:
-            self.halves.append(record.message_id, [(record.message_id.encode(), None)], now)
-        self.ended[record.message_id] = Outcome(state, offset, now)
+            self.log.append_record(group, record.message_id, None, now)
+        self.ended[record.message_id] = Outcome(state, offset, now, self.log.index_of(group))
         self.pending.pop(record.message_id, None)
 
     # -- CheckHalfMessages ------------------------------------------------------------------
@@ -448,7 +462,7 @@ class HalfMessageService:
         pending.check_out_ms = -1
         record = pending.record
         op = HalfOp(VERSION, record.message_id, HalfState.PENDING, pending.check_count, -1, now)
-        self.ops.append(record.message_id, [(record.message_id.encode(), encode_op(op))], now)
+        self.log.append_op(record.producer_group, record.message_id, encode_op(op), now)
 
     def _due(self, pending: _Pending, now: int) -> bool:
         """Whether a check of ``pending`` may be handed out (after :meth:`_settle`)."""
@@ -461,14 +475,17 @@ class HalfMessageService:
     async def poll_checks(
         self, group: str, max_wait_ms: int, max_messages: int
     ) -> list[HalfMessage]:
-        """Half messages of ``group`` to check, waiting up to ``max_wait_ms`` for some."""
-        await self.ready()
+        """Half messages of ``group`` to check, waiting up to ``max_wait_ms`` for some. On a
+        cluster only the group's coordinator answers (NOT_COORDINATOR elsewhere), so the
+        producers of a group poll it there: check-back goes over their own connections."""
         if not group:
             raise InvalidRequestError("CheckHalfMessages needs the producer_group")
+        await self.serving(group)
         wait_s = max(0, min(max_wait_ms, MAX_CHECK_WAIT_MS)) / 1000
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         while True:
+            self._still_serving(group)
             handed = self._hand_out(group, max(1, max_messages))
             remaining = deadline - loop.time()
             if handed or remaining <= 0 or self._closed:
@@ -476,6 +493,10 @@ class HalfMessageService:
             event = self._wakeups.setdefault(group, asyncio.Event())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), remaining)
+
+    def _still_serving(self, group: str) -> None:
+        """Raise if a waiting poll of ``group`` must end (a cluster broker stopped serving
+        it); one node always serves every group."""
 
     def _hand_out(self, group: str, limit: int) -> list[HalfMessage]:
         now = self._clock()
@@ -497,43 +518,51 @@ class HalfMessageService:
         interval_s = self.config.transaction_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
-            if not self._ready.succeeded:
+            if not self._loaded():
                 continue
             try:
-                self.run_checks()
+                await self._run_checks_once()
                 await self.expire_outcomes()
             except LogClosedError:
                 return
             except Exception:
                 logger.exception("half-message checks failed; retrying at the next interval")
 
+    def _partitions_served(self) -> int:
+        """How many partitions of ``__half_messages`` this service holds outcomes of."""
+        return 1
+
+    def _loaded(self) -> bool:
+        """Whether the periodic job has a state to work on (one node: once loaded)."""
+        return self._ready.succeeded
+
+    async def _run_checks_once(self) -> None:
+        self.run_checks()
+
     def run_checks(self) -> int:
         """Count the checks whose answer is overdue, discard the messages whose last check
         went unanswered and wake the pollers of every group with a message due; the number
-        discarded."""
-        now = self._clock()
-        discarded = 0
+        discarded (one node)."""
+        to_discard = self._sweep(self._clock())
+        for pending in to_discard:
+            self._write_real(pending.record, topic=DISCARD_TOPIC)
+            self._finish(pending, HalfState.DISCARDED, -1)
+            _log_discard(pending)
+        return len(to_discard)
+
+    def _sweep(self, now: int) -> list[_Pending]:
+        """Count the overdue checks, wake the pollers of the groups with a message due; the
+        messages whose last check went unanswered, to be discarded."""
+        to_discard: list[_Pending] = []
         groups: set[str] = set()
         for pending in list(self.pending.values()):
             self._settle(pending, now)
             if pending.check_count >= self.config.transaction_check_max:
-                self._write_real(pending.record, topic=DISCARD_TOPIC)
-                self._finish(pending, HalfState.DISCARDED, -1)
-                discarded += 1
-                logger.warning(
-                    "half message %s of group %s moved to %s after %d unanswered checks",
-                    pending.record.message_id,
-                    pending.record.producer_group,
-                    DISCARD_TOPIC,
-                    pending.check_count,
-                )
+                to_discard.append(pending)
             elif self._due(pending, now):
                 groups.add(pending.record.producer_group)
-        for group in groups:
-            event = self._wakeups.pop(group, None)
-            if event is not None:
-                event.set()
-        return discarded
+        self._wake(groups)
+        return to_discard
 
     # -- expiry -----------------------------------------------------------------------------
 
@@ -547,31 +576,45 @@ class HalfMessageService:
             now = self._clock()
             retention_ms = self.config.transaction_half_op_retention_ms
             expired: list[str] = []
+            # ``ended`` is in the order the messages ended within each partition (one node:
+            # one partition), so a partition's first outcome kept ends its part of the pass.
+            kept: set[int] = set()
             for message_id, outcome in self.ended.items():
-                # Ended in order: the first one kept ends the pass.
-                if len(expired) >= EXPIRE_STEP_RECORDS or now - outcome.ended_ms < retention_ms:
+                if len(expired) >= EXPIRE_STEP_RECORDS:
                     break
-                expired.append(message_id)
+                if outcome.index in kept:
+                    continue
+                if now - outcome.ended_ms >= retention_ms:
+                    expired.append(message_id)
+                else:
+                    kept.add(outcome.index)
+                    if len(kept) >= self._partitions_served():
+                        break
             if not expired:
                 return forgotten
-            halves_log = self.replicas.logs.get_log(HALF_MESSAGES_TOPIC, 0)
-            ops_log = self.replicas.logs.get_log(HALF_OPS_TOPIC, 0)
-            # The topics' own segment.bytes (an operator may have altered it since creation).
-            segment_bytes = min(halves_log.config.segment_bytes, ops_log.config.segment_bytes)
-            batches = tombstone_batches(expired, segment_bytes)
-            for batch in batches:
-                self.halves.append(HALF_MESSAGES_TOPIC, batch, now)
-            # The records' tombstones on disk before the ops' go: after a power loss the ops
-            # must not be gone while a record is back.
-            await self._run_blocking(halves_log.flush)
-            for batch in batches:
-                self.ops.append(HALF_OPS_TOPIC, batch, now)
-            for message_id in expired:
-                # (An end that came during the flush found the outcome: it is still final.)
-                self.ended.pop(message_id, None)
-                self.discarded.pop(message_id, None)
+            await self._forget(expired, now)
             forgotten += len(expired)
             logger.info("forgot the outcomes of %d ended half messages", len(expired))
+
+    async def _forget(self, expired: list[str], now: int) -> None:
+        """Tombstone the records of ``expired``, fsync, tombstone their ops, then drop them
+        from memory (the order, and why: :mod:`~spark_mq.broker.half.expiry`)."""
+        halves_log = self.replicas.logs.get_log(HALF_MESSAGES_TOPIC, 0)
+        ops_log = self.replicas.logs.get_log(HALF_OPS_TOPIC, 0)
+        # The topics' own segment.bytes (an operator may have altered it since creation).
+        segment_bytes = min(halves_log.config.segment_bytes, ops_log.config.segment_bytes)
+        batches = tombstone_batches(expired, segment_bytes)
+        for batch in batches:
+            self.halves.append(HALF_MESSAGES_TOPIC, batch, now)
+        # The records' tombstones on disk before the ops' go: after a power loss the ops
+        # must not be gone while a record is back.
+        await self._run_blocking(halves_log.flush)
+        for batch in batches:
+            self.ops.append(HALF_OPS_TOPIC, batch, now)
+        for message_id in expired:
+            # (An end that came during the flush found the outcome: it is still final.)
+            self.ended.pop(message_id, None)
+            self.discarded.pop(message_id, None)
 
     # -- ListHalfMessages -------------------------------------------------------------------
 
@@ -583,7 +626,12 @@ class HalfMessageService:
         return int(self.replicas.logs.get_log(DISCARD_TOPIC, 0).log_end_offset)
 
     async def list(self, *, discarded: bool, group: str | None) -> list[HalfMessage]:
-        await self.ready()
+        """The pending (or discarded) messages of ``group``, or of every group this broker
+        serves (on a cluster: the partitions of ``__half_messages`` it leads)."""
+        if group is None:
+            await self.ready()
+        else:
+            await self.serving(group)
         table = self.discarded if discarded else self.pending
         state = HalfState.DISCARDED if discarded else HalfState.PENDING
         return [
@@ -591,6 +639,16 @@ class HalfMessageService:
             for p in table.values()
             if group is None or p.record.producer_group == group
         ]
+
+
+def _log_discard(pending: _Pending) -> None:
+    logger.warning(
+        "half message %s of group %s moved to %s after %d unanswered checks",
+        pending.record.message_id,
+        pending.record.producer_group,
+        DISCARD_TOPIC,
+        pending.check_count,
+    )
 
 
 def _state_error(message: str, producer_id: int = -1) -> InvalidTxnStateError:

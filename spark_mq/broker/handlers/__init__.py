@@ -58,6 +58,11 @@ from spark_mq.broker.handlers.reassignments import (
     handle_list_partition_reassignments,
 )
 from spark_mq.broker.handlers.replication import handle_offset_for_leader_epoch
+from spark_mq.broker.handlers.sasl import handle_sasl_authenticate, handle_sasl_handshake
+from spark_mq.broker.handlers.scram_users import (
+    handle_alter_user_scram_credentials,
+    handle_describe_user_scram_credentials,
+)
 from spark_mq.broker.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -78,6 +83,12 @@ from spark_mq.broker.handlers.transactions import (
     handle_write_txn_markers,
     refuse_write_txn_markers,
 )
+from spark_mq.broker.handlers.txn_participants import (
+    TWO_PHASE_HINT,
+    handle_check_prepared_txns,
+    handle_decide_txns,
+    handle_query_txn_decisions,
+)
 from spark_mq.broker.handlers.update_metadata import CLIENT_HINT, handle_update_metadata
 from spark_mq.protocol.api import ApiKey
 from spark_mq.protocol.controller import (
@@ -86,6 +97,11 @@ from spark_mq.protocol.controller import (
     leader_and_isr_error,
     stop_replica_error,
     update_metadata_error,
+)
+from spark_mq.protocol.txn_participants import (
+    check_prepared_txns_error,
+    decide_txns_error,
+    query_txn_decisions_error,
 )
 
 _SERVED: Final[Mapping[ApiKey, Handler]] = {
@@ -137,6 +153,13 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
     ApiKey.CONTROLLED_SHUTDOWN: handle_controlled_shutdown,
     ApiKey.ELECT_LEADERS: handle_elect_leaders,
+    ApiKey.SASL_HANDSHAKE: handle_sasl_handshake,
+    ApiKey.SASL_AUTHENTICATE: handle_sasl_authenticate,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: handle_describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: handle_alter_user_scram_credentials,
+    ApiKey.CHECK_PREPARED_TXNS: handle_check_prepared_txns,
+    ApiKey.DECIDE_TXNS: handle_decide_txns,
+    ApiKey.QUERY_TXN_DECISIONS: handle_query_txn_decisions,
 }
 
 HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(
@@ -152,6 +175,9 @@ HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(
         ApiKey.UPDATE_METADATA: (update_metadata_error, CLIENT_HINT),
         ApiKey.ALTER_PARTITION: (alter_partition_error, ALTER_PARTITION_HINT),
         ApiKey.CONTROLLED_SHUTDOWN: (controlled_shutdown_error, CONTROLLED_SHUTDOWN_HINT),
+        ApiKey.CHECK_PREPARED_TXNS: (check_prepared_txns_error, TWO_PHASE_HINT),
+        ApiKey.DECIDE_TXNS: (decide_txns_error, TWO_PHASE_HINT),
+        ApiKey.QUERY_TXN_DECISIONS: (query_txn_decisions_error, TWO_PHASE_HINT),
     },
 )
 

@@ -18,7 +18,9 @@ record is on every in-sync replica (replication.py).
 
 FindCoordinator in a cluster first makes sure the coordinator's internal topic exists in
 ZooKeeper (``core.cluster_admin``), created with ``offsets.topic.replication.factor`` /
-``transaction.state.log.replication.factor``. With fewer live brokers than that, Kafka
+``transaction.state.log.replication.factor`` (key type 2, spark_mq's own, finds the
+half-message service of a producer group: ``__half_messages`` and ``__half_discarded`` with
+``half.messages.topic.replication.factor``). With fewer live brokers than that, Kafka
 refuses to create it and answers COORDINATOR_NOT_AVAILABLE; so do we, and the broker log
 (WARNING) and the client's error say which setting and how many brokers are missing.
 """
@@ -33,9 +35,14 @@ from typing import TYPE_CHECKING, TypeVar
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.coordinator_topic import coordinator_partition
 from spark_mq.broker.group.rebalance import sync_error, validate_group_id
+from spark_mq.broker.half.half_log import DISCARD_TOPIC
 from spark_mq.broker.handlers.errors import REPEATED
 from spark_mq.broker.handlers.metadata import client_endpoint
-from spark_mq.broker.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from spark_mq.broker.internal_topics import (
+    HALF_MESSAGES_TOPIC,
+    OFFSETS_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+)
 from spark_mq.broker.metadata_cache import NO_LEADER
 from spark_mq.broker.txn.coordinator import validate_transactional_id
 from spark_mq.errors import (
@@ -47,6 +54,7 @@ from spark_mq.errors import (
 )
 from spark_mq.protocol.groups import (
     COORDINATOR_GROUP,
+    COORDINATOR_HALF_MESSAGES,
     COORDINATOR_TRANSACTION,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
@@ -92,6 +100,10 @@ def ensure_internal_topic_in_cluster(core: BrokerCore, topic: str) -> None:
     CoordinatorNotAvailableError naming the setting when too few brokers are live."""
     admin = core.cluster_admin
     assert admin is not None, "only a cluster broker creates internal topics in ZooKeeper"
+    if topic == HALF_MESSAGES_TOPIC:
+        # Both of the service's topics, each checked: a discard needs __half_discarded.
+        _ensure_half_message_topics(core)
+        return
     if admin.topic_exists(topic):
         return
     if topic == OFFSETS_TOPIC:
@@ -131,6 +143,60 @@ def ensure_internal_topic_in_cluster(core: BrokerCore, topic: str) -> None:
         partitions,
         factor,
     )
+
+
+def _ensure_half_message_topics(core: BrokerCore) -> None:
+    """Create ``__half_messages`` (compacted, partitioned by producer group) and the discard
+    topic ``__half_discarded`` in the cluster, both with
+    ``half.messages.topic.replication.factor`` and ``half.messages.topic.min.isr``."""
+    admin = core.cluster_admin
+    assert admin is not None, "only a cluster broker creates internal topics in ZooKeeper"
+    half = core.config.half_messages
+    factor = half.half_messages_topic_replication_factor
+    min_isr = str(min(half.half_messages_topic_min_isr, factor))
+    topics = (
+        (
+            HALF_MESSAGES_TOPIC,
+            half.half_messages_topic_num_partitions,
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(half.transaction_half_log_segment_bytes),
+                "compression.type": "producer",
+                "min.insync.replicas": min_isr,
+            },
+        ),
+        (
+            DISCARD_TOPIC,
+            1,
+            {"retention.ms": "-1", "retention.bytes": "-1", "min.insync.replicas": min_isr},
+        ),
+    )
+    for topic, partitions, configs in topics:
+        if admin.topic_exists(topic):
+            continue
+        try:
+            admin.create_topic(
+                topic,
+                partitions,
+                factor,
+                configs,
+                replication_factor_setting="half.messages.topic.replication.factor",
+            )
+        except TopicExistsError:
+            continue  # another broker's FindCoordinator created it first
+        except InvalidReplicationFactorError as exc:
+            message = (
+                f"the half-message service is not available: internal topic {topic} cannot "
+                f"be created: {exc}"
+            )
+            REPEATED.log(("internal topic not created", topic), logging.WARNING, "%s", message)
+            raise CoordinatorNotAvailableError(message) from exc
+        log.info(
+            "created internal topic %s (%d partitions, replication factor %d)",
+            topic,
+            partitions,
+            factor,
+        )
 
 
 def cluster_coordinator(ctx: RequestContext, topic: str, key: str) -> tuple[int, str, int]:
@@ -174,17 +240,23 @@ async def handle_find_coordinator(
     elif request.key_type == COORDINATOR_GROUP:
         validate_group_id(request.key)
         topic = OFFSETS_TOPIC
+    elif request.key_type == COORDINATOR_HALF_MESSAGES:
+        if not request.key:
+            raise InvalidRequestError("FindCoordinator key_type 2 needs the producer group")
+        topic = HALF_MESSAGES_TOPIC
     else:
         raise InvalidRequestError(
             f"FindCoordinator key_type {request.key_type} is not known: use 0 (a consumer "
-            "group) or 1 (a transactional id)"
+            "group), 1 (a transactional id) or 2 (a producer group of half messages)"
         )
     if core.cluster_admin is not None:
         # A cluster: the coordinator is the leader of the key's partition, wherever it is.
         await core.run_blocking(ensure_internal_topic_in_cluster, core, topic)
         node_id, host, port = cluster_coordinator(ctx, topic, request.key)
         return Response(FindCoordinatorResponse(0, node_id, host, port))
-    if topic == TRANSACTION_STATE_TOPIC:
+    if topic == HALF_MESSAGES_TOPIC:
+        await ctx.core.half_messages.ready()  # one node: this broker serves every group
+    elif topic == TRANSACTION_STATE_TOPIC:
         txns = ctx.core.transactions
         await txns.ready()
         # On one node this broker leads every partition of __transaction_state, so it

@@ -8,7 +8,9 @@ loaded, recovered and created), calls it with the time and wraps the answer; the
 are in :mod:`spark_mq.broker.txn` and docs/transactions.md. In a cluster a request for a
 transactional id (or two-phase owner) whose ``__transaction_state`` partition this broker
 does not lead is answered NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while it loads), and
-a request is answered once what it wrote is on every in-sync replica (:func:`_run`).
+a request is answered once what it wrote is on every in-sync replica (:func:`_run`); a
+two-phase decision is the owner's coordinator's, which asks the others for the transactions
+it does not coordinate (:mod:`~spark_mq.broker.handlers.txn_participants`).
 
 TxnOffsetCommit is the group coordinator's request: it checks the transaction with the
 (local) transaction coordinator (Ongoing, the group's ``__consumer_offsets`` partition added
@@ -25,6 +27,7 @@ from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.group.offsets import OffsetCommit
 from spark_mq.broker.group.rebalance import validate_group_id
 from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
+from spark_mq.broker.handlers.txn_participants import decide_two_phase
 from spark_mq.broker.internal_topics import OFFSETS_TOPIC, check_not_internal
 from spark_mq.broker.txn import two_phase
 from spark_mq.broker.txn.coordinator import TransactionCoordinator
@@ -88,12 +91,6 @@ async def _run(
         raise
     await txns.settle(keys, every=every)
     return result
-
-
-def _named(request: CommitPreparedTxnsRequest | AbortTxnsRequest) -> list[str]:
-    """The owner and transactional ids a two-phase decision is about."""
-    owner = request.owner.owner if request.owner is not None else ""
-    return [owner, *(r.transactional_id for r in request.transactions)]
 
 
 def _topic_results(order: Iterable[TopicPartition], results: Results) -> list[TxnTopicResult]:
@@ -439,8 +436,8 @@ async def handle_commit_prepared_txns(
 ) -> Response:
     txns = ctx.core.transactions
     what = "commit prepared transactions"
-    outcome = await _run(
-        txns, _named(request), lambda c, now: two_phase.commit(c, request, now), every=True
+    outcome = await decide_two_phase(
+        txns, request, lambda keys, fn: _run(txns, keys, fn, every=True)
     )
     results, code, message = _results(outcome, what)
     return Response(
@@ -460,8 +457,8 @@ async def handle_abort_txns(
 ) -> Response:
     txns = ctx.core.transactions
     what = "abort transactions"
-    outcome = await _run(
-        txns, _named(request), lambda c, now: two_phase.abort(c, request, now), every=True
+    outcome = await decide_two_phase(
+        txns, request, lambda keys, fn: _run(txns, keys, fn, every=True)
     )
     results, code, message = _results(outcome, what)
     return Response(

@@ -40,6 +40,7 @@ from spark_mq import crash_points
 from spark_mq.broker.coordinator_topic import Record
 from spark_mq.broker.producer_ids import MAX_PRODUCER_EPOCH
 from spark_mq.broker.txn.config import TxnConfig
+from spark_mq.broker.txn.guards import TwoPhaseGuards
 from spark_mq.broker.txn.owners import OwnerRegistry
 from spark_mq.broker.txn.records import (
     Decision,
@@ -141,6 +142,8 @@ class TransactionCoordinator:
         #: Decisions without an owner whose markers are not all written yet.
         self.anonymous: dict[str, Decision] = {}
         self._decision_counter = 0
+        #: Two-phase decisions spanning coordinators: what a cluster keeps in memory.
+        self.guards = TwoPhaseGuards()
 
     # -----------------------------------------------------------------------------------------
     # Writing state
@@ -182,18 +185,41 @@ class TransactionCoordinator:
                 f"({type(exc).__name__}: {exc}); nothing changed, retry"
             ) from exc
 
-    def write_decision(self, owner: str | None, decision: Decision, now_ms: int) -> str:
+    def write_decision(
+        self, owner: str | None, decision: Decision, now_ms: int, *, name: str | None = None
+    ) -> str:
         """Append one decision record (the commit point of a two-phase decision); the key it
-        went under (the owner, or a new decision id)."""
+        went under (the owner, or a decision id). ``name`` (from :meth:`decision_name_near`)
+        also records the decision under that decision id, in the same batch: what its
+        participants on other coordinators must still be told
+        (:mod:`~spark_mq.broker.txn.participants`), kept until each acknowledged."""
+        delivery = name
         if owner is not None:
+            key = owner
             moved = self.owners.after(owner, decision)  # refuses an illegal move unwritten
-            self._append(owner, [(owner_key(owner), _encode(decision))], now_ms)
+            records: list[Record] = [(owner_key(owner), _encode(decision))]
+            if delivery is not None:
+                records.append((decision_key(delivery), _encode(decision)))
+            self._append(owner, records, now_ms)
             self.owners.install(moved)
-            return owner
-        name = self._decision_name(decision, now_ms)
-        self._append(name, [(decision_key(name), _encode(decision))], now_ms)
-        self.anonymous[name] = decision
-        return name
+        else:
+            key = name if name is not None else self._decision_name(decision, now_ms)
+            self._append(key, [(decision_key(key), _encode(decision))], now_ms)
+            self.anonymous[key] = decision
+        if delivery is not None:
+            # Kept until every participant acknowledged, not only the local transactions.
+            self.guards.remote_deliveries.add(delivery)
+            self.anonymous[delivery] = decision
+        return key
+
+    def decision_name_near(self, key: str) -> str:
+        """A new decision id on the ``__transaction_state`` partition of ``key``."""
+        target = self.store.partition_for(key)
+        while True:
+            self._decision_counter += 1
+            name = f"{key}@{os.getpid()}-{self._decision_counter}"
+            if self.store.partition_for(name) == target:
+                return name
 
     def _decision_name(self, decision: Decision, now_ms: int) -> str:
         """A new decision id. In a cluster it is drawn until it lands on the partition of
@@ -297,6 +323,8 @@ class TransactionCoordinator:
             if txn.state.is_decided and not self.complete(txn, now_ms).state.is_decided:
                 done += 1
         for name, decision in list(self.anonymous.items()):
+            if name in self.guards.remote_deliveries:
+                continue  # participants elsewhere have not all acknowledged it
             if all(not self._still_pending(e.transactional_id) for e in decision.entries):
                 try:
                     self._append(name, [(decision_key(name), None)], now_ms)
@@ -429,6 +457,11 @@ class TransactionCoordinator:
             )
         if txn.state.is_decided:
             txn = self.complete(txn, now_ms)
+        if txn.state.is_open and self.guards.held(tid, now_ms):
+            raise ConcurrentTransactionsError(
+                f"the prepared transaction of {tid!r} voted for a two-phase decision that is "
+                "on its way; retry"
+            )
         if txn.state.is_open:
             (txn,) = self.decide([(txn, False)], now_ms, fence=True, from_request=False)
         if txn.state.is_decided:
@@ -644,7 +677,11 @@ class TransactionCoordinator:
             return None
         if now_ms - txn.prepared_ms > self.config.transaction_prepared_max_timeout_ms:
             return "it timed out (transaction.prepared.max.timeout.ms)"
+        if self.guards.held(txn.transactional_id, now_ms):
+            return None  # it voted for a decision on its way
         if txn.owner_prefix is not None and now_ms - quiet_since[txn.owner_prefix] > txn.timeout_ms:
+            if self.guards.presume_abort is not None and not self.guards.presume_abort(txn, now_ms):
+                return None  # asking the other coordinators first
             return (
                 f"its owner {txn.owner_prefix!r} has been quiet for {txn.timeout_ms} ms "
                 "(transaction.timeout.ms: no request for an id under it, no heartbeat): its "

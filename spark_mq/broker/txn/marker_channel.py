@@ -56,12 +56,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
-from spark_mq.broker.inter_broker import PLAINTEXT_TRANSPORT, InterBrokerTransport
 from spark_mq.broker.metadata_cache import NO_LEADER, MetadataSnapshot
+from spark_mq.broker.txn.broker_links import BrokerCredentials, BrokerLinks
 from spark_mq.broker.txn.markers import MarkerKey, MarkerPendingError
 from spark_mq.broker.txn.state import TopicPartition
-from spark_mq.client.broker_auth import authenticate_as_broker
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.errors import SparkMQError, TransactionCoordinatorFencedError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.error_codes import ErrorCode, exception_class
@@ -126,18 +124,6 @@ class MarkerChannelConfig:
             raise ValueError("request_timeout_ms and max_concurrent_destinations must be > 0")
 
 
-@dataclasses.dataclass(frozen=True)
-class BrokerCredentials:
-    """What the channel authenticates with: this broker's id, a way to read its current
-    broker epoch (None while unregistered) and the cluster's inter-broker secret."""
-
-    broker_id: int
-    broker_epoch: Callable[[], int | None]
-    secret: str
-    #: How to reach the other brokers (the inter-broker listener and its TLS).
-    inter_broker: InterBrokerTransport = PLAINTEXT_TRANSPORT
-
-
 @dataclasses.dataclass
 class _Marker:
     state: MarkerState = MarkerState.QUEUED
@@ -192,8 +178,8 @@ class TransactionMarkerChannel:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             config.max_concurrent_destinations, thread_name_prefix="txn-markers"
         )
-        # Connections by destination, used by one executor thread at a time (_busy).
-        self._connections: dict[int, tuple[BrokerAddress, BrokerConnection]] = {}
+        # Connections by destination (one request on each at a time).
+        self._links = BrokerLinks(credentials, client_id=f"txn-marker-channel-{node_id}")
 
     # -----------------------------------------------------------------------------------------
     # The coordinator's side (event loop)
@@ -268,7 +254,7 @@ class TransactionMarkerChannel:
         for send in list(self._sends):
             send.cancel()
         await asyncio.gather(*self._sends, return_exceptions=True)
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._close_connections)
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._links.close)
         self._executor.shutdown(wait=False)
 
     # -----------------------------------------------------------------------------------------
@@ -500,46 +486,10 @@ class TransactionMarkerChannel:
     def _request(
         self, leader: int, address: BrokerAddress, request: WriteTxnMarkersRequest
     ) -> WriteTxnMarkersResponse:
-        creds = self._credentials
-        timeout_ms = self.config.request_timeout_ms
-        held = self._connections.get(leader)
-        if held is not None and (held[0] != address or not held[1].connected):
-            held[1].close()
-            del self._connections[leader]
-            held = None
-        if held is None:
-            epoch = creds.broker_epoch()
-            if epoch is None:
-                raise SparkMQError("this broker is not registered; the markers wait")
-            conn = creds.inter_broker.connection(
-                address,
-                node_id=leader,
-                client_id=f"txn-marker-channel-{self._node_id}",
-                connect_timeout_ms=timeout_ms,
-                request_timeout_ms=timeout_ms,
-            )
-            authenticate_as_broker(
-                conn,
-                broker_id=creds.broker_id,
-                broker_epoch=epoch,
-                secret=creds.secret,
-                timeout_s=timeout_ms / 1000,
-            )
-            held = self._connections[leader] = (address, conn)
-        try:
-            response: WriteTxnMarkersResponse = held[1].request(
-                request, timeout_s=timeout_ms / 1000
-            )
-        except (SparkMQError, OSError):
-            held[1].close()
-            self._connections.pop(leader, None)
-            raise
+        response: WriteTxnMarkersResponse = self._links.request(
+            leader, address, request, self.config.request_timeout_ms
+        )
         return response
-
-    def _close_connections(self) -> None:
-        for _, conn in self._connections.values():
-            conn.close()
-        self._connections.clear()
 
 
 def _by_topic(tps: Iterable[TopicPartition]) -> list[TxnTopic]:

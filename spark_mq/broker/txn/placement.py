@@ -103,6 +103,13 @@ class TxnPlacement:
         c.txns.update(loaded.txns)
         c.owners.load_more(loaded.owners, now_ms)
         c.anonymous.update(loaded.decisions)
+        for name, decision in loaded.decisions.items():
+            # A decision naming transactions other brokers coordinate is kept until its
+            # delivery to them is acknowledged again (TxnPeers.redrive).
+            if any(
+                self._partition_for(e.transactional_id) not in self.led for e in decision.entries
+            ):
+                c.guards.remote_deliveries.add(name)
         c.epochs[partition] = epoch
         c.apply_decisions(now_ms)
         self._move(partition, Led(LoadState.LOADED, epoch))
@@ -142,6 +149,7 @@ class TxnPlacement:
         c.owners.drop([name for name in c.owners if mine(name) == partition])
         for name in [n for n in c.anonymous if mine(n) == partition]:
             del c.anonymous[name]
+            c.guards.remote_deliveries.discard(name)
         c.epochs.pop(partition, None)
         return len(gone)
 
@@ -162,6 +170,10 @@ class TxnPlacement:
                 f"the transaction coordinator is loading __transaction_state-{partition} "
                 f"(coordinator epoch {led.epoch}), where {key!r} is kept; retry shortly"
             )
+
+    def loaded(self, partition: int) -> bool:
+        led = self.led.get(partition)
+        return led is not None and led.state is LoadState.LOADED
 
     def coordinates(self, key: str) -> bool:
         led = self.led.get(self._partition_for(key))

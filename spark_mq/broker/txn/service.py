@@ -43,7 +43,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from spark_mq.broker.coordinator_leadership import LeadershipChange
 from spark_mq.broker.group.service import GroupService, RunBlocking
@@ -56,6 +56,9 @@ from spark_mq.broker.txn.markers import MarkerWriter
 from spark_mq.broker.txn.placement import TxnPlacement
 from spark_mq.broker.txn.state_topic import TransactionStateTopic
 from spark_mq.errors import CoordinatorNotAvailableError, LogClosedError, SparkMQError
+
+if TYPE_CHECKING:
+    from spark_mq.broker.txn.participants import TxnPeers
 
 logger = logging.getLogger("spark_mq.broker.txn")
 
@@ -118,6 +121,15 @@ class TransactionService:
         )
         self._jobs: list[asyncio.Task[None]] = []
         self._closed = False
+        #: A cluster broker's two-phase requests to the other coordinators (attached by the
+        #: server once the broker is registered); None on one node.
+        self.peers: TxnPeers | None = None
+
+    def _timeouts(self, coordinator: TransactionCoordinator, now_ms: int) -> int:
+        """The periodic check: timed-out transactions, and in a cluster the two-phase
+        decisions whose participants were not all told yet."""
+        aborted = coordinator.abort_timed_out(now_ms)
+        return aborted + (self.peers.redrive_pending() if self.peers is not None else 0)
 
     def _offsets_marker(self, partition: int, producer_id: int, committed: bool) -> None:
         self._groups.complete_transaction(producer_id, committed=committed, partition=partition)
@@ -137,7 +149,7 @@ class TransactionService:
                     self._every(
                         "txn-timeouts",
                         cfg.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-                        lambda c, now: c.abort_timed_out(now),
+                        self._timeouts,
                     ),
                     name="txn-timeouts",
                 ),
@@ -267,6 +279,16 @@ class TransactionService:
         try:
             await self.topic.wait_replicated(index, STATE_APPEND_TIMEOUT_S)
             finished = self.coordinator.retry_pending(self._clock())
+            if self.peers is not None:
+                # The decisions whose participants elsewhere were not all told yet.
+                redriven = self.peers.redrive(index)
+                if redriven:
+                    logger.info(
+                        "__transaction_state-%d: delivering %d two-phase decisions to their "
+                        "participants again",
+                        index,
+                        redriven,
+                    )
         except (SparkMQError, LogClosedError) as exc:
             logger.warning(
                 "__transaction_state-%d: completing the decided transactions waits (%s); "

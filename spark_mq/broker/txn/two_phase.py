@@ -43,6 +43,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Final
+
+import msgspec
 
 from spark_mq.broker.txn.coordinator import TransactionCoordinator, check_producer
 from spark_mq.broker.txn.owners import Owner
@@ -65,6 +68,24 @@ from spark_mq.protocol.transactions import (
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class RemoteVotes:
+    """What the coordinators of the named transactions this broker does not coordinate
+    answered to CheckPreparedTxns (:mod:`~spark_mq.broker.txn.participants`): the entries
+    to decide, per transactional id (None: an abort already done), why the others cannot
+    be, and the scope's open transactions they coordinate."""
+
+    entries: dict[str, DecisionEntry | None]
+    errors: dict[str, SparkMQError]
+    leftovers: list[DecisionEntry]
+
+    def named(self, transactional_id: str) -> bool:
+        return transactional_id in self.entries or transactional_id in self.errors
+
+
+NO_REMOTE: Final = RemoteVotes({}, {}, [])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class CompletionOutcome:
     """What :func:`commit` or :func:`abort` did."""
 
@@ -74,6 +95,9 @@ class CompletionOutcome:
     already_committed: bool
     last_sequence: int
     aborted_others: list[str]
+    #: The decision's key at this coordinator and what its participants (other
+    #: coordinators) must be told; None when every transaction is coordinated here.
+    delivery: tuple[str, tuple[DecisionEntry, ...]] | None = None
 
     @property
     def first_error(self) -> SparkMQError | None:
@@ -254,35 +278,118 @@ def _finish(
         coordinator.retry_pending(now_ms)
 
 
+def _remote_entries(
+    coordinator: TransactionCoordinator,
+    remote: RemoteVotes,
+    refs: Sequence[PreparedTxnRef],
+    commit: bool,
+) -> tuple[DecisionEntry, ...]:
+    """The entries the participants must be told: the named transactions they vote for
+    (committed or aborted as ``commit`` says), then the scope's leftovers there. A
+    transaction an earlier decision held here already decides is left to that decision's
+    delivery: a replay after a decider crashed must not abort what it committed."""
+    named = [remote.entries.get(r.transactional_id) for r in refs]
+    decided = [msgspec.structs.replace(e, commit=commit) for e in named if e is not None]
+    earlier = {
+        (e.transactional_id, e.producer_id, e.txn_number)
+        for d in [*coordinator.owners.records(), *coordinator.anonymous.values()]
+        for e in d.entries
+    }
+    return tuple(
+        e
+        for e in (*decided, *remote.leftovers)
+        if (e.transactional_id, e.producer_id, e.txn_number) not in earlier
+    )
+
+
+def _committed_before(coordinator: TransactionCoordinator) -> set[str]:
+    """The transactional ids the decisions held here commit."""
+    return {
+        e.transactional_id
+        for d in [*coordinator.owners.records(), *coordinator.anonymous.values()]
+        for e in d.entries
+        if e.commit
+    }
+
+
+def _check_vetoes(coordinator: TransactionCoordinator, entries: Sequence[DecisionEntry]) -> None:
+    """Refuse to commit a participant's transaction that its coordinator asked about (the
+    termination protocol) and was told no decision names: it is being aborted there."""
+    for e in entries:
+        if e.commit and coordinator.guards.vetoed(e.transactional_id, e.producer_id, e.txn_number):
+            raise InvalidTxnStateError(
+                f"the transaction of {e.transactional_id!r} is being aborted by its own "
+                "coordinator: its owner was quiet for its transaction.timeout.ms and no "
+                "decision named it; nothing was committed",
+                producer_id=e.producer_id,
+                producer_epoch=e.producer_epoch,
+            )
+
+
+def _delivery(
+    coordinator: TransactionCoordinator, key: str | None, entries: tuple[DecisionEntry, ...]
+) -> str | None:
+    """A name for the decision's delivery record (None when there is nothing to deliver):
+    a decision id on the partition of ``key``, which this broker coordinates."""
+    if not entries:
+        return None
+    return coordinator.decision_name_near(key) if key is not None else None
+
+
 def commit(
-    coordinator: TransactionCoordinator, request: CommitPreparedTxnsRequest, now_ms: int
+    coordinator: TransactionCoordinator,
+    request: CommitPreparedTxnsRequest,
+    now_ms: int,
+    remote: RemoteVotes = NO_REMOTE,
+    *,
+    decider_key: str | None = None,
 ) -> CompletionOutcome:
     """CommitPreparedTxns: commit the named transactions (all or nothing) and abort the rest
-    of the scope, as one decision; a replayed sequence aborts them instead."""
+    of the scope, as one decision; a replayed sequence aborts them instead. ``remote``: the
+    votes of the transactions other coordinators coordinate, decided with the same record
+    and then delivered to them (``delivery``)."""
     _validated(request)
     tag, scope, refs = request.owner, request.scope, request.transactions
     name = tag.owner if tag is not None else None
     known = _owner_checked(coordinator, name, tag.instance if tag else None, scope)
     last = known.last_sequence if known is not None else -1
+    local_refs = [r for r in refs if not remote.named(r.transactional_id)]
     if tag is not None and tag.sequence <= last:
         # A replay: what it names is aborted, and the owner's record stays as it is.
-        outcome = _abort_refs(coordinator, refs, _scope_leftovers(coordinator, scope, refs))
+        outcome = _abort_refs(coordinator, local_refs, _scope_leftovers(coordinator, scope, refs))
+        entries = _remote_entries(coordinator, remote, refs, False)
+        delivery = _delivery(coordinator, decider_key, entries)
+        if delivery is not None:
+            coordinator.write_decision(None, Decision(-1, now_ms, entries), now_ms, name=delivery)
         _close_if_asked(coordinator, name, known, scope, outcome.decisions, now_ms=now_ms)
         _finish(coordinator, outcome.decisions, now_ms)
-        return CompletionOutcome(outcome.results, False, True, last, outcome.others)
+        # A named transaction an earlier decision here committed is what a replay wants
+        # (the client's retry after the decider died with its answer in flight).
+        # (Only in a cluster: one node answers such a retry as before.)
+        committed = _committed_before(coordinator) if remote is not NO_REMOTE else set()
+        replayed = [
+            (tid, None if tid in committed else error)
+            for tid, error in _merged(refs, outcome.results, remote)
+        ]
+        others = outcome.others + [e.transactional_id for e in remote.leftovers]
+        return CompletionOutcome(replayed, False, True, last, others, _delivered(delivery, entries))
     results: list[tuple[str, SparkMQError | None]] = []
     decisions: list[tuple[TxnMetadata, bool]] = []
-    for ref in refs:
+    for ref in local_refs:
         try:
             decisions.append((_check_ref(coordinator, ref, _PREPARED), True))
             results.append((ref.transactional_id, None))
         except SparkMQError as exc:
             results.append((ref.transactional_id, exc))
+    results = _merged(refs, results, remote)
     if any(e is not None for _, e in results):
         return CompletionOutcome(results, False, False, last, [])
+    entries = _remote_entries(coordinator, remote, refs, True)
+    _check_vetoes(coordinator, entries)
     leftovers = _scope_leftovers(coordinator, scope, refs)
     decisions += [(t, False) for t in leftovers]
-    if tag is not None or len(decisions) > 1 or (scope is not None and scope.close):
+    delivery = _delivery(coordinator, decider_key, entries)
+    if tag is not None or len(decisions) > 1 or (scope is not None and scope.close) or entries:
         if tag is not None:
             last = tag.sequence
         record = _record(
@@ -293,25 +400,64 @@ def commit(
             scope=scope if tag is not None else None,
             instance=tag.instance if tag is not None else None,
         )
-        coordinator.write_decision(name, record, now_ms)
+        record = dataclasses.replace(record, entries=(*record.entries, *entries))
+        coordinator.write_decision(name, record, now_ms, name=delivery)
     _finish(coordinator, decisions, now_ms)
-    return CompletionOutcome(results, True, False, last, [t.transactional_id for t in leftovers])
+    others = [t.transactional_id for t in leftovers] + [
+        e.transactional_id for e in remote.leftovers
+    ]
+    return CompletionOutcome(results, True, False, last, others, _delivered(delivery, entries))
+
+
+def _merged(
+    refs: Sequence[PreparedTxnRef],
+    local: Sequence[tuple[str, SparkMQError | None]],
+    remote: RemoteVotes,
+) -> list[tuple[str, SparkMQError | None]]:
+    """Per named transaction, in request order: the local check's result or the vote's."""
+    mine = dict(local)
+    return [
+        (r.transactional_id, remote.errors.get(r.transactional_id))
+        if remote.named(r.transactional_id)
+        else (r.transactional_id, mine.get(r.transactional_id))
+        for r in refs
+    ]
+
+
+def _delivered(
+    name: str | None, entries: tuple[DecisionEntry, ...]
+) -> tuple[str, tuple[DecisionEntry, ...]] | None:
+    return None if name is None else (name, entries)
 
 
 def abort(
-    coordinator: TransactionCoordinator, request: AbortTxnsRequest, now_ms: int
+    coordinator: TransactionCoordinator,
+    request: AbortTxnsRequest,
+    now_ms: int,
+    remote: RemoteVotes = NO_REMOTE,
+    *,
+    decider_key: str | None = None,
 ) -> CompletionOutcome:
     """AbortTxns: abort the named transactions and the rest of the scope as one decision,
-    closing the scope when asked."""
+    closing the scope when asked; ``remote`` as for :func:`commit` (an abort needs no
+    commit point, but its delivery record lets a new coordinator finish telling them)."""
     _validated(request)
     tag, scope, refs = request.owner, request.scope, request.transactions
     name = tag.owner if tag is not None else None
     known = _owner_checked(coordinator, name, tag.instance if tag else None, scope)
     last = known.last_sequence if known is not None else -1
-    outcome = _abort_refs(coordinator, refs, _scope_leftovers(coordinator, scope, refs))
+    local_refs = [r for r in refs if not remote.named(r.transactional_id)]
+    outcome = _abort_refs(coordinator, local_refs, _scope_leftovers(coordinator, scope, refs))
+    entries = _remote_entries(coordinator, remote, refs, False)
+    delivery = _delivery(coordinator, decider_key, entries)
+    if delivery is not None:
+        record = Decision(-1, now_ms, entries)
+        coordinator.write_decision(None, record, now_ms, name=delivery)
     _close_if_asked(coordinator, name, known, scope, outcome.decisions, now_ms=now_ms)
     _finish(coordinator, outcome.decisions, now_ms)
-    return CompletionOutcome(outcome.results, False, False, last, outcome.others)
+    results = _merged(refs, outcome.results, remote)
+    others = outcome.others + [e.transactional_id for e in remote.leftovers]
+    return CompletionOutcome(results, False, False, last, others, _delivered(delivery, entries))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -25,6 +25,10 @@ been purged meanwhile), applies ``/config/topics/<t>`` to *every* topic the brok
 a broker that was down during a change catches up then, as Kafka's ZkConfigManager
 processes every entity's config at start-up.
 
+**Other entities**: notifications for another entity type (``users/<name>``: SCRAM
+credentials, :mod:`spark_mq.broker.zk.user_credentials`) go to the :class:`EntityHandler`
+given for that type: ``apply(name)`` for each one named, ``apply_all()`` on a full pass.
+
 **Purging**: after each pass the broker deletes the notifications it has applied that are
 older than :data:`CHANGE_EXPIRATION_MS` (15 minutes, Kafka's ``changeExpirationMs``), by the
 znode's creation time. Every broker purges; a notification already deleted by another is
@@ -39,7 +43,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -61,6 +65,14 @@ MAX_WRITE_ATTEMPTS: Final = 10
 
 #: ``update(current overrides) -> new overrides``; raises to refuse the change.
 OverridesUpdate = Callable[[Mapping[str, str]], Mapping[str, str]]
+
+
+class EntityHandler(Protocol):
+    """Applies the config of an entity type other than topics from ZooKeeper."""
+
+    def apply(self, name: str) -> None: ...
+
+    def apply_all(self) -> None: ...
 
 
 def _unknown_topic(topic: str) -> UnknownTopicOrPartitionError:
@@ -147,9 +159,11 @@ class TopicConfigSync:
         *,
         wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         expiration_ms: int = CHANGE_EXPIRATION_MS,
+        entity_handlers: Mapping[str, EntityHandler] | None = None,
     ) -> None:
         self._zk = zk
         self._logs = logs
+        self._handlers = dict(entity_handlers or {})
         self._wall_clock_ms = wall_clock_ms
         self._expiration_ms = expiration_ms
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -220,8 +234,11 @@ class TopicConfigSync:
             if (seq := znodes.config_change_sequence(child)) is not None
         )
         fresh = [(seq, child) for seq, child in numbered if seq > self.last_applied]
+        others: dict[str, set[str]] = {kind: set() for kind in self._handlers}
         if full:
             topics = set(self._logs.list_topics())
+            for handler in self._handlers.values():
+                handler.apply_all()
         else:
             topics = set()
             for _seq, child in fresh:
@@ -235,8 +252,13 @@ class TopicConfigSync:
                     continue
                 if notice.entity_type == znodes.TOPIC_ENTITY:
                     topics.add(notice.entity_name)
+                elif notice.entity_type in others:
+                    others[notice.entity_type].add(notice.entity_name)
         for topic in sorted(topics):
             self._apply(topic)
+        for kind, names in others.items():
+            for name in sorted(names):
+                self._handlers[kind].apply(name)
         if numbered:
             self.last_applied = max(self.last_applied, numbered[-1][0])
         self._purge([child for seq, child in numbered if seq <= self.last_applied])

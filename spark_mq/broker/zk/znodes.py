@@ -52,6 +52,8 @@ DELETE_TOPICS: Final = "/admin/delete_topics"
 CONFIG: Final = "/config"
 CONFIG_TOPICS: Final = "/config/topics"
 CONFIG_CHANGES: Final = "/config/changes"
+#: SCRAM credentials of users (broker/zk/user_credentials.py), Kafka's path.
+CONFIG_USERS: Final = "/config/users"
 #: The name of a config change notification before ZooKeeper's 10-digit sequence number.
 CONFIG_CHANGE_PREFIX: Final = "config_change_"
 CLUSTER_ID: Final = "/cluster/id"
@@ -61,7 +63,14 @@ INTER_BROKER_SECRET: Final = "/spark_mq/inter_broker_secret"
 
 #: Persistent parents every broker makes sure exist at start-up (Kafka's PersistentZkPaths,
 #: the part of it we use).
-PERSISTENT_PATHS: Final = (BROKER_IDS, TOPICS, DELETE_TOPICS, CONFIG_TOPICS, CONFIG_CHANGES)
+PERSISTENT_PATHS: Final = (
+    BROKER_IDS,
+    TOPICS,
+    DELETE_TOPICS,
+    CONFIG_TOPICS,
+    CONFIG_CHANGES,
+    CONFIG_USERS,
+)
 
 #: Kafka's first controller epoch: /controller_epoch is created with it, so the first elected
 #: controller has epoch 1.
@@ -495,6 +504,8 @@ class TopicConfigOverrides:
 
 #: Kafka's entity type of topic configs, the first part of a notification's entity path.
 TOPIC_ENTITY: Final = "topics"
+#: Kafka's entity type of user configs (SCRAM credentials, quotas).
+USER_ENTITY: Final = "users"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

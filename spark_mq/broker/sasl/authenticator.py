@@ -1,0 +1,228 @@
+"""One connection's SASL exchange on a SASL listener (Kafka's SaslServerAuthenticator).
+
+The connection's state, with the only moves allowed (:data:`TRANSITIONS`)::
+
+    HANDSHAKE ──SaslHandshake(enabled mechanism)──▶ AUTHENTICATING ──last message ok──▶ COMPLETE
+        │                                               │  ▲ (SCRAM: client-first, then final)
+        └──────────── anything wrong ──────────▶ FAILED ◀┘  │
+
+Until COMPLETE only ApiVersions, SaslHandshake and SaslAuthenticate are served
+(:data:`PRE_AUTHENTICATION_APIS`); anything else closes the connection
+(``broker/connection.py``). COMPLETE sets the session's principal to ``User:<name>``;
+FAILED answers SASL_AUTHENTICATION_FAILED (58) with a message naming the mechanism and the
+user (never the password) and closes the connection, as Kafka does.
+
+Mechanisms:
+
+- ``PLAIN`` (RFC 4616): one message ``[authzid] NUL authcid NUL passwd``. The password is
+  checked against the user's SCRAM credential (SCRAM-SHA-512 if the user has one, else
+  SCRAM-SHA-256): salted with that credential's salt and iterations and compared by stored
+  key, so the broker keeps no password (Kafka's PLAIN reads a JAAS file of plaintext
+  passwords instead). The salting takes PBKDF2's time; it runs on the executor.
+- ``SCRAM-SHA-256`` / ``SCRAM-SHA-512`` (RFC 5802, RFC 7677): the ``scramp`` library's
+  server, fed the stored credential. Two messages: client-first (answered with server-first)
+  and client-final (answered with server-final, the server's signature).
+
+An unknown user and a wrong password get the same answer, so the answer does not tell which
+users exist; the broker's log says which it was.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Final, NoReturn
+
+import scramp
+
+from spark_mq.broker.sasl.credential_store import CredentialStore
+from spark_mq.errors import AuthenticationError, IllegalSaslStateError
+from spark_mq.principal import KafkaPrincipal
+from spark_mq.protocol.api import ApiKey
+from spark_mq.scram import SCRAM_HASHES, ScramCredential
+
+#: What a connection may send on a SASL listener before it has authenticated.
+PRE_AUTHENTICATION_APIS: Final = frozenset(
+    {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
+)
+#: The longest message of an exchange accepted (a PLAIN message is user and password; a
+#: SCRAM message a few hundred bytes): a longer one fails the exchange.
+MAX_AUTH_BYTES: Final = 8 * 1024
+
+
+class SaslState(enum.Enum):
+    HANDSHAKE = "handshake"
+    AUTHENTICATING = "authenticating"
+    COMPLETE = "complete"
+    FAILED = "failed"
+
+
+TRANSITIONS: Final[dict[SaslState, frozenset[SaslState]]] = {
+    SaslState.HANDSHAKE: frozenset({SaslState.AUTHENTICATING, SaslState.FAILED}),
+    SaslState.AUTHENTICATING: frozenset(
+        {SaslState.AUTHENTICATING, SaslState.COMPLETE, SaslState.FAILED}
+    ),
+    SaslState.COMPLETE: frozenset(),
+    SaslState.FAILED: frozenset(),
+}
+
+
+class ExchangeFailedError(Exception):
+    """Why an exchange failed, for the broker's log (the client gets a generic answer)."""
+
+    def __init__(self, reason: str, user: str | None) -> None:
+        super().__init__(reason)
+        self.user = user
+
+
+class _UnknownUserError(Exception):
+    pass
+
+
+class SaslServerSession:
+    """The SASL state of one connection."""
+
+    def __init__(self, store: CredentialStore, enabled: tuple[str, ...]) -> None:
+        self._store = store
+        self.enabled = enabled
+        self.state = SaslState.HANDSHAKE
+        self.mechanism: str | None = None
+        #: The user the client names (known once its first message is parsed).
+        self.user: str | None = None
+        self._scram: scramp.core.ScramServer | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.state is SaslState.COMPLETE
+
+    def _move(self, to: SaslState) -> None:
+        if to not in TRANSITIONS[self.state]:
+            raise IllegalSaslStateError(
+                f"SASL exchange cannot go from {self.state.value} to {to.value}",
+                mechanism=self.mechanism,
+                user=self.user,
+            )
+        self.state = to
+
+    def fail(self) -> None:
+        """The exchange failed (the connection is being closed). A connection that had
+        authenticated keeps its state: what is refused then is a request out of turn, and
+        the connection closes all the same."""
+        if self.state in (SaslState.HANDSHAKE, SaslState.AUTHENTICATING):
+            self._move(SaslState.FAILED)
+
+    def handshake(self, mechanism: str) -> None:
+        """SaslHandshake: IllegalSaslStateError out of turn; the caller checks that the
+        mechanism is enabled first."""
+        if self.state is not SaslState.HANDSHAKE:
+            raise IllegalSaslStateError(
+                "SaslHandshake may come only once, before SaslAuthenticate",
+                mechanism=mechanism,
+            )
+        self.mechanism = mechanism
+        self._move(SaslState.AUTHENTICATING)
+
+    def step(self, message: bytes) -> tuple[bytes, Callable[[], bool] | None]:
+        """Feed one SaslAuthenticate message. Returns the server's answer and, for PLAIN,
+        the password check to run off the event loop (the caller runs it and passes its
+        result to :meth:`finish_plain`). Raises ExchangeFailedError (the caller answers 58 and
+        closes) or IllegalSaslStateError."""
+        if self.state is not SaslState.AUTHENTICATING:
+            raise IllegalSaslStateError(
+                "SaslAuthenticate before SaslHandshake, or after the exchange ended",
+                mechanism=self.mechanism,
+            )
+        if len(message) > MAX_AUTH_BYTES:
+            self._refuse(f"a message of {len(message)} bytes (the limit is {MAX_AUTH_BYTES})")
+        if self.mechanism == "PLAIN":
+            return b"", self._plain_check(message)
+        return self._scram_step(message), None
+
+    # -- PLAIN ----------------------------------------------------------------------------
+
+    def _plain_check(self, message: bytes) -> Callable[[], bool]:
+        parts = message.split(b"\0")
+        if len(parts) != 3:
+            self._refuse("a PLAIN message that is not authzid NUL user NUL password")
+        try:
+            authzid, user, password = (part.decode() for part in parts)
+        except UnicodeDecodeError:
+            self._refuse("a PLAIN message that is not UTF-8")
+        self.user = user
+        if not user:
+            self._refuse("an empty user name")
+        if authzid and authzid != user:
+            self._refuse(f"authorization id {authzid!r} is not the user (impersonation)")
+        creds = self._store.credentials(user)
+        cred = creds.get("SCRAM-SHA-512") or creds.get("SCRAM-SHA-256")
+        if cred is None:
+            self._refuse("unknown user")
+        checked: ScramCredential = cred
+
+        def check() -> bool:
+            return checked.verify_password(password)
+
+        return check
+
+    def finish_plain(self, ok: bool) -> None:
+        if not ok:
+            self._refuse("wrong password")
+        self._move(SaslState.COMPLETE)
+
+    # -- SCRAM ----------------------------------------------------------------------------
+
+    def _scram_step(self, message: bytes) -> bytes:
+        mechanism = self.mechanism
+        assert mechanism in SCRAM_HASHES, mechanism
+        try:
+            text = message.decode()
+        except UnicodeDecodeError:
+            self._refuse("a SCRAM message that is not UTF-8")
+        try:
+            if self._scram is None:
+                self._scram = scramp.ScramMechanism(mechanism).make_server(self._lookup)
+                self._scram.set_client_first(text)
+                first: str = self._scram.get_server_first()
+                return first.encode()
+            self._scram.set_client_final(text)
+            final_text: str = self._scram.get_server_final()
+            final = final_text.encode()
+        except _UnknownUserError:
+            self._refuse("unknown user")
+        except scramp.ScramException as exc:
+            self._refuse(f"SCRAM: {exc}")
+        except Exception as exc:  # scramp raises plain errors on malformed messages
+            self._refuse(f"a malformed SCRAM message ({type(exc).__name__}: {exc})")
+        self._move(SaslState.COMPLETE)
+        return final
+
+    def _lookup(self, user: str) -> tuple[bytes, bytes, bytes, int]:
+        self.user = user
+        assert self.mechanism is not None
+        cred = self._store.get(user, self.mechanism)
+        if cred is None:
+            raise _UnknownUserError(user)
+        return cred.salt, cred.stored_key, cred.server_key, cred.iterations
+
+    # -- outcome --------------------------------------------------------------------------
+
+    def _refuse(self, reason: str) -> NoReturn:
+        self.fail()
+        raise ExchangeFailedError(reason, self.user)
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        assert self.complete and self.user is not None
+        return KafkaPrincipal.user(self.user)
+
+    def failure_for_client(self) -> AuthenticationError:
+        """The answer a client gets: mechanism and user, not which of the two was wrong."""
+        user = self.user if self.user is not None else "?"
+        return AuthenticationError(
+            f"SASL {self.mechanism} authentication of user {user!r} failed: unknown user or "
+            "wrong password (or a malformed exchange); the connection is closed. Check "
+            "sasl.username / sasl.password (or sasl.jaas.config) and that the user exists "
+            "(spark-mq users list)",
+            mechanism=self.mechanism,
+            user=self.user,
+        )

@@ -1,0 +1,71 @@
+"""A broker's SASL settings (``ServerConfig.sasl``), Kafka's keys.
+
+``connection.failed.authentication.delay.ms`` (Kafka's, default 100): a failed authentication
+is answered, and its connection closed, only after this delay, so that one connection cannot
+try passwords at the speed of the network.
+
+``sasl.enabled.mechanisms``: Kafka's default is GSSAPI (Kerberos), which spark_mq does not
+build; ours is ``SCRAM-SHA-256,SCRAM-SHA-512``. PLAIN is accepted only when listed: it sends
+the password itself to the broker (in the clear on a SASL_PLAINTEXT listener), where SCRAM
+proves knowledge of it without sending it, so it has to be chosen on purpose.
+
+    >>> SaslConfig.from_properties({}).sasl_enabled_mechanisms
+    ('SCRAM-SHA-256', 'SCRAM-SHA-512')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Final
+
+from spark_mq.config import Config, between, parse_int, parse_list, setting
+from spark_mq.errors import ConfigError
+
+#: The mechanisms spark_mq implements.
+MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _check_mechanisms(key: str, value: Any) -> None:
+    unknown = [m for m in value if m not in MECHANISMS]
+    if unknown:
+        hint = " (GSSAPI and OAUTHBEARER are not built)" if unknown else ""
+        raise ConfigError(
+            f"{key}: {', '.join(unknown)} not supported{hint}; choose among "
+            f"{', '.join(MECHANISMS)}",
+            key=key,
+            value=",".join(value),
+        )
+    if not value:
+        raise ConfigError(f"{key} must name at least one mechanism", key=key, value=value)
+
+
+@dataclasses.dataclass(frozen=True)
+class SaslConfig(Config):
+    """SASL on the broker's SASL_PLAINTEXT listeners."""
+
+    component = "SASL"
+
+    sasl_enabled_mechanisms: tuple[str, ...] = setting(
+        "sasl.enabled.mechanisms",
+        ("SCRAM-SHA-256", "SCRAM-SHA-512"),
+        "The SASL mechanisms a SASL listener accepts: SCRAM-SHA-256, SCRAM-SHA-512 and, only "
+        "when listed, PLAIN (it sends the password itself).",
+        parse=lambda key, value: tuple(m.upper() for m in parse_list(key, value)),
+        check=_check_mechanisms,
+    )
+
+    connection_failed_authentication_delay_ms: int = setting(
+        "connection.failed.authentication.delay.ms",
+        100,
+        "How long the broker waits before it answers a failed authentication and closes the "
+        "connection (Kafka's default): slows down password guessing without holding a "
+        "thread. 0: answer at once.",
+        parse=parse_int,
+        check=between(0, 60_000),
+    )
+
+    @classmethod
+    def owns(cls, key: str) -> bool:
+        """Whether ``key`` (dotted or underscored) is one of these settings."""
+        settings: dict[str, Any] = cls.settings()
+        return key in settings or key.replace("_", ".") in settings

@@ -1,0 +1,166 @@
+"""``spark-mq users add|remove|list``: the SCRAM users brokers authenticate (Kafka's
+``kafka-configs --entity-type users --alter --add-config 'SCRAM-SHA-512=[password=...]'``).
+
+    spark-mq users add alice --bootstrap-server HOST:PORT            (asks for the password)
+    spark-mq users add alice --password-file secret.txt --mechanism SCRAM-SHA-256 --path DIR
+    spark-mq users remove alice --bootstrap-server HOST:PORT
+    spark-mq users list --path DIR
+
+Both ways go through the admin API (AlterUserScramCredentials / DescribeUserScramCredentials):
+the password is salted here and never sent to the broker; a cluster's brokers keep the
+credential in ZooKeeper and each applies it within seconds, the embedded broker (``--path``)
+in its log directory. ``add`` sets both SCRAM mechanisms unless ``--mechanism`` names one;
+``remove`` removes every credential of the user unless ``--mechanism`` names one. To reach a
+SASL listener, give the admin's own credentials with ``-X security.protocol=SASL_PLAINTEXT
+-X sasl.username=... -X sasl.password=...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+from spark_mq.cli.common import (
+    CliUsageError,
+    CommandGroup,
+    Handler,
+    client_config,
+    client_properties,
+    handler_table,
+)
+from spark_mq.cli.format import json_text, render_table
+from spark_mq.client.admin import Admin
+from spark_mq.client.scram_users import (
+    Alteration,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
+from spark_mq.scram import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_HASHES
+
+
+def _admin(args: argparse.Namespace) -> Admin:
+    return Admin(**client_config(args))
+
+
+def _password(args: argparse.Namespace) -> str:
+    if args.password is not None:
+        password = str(args.password)
+    elif args.password_file is not None:
+        try:
+            password = Path(args.password_file).read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as exc:
+            raise CliUsageError(f"cannot read --password-file {args.password_file}: {exc}") from exc
+    elif sys.stdin.isatty():
+        password = getpass.getpass(f"password for {args.user}: ")
+        if getpass.getpass("again: ") != password:
+            raise CliUsageError("the two passwords differ; nothing was changed")
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise CliUsageError("the password is empty; nothing was changed")
+    return password
+
+
+def users_add(args: argparse.Namespace) -> int:
+    if not MIN_ITERATIONS <= args.iterations <= MAX_ITERATIONS:
+        raise CliUsageError(f"--iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS}")
+    password = _password(args)
+    mechanisms = args.mechanism or list(SCRAM_HASHES)
+    with _admin(args) as admin:
+        admin.alter_user_scram_credentials(
+            [
+                UserScramCredentialUpsertion(args.user, m, password, args.iterations)
+                for m in mechanisms
+            ]
+        )
+    if args.json:
+        print(json_text({"user": args.user, "added": mechanisms}))
+    else:
+        print(f"Set {', '.join(mechanisms)} credentials of user {args.user!r}.")
+    return 0
+
+
+def users_remove(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        mechanisms = args.mechanism or [
+            info.mechanism for info in admin.describe_user_scram_credentials([args.user])[args.user]
+        ]
+        alterations: list[Alteration] = [
+            UserScramCredentialDeletion(args.user, m) for m in mechanisms
+        ]
+        admin.alter_user_scram_credentials(alterations)
+    if args.json:
+        print(json_text({"user": args.user, "removed": mechanisms}))
+    else:
+        print(f"Removed {', '.join(mechanisms)} credentials of user {args.user!r}.")
+    return 0
+
+
+def users_list(args: argparse.Namespace) -> int:
+    with _admin(args) as admin:
+        described = admin.describe_user_scram_credentials(args.users or None)
+    if args.json:
+        document: dict[str, Any] = {
+            user: [{"mechanism": i.mechanism, "iterations": i.iterations} for i in infos]
+            for user, infos in sorted(described.items())
+        }
+        print(json_text({"users": document}))
+        return 0
+    if not described:
+        print("No users.")
+        return 0
+    rows = [
+        (user, ", ".join(f"{i.mechanism} ({i.iterations})" for i in infos))
+        for user, infos in sorted(described.items())
+    ]
+    print(render_table(["user", "credentials (iterations)"], rows))
+    return 0
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``users`` and its actions on the ``spark-mq`` command parser."""
+    actions = CommandGroup(
+        commands,
+        "users",
+        help="add, remove and list SCRAM users (SASL authentication)",
+        parents=[common],
+    )
+    add = actions.add(
+        "add",
+        users_add,
+        help="add a user or change its password",
+        description="Set the user's SCRAM credentials (both mechanisms unless --mechanism). "
+        "The password comes from --password, --password-file, the terminal (asked twice) or "
+        "the first line of standard input; it is salted here and never sent to the broker.",
+    )
+    add.add_argument("user", help="the user name (the principal is User:<name>)")
+    secret = add.add_mutually_exclusive_group()
+    secret.add_argument(
+        "--password", help="the password (visible to other local users in ps; prefer a file)"
+    )
+    secret.add_argument("--password-file", metavar="F", help="read the password from F")
+    add.add_argument(
+        "--iterations",
+        type=int,
+        default=MIN_ITERATIONS,
+        help=f"SCRAM iterations, {MIN_ITERATIONS}..{MAX_ITERATIONS} (default {MIN_ITERATIONS})",
+    )
+    remove = actions.add("remove", users_remove, help="remove a user's credentials")
+    remove.add_argument("user")
+    for p in (add, remove):
+        p.add_argument(
+            "--mechanism",
+            action="append",
+            choices=list(SCRAM_HASHES),
+            help="only this mechanism (repeatable; default: all)",
+        )
+    lst = actions.add("list", users_list, help="list users and their SCRAM mechanisms")
+    lst.add_argument("users", nargs="*", metavar="USER", help="only these users")
+    for p in (add, remove, lst):
+        client_properties(p, "admin")
+
+
+HANDLERS: Final[dict[str, Handler]] = handler_table(users_add, users_remove, users_list)
