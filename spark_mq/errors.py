@@ -93,6 +93,10 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
         ├── InvalidReplicaAssignmentError        (39) an assignment that cannot be made
         ├── NoReassignmentInProgressError        (85) cancelling a reassignment that is not there
         ├── ClusterAuthorizationError            (31) an inter-broker API sent by a client
+        ├── TopicAuthorizationError              (29) no ACL allows the operation on a topic
+        ├── GroupAuthorizationError              (30) no ACL allows the operation on a group
+        ├── TransactionalIdAuthorizationError    (53) nor on a transactional id
+        ├── SecurityDisabledError                (54) ACL APIs on a broker with no authorizer
         ├── SslAuthenticationError               a TLS handshake refused: certificate, CA, host
         ├── DuplicateSequenceError               (46)
         ├── UnknownProducerIdError               (59)
@@ -680,6 +684,39 @@ class ClusterAuthorizationError(ProtocolError):
     ``abort_transaction()``)."""
 
     error_code = 31
+
+
+# Authorization (ACLs): the broker's message names the principal, the operation, the
+# resource and the kafka-acls command that would allow it.
+
+
+class TopicAuthorizationError(ProtocolError):
+    """The principal may not do this to the topic: no ACL allows it, or one denies it
+    (Kafka's TOPIC_AUTHORIZATION_FAILED). Nothing was changed; the message says which
+    ACL an administrator would add (``spark-mq acls add``)."""
+
+    error_code = 29
+
+
+class GroupAuthorizationError(ProtocolError):
+    """The principal may not use the consumer group (Kafka's GROUP_AUTHORIZATION_FAILED);
+    the message says which ACL would allow it."""
+
+    error_code = 30
+
+
+class TransactionalIdAuthorizationError(ProtocolError):
+    """The principal may not use the transactional id (Kafka's
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED); the message says which ACL would allow it."""
+
+    error_code = 53
+
+
+class SecurityDisabledError(ProtocolError):
+    """An ACL request to a broker with no authorizer: set ``authorizer.class.name`` on the
+    brokers first (Kafka's SECURITY_DISABLED)."""
+
+    error_code = 54
 
 
 class SslAuthenticationError(ProtocolError):

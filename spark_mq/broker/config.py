@@ -25,6 +25,7 @@ import ipaddress
 from collections.abc import Mapping
 from typing import Any, Final
 
+from spark_mq.broker.acl.config import AuthorizerConfig
 from spark_mq.broker.connection_quotas import UNIX_PEER, normalize_host
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.half.config import HalfMessageConfig
@@ -583,6 +584,7 @@ class ServerConfig:
     metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     leadership: LeadershipConfig = dataclasses.field(default_factory=LeadershipConfig)
     sasl: SaslConfig = dataclasses.field(default_factory=SaslConfig)
+    authorizer: AuthorizerConfig = dataclasses.field(default_factory=AuthorizerConfig)
     #: ``ssl.*``: the TLS of SSL and SASL_SSL listeners and of inter-broker connections.
     tls: BrokerTlsConfig = dataclasses.field(default_factory=BrokerTlsConfig)
     #: Listener name -> its TLS config, for listeners with ``listener.name.<name>.ssl.*``.
@@ -606,6 +608,7 @@ class ServerConfig:
         metrics_props: dict[str, object] = {}
         leadership_props: dict[str, object] = {}
         sasl_props: dict[str, object] = {}
+        authorizer_props: dict[str, object] = {}
         tls_props: dict[str, object] = {}
         listener_tls_props: dict[str, dict[str, object]] = {}
         broker_keys = BrokerConfig.settings()
@@ -629,6 +632,8 @@ class ServerConfig:
                 leadership_props[key] = value
             elif SaslConfig.owns(key):
                 sasl_props[key] = value
+            elif AuthorizerConfig.owns(key):
+                authorizer_props[key] = value
             elif BrokerTlsConfig.owns(key):
                 tls_props[key] = value
             elif (per_listener := split_listener_key(key)) is not None:
@@ -646,6 +651,7 @@ class ServerConfig:
                         *MetricsConfig.settings(),
                         *LeadershipConfig.settings(),
                         *SaslConfig.settings(),
+                        *AuthorizerConfig.settings(),
                         *BrokerTlsConfig.settings(),
                     ]
                 )
@@ -677,6 +683,7 @@ class ServerConfig:
             MetricsConfig.from_properties(metrics_props),
             LeadershipConfig.from_properties(leadership_props),
             SaslConfig.from_properties(sasl_props),
+            AuthorizerConfig.from_properties(authorizer_props),
             BrokerTlsConfig.from_properties(tls_props),
             listener_configs(tls_props, listener_tls_props),
             {
@@ -706,6 +713,8 @@ class ServerConfig:
         leadership = self.leadership
         out.update(leadership.overrides() if only_set else leadership.to_properties())
         out.update(self.sasl.overrides() if only_set else self.sasl.to_properties())
+        authorizer = self.authorizer
+        out.update(authorizer.overrides() if only_set else authorizer.to_properties())
         out.update(self.tls.overrides() if only_set else self.tls.to_properties())
         for name, props in self.listener_tls_props.items():
             for key, value in props.items():
@@ -727,6 +736,7 @@ class ServerConfig:
             or MetricsConfig.settings().get(broker_key)
             or LeadershipConfig.settings().get(broker_key)
             or SaslConfig.settings().get(broker_key)
+            or AuthorizerConfig.settings().get(broker_key)
             or BrokerTlsConfig.settings().get(broker_key)
         )
         if field is None and broker_key in TOPIC_DEFAULT_KEYS:

@@ -56,19 +56,21 @@ import contextlib
 import fcntl
 import logging
 import os
+import pwd
 import socket
 import ssl
+import struct
 import sys
 import termios
 from typing import IO, TYPE_CHECKING, Any, Final, cast
 
-from spark_mq.broker.connection_quotas import peer_host
+from spark_mq.broker.connection_quotas import UNIX_PEER, peer_host
 from spark_mq.broker.context import ConnectionSession, RequestContext, Response
-from spark_mq.broker.handlers import HANDLERS
 from spark_mq.broker.handlers.errors import REPEATED, UnanswerableError, answer
 from spark_mq.broker.request_memory import MemoryWaiter
 from spark_mq.broker.sasl.authenticator import PRE_AUTHENTICATION_APIS, SaslServerSession
 from spark_mq.errors import CorruptFrameError, StorageError, UnsupportedVersionError
+from spark_mq.principal import KafkaPrincipal
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import ApiKey, encode_frame_error, encode_response, spec_for
 from spark_mq.protocol.error_codes import ErrorCode
@@ -125,6 +127,22 @@ class _RangeFile:
         view[: len(data)] = data
         self._pos += len(data)
         return len(data)
+
+
+def peer_user(sock: Any) -> str | None:
+    """The OS user name of a Unix-socket peer, from its credentials (SO_PEERCRED): the
+    kernel's word, not the peer's. None where the platform cannot tell."""
+    if sock is None or not hasattr(socket, "SO_PEERCRED"):
+        return None
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+    except OSError:
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)  # a user with no passwd entry (a container's): its uid
 
 
 def tune_socket(sock: Any) -> None:
@@ -222,6 +240,12 @@ class Connection(asyncio.BufferedProtocol):
         if isinstance(peer, tuple):
             self.peer = f"{peer[0]}:{peer[1]}"
         self.host = peer_host(peer)
+        self.session.host = self.host
+        if self.host == UNIX_PEER:
+            # The OS proved who the peer is: the owner of the connecting process.
+            user = peer_user(transport.get_extra_info("socket"))
+            if user is not None:
+                self.session.principal = KafkaPrincipal.user(user)
         if not self.server.quotas.admit(self.host, self.peer):
             transport.close()
             return
@@ -559,7 +583,7 @@ class Connection(asyncio.BufferedProtocol):
         cid = header.correlation_id
         try:
             spec = spec_for(header.api_key, header.api_version)
-            handler = HANDLERS.get(spec.key)
+            handler = self.core.handlers.get(spec.key)
             if handler is None:
                 raise UnsupportedVersionError(f"{spec.key.name} is not served by this broker")
             if self.session.awaiting_sasl and spec.key not in PRE_AUTHENTICATION_APIS:

@@ -65,6 +65,9 @@ class ConnectionSession:
         """Whether this connection must still authenticate with SASL."""
         return self.sasl is not None and not self.sasl.complete
 
+    #: The peer's address as ACLs name hosts (its IP; ``unix`` for a Unix-socket peer).
+    host: str = ""
+
 
 @dataclasses.dataclass(slots=True)
 class RequestTiming:

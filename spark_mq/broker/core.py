@@ -22,7 +22,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from spark_mq.broker.acl.authorizer import AclAuthorizer
+from spark_mq.broker.acl.checks import authorized_handler
+from spark_mq.broker.acl.store import AclStore, FileAclStore
 from spark_mq.broker.config import ServerConfig
+from spark_mq.broker.context import Handler
 from spark_mq.broker.controller_fence import ControllerFence
 from spark_mq.broker.dir_files import BrokerMeta
 from spark_mq.broker.group.service import GroupService, wall_clock_ms
@@ -36,6 +40,7 @@ from spark_mq.broker.producer_ids import ProducerIdManager
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.sasl.credential_store import CredentialStore, FileCredentialBackend
 from spark_mq.broker.txn.service import TransactionService
+from spark_mq.protocol.api import ApiKey
 from spark_mq.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
@@ -150,6 +155,20 @@ class BrokerCore:
         self.last_activity_ms = monotonic_ms()
         #: The APIs this broker serves, advertised by ApiVersions.
         self.served_apis: frozenset[int] = frozenset(HANDLERS)
+        #: ACL authorization (off unless authorizer.class.name is set). The ACLs of a single
+        #: node are a file in its log directory; a cluster broker's store is ZooKeeper's,
+        #: attached by ``main`` once its session is up.
+        self.authorizer = AclAuthorizer(config.authorizer)
+        self.acl_store: AclStore = FileAclStore(logs.root, self.authorizer)
+        if self.authorizer.enabled and not config.broker.in_cluster:
+            self.acl_store.load()
+        #: The dispatch table: every handler behind its API's ACL check when the authorizer
+        #: is on (``acl.checks``), the bare table otherwise (no cost when off).
+        self.handlers: Mapping[ApiKey, Handler] = (
+            {key: authorized_handler(key, h) for key, h in HANDLERS.items()}
+            if self.authorizer.enabled
+            else HANDLERS
+        )
         #: The group coordinator (started by the server, driven from the event loop).
         #: Each service gets what it uses: its config, the partitions, the executor and
         #: the wall clock (``clock``: start times and expiry survive restarts).

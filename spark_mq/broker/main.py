@@ -83,6 +83,7 @@ from spark_mq.storage.dir_lock import read_owner
 from spark_mq.storage.log_manager import LogManager
 
 if TYPE_CHECKING:
+    from spark_mq.broker.acl.zk_store import ZkAclSync
     from spark_mq.broker.half.replicated_writes import ReplicatedWriter
     from spark_mq.broker.metrics.broker_metrics import BrokerMetrics
     from spark_mq.broker.replica_fetcher import ReplicaFetcherManager
@@ -223,6 +224,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
     repeats = asyncio.create_task(report_repeated(), name="repeated-failures")
     membership: ClusterMembership | None = None
     config_sync: TopicConfigSync | None = None
+    acl_sync: ZkAclSync | None = None
     marker_channel: TransactionMarkerChannel | None = None
     try:
         addresses = await server.start()
@@ -290,6 +292,15 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             await asyncio.to_thread(users.apply_all)
             config_sync = TopicConfigSync(membership.zk, logs, entity_handlers={USER_ENTITY: users})
             config_sync.start()
+            if core.authorizer.enabled:
+                # A cluster's ACLs are ZooKeeper's (/kafka-acl): read them before serving
+                # and follow every change any broker makes.
+                from spark_mq.broker.acl.zk_store import ZkAclStore, ZkAclSync  # noqa: PLC0415
+
+                core.acl_store = ZkAclStore(membership.zk, core.authorizer)
+                await asyncio.to_thread(core.acl_store.load)
+                acl_sync = ZkAclSync(membership.zk, core.authorizer)
+                await asyncio.to_thread(acl_sync.start)
         # broker.json's TCP address is for clients given path=DIR, which speak PLAINTEXT.
         tcp = next(
             (
@@ -354,6 +365,8 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         # Followers stop fetching before the logs they append to close.
         await asyncio.to_thread(core.replicas.close_fetchers)
         await server.close(timeout_s)
+        if acl_sync is not None:
+            await asyncio.to_thread(acl_sync.close)
         if config_sync is not None:
             # Before the LogManager closes: a change being applied is finished first.
             await asyncio.to_thread(config_sync.close)

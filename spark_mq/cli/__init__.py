@@ -34,6 +34,7 @@ from typing import Final, NoReturn
 
 from spark_mq import __version__
 from spark_mq.cli import (
+    acls,
     broker,
     cluster,
     console,
@@ -70,6 +71,7 @@ COMMAND_GROUPS: Final = (
     groups,
     transactions,
     half_messages,
+    acls,
     log,
     records,
     perf,

@@ -18,6 +18,7 @@ from os import PathLike
 from typing import Any
 
 from spark_mq.client import reassignments, scram_users
+from spark_mq.client.acl_admin import AclAdmin, AclBinding, AclBindingFilter
 from spark_mq.client.cluster import ANY_NODE, LEADER_MOVED, Cluster
 from spark_mq.client.config import AdminConfig, client_config_props
 from spark_mq.client.descriptions import (
@@ -114,6 +115,7 @@ class Admin:
         self._cluster = Cluster(self.config)
         self._groups = GroupAdmin(self._cluster, timeout_ms=self.config.default_api_timeout_ms)
         self._txns = TransactionAdmin(self._cluster, timeout_ms=self.config.default_api_timeout_ms)
+        self._acls = AclAdmin(self._request)
         self._closed = False
 
     def _request(self, request: Any, *, controller: bool = False) -> Any:
@@ -626,6 +628,20 @@ class Admin:
         return election_results(self._controller_request(request, response_codes))
 
     # -- lifecycle ------------------------------------------------------------------------
+
+    # -- ACLs (client/acl_admin.py) -------------------------------------------------------
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        """Add ACLs (Kafka's Admin.createAcls); see :class:`~spark_mq.client.acl_admin.AclAdmin`."""
+        self._acls.create_acls(bindings)
+
+    def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The ACLs ``acl_filter`` matches (all by default)."""
+        return self._acls.describe_acls(acl_filter)
+
+    def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclBinding]:
+        """Remove the ACLs the filters match; returns those removed."""
+        return self._acls.delete_acls(filters)
 
     def close(self) -> None:
         if not self._closed:

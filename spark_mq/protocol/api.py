@@ -21,6 +21,7 @@ import msgspec
 
 from spark_mq.errors import CorruptFrameError, UnsupportedVersionError
 from spark_mq.protocol import (
+    acls,
     admin,
     api_versions,
     controller,
@@ -115,6 +116,10 @@ class ApiKey(enum.IntEnum):
     SASL_AUTHENTICATE = 36
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
+    # Authorization: access control lists (protocol/acls.py).
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
 
 
 #: The APIs only a broker of the cluster may send (Kafka: the ones that need the CLUSTER
@@ -515,6 +520,25 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             sasl.AlterUserScramCredentialsRequest,
             sasl.AlterUserScramCredentialsResponse,
             sasl.alter_user_scram_credentials_error,
+        ),
+        # Authorization (protocol/acls.py).
+        ApiSpec(
+            ApiKey.DESCRIBE_ACLS,
+            acls.DescribeAclsRequest,
+            acls.DescribeAclsResponse,
+            acls.describe_acls_error,
+        ),
+        ApiSpec(
+            ApiKey.CREATE_ACLS,
+            acls.CreateAclsRequest,
+            acls.CreateAclsResponse,
+            acls.create_acls_error,
+        ),
+        ApiSpec(
+            ApiKey.DELETE_ACLS,
+            acls.DeleteAclsRequest,
+            acls.DeleteAclsResponse,
+            acls.delete_acls_error,
         ),
     )
 }

@@ -8,6 +8,7 @@ that carry a records section (a Produce request, a Fetch response) are drawn wit
 
 from __future__ import annotations
 
+import enum
 import types
 import typing
 from functools import cache
@@ -56,6 +57,9 @@ def for_type(tp: Any) -> st.SearchStrategy[Any]:
         return st.binary(max_size=16)
     if tp is type(None):
         return st.none()
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        # Enum fields (the ACL messages' resource types, operations, ...): any member.
+        return st.sampled_from(list(tp))
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
         return message(tp)
     if origin is list:

@@ -5,6 +5,7 @@ decodes as it decodes any answer. The broker's dispatcher sends it when a handle
 
 from __future__ import annotations
 
+import enum
 import types
 import typing
 from typing import Any
@@ -33,6 +34,8 @@ def sample(tp: Any) -> Any:
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
         hints = typing.get_type_hints(tp)
         return tp(**{f: sample(hints[f]) for f in tp.__struct_fields__})
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return next(iter(tp))  # the ACL messages' enums: any member
     return {str: "x", int: 0, bool: False, bytes: b"x"}[tp]
 
 

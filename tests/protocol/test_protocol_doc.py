@@ -8,6 +8,7 @@ table (every code, its name, ``retriable`` and class) and the worked hex example
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 import struct
@@ -116,6 +117,8 @@ def wire_type(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if tp in (int, str, bool):
         return str(tp.__name__)
+    if isinstance(tp, type) and issubclass(tp, enum.IntEnum):
+        return "int"  # the ACL messages' enums travel as Kafka's numbers
     if tp is bytes:
         return "bin"
     if tp is type(None):

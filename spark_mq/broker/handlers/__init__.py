@@ -16,6 +16,11 @@ from collections.abc import Mapping
 from typing import Final
 
 from spark_mq.broker.context import Handler
+from spark_mq.broker.handlers.acls import (
+    handle_create_acls,
+    handle_delete_acls,
+    handle_describe_acls,
+)
 from spark_mq.broker.handlers.alter_partition import REFUSAL_HINT as ALTER_PARTITION_HINT
 from spark_mq.broker.handlers.alter_partition import handle_alter_partition
 from spark_mq.broker.handlers.authenticate_broker import handle_authenticate_broker
@@ -105,6 +110,9 @@ from spark_mq.protocol.txn_participants import (
 )
 
 _SERVED: Final[Mapping[ApiKey, Handler]] = {
+    ApiKey.DESCRIBE_ACLS: handle_describe_acls,
+    ApiKey.CREATE_ACLS: handle_create_acls,
+    ApiKey.DELETE_ACLS: handle_delete_acls,
     ApiKey.PRODUCE: handle_produce,
     ApiKey.FETCH: handle_fetch,
     ApiKey.LIST_OFFSETS: handle_list_offsets,
