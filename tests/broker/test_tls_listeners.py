@@ -35,9 +35,11 @@ from spark_mq.broker.server import BrokerServer
 from spark_mq.client import Admin, Consumer, Producer, TopicPartition
 from spark_mq.errors import (
     AuthenticationError,
+    ClusterAuthorizationError,
     ConfigError,
     NetworkError,
     SslAuthenticationError,
+    TopicAuthorizationError,
 )
 from spark_mq.principal import ANONYMOUS
 from spark_mq.storage.log_manager import LogManager
@@ -255,6 +257,42 @@ def test_client_auth_required(tmp_path: Path, pki: dict[str, Any]) -> None:
         with Admin(bootstrap_servers=str(served.plain)) as admin:
             admin.list_topics()
             assert str(ANONYMOUS) in served.principals()
+    finally:
+        served.close()
+
+
+def test_the_certificate_principal_is_what_acls_check(tmp_path: Path, pki: dict[str, Any]) -> None:
+    """The TLS principal reaches authorization: the client certificate's DN is a super user
+    and may create a topic; the same listener's client without a certificate is ANONYMOUS
+    and is refused."""
+    dn = "User:CN=client,O=spark_mq"
+    props = broker_props(
+        pki["broker"],
+        **{
+            "ssl.client.auth": "requested",
+            "ssl.ca.location": str(pki["ca"].cert),
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": dn,
+        },
+    )
+    served = TlsBroker(tmp_path / "mq", props)
+    try:
+        client = pki["client"]
+        with_cert = ssl_client(
+            pki,
+            **{
+                "ssl.certificate.location": str(client.cert),
+                "ssl.key.location": str(client.key),
+            },
+        )
+        with Admin(bootstrap_servers=str(served.ssl), config=with_cert) as admin:
+            admin.create_topic("by-certificate", 1)
+            assert admin.list_topics() == ["by-certificate"]
+        with (
+            pytest.raises((ClusterAuthorizationError, TopicAuthorizationError)),
+            Admin(bootstrap_servers=str(served.ssl), config=ssl_client(pki)) as admin,
+        ):
+            admin.create_topic("anonymous", 1)
     finally:
         served.close()
 
