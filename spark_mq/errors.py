@@ -97,6 +97,7 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
         ├── GroupAuthorizationError              (30) no ACL allows the operation on a group
         ├── TransactionalIdAuthorizationError    (53) nor on a transactional id
         ├── SecurityDisabledError                (54) ACL APIs on a broker with no authorizer
+        ├── SslAuthenticationError               a TLS handshake refused: certificate, CA, host
         ├── DuplicateSequenceError               (46)
         ├── UnknownProducerIdError               (59)
         ├── InvalidProducerIdMappingError        (49)
@@ -716,6 +717,18 @@ class SecurityDisabledError(ProtocolError):
     brokers first (Kafka's SECURITY_DISABLED)."""
 
     error_code = 54
+
+
+class SslAuthenticationError(ProtocolError):
+    """A TLS handshake with a broker was refused: its certificate expired, is signed by a CA
+    this client does not trust, or does not name the host; or the broker refused this
+    client's certificate (or wanted one). Not retried: the same handshake fails the same
+    way until the certificates or the ``ssl.*`` settings change. Kafka's
+    SslAuthenticationException. ``broker`` is the address connected to."""
+
+    def __init__(self, message: str, *, broker: str = "") -> None:
+        super().__init__(message)
+        self.broker = broker
 
 
 class TransactionalIdNotFoundError(ProtocolError):

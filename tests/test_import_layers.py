@@ -26,6 +26,8 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "config": 0,
     "principal": 0,
+    # TLS contexts from PEM files (Python's ssl), for listeners and clients alike.
+    "tls": 0,
     "scram": 0,
     "version": 0,
     "rate_limited_log": 0,

@@ -174,8 +174,7 @@ class AlterPartitionManager:
         found = read_live_brokers(self._membership.zk).get(controller_id)
         if found is None:
             raise ControllerMovedError(f"controller {controller_id} is not registered")
-        endpoint = found[0].endpoint()
-        return controller_id, BrokerAddress(host=endpoint.host, port=endpoint.port)
+        return controller_id, self._membership.inter_broker.address(found[0])
 
     def _send(self, states: list[AlterPartitionState]) -> AlterPartitionResponse:
         epoch = self._membership.broker_epoch
@@ -185,7 +184,7 @@ class AlterPartitionManager:
         target = self._controller()
         if self._conn is None or not self._conn.connected or self._conn_to != target:
             self._close_connection()
-            conn = BrokerConnection(
+            conn = self._membership.inter_broker.connection(
                 target[1],
                 node_id=target[0],
                 client_id=f"alter-partition-{self._node_id}",

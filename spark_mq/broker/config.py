@@ -30,9 +30,24 @@ from spark_mq.broker.connection_quotas import UNIX_PEER, normalize_host
 from spark_mq.broker.group.config import GroupConfig
 from spark_mq.broker.half.config import HalfMessageConfig
 from spark_mq.broker.leadership_config import LeadershipConfig
+from spark_mq.broker.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    UNIX,
+    Listener,
+    _AnyName,
+    check_listener_syntax,
+    parse_protocol_map,
+    protocol_map_of,
+)
 from spark_mq.broker.metrics.config import MetricsConfig
 from spark_mq.broker.replication_config import ReplicationConfig
 from spark_mq.broker.sasl.sasl_config import SaslConfig
+from spark_mq.broker.tls_config import (
+    LISTENER_PREFIX,
+    BrokerTlsConfig,
+    listener_configs,
+    split_listener_key,
+)
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.config import (
     Config,
@@ -86,10 +101,8 @@ _ALIASES: Final[Mapping[str, tuple[str, int]]] = {
 #: Kafka's Integer.MAX_VALUE, its "no limit" for connection counts.
 INT_MAX: Final = 2**31 - 1
 
-#: The listener schemes: Kafka's PLAINTEXT (TCP) and our UNIX (a local socket). ``UNIX://``
-#: with no path means the default socket of the log directory (see ``local.socket_path``).
-#: SASL_PLAINTEXT is TCP on which a connection must authenticate with SASL first.
-LISTENER_SCHEMES: Final = ("PLAINTEXT", "UNIX", "SASL_PLAINTEXT")
+#: Listener names accepted before the protocol map is known (syntax checks).
+_ANY_NAME: Final = _AnyName()
 
 #: Defaults of the embedded local broker (``--local``, what ensure_broker starts) unless the
 #: configuration sets them: idle exit, and only a Unix socket (mode 0600, so only its owner
@@ -100,63 +113,6 @@ LOCAL_DEFAULTS: Final[Mapping[str, str]] = {
     "listeners": "UNIX://",
     "broker.idle.exit.ms": "60000",
 }
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Listener:
-    """One listener: ``PLAINTEXT://host:port`` (port 0 = ephemeral) or ``UNIX://path``."""
-
-    scheme: str
-    host: str = ""
-    port: int = 0
-    unix_path: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Listener:
-        scheme, sep, rest = text.strip().partition("://")
-        scheme = scheme.upper()
-        if not sep or scheme not in LISTENER_SCHEMES:
-            raise ConfigError(
-                f"listener {text!r} must look like PLAINTEXT://127.0.0.1:9092 or UNIX://"
-                "/path/to.sock (UNIX:// alone: the log directory's default socket)",
-                key="listeners",
-                value=text,
-            )
-        if scheme == "UNIX":
-            return cls("UNIX", unix_path=rest or None)
-        host, colon, port_text = rest.rpartition(":")
-        if not colon or not (port_text.isascii() and port_text.isdigit()):
-            raise ConfigError(
-                f"listener {text!r} needs a port: PLAINTEXT://host:port (0 picks a free one)",
-                key="listeners",
-                value=text,
-            )
-        port = int(port_text)
-        if port > 65535:
-            raise ConfigError(
-                f"listener {text!r}: port {port} is above 65535", key="listeners", value=text
-            )
-        # Kafka: an empty host binds every interface.
-        return cls(scheme, host=host.strip("[]") or "0.0.0.0", port=port)
-
-    @property
-    def sasl_required(self) -> bool:
-        """Whether a connection must authenticate with SASL before other requests."""
-        return self.scheme == "SASL_PLAINTEXT"
-
-    def __str__(self) -> str:
-        if self.scheme == "UNIX":
-            return f"UNIX://{self.unix_path or ''}"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.scheme}://{host}:{self.port}"
-
-
-def _check_listeners(key: str, value: Any) -> None:
-    if not value:
-        raise ConfigError(f"{key} must name at least one listener", key=key, value=value)
-    parsed = [Listener.parse(item) for item in value]
-    if sum(1 for listener in parsed if listener.scheme == "UNIX") > 1:
-        raise ConfigError(f"{key} may hold at most one UNIX listener", key=key, value=value)
 
 
 def _parse_ip_override(item: str) -> tuple[str, int]:
@@ -210,18 +166,12 @@ def parse_zookeeper_connect(key: str, value: object) -> str:
 
 
 def _check_advertised(key: str, value: Any) -> None:
-    if len(value) > 1:
-        raise ConfigError(
-            f"{key} names {len(value)} listeners; a broker advertises one PLAINTEXT://host:port",
-            key=key,
-            value=",".join(value),
-        )
     for item in value:
-        listener = Listener.parse(item)
-        if listener.scheme != "PLAINTEXT":
+        listener = Listener.parse(item, _ANY_NAME, key=key)
+        if listener.scheme == UNIX:
             raise ConfigError(
                 f"{key}: {item!r} cannot be advertised to other hosts; advertise "
-                "PLAINTEXT://host:port listeners only",
+                "NAME://host:port listeners only",
                 key=key,
                 value=item,
             )
@@ -301,13 +251,13 @@ class BrokerConfig(Config):
     listeners: tuple[str, ...] = setting(
         "listeners",
         ("PLAINTEXT://127.0.0.1:9092", "UNIX://"),
-        "Where to accept connections: PLAINTEXT://host:port (TCP; port 0 picks a free port; an "
-        "empty host binds every interface), SASL_PLAINTEXT://host:port (TCP, clients "
-        "authenticate with SASL first: sasl.enabled.mechanisms) and UNIX://path (a local "
-        "socket; UNIX:// alone puts it in the log directory). The default listens on "
+        "Where to accept connections: NAME://host:port, NAME a security protocol (PLAINTEXT, "
+        "SSL, SASL_PLAINTEXT, SASL_SSL) or a name listener.security.protocol.map maps to one "
+        "(port 0 picks a free port; an empty host binds every interface), and UNIX://path (a "
+        "local socket; UNIX:// alone puts it in the log directory). The default listens on "
         "loopback only.",
         parse=parse_list,
-        check=_check_listeners,
+        check=check_listener_syntax,
     )
     node_id: int = setting(
         "node.id",
@@ -326,11 +276,28 @@ class BrokerConfig(Config):
     advertised_listeners: tuple[str, ...] = setting(
         "advertised.listeners",
         (),
-        "The PLAINTEXT://host:port addresses a cluster broker registers in ZooKeeper for "
-        "clients and other brokers. Empty: its bound PLAINTEXT listeners, with the real port "
-        "of a port-0 listener and loopback for a wildcard host.",
+        "The NAME://host:port addresses a cluster broker registers in ZooKeeper for clients "
+        "and other brokers, one per listener name (each a name of listeners). Empty: its "
+        "bound TCP listeners, with the real port of a port-0 listener and loopback for a "
+        "wildcard host.",
         parse=parse_list,
         check=_check_advertised,
+    )
+    listener_security_protocol_map: tuple[str, ...] = setting(
+        "listener.security.protocol.map",
+        tuple(f"{name}:{protocol}" for name, protocol in DEFAULT_PROTOCOL_MAP.items()),
+        "NAME:PROTOCOL,... the security protocol of each listener name (Kafka's default maps "
+        "PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL to themselves), e.g. "
+        "INTERNAL:SSL,EXTERNAL:SASL_SSL.",
+        parse=parse_protocol_map,
+    )
+    inter_broker_listener_name: str = setting(
+        "inter.broker.listener.name",
+        "",
+        "The listener brokers and the controller use between themselves (its advertised "
+        "endpoint; TLS settings of the listener when it is SSL). Empty: the listener named "
+        "PLAINTEXT (Kafka's security.inter.broker.protocol default).",
+        parse=lambda key, value: parse_str(key, value).upper(),
     )
     zookeeper_connect: str = setting(
         "zookeeper.connect",
@@ -514,15 +481,42 @@ class BrokerConfig(Config):
                 key="max.connections.per.ip",
                 value=0,
             )
-        if self.zookeeper_connect and not any(
-            listener.scheme == "PLAINTEXT" for listener in self.parsed_listeners()
-        ):
+        listeners = self.parsed_listeners()
+        names = {listener.scheme for listener in listeners}
+        advertised_names = [listener.scheme for listener in self.parsed_advertised()]
+        for name in advertised_names:
+            if name not in names:
+                raise ConfigError(
+                    f"advertised.listeners names listener {name}, which listeners does not "
+                    f"have ({', '.join(sorted(names))}): advertise only listeners the broker "
+                    "binds",
+                    key="advertised.listeners",
+                    value=",".join(self.advertised_listeners),
+                )
+        if len(set(advertised_names)) != len(advertised_names):
             raise ConfigError(
-                "zookeeper.connect is set but listeners has no PLAINTEXT://host:port listener: "
-                "a cluster broker must be reachable over TCP by clients and other brokers",
-                key="listeners",
-                value=",".join(self.listeners),
+                "advertised.listeners names a listener twice",
+                key="advertised.listeners",
+                value=",".join(self.advertised_listeners),
             )
+        if self.zookeeper_connect:
+            name = self.inter_broker_listener
+            key = "inter.broker.listener.name"
+            if name not in names or name == UNIX:
+                raise ConfigError(
+                    f"{key} is {name} (empty means PLAINTEXT) but listeners has no TCP "
+                    f"listener named {name} ({','.join(self.listeners)}): a cluster broker "
+                    "must be reachable by other brokers; set inter.broker.listener.name to "
+                    "one of its listeners",
+                    key=key,
+                    value=self.inter_broker_listener_name,
+                )
+            if advertised_names and name not in advertised_names:
+                raise ConfigError(
+                    f"advertised.listeners must advertise the inter-broker listener {name}",
+                    key="advertised.listeners",
+                    value=",".join(self.advertised_listeners),
+                )
 
     @property
     def per_ip_overrides(self) -> dict[str, int]:
@@ -554,8 +548,26 @@ class BrokerConfig(Config):
         """Whether this broker joins a cluster through ZooKeeper (zookeeper.connect set)."""
         return bool(self.zookeeper_connect)
 
+    @property
+    def protocol_map(self) -> dict[str, str]:
+        """``listener.security.protocol.map`` as name -> security protocol."""
+        return protocol_map_of(self.listener_security_protocol_map)
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener name of broker-to-broker connections (PLAINTEXT unless set)."""
+        return self.inter_broker_listener_name or "PLAINTEXT"
+
     def parsed_listeners(self) -> list[Listener]:
-        return [Listener.parse(item) for item in self.listeners]
+        protocols = self.protocol_map
+        return [Listener.parse(item, protocols) for item in self.listeners]
+
+    def parsed_advertised(self) -> list[Listener]:
+        protocols = self.protocol_map
+        return [
+            Listener.parse(item, protocols, key="advertised.listeners")
+            for item in self.advertised_listeners
+        ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -573,6 +585,16 @@ class ServerConfig:
     leadership: LeadershipConfig = dataclasses.field(default_factory=LeadershipConfig)
     sasl: SaslConfig = dataclasses.field(default_factory=SaslConfig)
     authorizer: AuthorizerConfig = dataclasses.field(default_factory=AuthorizerConfig)
+    #: ``ssl.*``: the TLS of SSL and SASL_SSL listeners and of inter-broker connections.
+    tls: BrokerTlsConfig = dataclasses.field(default_factory=BrokerTlsConfig)
+    #: Listener name -> its TLS config, for listeners with ``listener.name.<name>.ssl.*``.
+    listener_tls: Mapping[str, BrokerTlsConfig] = dataclasses.field(default_factory=dict)
+    #: The per-listener keys as given (for to_properties), name -> {ssl key: value}.
+    listener_tls_props: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+
+    def tls_for(self, listener_name: str) -> BrokerTlsConfig:
+        """The TLS config of listener ``listener_name`` (its overrides over ``ssl.*``)."""
+        return self.listener_tls.get(listener_name.upper(), self.tls)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object] | None = None) -> ServerConfig:
@@ -587,6 +609,8 @@ class ServerConfig:
         leadership_props: dict[str, object] = {}
         sasl_props: dict[str, object] = {}
         authorizer_props: dict[str, object] = {}
+        tls_props: dict[str, object] = {}
+        listener_tls_props: dict[str, dict[str, object]] = {}
         broker_keys = BrokerConfig.settings()
         for raw_key, raw_value in (props or {}).items():
             key, value = _resolve_alias(raw_key.strip(), raw_value)
@@ -610,6 +634,10 @@ class ServerConfig:
                 sasl_props[key] = value
             elif AuthorizerConfig.owns(key):
                 authorizer_props[key] = value
+            elif BrokerTlsConfig.owns(key):
+                tls_props[key] = value
+            elif (per_listener := split_listener_key(key)) is not None:
+                listener_tls_props.setdefault(per_listener[0], {})[per_listener[1]] = value
             else:
                 valid = sorted(
                     [
@@ -624,6 +652,7 @@ class ServerConfig:
                         *LeadershipConfig.settings(),
                         *SaslConfig.settings(),
                         *AuthorizerConfig.settings(),
+                        *BrokerTlsConfig.settings(),
                     ]
                 )
                 close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
@@ -655,6 +684,12 @@ class ServerConfig:
             LeadershipConfig.from_properties(leadership_props),
             SaslConfig.from_properties(sasl_props),
             AuthorizerConfig.from_properties(authorizer_props),
+            BrokerTlsConfig.from_properties(tls_props),
+            listener_configs(tls_props, listener_tls_props),
+            {
+                name: {k: str(v) for k, v in props.items()}
+                for name, props in listener_tls_props.items()
+            },
         )
 
     def with_overrides(self, props: Mapping[str, object]) -> ServerConfig:
@@ -680,6 +715,10 @@ class ServerConfig:
         out.update(self.sasl.overrides() if only_set else self.sasl.to_properties())
         authorizer = self.authorizer
         out.update(authorizer.overrides() if only_set else authorizer.to_properties())
+        out.update(self.tls.overrides() if only_set else self.tls.to_properties())
+        for name, props in self.listener_tls_props.items():
+            for key, value in props.items():
+                out[f"{LISTENER_PREFIX}{name.lower()}.{key}"] = value
         for key, value in topic.items():
             if key in by_topic_key:  # a topic key without a broker default stays topic-only
                 out[by_topic_key[key]] = value
@@ -698,6 +737,7 @@ class ServerConfig:
             or LeadershipConfig.settings().get(broker_key)
             or SaslConfig.settings().get(broker_key)
             or AuthorizerConfig.settings().get(broker_key)
+            or BrokerTlsConfig.settings().get(broker_key)
         )
         if field is None and broker_key in TOPIC_DEFAULT_KEYS:
             field = LogConfig.settings().get(TOPIC_DEFAULT_KEYS[broker_key])

@@ -58,6 +58,7 @@ import logging
 import os
 import pwd
 import socket
+import ssl
 import struct
 import sys
 import termios
@@ -75,6 +76,7 @@ from spark_mq.protocol.api import ApiKey, encode_frame_error, encode_response, s
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.framing import SIZE, decode_request, frame_size
 from spark_mq.storage.file_records import FileRange
+from spark_mq.tls import describe_tls_failure, principal_of
 
 if TYPE_CHECKING:
     from spark_mq.broker.server import BrokerServer
@@ -158,11 +160,20 @@ class Connection(asyncio.BufferedProtocol):
     """Serves one accepted socket until EOF, garbage, a timeout or shutdown."""
 
     def __init__(
-        self, server: BrokerServer, listener: BrokerAddress, sasl_required: bool = False
+        self,
+        server: BrokerServer,
+        listener: BrokerAddress,
+        sasl_required: bool = False,
+        *,
+        listener_name: str = "PLAINTEXT",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.server = server
         self.core = server.core
         self.listener = listener
+        self.listener_name = listener_name
+        #: The listener's TLS context: the connection's first bytes are a TLS handshake.
+        self._tls = tls
         self.peer = str(listener)
         #: What the peer has proven (a broker of the cluster, after AuthenticateBroker; a
         #: user, after SASL on a SASL listener).
@@ -186,6 +197,7 @@ class Connection(asyncio.BufferedProtocol):
         self._memory = server.memory
         self._transport: asyncio.Transport | None = None
         self._fd = -1  # the socket's descriptor, for sendfile
+        self._sendfile_ok = True  # False on TLS: sendfile would skip the encryption
         #: Counted by the server's ConnectionQuotas (released when the connection ends).
         self.admitted = False
         self._closed = False
@@ -241,6 +253,10 @@ class Connection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         tune_socket(sock)
         self._fd = sock.fileno() if sock is not None else -1
+        if self._tls is not None:
+            # Nothing is read until start_tls takes the transport over: the first bytes are
+            # the client's TLS hello, not a frame.
+            self._transport.pause_reading()
         self.server.connections.add(self)
         self.core.touch()
         self.task = self._loop.create_task(self._run())
@@ -484,8 +500,43 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- serving --------------------------------------------------------------------------
 
+    async def _start_tls(self, context: ssl.SSLContext) -> bool:
+        """The server side of the TLS handshake, on the event loop (asyncio's ssl), within
+        ``socket.request.read.timeout.ms``. A failure (plaintext bytes, a refused
+        certificate, a timeout) is logged rate-limited and ends the connection. On success
+        the session's principal is the client certificate's subject, if it showed one."""
+        transport = self._transport
+        assert transport is not None
+        timeout_s = self.core.config.broker.socket_request_read_timeout_ms / 1000
+        try:
+            tls_transport = await self._loop.start_tls(
+                transport, self, context, server_side=True, ssl_handshake_timeout=timeout_s
+            )
+        except (TimeoutError, OSError, ConnectionError) as exc:
+            self._lost = True
+            self.server.tls_failures.log(
+                ("tls handshake", self.listener_name, type(exc).__name__),
+                logging.WARNING,
+                "closing connection from %s on listener %s: TLS handshake failed: %s",
+                self.peer,
+                self.listener_name,
+                describe_tls_failure(exc),
+            )
+            return False
+        if tls_transport is None:
+            return False
+        self._transport = tls_transport
+        # sendfile(2) on the socket would bypass the encryption: file ranges go through the
+        # TLS transport (loop.sendfile falls back to reading and writing).
+        self._sendfile_ok = False
+        self.session.principal = principal_of(tls_transport.get_extra_info("ssl_object"))
+        self._reading = True
+        return True
+
     async def _run(self) -> None:
         try:
+            if self._tls is not None and not await self._start_tls(self._tls):
+                return
             while not self.server.stopping:
                 frame = await self._next_frame()
                 if frame is None:
@@ -557,6 +608,7 @@ class Connection(asyncio.BufferedProtocol):
             self.peer,
             inter_broker=session.broker_id is not None,
             session=session,
+            listener_name=self.listener_name,
         )
         try:
             # Every error a handler raises is answered there, once (handlers.errors).
@@ -617,6 +669,13 @@ class Connection(asyncio.BufferedProtocol):
                     self._write(item)
                 elif item.size < SENDFILE_MIN_BYTES:
                     self._write(item.read())
+                elif not self._sendfile_ok:
+                    # TLS: the bytes must pass through the encryption. One pread on a worker
+                    # thread, then the TLS transport: loop.sendfile's fallback reads 256 KiB
+                    # at a time on the executor, several times slower (bench_tls.py).
+                    self._write(await self.core.run_blocking(item.read))
+                    if self._write_paused:
+                        await self._drain()
                 elif not await self._sendfile(item):
                     return False
             return not response.close_connection
@@ -631,7 +690,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._lost or transport.is_closing():
             raise ConnectionResetError("the client closed the connection")
         sent = 0
-        if self._fd >= 0 and not transport.get_write_buffer_size():
+        if self._fd >= 0 and self._sendfile_ok and not transport.get_write_buffer_size():
             # Nothing is waiting in the transport, so the socket may be written directly: one
             # sendfile(2) usually moves the whole range into the send buffer, without the
             # pause, resume and futures of loop.sendfile (a third of a fetch's loop time).

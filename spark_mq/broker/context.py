@@ -94,6 +94,9 @@ class RequestContext:
     session: ConnectionSession = dataclasses.field(default_factory=ConnectionSession)
     #: Time the handler spent waiting on others (the request metrics' remote phase).
     timing: RequestTiming = dataclasses.field(default_factory=RequestTiming)
+    #: The name of the listener the request came through (Metadata answers with every
+    #: broker's endpoint of this listener, as Kafka's does).
+    listener_name: str = "PLAINTEXT"
 
 
 Handler = Callable[[RequestContext, Any, memoryview], Awaitable[Response | None]]

@@ -32,7 +32,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from spark_mq.client.broker_auth import authenticate_as_broker
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.errors import ControllerMovedError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.controller import ControlledShutdownRequest, ControlledShutdownResponse
@@ -59,8 +58,7 @@ def _controller_address(membership: ClusterMembership) -> tuple[int, BrokerAddre
     found = read_live_brokers(membership.zk).get(controller_id)
     if found is None:
         raise ControllerMovedError(f"controller {controller_id} is not registered")
-    endpoint = found[0].endpoint()
-    return controller_id, BrokerAddress(host=endpoint.host, port=endpoint.port)
+    return controller_id, membership.inter_broker.address(found[0])
 
 
 def _attempt(membership: ClusterMembership) -> ControlledShutdownResponse:
@@ -69,7 +67,7 @@ def _attempt(membership: ClusterMembership) -> ControlledShutdownResponse:
     if epoch is None or secret is None:
         raise ControllerMovedError("this broker is not registered")
     controller_id, address = _controller_address(membership)
-    conn = BrokerConnection(
+    conn = membership.inter_broker.connection(
         address,
         node_id=controller_id,
         client_id=f"controlled-shutdown-{membership.broker_id}",

@@ -65,6 +65,7 @@ from spark_mq.broker.dir_files import (
 )
 from spark_mq.broker.half.cluster_service import ClusterHalfMessageService
 from spark_mq.broker.handlers.errors import report_repeated
+from spark_mq.broker.inter_broker import inter_broker_transport
 from spark_mq.broker.log_dir import require_log_dir
 from spark_mq.broker.log_setup import FAILURE_PREFIX, setup_logging
 from spark_mq.broker.persisted_config import load_persisted
@@ -237,6 +238,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             membership = ClusterMembership(
                 broker,
                 addresses,
+                inter_broker=inter_broker_transport(config),
                 unclean_leader_election_enable=config.log_defaults.unclean_leader_election_enable,
                 on_leader_elected=core.metrics.leader_elected,
                 leadership=config.leadership,
@@ -299,7 +301,15 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 await asyncio.to_thread(core.acl_store.load)
                 acl_sync = ZkAclSync(membership.zk, core.authorizer)
                 await asyncio.to_thread(acl_sync.start)
-        tcp = next((a for a in addresses if a.unix_path is None), None)
+        # broker.json's TCP address is for clients given path=DIR, which speak PLAINTEXT.
+        tcp = next(
+            (
+                address
+                for listener, address in server.bound
+                if address.unix_path is None and listener.security_protocol == "PLAINTEXT"
+            ),
+            None,
+        )
         logger.info(
             "broker %d serving %s on %s (epoch %d, cluster %s, %s)",
             broker.node_id,
@@ -384,7 +394,9 @@ def _half_writer(core: BrokerCore, membership: ClusterMembership) -> ReplicatedW
         core.replicas,
         node_id=core.node_id,
         metadata=lambda: core.metadata_cache.snapshot,
-        credentials=BrokerCredentials(core.node_id, lambda: membership.broker_epoch, secret),
+        credentials=BrokerCredentials(
+            core.node_id, lambda: membership.broker_epoch, secret, membership.inter_broker
+        ),
     )
 
 
@@ -405,7 +417,9 @@ def _marker_channel(core: BrokerCore, membership: ClusterMembership) -> Transact
     return TransactionMarkerChannel(
         node_id=core.node_id,
         metadata=lambda: core.metadata_cache.snapshot,
-        credentials=BrokerCredentials(core.node_id, lambda: membership.broker_epoch, secret),
+        credentials=BrokerCredentials(
+            core.node_id, lambda: membership.broker_epoch, secret, membership.inter_broker
+        ),
         on_acknowledged=complete_acknowledged,
     )
 
@@ -422,7 +436,9 @@ def _txn_peers(core: BrokerCore, membership: ClusterMembership) -> TxnPeers:
         core.transactions,
         node_id=core.node_id,
         metadata=lambda: core.metadata_cache.snapshot,
-        credentials=BrokerCredentials(core.node_id, lambda: membership.broker_epoch, secret),
+        credentials=BrokerCredentials(
+            core.node_id, lambda: membership.broker_epoch, secret, membership.inter_broker
+        ),
     )
 
 
@@ -444,7 +460,7 @@ def _fetchers(
         epoch = membership.broker_epoch
         return -1 if epoch is None else epoch
 
-    identity = BrokerIdentity(config.broker.node_id, broker_epoch, secret)
+    identity = BrokerIdentity(config.broker.node_id, broker_epoch, secret, membership.inter_broker)
     return ReplicaFetcherManager(
         identity, config.replication.fetcher_config(), on_replicated=metrics.replicated
     )

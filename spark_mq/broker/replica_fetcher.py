@@ -41,6 +41,7 @@ import time
 import zlib
 from collections.abc import Callable, Collection, Mapping
 
+from spark_mq.broker.inter_broker import PLAINTEXT_TRANSPORT, InterBrokerTransport
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.errors import FencedLeaderEpochError, NetworkError, SparkMQError
@@ -117,6 +118,8 @@ class BrokerIdentity:
     broker_id: int
     broker_epoch: Callable[[], int]
     secret: str
+    #: How to reach the leaders (the inter-broker listener's TLS).
+    inter_broker: InterBrokerTransport = PLAINTEXT_TRANSPORT
 
 
 class ReplicaFetcher(threading.Thread):
@@ -210,7 +213,7 @@ class ReplicaFetcher(threading.Thread):
     def _connection(self) -> BrokerConnection:
         if self._conn is None or not self._conn.connected:
             timeout_ms = self._config.socket_timeout_ms
-            conn = BrokerConnection(
+            conn = self._identity.inter_broker.connection(
                 self.leader,
                 node_id=self.leader_id,
                 client_id=f"replica-fetcher-{self._identity.broker_id}",

@@ -33,12 +33,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from spark_mq.broker.config import Listener, advertised
+from spark_mq.broker.config import advertised
 from spark_mq.broker.connection import RECEIVE_BUFFER_BYTES, Connection
 from spark_mq.broker.connection_quotas import ConnectionQuotas, open_file_limit
 from spark_mq.broker.core import BrokerCore
+from spark_mq.broker.listeners import Listener
 from spark_mq.broker.request_memory import FrameBufferPool, RequestMemoryPool
 from spark_mq.protocol.address import BrokerAddress
+from spark_mq.rate_limited_log import RateLimitedLog
+from spark_mq.tls import server_context
 
 logger = logging.getLogger("spark_mq.broker.server")
 
@@ -93,6 +96,11 @@ class BrokerServer:
         self.scratch = memoryview(bytearray(RECEIVE_BUFFER_BYTES))
         self.scratch_user: Connection | None = None
         self.addresses: list[BrokerAddress] = []
+        #: Each bound listener with its address (the real port of a port-0 listener).
+        self.bound: list[tuple[Listener, BrokerAddress]] = []
+        #: Failed TLS handshakes (plaintext on a TLS listener, refused certificates), logged
+        #: once per kind and counted after: a port scanner must not flood the log.
+        self.tls_failures = RateLimitedLog(logger)
         self.unix_path: str | None = None
         # (st_dev, st_ino) of the socket file this broker bound: close() removes only that
         # file, never one a successor bound at the same path.
@@ -107,6 +115,17 @@ class BrokerServer:
     async def start(self) -> list[BrokerAddress]:
         """Bind every listener; returns the advertised addresses (real ports filled in)."""
         loop = asyncio.get_running_loop()
+        config = self.core.config
+        # Every TLS listener's context is built before anything binds, so a bad certificate
+        # or key file stops the start with a ConfigError naming it.
+        contexts = {
+            listener.scheme: server_context(
+                config.tls_for(listener.scheme).tls_settings(_listener_prefix(listener, config)),
+                listener.scheme,
+            )
+            for listener in self._listeners
+            if listener.tls
+        }
         for listener in self._listeners:
             if listener.scheme == "UNIX":
                 path = listener.unix_path or self._default_unix_path
@@ -131,11 +150,19 @@ class BrokerServer:
                     listener, BrokerAddress(host=listener.host, port=sock.getsockname()[1])
                 )
                 server = await loop.create_server(
-                    functools.partial(Connection, self, address, listener.sasl_required),
+                    functools.partial(
+                        Connection,
+                        self,
+                        address,
+                        listener.sasl_required,
+                        listener_name=listener.scheme,
+                        tls=contexts.get(listener.scheme),
+                    ),
                     sock=sock,
                 )
             self._servers.append(server)
             self.addresses.append(address)
+            self.bound.append((listener, address))
             if listener.sasl_required:
                 logger.info(
                     "listener %s on %s: clients authenticate with SASL (%s)",
@@ -331,6 +358,13 @@ class BrokerServer:
         if (current.st_dev, current.st_ino) == self._unix_file:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.unix_path)
+
+
+def _listener_prefix(listener: Listener, config: object) -> str:
+    """The key prefix errors about ``listener``'s TLS files name: its per-listener keys if
+    it has overrides, else plain ``ssl.*``."""
+    overrides = getattr(config, "listener_tls", {})
+    return f"listener.name.{listener.scheme.lower()}." if listener.scheme in overrides else ""
 
 
 def _call_soon(callback: Callable[..., object], *args: object) -> None:

@@ -146,6 +146,8 @@ class Cluster:
         self.cluster_id = ""
         self.controller_id = ANY_NODE
         self._closed = False
+        #: Built once (a bad certificate file is a ConfigError here, not at a connection).
+        self._ssl_context = config.ssl_context()
 
     # -- addresses and connections --------------------------------------------------------
 
@@ -217,6 +219,7 @@ class Cluster:
             send_buffer_bytes=self.config.send_buffer_bytes,
             receive_buffer_bytes=self.config.receive_buffer_bytes,
             clock=self.clock,
+            ssl_context=self._ssl_context,
             sasl=self._sasl,
         )
 

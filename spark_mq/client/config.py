@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import ssl
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Final
 
@@ -28,7 +29,6 @@ from spark_mq.client.sasl import (
     MECHANISMS as SASL_MECHANISMS,
 )
 from spark_mq.client.sasl import (
-    SECURITY_PROTOCOLS,
     Password,
     SaslCredentials,
     parse_jaas_config,
@@ -49,6 +49,14 @@ from spark_mq.errors import ConfigError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from spark_mq.storage.codecs import CODEC_NAMES
+from spark_mq.tls import (
+    HTTPS,
+    SECURITY_PROTOCOLS,
+    TLS_PROTOCOLS,
+    TlsSettings,
+    check_endpoint_identification,
+    client_context,
+)
 
 #: The partitioner names ``partitioner`` accepts (or a callable).
 PARTITIONERS: Final = ("murmur3", "murmur2", "sticky", "round_robin")
@@ -232,15 +240,65 @@ class ClientConfig(Config):
         check=at_least(1024),
     )
 
-    # SASL (client/sasl.py): Kafka's keys, librdkafka's sasl.username / sasl.password.
     security_protocol: str = setting(
         "security.protocol",
         "PLAINTEXT",
-        "How to talk to the brokers: PLAINTEXT, or SASL_PLAINTEXT (authenticate with "
-        "sasl.mechanism on every connection first).",
+        "How connections to brokers are made: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or "
+        "SASL_SSL (SASL over TLS). It must match the broker's listener.",
         parse=lambda key, value: parse_str(key, value).upper(),
         check=one_of(*SECURITY_PROTOCOLS),
     )
+    ssl_ca_location: str = setting(
+        "ssl.ca.location",
+        "",
+        "CA certificates (PEM) the brokers' certificates must chain to. Empty: the system's "
+        "default CAs.",
+        parse=parse_str,
+    )
+    ssl_certificate_location: str = setting(
+        "ssl.certificate.location",
+        "",
+        "This client's certificate (PEM), for brokers with ssl.client.auth; the principal "
+        "is User:<its subject DN>.",
+        parse=parse_str,
+    )
+    ssl_key_location: str = setting(
+        "ssl.key.location",
+        "",
+        "The private key (PEM) of ssl.certificate.location. Empty: the key is in that file.",
+        parse=parse_str,
+    )
+    ssl_key_password: str = setting(
+        "ssl.key.password",
+        "",
+        "The password of an encrypted ssl.key.location.",
+        parse=parse_str,
+    )
+    ssl_endpoint_identification_algorithm: str = setting(
+        "ssl.endpoint.identification.algorithm",
+        HTTPS,
+        "https: the broker's certificate must name the host connected to (its address in "
+        "bootstrap.servers or the metadata); empty: no host name check (the CA still is).",
+        parse=parse_str,
+        check=check_endpoint_identification,
+    )
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of this client's connections (None unless security.protocol is
+        SSL or SASL_SSL); ConfigError names a missing or bad file."""
+        if self.security_protocol not in TLS_PROTOCOLS:
+            return None
+        return client_context(
+            TlsSettings(
+                certificate_location=self.ssl_certificate_location,
+                key_location=self.ssl_key_location,
+                key_password=self.ssl_key_password,
+                ca_location=self.ssl_ca_location,
+                endpoint_identification_algorithm=self.ssl_endpoint_identification_algorithm,
+            )
+        )
+
+    # SASL (client/sasl.py): Kafka's keys, librdkafka's sasl.username / sasl.password.
     sasl_mechanism: str = setting(
         "sasl.mechanism",
         "SCRAM-SHA-512",
@@ -288,6 +346,14 @@ class ClientConfig(Config):
                 f"{self.component}: give exactly one of path=DIR (the local broker for a log "
                 f"directory) or bootstrap_servers='host:port,...'; got {given}",
                 key="path" if self.path else "bootstrap.servers",
+            )
+        if self.path and self.security_protocol != "PLAINTEXT":
+            raise ConfigError(
+                f"{self.component}: security.protocol={self.security_protocol} applies to "
+                "bootstrap.servers; the local broker of path= is reached over its owner-only "
+                "Unix socket",
+                key="security.protocol",
+                value=self.security_protocol,
             )
         self.bootstrap_addresses()
         self.sasl_credentials()

@@ -21,6 +21,15 @@ contexts of the requests that got no answer so the owner can retry them. A respo
 ``frame_error`` is set (the broker could not parse the request) is delivered as a
 :class:`Response` carrying the typed error.
 
+TLS (``security.protocol`` SSL or SASL_SSL): the socket is wrapped with the client's
+``ssl.SSLContext`` and the handshake runs within ``socket.connection.setup.timeout.ms``,
+checking the broker's host name unless the context turns that off. A refused handshake (an
+expired or unknown certificate, a host name the certificate does not list, a broker that
+wants a client certificate) raises :class:`~spark_mq.errors.SslAuthenticationError`, which
+is not retried. A TLS socket cannot ``sendmsg``: each buffer is sent in turn (one TLS record
+per 16 KiB), and every read drains what the TLS layer has already decrypted, so that a
+``select`` on the socket never waits for bytes that were read already.
+
 Threads: a connection belongs to one thread at a time; it has no lock.
 """
 
@@ -32,6 +41,7 @@ import itertools
 import os
 import select
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -43,7 +53,7 @@ import msgspec
 import numpy as np
 
 from spark_mq.client.sasl import SaslCredentials
-from spark_mq.errors import CorruptFrameError, NetworkError, SparkMQError
+from spark_mq.errors import CorruptFrameError, NetworkError, SparkMQError, SslAuthenticationError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import ApiSpec, decode_frame_error, encode_request, spec_for_request
 from spark_mq.protocol.error_codes import error_from_code
@@ -53,6 +63,7 @@ from spark_mq.protocol.framing import (
     decode_response,
     frame_size,
 )
+from spark_mq.tls import describe_tls_failure, is_authentication_failure
 
 #: Bytes of the reusable receive buffer.
 RECEIVE_BUFFER_BYTES = 256 * 1024
@@ -174,9 +185,12 @@ class BrokerConnection:
         send_buffer_bytes: int = -1,
         receive_buffer_bytes: int = -1,
         clock: Callable[[], float] = time.monotonic,
+        ssl_context: ssl.SSLContext | None = None,
         sasl: SaslCredentials | None = None,
     ) -> None:
         self.address = address
+        #: TLS (security.protocol SSL or SASL_SSL): the context every socket is wrapped in.
+        self.ssl_context = ssl_context
         #: Credentials to authenticate with right after connecting (a SASL listener).
         self.sasl = sasl
         #: Monotonic seconds: when requests were sent, and the request timeout's deadline.
@@ -189,6 +203,10 @@ class BrokerConnection:
         self._send_buffer_bytes = send_buffer_bytes
         self._receive_buffer_bytes = receive_buffer_bytes
         self._sock: socket.socket | None = None
+        #: A TLS 1.3 connection that has had no response yet: the broker checks the client's
+        #: certificate after the client's side of the handshake is done, so a refusal shows
+        #: as the connection closing before the first response.
+        self._tls13_unconfirmed = False
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._buf = bytearray(RECEIVE_BUFFER_BYTES)
         self._view = memoryview(self._buf)
@@ -208,6 +226,9 @@ class BrokerConnection:
         BrokerNotAvailableError on failure, AuthenticationError if the broker refuses."""
         if self._sock is None:
             sock = self.address.connect(self._connect_timeout_s)
+            if self.ssl_context is not None:
+                sock = self._handshake(sock, self.ssl_context)
+                self._tls13_unconfirmed = sock.version() == "TLSv1.3"
             # Large kernel buffers let pipelined requests (and a fetch response) sit in the
             # socket while both ends work, instead of the writer blocking until the broker
             # reads; the kernel caps them at net.core.wmem_max / rmem_max.
@@ -226,6 +247,34 @@ class BrokerConnection:
             if self.sasl is not None:
                 # Before anything else: a SASL listener serves nothing else until then.
                 self.sasl.authenticate(self, timeout_s=self._connect_timeout_s)
+
+    def _handshake(self, raw: socket.socket, context: ssl.SSLContext) -> ssl.SSLSocket:
+        """The client side of the TLS handshake, blocking for at most the connection setup
+        timeout. A refusal raises SslAuthenticationError (not retried); a connection that
+        breaks or times out during it, NetworkError (retried)."""
+        address = self.address
+        raw.settimeout(self._connect_timeout_s)
+        try:
+            # Brokers connected by address: the certificate must list that address.
+            sock = context.wrap_socket(raw, server_hostname=address.host or None)
+        except (ssl.SSLError, ssl.CertificateError) as exc:
+            raw.close()
+            if is_authentication_failure(exc):
+                raise SslAuthenticationError(
+                    f"TLS handshake with broker {address} refused: {describe_tls_failure(exc)}",
+                    broker=str(address),
+                ) from exc
+            raise NetworkError(
+                f"TLS handshake with broker {address} failed: {describe_tls_failure(exc)}"
+            ) from exc
+        except OSError as exc:
+            raw.close()
+            raise NetworkError(
+                f"TLS handshake with broker {address} failed: {exc}; is its listener SSL, and "
+                "is it up?"
+            ) from exc
+        sock.settimeout(None)
+        return sock
 
     @property
     def connected(self) -> bool:
@@ -287,11 +336,16 @@ class BrokerConnection:
         assert sock is not None
         views = [memoryview(b).cast("B") for b in buffers if len(b)]
         deadline: float | None = None
+        tls = isinstance(sock, ssl.SSLSocket)
         try:
             while views:
                 try:
-                    sent = sock.sendmsg(views[:_MAX_IOV])
-                except (BlockingIOError, InterruptedError):
+                    # A TLS socket has no sendmsg; send() writes a buffer whole or not at all
+                    # (OpenSSL without partial writes), and is retried with the same buffer.
+                    sent = sock.send(views[0]) if tls else sock.sendmsg(views[:_MAX_IOV])
+                except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError):
+                    sent = 0
+                except ssl.SSLWantReadError:
                     sent = 0
                 # Drop what was written; a partial write leaves the tail of one buffer.
                 full = sent < sum(len(v) for v in views[:_MAX_IOV])
@@ -318,9 +372,65 @@ class BrokerConnection:
         except (OSError, ValueError) as exc:
             self._fail(exc, "writing a request")
 
+    def _tls_pending(self) -> bool:
+        """Whether the TLS layer holds decrypted bytes not read yet (select cannot see
+        them: they are read before waiting)."""
+        sock = self._sock
+        return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
+
+    def _tls_drain(self, sock: ssl.SSLSocket) -> int:
+        """Read on while the TLS socket has bytes, decrypted or in the kernel: one
+        ``recv_into`` returns at most one TLS record (16 KiB), and what the TLS layer holds
+        is invisible to ``select``. Returns the bytes read."""
+        total = 0
+        while True:
+            try:
+                if self._big is not None and self._big_filled < len(self._big):
+                    n = sock.recv_into(self._big[self._big_filled :])
+                    self._big_filled += n
+                else:
+                    if self._end == len(self._buf):
+                        self._compact()
+                    if self._end == len(self._buf):
+                        # Full of complete frames: they are parsed before the next read.
+                        break
+                    n = sock.recv_into(self._view[self._end :], len(self._buf) - self._end)
+                    self._end += n
+            except (ssl.SSLWantReadError, BlockingIOError, InterruptedError):
+                break
+            if n == 0:
+                break
+            total += n
+            if (
+                self._big is None
+                and self._end - self._start > len(self._buf) // 2
+                and not sock.pending()
+            ):
+                # Enough to parse (a large frame moves to its own buffer first); what is left
+                # is in the kernel, where select sees it.
+                break
+        return total
+
     def _fail(self, exc: BaseException, doing: str) -> NoReturn:
         address = self.address
         self.close_keep_in_flight()
+        if self._tls13_unconfirmed and isinstance(exc, ConnectionError | ssl.SSLEOFError):
+            self._tls13_unconfirmed = False
+            raise SslAuthenticationError(
+                f"broker {address} closed the TLS connection before its first response: it "
+                "refused this client's certificate, or requires one (ssl.client.auth=required;"
+                " set ssl.certificate.location and ssl.key.location). The broker's log says "
+                "which",
+                broker=str(address),
+            ) from exc
+        if is_authentication_failure(exc):
+            # TLS 1.3 refuses a client certificate after the client's handshake is done: the
+            # refusal arrives with the first response.
+            raise SslAuthenticationError(
+                f"broker {address} refused the TLS connection while {doing}: "
+                f"{describe_tls_failure(exc)}",
+                broker=str(address),
+            ) from exc
         raise NetworkError(
             f"connection to broker {address} failed while {doing}: {exc}; "
             "the request will be retried on a new connection"
@@ -346,7 +456,7 @@ class BrokerConnection:
         deadline = self._clock() + (self._request_timeout_s if timeout_s is None else timeout_s)
         while True:
             remaining = deadline - self._clock()
-            if remaining <= 0 or not self._wait_readable(remaining):
+            if remaining <= 0 or not (self._tls_pending() or self._wait_readable(remaining)):
                 return None
             self._read_some()
             response = self._parse_one()
@@ -363,7 +473,7 @@ class BrokerConnection:
             if response is None:
                 # The first read of a large frame takes its size only; the rest is usually
                 # waiting in the socket already, so read on rather than select again.
-                if self._big is not None and self._read_some():
+                if (self._big is not None or self._tls_pending()) and self._read_some():
                     continue
                 break
             out.append(response)
@@ -417,8 +527,10 @@ class BrokerConnection:
                     want = min(want, self._start + SIZE.size - self._end)
                 n = sock.recv_into(self._view[self._end :], want)
                 self._end += n
-        except (BlockingIOError, InterruptedError):
-            return 0  # not readable after all (a spurious wake-up)
+            if n and isinstance(sock, ssl.SSLSocket):
+                n += self._tls_drain(sock)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return 0  # not readable after all (a spurious wake-up, or half a TLS record)
         except OSError as exc:
             self._fail(exc, "reading a response")
         if n == 0:
@@ -484,6 +596,7 @@ class BrokerConnection:
             # requests on a new connection like after any other connection failure.
             self._fail(exc, "decoding a response")
         self._in_flight.popleft()
+        self._tls13_unconfirmed = False
         records = (
             parsed.records
             if owned or not len(parsed.records)

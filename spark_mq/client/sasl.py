@@ -52,8 +52,6 @@ from spark_mq.protocol.sasl import (
 if TYPE_CHECKING:
     from spark_mq.client.connection import BrokerConnection
 
-#: The security protocols this module handles (the TLS ones come with TLS).
-SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SASL_PLAINTEXT")
 MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 #: The JAAS login module of each mechanism (Kafka's class names).
 LOGIN_MODULES: Final = {
@@ -162,7 +160,7 @@ class SaslCredentials:
     ) -> SaslCredentials | None:
         """The credentials for ``security.protocol`` (None for PLAINTEXT); ConfigError
         when a SASL protocol lacks them or they are given twice."""
-        if security_protocol != "SASL_PLAINTEXT":
+        if security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
             return None
         if jaas_config:
             if username or password:

@@ -52,10 +52,12 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from spark_mq.broker.config import ServerConfig
 from spark_mq.broker.dir_files import Endpoint
+from spark_mq.broker.inter_broker import InterBrokerTransport, inter_broker_transport
+from spark_mq.broker.properties_file import read_properties_file
 from spark_mq.broker.zk import partition_states, znodes
 from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.zookeeper_server import MAIN_CLASS, ZooKeeperServer, ZooKeeperServerConfig
 from spark_mq.errors import LocalClusterError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
@@ -129,7 +131,10 @@ class LocalCluster:
 
     ``zookeeper``: ``HOST:PORT[/chroot]`` of a running ZooKeeper to use instead of starting
     one in ``DIR/zookeeper``. ``broker_properties``: more settings for every broker (Kafka's
-    keys). Broker ids are 1..N.
+    keys). Broker ids are 1..N. ``listener_name``: the name of each broker's one TCP listener
+    (``listeners=<name>://127.0.0.1:<port>``), also its ``inter.broker.listener.name``:
+    ``SSL`` runs the cluster over TLS with the ``ssl.*`` files of ``broker_properties``, and
+    this object then connects to the brokers as they connect to each other.
 
     Example (needs Debian's zookeeper package)::
 
@@ -147,6 +152,7 @@ class LocalCluster:
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         broker_properties: Mapping[str, str] | None = None,
         start_timeout_ms: int = DEFAULT_START_TIMEOUT_MS,
+        listener_name: str = "PLAINTEXT",
     ) -> None:
         if brokers < 1:
             raise LocalClusterError(f"a local cluster needs at least 1 broker, got {brokers}")
@@ -156,6 +162,9 @@ class LocalCluster:
         self.start_timeout_ms = start_timeout_ms
         self._external_zookeeper = zookeeper
         self._broker_properties = dict(broker_properties or {})
+        #: The name of the brokers' one TCP listener, also their inter-broker listener: SSL
+        #: runs the cluster over TLS (the ssl.* settings come in broker_properties).
+        self.listener_name = listener_name.upper()
         self._zookeeper: ZooKeeperServer | None = None
         self._zk: ZkClient | None = None
         # Broker processes this object started, by id, so they are reaped when they end.
@@ -193,6 +202,8 @@ class LocalCluster:
         external = None if state.get("zookeeper_pid") is not None else state.get("zookeeper")
         cluster = cls(root, len(ids) or 1, zookeeper=external)
         cluster.broker_ids = ids
+        props = cluster._read_properties(ids[0]) if ids else {}
+        cluster.listener_name = props.get("inter.broker.listener.name") or "PLAINTEXT"
         cluster.state = state
         timeout = (
             cluster._read_properties(ids[0]).get("zookeeper.session.timeout.ms") if ids else None
@@ -408,7 +419,12 @@ class LocalCluster:
             "log.dirs": str(self.log_dir(broker_id)),
             # A free port the first time; then the port it got, kept across restarts as a
             # real broker's configured port is (see _pin_port).
-            "listeners": f"PLAINTEXT://127.0.0.1:{self._entry(broker_id).get('listen_port') or 0}",
+            "listeners": self._listeners(self._entry(broker_id).get("listen_port") or 0),
+            **(
+                {"inter.broker.listener.name": self.listener_name}
+                if self.listener_name != "PLAINTEXT"
+                else {}
+            ),
             "zookeeper.connect": self.zookeeper_connect,
             "zookeeper.session.timeout.ms": str(self.session_timeout_ms),
             # Kafka's default of 3 would leave a 1- or 2-broker cluster without group and
@@ -489,8 +505,10 @@ class LocalCluster:
         entry = self._entry(broker_id)
         address = BrokerAddress(str(entry["host"]), int(entry["port"]))
 
+        transport = self._transport(broker_id)
+
         def serving() -> bool:
-            conn = BrokerConnection(address)
+            conn = transport.connection(address)
             try:
                 conn.connect()
                 answer: MetadataResponse = conn.request(MetadataRequest([]), timeout_s=5)
@@ -503,17 +521,28 @@ class LocalCluster:
 
         self._wait_for(serving, f"broker {broker_id} to learn the cluster from the controller")
 
+    def _listeners(self, port: int) -> str:
+        """The ``listeners`` value of a broker on ``port`` (0: a free one)."""
+        return f"{self.listener_name}://127.0.0.1:{port}"
+
+    def _transport(self, broker_id: int) -> InterBrokerTransport:
+        """How this object connects to broker ``broker_id`` (to see it serve): as the
+        brokers connect to each other, with the TLS of its properties file if its listener
+        is SSL."""
+        props = read_properties_file(self.properties_path(broker_id))
+        return inter_broker_transport(ServerConfig.from_properties(props))
+
     def _pin_port(self, broker_id: int, port: int | None) -> None:
         """Keep the port a broker got from ``PLAINTEXT://127.0.0.1:0`` for its restarts, so
         the ``bootstrap.servers`` printed by ``cluster start`` stay valid, as a real
         cluster's configured ports do (a listener set by the caller is left alone)."""
         path = self.properties_path(broker_id)
         text = path.read_text(encoding="utf-8")
-        free = "listeners=PLAINTEXT://127.0.0.1:0\n"
+        free = f"listeners={self._listeners(0)}\n"
         if port is None or free not in text:
             return
         self._entry(broker_id)["listen_port"] = port
-        pinned = text.replace(free, f"listeners=PLAINTEXT://127.0.0.1:{port}\n")
+        pinned = text.replace(free, f"listeners={self._listeners(port)}\n")
         atomic_write_bytes(path, pinned.encode("utf-8"))
 
     def _wait_for(
@@ -541,8 +570,8 @@ class LocalCluster:
             if entry.get("listen_port"):
                 path = self.properties_path(broker_id)
                 text = path.read_text(encoding="utf-8").replace(
-                    f"listeners=PLAINTEXT://127.0.0.1:{entry['listen_port']}\n",
-                    "listeners=PLAINTEXT://127.0.0.1:0\n",
+                    f"listeners={self._listeners(entry['listen_port'])}\n",
+                    f"listeners={self._listeners(0)}\n",
                 )
                 atomic_write_bytes(path, text.encode("utf-8"))
                 entry["listen_port"] = None

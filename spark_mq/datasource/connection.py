@@ -4,7 +4,10 @@ Exactly one of the two options is required (docs/architecture.md: the embedded d
 starts a local broker for the directory on demand; ``bootstrap.servers`` names running
 brokers). Spark passes option names case-insensitively, so both spellings are matched
 without regard to case, and ``kafka.bootstrap.servers`` (the Kafka source's name) is accepted
-as an alias.
+as an alias. How to connect goes with where: ``kafka.security.protocol``, ``kafka.ssl.*``
+and ``kafka.sasl.*`` (:data:`CONNECTION_KEYS`), written as Spark's Kafka connector users
+write them, reach every client the source or sink opens (the consumers and producers of
+the tasks, and the Admin of the driver).
 
 >>> client_endpoint({"path": "/data/mq"})
 {'path': '/data/mq'}
@@ -26,6 +29,19 @@ from spark_mq.errors import ConfigError
 PATH_OPTION: Final = "path"
 SERVERS_OPTION: Final = "bootstrap.servers"
 _SERVERS_ALIASES: Final = (SERVERS_OPTION, "kafka.bootstrap.servers")
+#: Client settings that say how to connect, taken from ``kafka.<key>`` options.
+CONNECTION_KEYS: Final = (
+    "security.protocol",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "ssl.endpoint.identification.algorithm",
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+    "sasl.jaas.config",
+)
 
 
 def lookup(options: Mapping[str, str], name: str) -> str | None:
@@ -49,7 +65,12 @@ def client_endpoint(options: Mapping[str, str]) -> dict[str, object]:
             'directory) and .option("bootstrap.servers", "host:port,..."), not both'
         )
     if servers:
-        return {SERVERS_OPTION: servers[0]}
+        endpoint: dict[str, object] = {SERVERS_OPTION: servers[0]}
+        for key in CONNECTION_KEYS:
+            value = lookup(options, f"kafka.{key}")
+            if value is not None:
+                endpoint[key] = value
+        return endpoint
     if path:
         return {PATH_OPTION: path}
     raise ConfigError(

@@ -7,9 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from spark_mq.broker.config import ServerConfig
+from spark_mq.broker.config import BrokerConfig, ServerConfig
 from spark_mq.broker.properties_file import read_properties_file
-from spark_mq.broker.zk.membership import advertised_endpoint, zk_client_config
+from spark_mq.broker.zk.membership import (
+    advertised_endpoint,
+    advertised_endpoints,
+    zk_client_config,
+)
 from spark_mq.errors import ConfigError
 from spark_mq.protocol.address import BrokerAddress
 
@@ -49,18 +53,47 @@ def test_cluster_keys_and_the_broker_id_alias() -> None:
         ({"zookeeper.connect": "zk1:99999"}, "zookeeper.connect", "must be host:port"),
         ({"zookeeper.session.timeout.ms": "0"}, "zookeeper.session.timeout.ms", "at least 1"),
         ({"zookeeper.connection.timeout.ms": "0"}, "zookeeper.connection.timeout.ms", "-1"),
-        ({"advertised.listeners": "UNIX://"}, "advertised.listeners", "PLAINTEXT"),
+        ({"advertised.listeners": "UNIX://"}, "advertised.listeners", "cannot be advertised"),
         ({"advertised.listeners": "PLAINTEXT://h:0"}, "advertised.listeners", "not port 0"),
         ({"advertised.listeners": "PLAINTEXT://:9092"}, "advertised.listeners", "wildcard"),
         (
             {"advertised.listeners": "PLAINTEXT://a:1,PLAINTEXT://b:2"},
             "advertised.listeners",
-            "names 2 listeners",
+            "names a listener twice",
         ),
         (
             {"zookeeper.connect": "zk1:2181", "listeners": "UNIX://"},
+            "inter.broker.listener.name",
+            "no TCP listener named PLAINTEXT",
+        ),
+        (
+            {
+                "zookeeper.connect": "zk1:2181",
+                "listeners": "PLAINTEXT://:9092,SSL://:9093",
+                "inter.broker.listener.name": "INTERNAL",
+            },
+            "inter.broker.listener.name",
+            "no TCP listener named INTERNAL",
+        ),
+        (
+            {"listeners": "INTERNAL://:9092"},
             "listeners",
-            "no PLAINTEXT://host:port listener",
+            "add e.g. INTERNAL:SSL to listener.security.protocol.map",
+        ),
+        (
+            {"listeners": "PLAINTEXT://:9092", "advertised.listeners": "SSL://h:9093"},
+            "advertised.listeners",
+            "which listeners does not have",
+        ),
+        (
+            {"listener.security.protocol.map": "INTERNAL:TLS"},
+            "listener.security.protocol.map",
+            "PROTOCOL one of",
+        ),
+        (
+            {"listeners": "PLAINTEXT://:9092,PLAINTEXT://:9093"},
+            "listeners",
+            "names listener PLAINTEXT twice",
         ),
     ],
 )
@@ -68,6 +101,25 @@ def test_bad_cluster_settings_name_their_key(props: dict[str, str], key: str, sa
     with pytest.raises(ConfigError, match=says) as exc:
         ServerConfig.from_properties(props)
     assert exc.value.key == key
+
+
+def test_every_listener_is_registered_inter_broker_first() -> None:
+    """One endpoint per TCP listener, with its security protocol; the inter-broker one first
+    (readers that take the first endpoint reach the broker as brokers do)."""
+    broker = BrokerConfig.from_properties(
+        {
+            "zookeeper.connect": "zk:2181",
+            "listeners": "EXTERNAL://:0,INTERNAL://127.0.0.1:0,UNIX://",
+            "listener.security.protocol.map": "EXTERNAL:SSL,INTERNAL:PLAINTEXT",
+            "inter.broker.listener.name": "internal",
+        }
+    )
+    bound = [BrokerAddress("127.0.0.1", 9093), BrokerAddress("127.0.0.1", 9092)]
+    endpoints = advertised_endpoints(broker, [*bound, BrokerAddress(unix_path="/x.sock")])
+    assert [(e.connection_string, e.security_protocol) for e in endpoints] == [
+        ("INTERNAL://127.0.0.1:9092", "PLAINTEXT"),
+        ("EXTERNAL://127.0.0.1:9093", "SSL"),
+    ]
 
 
 def test_the_registered_endpoint_is_the_bound_port_unless_advertised() -> None:

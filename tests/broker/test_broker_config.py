@@ -108,6 +108,8 @@ def test_one_log_dir_only_and_required():
         ("PLAINTEXT://[::1]:9092", Listener("PLAINTEXT", "::1", 9092)),
         ("UNIX://", Listener("UNIX")),
         ("UNIX:///run/mq.sock", Listener("UNIX", unix_path="/run/mq.sock")),
+        ("SSL://h:9093", Listener("SSL", "h", 9093, security_protocol="SSL")),
+        ("sasl_ssl://h:1", Listener("SASL_SSL", "h", 1, security_protocol="SASL_SSL")),
     ],
 )
 def test_listeners_parse(text, expected):
@@ -115,7 +117,7 @@ def test_listeners_parse(text, expected):
 
 
 @pytest.mark.parametrize(
-    "text", ["127.0.0.1:9092", "SSL://h:1", "PLAINTEXT://h", "PLAINTEXT://h:99999"]
+    "text", ["127.0.0.1:9092", "NOPE://h:1", "PLAINTEXT://h", "PLAINTEXT://h:99999"]
 )
 def test_bad_listeners(text):
     with pytest.raises(ConfigError, match="listener"):

@@ -120,6 +120,28 @@ def test_kafka_prefixed_options_reach_the_consumer() -> None:
     assert props["path"] == "/tmp/mq"
 
 
+def test_tls_options_reach_every_client_of_source_and_sink() -> None:
+    """kafka.security.protocol and kafka.ssl.* go with the broker's address: to the task
+    consumers and producers and to the driver's Admin (which reads options.endpoint)."""
+    from spark_mq.client.config import AdminConfig
+    from spark_mq.sink.options import parse_sink_options
+
+    tls = {
+        "kafka.bootstrap.servers": "h1:9093",
+        "kafka.security.protocol": "SSL",
+        "kafka.ssl.ca.location": "/etc/ca.pem",
+        "kafka.ssl.endpoint.identification.algorithm": "",
+    }
+    source = parse_source_options({"subscribe": "t", **tls}, streaming=True)
+    sink = parse_sink_options({"topic": "t", **tls})
+    for props in (source.consumer_properties(), sink.producer_props(), source.endpoint):
+        assert props["security.protocol"] == "SSL"
+        assert props["ssl.ca.location"] == "/etc/ca.pem"
+        assert props["ssl.endpoint.identification.algorithm"] == ""
+    admin = AdminConfig.from_properties(dict(sink.endpoint))
+    assert admin.security_protocol == "SSL" and admin.ssl_ca_location == "/etc/ca.pem"
+
+
 def test_durations() -> None:
     assert parse_duration_ms("d", "250") == 250
     assert parse_duration_ms("d", "30s") == 30_000

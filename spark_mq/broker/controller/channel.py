@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from spark_mq.broker.inter_broker import PLAINTEXT_TRANSPORT, InterBrokerTransport
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.errors import BrokerAuthenticationError, NetworkError, SparkMQError
@@ -79,6 +80,8 @@ class ChannelConfig:
     request_timeout_ms: int = REQUEST_TIMEOUT_MS
     reconnect_backoff_ms: int = RECONNECT_BACKOFF_MS
     reconnect_backoff_max_ms: int = RECONNECT_BACKOFF_MAX_MS
+    #: How the controller connects to brokers (the inter-broker listener, its TLS).
+    inter_broker: InterBrokerTransport = PLAINTEXT_TRANSPORT
 
 
 _FAILURES = RateLimitedLog(log)
@@ -127,7 +130,7 @@ class RequestSendThread(threading.Thread):
     def _connection(self) -> BrokerConnection:
         if self._conn is None or not self._conn.connected:
             timeout_ms = self._config.request_timeout_ms
-            conn = BrokerConnection(
+            conn = self._config.inter_broker.connection(
                 self.address,
                 node_id=self.broker_id,
                 client_id=f"controller-{self._config.controller_id}",

@@ -61,8 +61,8 @@ from typing import Final, TypeVar
 
 import msgspec
 
+from spark_mq.broker.inter_broker import PLAINTEXT_TRANSPORT, InterBrokerTransport
 from spark_mq.errors import ControllerMovedError, ZooKeeperConnectionError
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.controller import (
     AlterPartitionRequest,
     AlterPartitionResponse,
@@ -142,6 +142,8 @@ class ControllerConfig:
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: int = 10
     leader_imbalance_check_interval_seconds: float = 300
+    #: How the controller reaches the brokers (inter.broker.listener.name, its TLS).
+    inter_broker: InterBrokerTransport = PLAINTEXT_TRANSPORT
 
 
 class Controller:
@@ -172,6 +174,7 @@ class Controller:
             ChannelConfig(
                 controller_id=self.broker_id,
                 secret=config.inter_broker_secret,
+                inter_broker=config.inter_broker,
                 own_broker_epoch=config.own_broker_epoch,
                 request_timeout_ms=config.request_timeout_ms,
                 reconnect_backoff_ms=config.reconnect_backoff_ms,
@@ -424,9 +427,8 @@ class Controller:
     # Reading ZooKeeper into the context
 
     def _add_live_broker(self, broker_id: int, registration: znodes.BrokerRegistration) -> None:
-        endpoint = registration.endpoint()
         self.context.live_brokers[broker_id] = registration
-        self.channel.add_broker(broker_id, BrokerAddress(host=endpoint.host, port=endpoint.port))
+        self.channel.add_broker(broker_id, self.config.inter_broker.address(registration))
 
     def _read_topic(self, topic: str) -> bool:
         assignment = read_topic_assignment(self._zk, topic)

@@ -37,7 +37,7 @@ from spark_mq.broker.coordinator_topic import coordinator_partition
 from spark_mq.broker.group.rebalance import sync_error, validate_group_id
 from spark_mq.broker.half.half_log import DISCARD_TOPIC
 from spark_mq.broker.handlers.errors import REPEATED
-from spark_mq.broker.handlers.metadata import CLIENT_LISTENER
+from spark_mq.broker.handlers.metadata import client_endpoint
 from spark_mq.broker.internal_topics import (
     HALF_MESSAGES_TOPIC,
     OFFSETS_TOPIC,
@@ -221,9 +221,7 @@ def cluster_coordinator(ctx: RequestContext, topic: str, key: str) -> tuple[int,
     broker = snapshot.brokers.get(leader) if leader >= 0 else None
     endpoint = None
     if broker is not None:
-        endpoint = broker.endpoint(CLIENT_LISTENER) or (
-            broker.endpoints[0] if broker.endpoints else None
-        )
+        endpoint = client_endpoint(broker, ctx.listener_name)
     if endpoint is None:
         raise CoordinatorNotAvailableError(
             f"{topic}-{index}, which holds {key!r}, has no live leader now (it is being "

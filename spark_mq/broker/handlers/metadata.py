@@ -20,7 +20,14 @@ import logging
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.broker.internal_topics import INTERNAL_TOPICS
-from spark_mq.broker.metadata_cache import NO_LEADER, CachedPartition, MetadataSnapshot
+from spark_mq.broker.listeners import UNIX
+from spark_mq.broker.metadata_cache import (
+    NO_LEADER,
+    BrokerEndpoint,
+    CachedPartition,
+    LiveBroker,
+    MetadataSnapshot,
+)
 from spark_mq.errors import PartitionOfflineError, TopicExistsError
 from spark_mq.protocol.api import APIS
 from spark_mq.protocol.api_versions import (
@@ -40,9 +47,22 @@ from spark_mq.version import __version__
 
 log = logging.getLogger(__name__)
 
-#: The listener whose endpoints a cluster broker's Metadata gives (the only one a cluster
-#: broker registers; see docs/cluster.md).
+#: The listener whose endpoints a cluster broker's Metadata gives to a client that came
+#: through the local socket (which no broker registers).
 CLIENT_LISTENER = "PLAINTEXT"
+
+
+def client_endpoint(broker: LiveBroker, listener_name: str) -> BrokerEndpoint | None:
+    """The endpoint of ``broker`` a client that connected through ``listener_name`` should
+    use: the same listener's, as Kafka answers (a client on SSL gets SSL endpoints); None if
+    the broker has no such listener (Kafka leaves it out). A client on the Unix socket gets
+    the PLAINTEXT endpoint, or the first."""
+    endpoint = broker.endpoint(listener_name)
+    if endpoint is None and listener_name == UNIX:
+        endpoint = broker.endpoint(CLIENT_LISTENER) or (
+            broker.endpoints[0] if broker.endpoints else None
+        )
+    return endpoint
 
 
 async def handle_api_versions(
@@ -137,13 +157,12 @@ def _cluster_brokers(ctx: RequestContext, snapshot: MetadataSnapshot) -> list[Br
     core = ctx.core
     out = []
     for broker in sorted(snapshot.brokers.values(), key=lambda b: b.broker_id):
-        endpoint = broker.endpoint(CLIENT_LISTENER) or (
-            broker.endpoints[0] if broker.endpoints else None
-        )
+        endpoint = client_endpoint(broker, ctx.listener_name)
         if endpoint is not None:
             out.append(BrokerMetadata(broker.broker_id, endpoint.host, endpoint.port, broker.rack))
     if not any(b.node_id == core.node_id for b in out) and core.membership is not None:
-        own = core.membership.endpoint
+        endpoints = core.membership.endpoints
+        own = next((e for e in endpoints if e.listener_name == ctx.listener_name), endpoints[0])
         out.append(
             BrokerMetadata(core.node_id, own.host, own.port, core.config.broker.broker_rack or None)
         )

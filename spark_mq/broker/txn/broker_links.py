@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from spark_mq.broker.inter_broker import PLAINTEXT_TRANSPORT, InterBrokerTransport
 from spark_mq.errors import NetworkError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
 
@@ -37,6 +38,8 @@ class BrokerCredentials:
     broker_id: int
     broker_epoch: Callable[[], int | None]
     secret: str
+    #: How to reach the other brokers (the inter-broker listener and its TLS).
+    inter_broker: InterBrokerTransport = PLAINTEXT_TRANSPORT
 
 
 class BrokerLinks:
@@ -93,16 +96,15 @@ class BrokerLinks:
                 raise
 
     def _open(self, destination: int, address: BrokerAddress, timeout_ms: int) -> BrokerConnection:
-        # The client's connection code is loaded only by a broker that talks to others (a
-        # single node never does; tests/test_public_api.py checks it loads no client module).
+        # Imported here: a single-node broker imports this module (its two-phase peers) but
+        # never connects to another broker, and loads no client module.
         from spark_mq.client.broker_auth import authenticate_as_broker  # noqa: PLC0415
-        from spark_mq.client.connection import BrokerConnection  # noqa: PLC0415
 
         creds = self._credentials
         epoch = creds.broker_epoch()
         if epoch is None:
             raise SparkMQError("this broker is not registered yet; the request waits")
-        conn = BrokerConnection(
+        conn = creds.inter_broker.connection(
             address,
             node_id=destination,
             client_id=self._client_id,

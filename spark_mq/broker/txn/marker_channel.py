@@ -298,7 +298,9 @@ class TransactionMarkerChannel:
                 batch.setdefault(key, []).append(tp)
         for leader, batch in batches.items():
             broker = snapshot.brokers[leader]
-            ep = broker.endpoints[0]
+            ep = (
+                broker.endpoint(self._credentials.inter_broker.listener_name) or broker.endpoints[0]
+            )
             for key, tps in batch.items():
                 for tp in tps:
                     self._markers[key][tp].move(MarkerState.IN_FLIGHT)

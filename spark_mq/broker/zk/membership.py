@@ -34,8 +34,9 @@ from collections.abc import Callable, Sequence
 
 from kazoo.exceptions import NodeExistsError
 
-from spark_mq.broker.config import BrokerConfig, Listener
+from spark_mq.broker.config import BrokerConfig
 from spark_mq.broker.dir_files import BrokerMeta
+from spark_mq.broker.inter_broker import PLAINTEXT_TRANSPORT, InterBrokerTransport
 from spark_mq.broker.leadership_config import LeadershipConfig
 from spark_mq.errors import CorruptZnodeError
 from spark_mq.protocol.address import BrokerAddress
@@ -59,16 +60,36 @@ def zk_client_config(broker: BrokerConfig) -> ZkClientConfig:
     )
 
 
-def advertised_endpoint(broker: BrokerConfig, bound: Sequence[BrokerAddress]) -> znodes.EndPoint:
-    """What the broker registers: ``advertised.listeners`` if set, else its first bound TCP
-    listener (with the real port when it asked for port 0)."""
+def advertised_endpoints(
+    broker: BrokerConfig, bound: Sequence[BrokerAddress]
+) -> tuple[znodes.EndPoint, ...]:
+    """What the broker registers, one endpoint per TCP listener name: ``advertised.listeners``
+    if set, else its bound TCP listeners (``bound`` holds their addresses in the order of
+    ``listeners``, with the real port of a port-0 listener). The inter-broker listener comes
+    first, so that a reader that takes a registration's first endpoint reaches the broker as
+    brokers do."""
     if broker.advertised_listeners:
-        first = Listener.parse(broker.advertised_listeners[0])
-        return znodes.EndPoint("PLAINTEXT", first.host, first.port)
-    tcp = next((a for a in bound if a.unix_path is None), None)
-    # BrokerConfig refuses zookeeper.connect without a PLAINTEXT listener.
-    assert tcp is not None, "a cluster broker has a bound TCP listener"
-    return znodes.EndPoint("PLAINTEXT", tcp.host, tcp.port)
+        endpoints = [
+            znodes.EndPoint(item.scheme, item.host, item.port, item.security_protocol)
+            for item in broker.parsed_advertised()
+        ]
+    else:
+        # The TCP addresses are bound in the order of the TCP listeners.
+        tcp = [listener for listener in broker.parsed_listeners() if listener.scheme != "UNIX"]
+        addresses = [address for address in bound if address.unix_path is None]
+        endpoints = [
+            znodes.EndPoint(listener.scheme, address.host, address.port, listener.security_protocol)
+            for listener, address in zip(tcp, addresses, strict=False)
+        ]
+    # BrokerConfig refuses zookeeper.connect without the inter-broker listener.
+    assert endpoints, "a cluster broker has a bound TCP listener"
+    first = broker.inter_broker_listener
+    return tuple(sorted(endpoints, key=lambda e: e.listener_name != first))
+
+
+def advertised_endpoint(broker: BrokerConfig, bound: Sequence[BrokerAddress]) -> znodes.EndPoint:
+    """The endpoint other brokers reach this one at (of inter.broker.listener.name)."""
+    return advertised_endpoints(broker, bound)[0]
 
 
 def _get_or_create(zk: ZkClient, path: str, new_value: bytes) -> bytes:
@@ -123,8 +144,11 @@ class ClusterMembership:
         leadership: LeadershipConfig | None = None,
         wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         on_leader_elected: Callable[[bool], None] = lambda _unclean: None,
+        inter_broker: InterBrokerTransport = PLAINTEXT_TRANSPORT,
     ) -> None:
         self.broker_id = broker.node_id
+        #: How this broker (and its controller) connects to the other brokers.
+        self.inter_broker = inter_broker
         self._unclean_leader_election_enable = unclean_leader_election_enable
         # Told of every partition leader this broker elects as controller (whether the
         # election was unclean): the broker's election metrics, across controller epochs.
@@ -133,7 +157,9 @@ class ClusterMembership:
         #: The running controller while this broker is controller, else None.
         self.controller: Controller | None = None
         self._controller_lock = threading.Lock()
-        self.endpoint = advertised_endpoint(broker, bound)
+        self.endpoints = advertised_endpoints(broker, bound)
+        #: The endpoint of the inter-broker listener (the first registered).
+        self.endpoint = self.endpoints[0]
         self._rack = broker.broker_rack or None
         self._wall_clock_ms = wall_clock_ms
         self.zk = ZkClient(zk_client_config(broker))
@@ -156,7 +182,7 @@ class ClusterMembership:
     def _registration(self) -> znodes.BrokerRegistration:
         return znodes.BrokerRegistration(
             broker_id=self.broker_id,
-            endpoints=(self.endpoint,),
+            endpoints=self.endpoints,
             rack=self._rack,
             timestamp_ms=self._wall_clock_ms(),
         )
@@ -181,7 +207,7 @@ class ClusterMembership:
             self.broker_id,
             self.cluster_id,
             self.zk.config.connect,
-            self.endpoint.connection_string,
+            ",".join(e.connection_string for e in self.endpoints),
             self.registrar.broker_epoch,
         )
 
@@ -195,6 +221,7 @@ class ClusterMembership:
             ControllerConfig(
                 broker_id=self.broker_id,
                 inter_broker_secret=self.inter_broker_secret,
+                inter_broker=self.inter_broker,
                 unclean_leader_election_enable=self._unclean_leader_election_enable,
                 own_broker_epoch=lambda: self.registrar.broker_epoch,
                 on_leader_elected=self._on_leader_elected,
