@@ -268,11 +268,11 @@ class ClientConfig(Config):
         "The private key (PEM) of ssl.certificate.location. Empty: the key is in that file.",
         parse=parse_str,
     )
-    ssl_key_password: str = setting(
+    ssl_key_password: Password = setting(  # noqa: RUF009 (a hidden string)
         "ssl.key.password",
         "",
-        "The password of an encrypted ssl.key.location.",
-        parse=parse_str,
+        "The password of an encrypted ssl.key.location; never printed.",
+        parse=parse_password,
     )
     ssl_endpoint_identification_algorithm: str = setting(
         "ssl.endpoint.identification.algorithm",
@@ -292,7 +292,7 @@ class ClientConfig(Config):
             TlsSettings(
                 certificate_location=self.ssl_certificate_location,
                 key_location=self.ssl_key_location,
-                key_password=self.ssl_key_password,
+                key_password=self.ssl_key_password.value,
                 ca_location=self.ssl_ca_location,
                 endpoint_identification_algorithm=self.ssl_endpoint_identification_algorithm,
             )

@@ -24,11 +24,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from spark_mq.client.sasl import Password
 from spark_mq.errors import ConfigError
 
 PATH_OPTION: Final = "path"
 SERVERS_OPTION: Final = "bootstrap.servers"
 _SERVERS_ALIASES: Final = (SERVERS_OPTION, "kafka.bootstrap.servers")
+#: Secrets among them: carried as :class:`~spark_mq.client.sasl.Password`, so that the
+#: source's and sink's options (which travel to executors) never print them.
+SECRET_KEYS: Final = frozenset({"ssl.key.password", "sasl.password", "sasl.jaas.config"})
 #: Client settings that say how to connect, taken from ``kafka.<key>`` options.
 CONNECTION_KEYS: Final = (
     "security.protocol",
@@ -42,6 +46,11 @@ CONNECTION_KEYS: Final = (
     "sasl.password",
     "sasl.jaas.config",
 )
+
+
+def hidden(key: str, value: str) -> object:
+    """``value`` of client setting ``key``, as a Password if it is a secret."""
+    return Password(value) if key in SECRET_KEYS else value
 
 
 def lookup(options: Mapping[str, str], name: str) -> str | None:
@@ -69,7 +78,7 @@ def client_endpoint(options: Mapping[str, str]) -> dict[str, object]:
         for key in CONNECTION_KEYS:
             value = lookup(options, f"kafka.{key}")
             if value is not None:
-                endpoint[key] = value
+                endpoint[key] = hidden(key, value)
         return endpoint
     if path:
         return {PATH_OPTION: path}

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from spark_mq.client.config import ConsumerConfig
-from spark_mq.datasource.connection import client_endpoint, lookup
+from spark_mq.datasource.connection import client_endpoint, hidden, lookup
 from spark_mq.datasource.option_names import check_unknown_names, closest_name
 from spark_mq.errors import ConfigError
 
@@ -377,7 +377,7 @@ def _consumer_config(options: Mapping[str, str]) -> dict[str, object]:
                 key=raw_key,
                 value=value,
             )
-        props[name] = value
+        props[name] = hidden(name, value)
     if props:
         # Checked here, on the driver, so a bad value fails the query before any task runs.
         # The SASL credentials too (kafka.sasl.jaas.config parsed here).

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from spark_mq.client.config import PARTITIONERS, ProducerConfig
-from spark_mq.datasource.connection import client_endpoint
+from spark_mq.datasource.connection import client_endpoint, hidden
 from spark_mq.datasource.option_names import check_unknown_names
 from spark_mq.errors import ConfigError
 
@@ -107,7 +107,8 @@ class SinkOptions:
     """What a sink writer needs, parsed and checked on the driver; travels to executors.
 
     ``endpoint`` is ``{"path": DIR}`` or ``{"bootstrap.servers": "h:p,..."}``;
-    ``producer_settings`` holds Kafka producer keys with string values, already validated
+    ``producer_settings`` holds Kafka producer keys with string values (secrets as
+    :class:`~spark_mq.client.sasl.Password`, never printed), already validated
     against :class:`~spark_mq.client.config.ProducerConfig`.
     """
 
@@ -116,7 +117,7 @@ class SinkOptions:
     exactly_once: bool
     sink_id: str | None
     checkpoint_location: str | None
-    producer_settings: dict[str, str] = field(default_factory=dict)
+    producer_settings: dict[str, object] = field(default_factory=dict)
 
     def producer_props(self) -> dict[str, object]:
         """Keyword settings for :class:`~spark_mq.Producer` (endpoint included)."""
@@ -184,7 +185,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     )
     endpoint = client_endpoint(options)
     values: dict[str, str] = {}
-    producer: dict[str, str] = {}
+    producer: dict[str, object] = {}
     for name, value in options.items():
         canonical = _canonical(name)
         if canonical is not None:
@@ -199,7 +200,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
                     key=name,
                     value=value,
                 )
-            producer[setting] = value
+            producer[setting] = hidden(setting, value)
     for key in PRODUCER_OPTIONS:
         if key in values:
             producer[key] = values[key]
