@@ -131,7 +131,7 @@ def test_ids_of_partitions_not_led_here_answer_not_coordinator(tmp_path: Path) -
 
     async def test(b: Broker) -> None:
         b.txns.start()
-        with pytest.raises(NotCoordinatorError, match="does not lead __transaction_state-1"):
+        with pytest.raises(NotCoordinatorError, match="its partition __transaction_state-1"):
             await b.txns.coordinator_for(mine)
         b.lead(TRANSACTION_STATE_TOPIC, 1, epoch=7)
         # Elected, not loaded yet: retriable, and says so.

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Final
 from spark_mq.broker.coordinator_leadership import LeadershipChange
 from spark_mq.broker.half.config import HalfMessageConfig
 from spark_mq.broker.half.half_log import DISCARD_TOPIC
-from spark_mq.broker.half.placement import HalfPlacement, LoadState
+from spark_mq.broker.half.placement import HalfPlacement
 from spark_mq.broker.half.records import HalfRecord
 from spark_mq.broker.half.service import (
     HalfMessageService,
@@ -126,7 +126,7 @@ class ClusterHalfMessageService(HalfMessageService):
         return True  # each partition is loaded when led; the job sees only loaded ones
 
     def _partitions_served(self) -> int:
-        return sum(1 for led in self.placement.led.values() if led.state is LoadState.LOADED)
+        return sum(1 for index in self.placement.led if self.placement.loaded(index))
 
     def _finish(self, pending: _Pending, state: HalfState, offset: int) -> None:
         super()._finish(pending, state, offset)
@@ -139,13 +139,13 @@ class ClusterHalfMessageService(HalfMessageService):
             task = self._partition_loads.pop(index, None)
             if task is not None:
                 task.cancel()
-            if self.placement.resign(index):
+            if self.placement.end(index):
                 self._unload(index)
         for index, epoch in change.elected:
             if self._closed:
                 continue
             reloading = self.placement.state_of(index) is not None
-            if not self.placement.elect(index, epoch):
+            if not self.placement.begin(index, epoch):
                 continue
             if reloading:
                 self._unload(index)
@@ -172,7 +172,7 @@ class ClusterHalfMessageService(HalfMessageService):
                     LOAD_RETRY_S,
                 )
                 await asyncio.sleep(LOAD_RETRY_S)
-        if not self.placement.install(index, epoch):
+        if not self.placement.finish(index, epoch):
             return  # resigned or re-elected meanwhile: the read is stale
         self.log.appended_end[index] = loaded.log_end
         self._install(loaded.messages, index)

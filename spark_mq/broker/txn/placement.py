@@ -11,11 +11,8 @@ partition refuses one older than it has seen), and ``p`` is Loaded. When the bro
 leading ``p`` its ids, owners and decisions are unloaded: requests for them answer
 NOT_COORDINATOR, and the periodic jobs no longer see them.
 
-States of one partition (absent: not led here)::
-
-    (absent) --elect--> Loading --install--> Loaded
-    Loading|Loaded --resign--> (absent)
-    Loading|Loaded --elect with a newer epoch--> Loading   (unloaded first)
+The states and their moves are :mod:`~spark_mq.broker.partition_loads`' (shared with the
+half-message service's placement).
 
 A single node never uses this: its coordinator owns every partition from the start.
 
@@ -24,60 +21,27 @@ Threads: the event loop thread only.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import logging
 from collections.abc import Callable
-from typing import Final
 
+from spark_mq.broker.internal_topics import TRANSACTION_STATE_TOPIC
+from spark_mq.broker.partition_loads import Led, LoadState, PartitionLoads
 from spark_mq.broker.txn.coordinator import TransactionCoordinator
 from spark_mq.broker.txn.state_topic import LoadedTransactions
-from spark_mq.errors import CoordinatorLoadInProgressError, NotCoordinatorError
 
 logger = logging.getLogger("spark_mq.broker.txn")
 
 
-class LoadState(enum.Enum):
-    LOADING = "Loading"
-    LOADED = "Loaded"
-
-
-#: The legal moves of a partition led here (None: not led here).
-TRANSITIONS: Final[dict[LoadState | None, frozenset[LoadState | None]]] = {
-    None: frozenset({LoadState.LOADING}),
-    LoadState.LOADING: frozenset({LoadState.LOADED, LoadState.LOADING, None}),
-    LoadState.LOADED: frozenset({LoadState.LOADING, None}),
-}
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Led:
-    """A partition this broker leads: its load state and leader (coordinator) epoch."""
-
-    state: LoadState
-    epoch: int
-
-
-class TxnPlacement:
-    """The load state of every ``__transaction_state`` partition this broker leads."""
+class TxnPlacement(PartitionLoads):
+    """The load state of every ``__transaction_state`` partition this broker leads, and
+    what loading and unloading one does to the coordinator."""
 
     def __init__(
         self, coordinator: TransactionCoordinator, partition_for: Callable[[str], int]
     ) -> None:
+        super().__init__(TRANSACTION_STATE_TOPIC)
         self.coordinator = coordinator
         self._partition_for = partition_for
-        self.led: dict[int, Led] = {}
-
-    def _move(self, partition: int, to: Led | None) -> None:
-        current = self.led.get(partition)
-        before = current.state if current is not None else None
-        after = to.state if to is not None else None
-        if after not in TRANSITIONS[before]:
-            raise AssertionError(f"__transaction_state-{partition}: {before} -> {after}")
-        if to is None:
-            self.led.pop(partition, None)
-        else:
-            self.led[partition] = to
 
     # -- leadership ---------------------------------------------------------------------
 
@@ -91,8 +55,7 @@ class TxnPlacement:
             # Re-elected with a newer epoch: the partition may have moved away and back,
             # so what is in memory may be stale; load it again.
             self._unload(partition)
-        self._move(partition, Led(LoadState.LOADING, epoch))
-        return True
+        return self.begin(partition, epoch)
 
     def install(self, partition: int, epoch: int, loaded: LoadedTransactions, now_ms: int) -> bool:
         """Install the records read for ``partition`` if it is still Loading with ``epoch``
@@ -112,7 +75,7 @@ class TxnPlacement:
                 c.guards.remote_deliveries.add(name)
         c.epochs[partition] = epoch
         c.apply_decisions(now_ms)
-        self._move(partition, Led(LoadState.LOADED, epoch))
+        self.finish(partition, epoch)
         logger.info(
             "became the transaction coordinator of __transaction_state-%d (coordinator epoch "
             "%d): loaded %d transactional ids, %d two-phase owners (%d records, %d skipped)",
@@ -130,7 +93,7 @@ class TxnPlacement:
         if partition not in self.led:
             return 0
         count = self._unload(partition)
-        self._move(partition, None)
+        self.end(partition)
         logger.info(
             "no longer the transaction coordinator of __transaction_state-%d: unloaded %d "
             "transactional ids",
@@ -158,23 +121,11 @@ class TxnPlacement:
     def check(self, key: str) -> None:
         """Refuse a request for ``key`` (a transactional id or an owner) unless this broker
         coordinates it now: NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS (retriable)."""
-        partition = self._partition_for(key)
-        led = self.led.get(partition)
-        if led is None:
-            raise NotCoordinatorError(
-                f"this broker is not the transaction coordinator of {key!r} (it does not lead "
-                f"__transaction_state-{partition}); find the coordinator again and retry"
-            )
-        if led.state is LoadState.LOADING:
-            raise CoordinatorLoadInProgressError(
-                f"the transaction coordinator is loading __transaction_state-{partition} "
-                f"(coordinator epoch {led.epoch}), where {key!r} is kept; retry shortly"
-            )
-
-    def loaded(self, partition: int) -> bool:
-        led = self.led.get(partition)
-        return led is not None and led.state is LoadState.LOADED
+        self.require_loaded(
+            self._partition_for(key),
+            whose=f"the transaction coordinator of {key!r}",
+            find_again="find the coordinator again (FindCoordinator)",
+        )
 
     def coordinates(self, key: str) -> bool:
-        led = self.led.get(self._partition_for(key))
-        return led is not None and led.state is LoadState.LOADED
+        return self.loaded(self._partition_for(key))
