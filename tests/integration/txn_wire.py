@@ -41,6 +41,13 @@ def body(conn: Any, request: Any) -> Any:
     return reply.body
 
 
+#: pyarrow's first ``pa.array`` of a Python list imports pandas (its pandas shim checks the
+#: input), about 0.4 s: done at import, so that it never falls between a producer's
+#: InitProducerId and its first AddPartitionsToTxn, where a test's 200 ms
+#: transactional.id.expiration.ms would expire the id.
+_WARM = pa.array([b""], pa.binary())
+
+
 class TxnProducer:
     """One incarnation of a transactional producer, over a raw connection."""
 
@@ -79,10 +86,11 @@ class TxnProducer:
         return part
 
     def write(self, topic: str, partition: int, *values: bytes) -> None:
-        # Encoded before the transaction starts: a first encode in a fresh process loads
-        # modules for longer than the short transaction timeouts some tests use.
+        # Encoded before the transaction is added to: a first encode in a fresh process
+        # loads modules for longer than the short timeouts some tests use (see _WARM too).
         data = self._batch(topic, partition, values)
-        assert self.add(topic, partition) == [0]
+        added = self.add(topic, partition)
+        assert added == [0], added
         part = self.send(topic, partition, *values, data=data)
         assert part.error_code == 0, part.error_message
 
