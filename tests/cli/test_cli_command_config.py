@@ -8,65 +8,22 @@ key, a bad value) is a usage error naming the file and the line before any conne
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from secured_broker import SecuredBroker
 from tls_certs import TestCa
 
 from spark_mq import Admin, UserScramCredentialUpsertion
-from spark_mq.broker.config import ServerConfig
-from spark_mq.broker.core import BrokerCore
-from spark_mq.broker.dir_files import BrokerMeta
-from spark_mq.broker.server import BrokerServer
 from spark_mq.cli.command_config import parse_command_config
 from spark_mq.client.config import AdminConfig, ConsumerConfig, ProducerConfig
 from spark_mq.errors import ConfigError
-from spark_mq.storage.log_manager import LogManager
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 TOPIC = "secured-topic"
-
-
-class SecuredBroker:
-    """A broker with PLAINTEXT (for the test's own admin), SSL and SASL_PLAINTEXT listeners."""
-
-    def __init__(self, root: Path, cert: Path, key: Path) -> None:
-        self.logs = LogManager(root / "mq")
-        config = ServerConfig.from_properties(
-            {
-                "log.dirs": str(root / "mq"),
-                "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,"
-                "SASL_PLAINTEXT://127.0.0.1:0",
-                "ssl.certificate.location": str(cert),
-                "ssl.key.location": str(key),
-                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-            }
-        )
-        self.core = BrokerCore(config, self.logs, BrokerMeta.take_over(root / "mq"))
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.server = BrokerServer(
-            self.core, config.broker.parsed_listeners(), default_unix_path=str(root / "b.sock")
-        )
-        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
-        by_name = {listener.scheme: address for listener, address in self.server.bound}
-        self.plain, self.ssl, self.sasl = (
-            str(by_name[n]) for n in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT")
-        )
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.close(5.0), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-        self.core.close()
-        self.logs.close()
 
 
 @pytest.fixture(scope="module")
