@@ -140,7 +140,7 @@ def client_settings_options(where: Any) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="a client setting with Kafka's key (repeatable; wins over --command-config), "
-        "e.g. -X security.protocol=SASL_PLAINTEXT or -X linger.ms=5",
+        "e.g. -X security.protocol=SASL_PLAINTEXT",
     )
 
 
