@@ -1,6 +1,6 @@
 """What the ``spark-mq`` commands share: exit statuses, usage errors, how a command group
 registers its actions, where the broker is, ``KEY=VALUE`` options, the client settings that
-come from options, and the admin lookups several commands need.
+come from ``--command-config`` and ``--property/-X``, and the admin lookups several commands need.
 
 >>> import argparse
 >>> endpoint(argparse.Namespace(path="/data/mq", bootstrap_server=None))
@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn
 
 from spark_mq import Admin, TopicPartition
+from spark_mq.cli.command_config import read_command_config
+from spark_mq.client.config import AdminConfig, ClientConfig, ConsumerConfig, ProducerConfig
 from spark_mq.errors import UnknownTopicOrPartitionError
 
 ENV_PATH: Final = "SPARK_MQ_PATH"
@@ -118,26 +120,27 @@ def broker_options(
     where.add_argument(
         "--bootstrap-server", metavar="HOST:PORT", help="address of a running broker"
     )
+    client_settings_options(where)
     p.add_argument("--json", action="store_true", help=json_help)
     return p
 
 
-#: The example in the help of -X: a key the client really takes.
-_PROPERTY_EXAMPLES: Final = {
-    "producer": "linger.ms=5",
-    "consumer": "fetch.max.wait.ms=100",
-    "admin": "security.protocol=SASL_PLAINTEXT",
-}
-
-
-def client_properties(p: argparse.ArgumentParser, what: str) -> None:
-    """Add ``--property/-X KEY=VALUE`` for the settings of a ``what`` client."""
-    p.add_argument(
+def client_settings_options(where: Any) -> None:
+    """Add ``--command-config FILE`` and ``--property/-X KEY=VALUE``: the settings of the
+    clients a command opens (security, timeouts, ...), read by :func:`client_kwargs`."""
+    where.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="a .properties file of client settings with Kafka's keys (security.protocol, "
+        "ssl.*, sasl.*, sasl.jaas.config, ...); each client takes the keys it knows",
+    )
+    where.add_argument(
         "--property",
         "-X",
         action="append",
         metavar="KEY=VALUE",
-        help=f"{what} setting with Kafka's key (repeatable), e.g. {_PROPERTY_EXAMPLES[what]}",
+        help="a client setting with Kafka's key (repeatable; wins over --command-config), "
+        "e.g. -X security.protocol=SASL_PLAINTEXT",
     )
 
 
@@ -149,17 +152,14 @@ ISOLATION_LEVELS: Final = ("read_committed", "read_uncommitted")
 
 
 def producer_options(p: argparse.ArgumentParser, *, acks_help: str, compression_help: str) -> None:
-    """Add ``--acks``, ``--compression`` and ``--property/-X``, which
-    :func:`producer_config` reads."""
+    """Add ``--acks`` and ``--compression``, which :func:`producer_config` reads."""
     p.add_argument("--acks", choices=ACKS_CHOICES, help=acks_help)
     p.add_argument("--compression", choices=COMPRESSION_CHOICES, help=compression_help)
-    client_properties(p, "producer")
 
 
 def consumer_options(p: argparse.ArgumentParser, *, isolation_help: str) -> None:
-    """Add ``--isolation-level`` and ``--property/-X``, which :func:`consumer_config` reads."""
+    """Add ``--isolation-level``, which :func:`consumer_config` reads."""
     p.add_argument("--isolation-level", choices=ISOLATION_LEVELS, help=isolation_help)
-    client_properties(p, "consumer")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,17 +196,32 @@ def endpoint(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-def client_config(args: argparse.Namespace) -> dict[str, Any]:
-    """Endpoint plus ``--property`` overrides, as keyword arguments of a client."""
-    config: dict[str, Any] = dict(parse_key_values(getattr(args, "property", None), "--property"))
+def client_kwargs(args: argparse.Namespace, config_class: type[ClientConfig]) -> dict[str, Any]:
+    """The keyword arguments of a client of ``config_class``: the endpoint, the settings of
+    ``--command-config`` this client takes, and ``--property`` (which wins over the file, as
+    kafka-console-producer's ``--producer-property`` wins over ``--producer.config``).
+
+    A ``--property`` key the client does not take is refused by the client, naming it: it was
+    asked for on the command line. A key of the file for another client is left out, so one
+    file serves every command."""
+    config: dict[str, Any] = {}
+    path = getattr(args, "command_config", None)
+    if path:
+        config.update(read_command_config(path).for_client(config_class))
+    config.update(parse_key_values(getattr(args, "property", None), "--property"))
     config.update(endpoint(args))
     return config
 
 
+def client_config(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`client_kwargs` of an admin client (what ``users`` and others open)."""
+    return client_kwargs(args, AdminConfig)
+
+
 def producer_config(args: argparse.Namespace) -> dict[str, Any]:
-    """:func:`client_config` plus what :func:`producer_options` added: ``--acks`` and
-    ``--compression`` win over the same keys given with ``--property``."""
-    config = client_config(args)
+    """:func:`client_kwargs` of a producer plus what :func:`producer_options` added: ``--acks``
+    and ``--compression`` win over the same keys given with ``--property``."""
+    config = client_kwargs(args, ProducerConfig)
     if args.acks is not None:
         config["acks"] = args.acks
     if args.compression is not None:
@@ -215,9 +230,9 @@ def producer_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def consumer_config(args: argparse.Namespace) -> dict[str, Any]:
-    """:func:`client_config` plus what :func:`consumer_options` added: ``--isolation-level``
-    wins over ``--property isolation.level=...``."""
-    config = client_config(args)
+    """:func:`client_kwargs` of a consumer plus what :func:`consumer_options` added:
+    ``--isolation-level`` wins over ``--property isolation.level=...``."""
+    config = client_kwargs(args, ConsumerConfig)
     if args.isolation_level is not None:
         config["isolation.level"] = args.isolation_level
     return config
@@ -225,7 +240,7 @@ def consumer_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def admin_client(args: argparse.Namespace) -> Admin:
     """An :class:`~spark_mq.Admin` for the broker the command line names (close it: ``with``)."""
-    return Admin(**endpoint(args))
+    return Admin(**client_config(args))
 
 
 def non_negative_int(text: str) -> int:

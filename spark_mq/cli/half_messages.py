@@ -13,7 +13,7 @@ import argparse
 import datetime
 from typing import Any, Final
 
-from spark_mq.cli.common import CommandGroup, Handler, endpoint, handler_table
+from spark_mq.cli.common import CommandGroup, Handler, client_config, handler_table
 from spark_mq.cli.format import json_text, render_table
 from spark_mq.client.half_messages import list_half_messages
 from spark_mq.protocol.half_messages import HalfMessage, HalfState
@@ -46,7 +46,7 @@ def _created(ms: int) -> str:
 
 def half_messages_list(args: argparse.Namespace) -> int:
     listing = list_half_messages(
-        **endpoint(args), discarded=args.discarded, producer_group=args.producer_group
+        **client_config(args), discarded=args.discarded, producer_group=args.producer_group
     )
     if args.json:
         print(

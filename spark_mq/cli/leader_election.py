@@ -18,8 +18,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from spark_mq.cli.common import EXIT_ERROR, EXIT_OK, CliUsageError, non_negative_int
+from spark_mq.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    CliUsageError,
+    client_kwargs,
+    client_settings_options,
+    non_negative_int,
+)
 from spark_mq.client.admin import Admin
+from spark_mq.client.config import AdminConfig
 from spark_mq.client.records import TopicPartition
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.errors import ElectionNotNeededError
@@ -49,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="ask these brokers (default: the cluster's running brokers)",
     )
+    client_settings_options(parser)
 
 
 def _partitions_from_json(path: str) -> list[TopicPartition]:
@@ -91,7 +100,9 @@ def cluster_elect_leaders(args: argparse.Namespace) -> int:
             cluster.close()
     if not servers:
         raise CliUsageError(f"no broker of the cluster in {args.dir} runs")
-    with Admin(bootstrap_servers=servers) as admin:
+    # The client settings (--command-config, -X) apply to the brokers found in --dir too.
+    located = argparse.Namespace(**{**vars(args), "bootstrap_server": servers, "path": None})
+    with Admin(**client_kwargs(located, AdminConfig)) as admin:
         results = admin.elect_leaders(args.election_type, asked)
     kind = args.election_type.upper()
     elected = sorted(tp for tp, error in results.items() if error is None)

@@ -11,8 +11,9 @@ the password is salted here and never sent to the broker; a cluster's brokers ke
 credential in ZooKeeper and each applies it within seconds, the embedded broker (``--path``)
 in its log directory. ``add`` sets both SCRAM mechanisms unless ``--mechanism`` names one;
 ``remove`` removes every credential of the user unless ``--mechanism`` names one. To reach a
-SASL listener, give the admin's own credentials with ``-X security.protocol=SASL_PLAINTEXT
--X sasl.username=... -X sasl.password=...``.
+SASL listener, give the admin's own credentials in a ``--command-config`` file or with
+``-X security.protocol=SASL_PLAINTEXT -X sasl.username=... -X sasl.password=...`` (the
+options every command that asks a broker takes).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from spark_mq.cli.common import (
     CommandGroup,
     Handler,
     client_config,
-    client_properties,
     handler_table,
 )
 from spark_mq.cli.format import json_text, render_table
@@ -159,8 +159,6 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         )
     lst = actions.add("list", users_list, help="list users and their SCRAM mechanisms")
     lst.add_argument("users", nargs="*", metavar="USER", help="only these users")
-    for p in (add, remove, lst):
-        client_properties(p, "admin")
 
 
 HANDLERS: Final[dict[str, Handler]] = handler_table(users_add, users_remove, users_list)

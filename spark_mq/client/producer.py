@@ -45,10 +45,10 @@ from spark_mq.client.group.offsets import OffsetAndMetadata, normalize_offsets
 from spark_mq.client.interceptors import ProducerInterceptors, ProducerRecord
 from spark_mq.client.partitioner import Partitioner, check_partition
 from spark_mq.client.records import TopicPartition
-from spark_mq.client.sender import Sender
+from spark_mq.client.sender import REFUSALS, Sender
 from spark_mq.client.transactions import PreparedTransaction, TxnState
 from spark_mq.client.txn_manager import TransactionManager
-from spark_mq.errors import InvalidRecordError, RecordTooLargeError, UsageError
+from spark_mq.errors import InvalidRecordError, RecordTooLargeError, SparkMQError, UsageError
 from spark_mq.protocol.transactions import owner_prefix_problem
 from spark_mq.storage.arrow_arrays import from_numpy, to_numpy_filled
 from spark_mq.storage.record_batch import HEADER_SIZE, Body, encode_batch_gathered
@@ -139,6 +139,9 @@ class Producer:
         self.config.check_endpoint()
         cfg = self.config
         self._closed = False
+        self._close_called = False
+        #: A refusal of this producer's identity met by send() on the caller's thread.
+        self._refused: SparkMQError | None = None
         # A producer creates the log of ``path`` if there is none yet: writing is how a log
         # starts (readers refuse a path that holds none).
         self._cluster = Cluster(cfg, create_log=True)
@@ -242,9 +245,20 @@ class Producer:
     def _failed(self, exc: BaseException) -> None:
         self._closed = self._slow_send = True
 
+    def _refusal(self) -> SparkMQError | None:
+        """The broker's refusal of this producer's identity (SASL or TLS), if one stopped the
+        sender or a metadata wait of send(): what the next send() and flush() raise."""
+        fatal = self._sender.fatal_error
+        if isinstance(fatal, REFUSALS):
+            return fatal
+        return self._refused
+
     def _raise_closed(self, call: str) -> None:
         if self._txn is not None and self._txn.machine.state is TxnState.FATAL_ERROR:
             self._txn.machine.require(call)  # raises the fatal error (fenced)
+        refusal = self._refusal()
+        if refusal is not None and not self._close_called:
+            raise refusal
         fatal = self._sender.fatal_error
         if fatal is not None:
             raise UsageError(
@@ -264,9 +278,13 @@ class Producer:
         )
 
     def _wait_for_topic(self, topic: str) -> int:
-        return self._cluster.wait_for_topic(
-            topic, timeout_ms=self.config.max_block_ms, allow_auto_create=True
-        )
+        try:
+            return self._cluster.wait_for_topic(
+                topic, timeout_ms=self.config.max_block_ms, allow_auto_create=True
+            )
+        except REFUSALS as exc:
+            self._refused = exc
+            raise
 
     def partitions_for(self, topic: str) -> list[int]:
         """The partition ids of ``topic`` (waiting up to ``max.block.ms`` for metadata)."""
@@ -640,6 +658,11 @@ class Producer:
                     batch.result.wait(remaining)
         finally:
             self._accumulator.end_flush()
+        # The records failed with the broker's refusal; flush() says so too (Kafka's does), so
+        # a caller that only flushes learns that nothing it sent was written.
+        refusal = self._refusal()
+        if refusal is not None:
+            raise refusal
 
     def close(self, timeout: float | None = None) -> None:
         """Send what is buffered, wait up to ``timeout`` seconds (None: as long as it takes)
@@ -647,8 +670,11 @@ class Producer:
         transaction is not aborted here (the coordinator aborts it after
         ``transaction.timeout.ms``, or the next producer with the id at once), and a prepared
         one stays prepared."""
-        if self._closed:
+        # Not ``_closed``: a sender stopped by a refusal sets that, and the cluster's
+        # connections must still be closed here.
+        if self._close_called:
             return
+        self._close_called = True
         self._closed = self._slow_send = True
         self._accumulator.begin_close()
         self._sender.join(timeout)

@@ -61,12 +61,14 @@ from spark_mq.client.records import RecordMetadata
 from spark_mq.client.transactions import fenced_error
 from spark_mq.client.txn_manager import TransactionManager
 from spark_mq.errors import (
+    AuthenticationError,
     InvalidProducerEpochError,
     NetworkError,
     OutOfOrderSequenceError,
     ProducerFencedError,
     RecordTooLargeError,
     SparkMQError,
+    SslAuthenticationError,
     UnknownProducerIdError,
     UsageError,
 )
@@ -105,6 +107,11 @@ def request_entries(batches: list[ProducerBatch]) -> list[ProduceTopic]:
             topics.append(ProduceTopic(batch.topic, []))
         topics[-1].partitions.append(ProducePartition(batch.partition, batch.wire_size))
     return topics
+
+
+#: The errors by which a broker refuses who the producer is (SASL, TLS). They stop the sender:
+#: the pending records fail with the error and the producer raises it from then on.
+REFUSALS: tuple[type[SparkMQError], ...] = (AuthenticationError, SslAuthenticationError)
 
 
 class Sender(threading.Thread):
@@ -180,6 +187,16 @@ class Sender(threading.Thread):
         try:
             while self._run_once():
                 pass
+        except REFUSALS as exc:
+            # The broker refused who this producer is (a wrong password, an untrusted
+            # certificate): every retry would be refused the same way. As Kafka's producer
+            # does, the records fail with that error and the producer's next send() or flush()
+            # raises it; a traceback from this thread would only hide the reason.
+            log.error("producer stopped: %s", exc)
+            self.fatal_error = exc
+            if self._on_fatal is not None:
+                self._on_fatal(exc)
+            self._fail_everything(exc)
         except BaseException as exc:
             log.exception("producer sender thread failed; failing every pending record")
             self.fatal_error = exc
@@ -288,6 +305,8 @@ class Sender(threading.Thread):
         topics = sorted({tp[0] for tp in missing} | set(known))
         try:
             self._cluster.refresh(topics or None)
+        except REFUSALS:
+            raise  # not retried: see run()
         except SparkMQError as exc:
             log.warning("metadata refresh failed: %s", exc)
         self._metadata_retry_at = now + self._config.retry_backoff_ms / 1000
@@ -305,6 +324,8 @@ class Sender(threading.Thread):
                 continue
             try:
                 self._cluster.connect(conn)
+            except REFUSALS:
+                raise  # not retried: see run()
             except SparkMQError as exc:
                 # Cluster.connect asked for a metadata update: the leader may have moved.
                 log.warning("cannot connect to broker %s: %s", conn.address, exc)

@@ -11,7 +11,7 @@ import pytest
 
 from spark_mq.broker import broker_status, stop_broker
 from spark_mq.cli.common import EXIT_ERROR, EXIT_USAGE
-from spark_mq.client.config import ConsumerConfig, ProducerConfig
+from spark_mq.client.config import AdminConfig, ConsumerConfig, ProducerConfig
 
 READING = [
     ["consume", "t", "--from-beginning"],
@@ -94,13 +94,14 @@ def test_a_file_is_not_a_log_directory(cli, tmp_path, args):
         (["produce", "t"], ProducerConfig),
         (["perf", "consume", "t"], ConsumerConfig),
         (["perf", "produce", "t"], ProducerConfig),
+        (["topics", "list"], AdminConfig),
     ],
 )
 def test_the_property_example_in_help_is_a_key_the_client_takes(cli, command, config_class):
     r = cli(*command, "--help")
     assert r.code == 0
     help_text = " ".join(r.out.split())
-    example = re.search(r"Kafka's key \(repeatable\), e\.g\. (\S+)=(\S+)", help_text)
+    example = re.search(r"--command-config\), e\.g\. -X (\S+)=(\S+)", help_text)
     assert example is not None, help_text
     key, value = example.groups()
     config_class.from_properties({"path": "/x", key: value})
