@@ -41,7 +41,7 @@ from spark_mq.broker.listeners import (
 )
 from spark_mq.broker.metrics.config import MetricsConfig
 from spark_mq.broker.replication_config import ReplicationConfig
-from spark_mq.broker.sasl.sasl_config import SaslConfig
+from spark_mq.broker.sasl.sasl_config import SaslConfig, split_listener_jaas_key
 from spark_mq.broker.tls_config import (
     LISTENER_PREFIX,
     BrokerTlsConfig,
@@ -591,6 +591,12 @@ class ServerConfig:
     listener_tls: Mapping[str, BrokerTlsConfig] = dataclasses.field(default_factory=dict)
     #: The per-listener keys as given (for to_properties), name -> {ssl key: value}.
     listener_tls_props: Mapping[str, Mapping[str, str]] = dataclasses.field(default_factory=dict)
+    #: ``listener.name.<listener>.<mechanism>.sasl.jaas.config`` as (LISTENER, MECHANISM) ->
+    #: text: a broker's own SASL credentials on that listener (inter_broker.py reads them).
+    #: They hold a password, so they are left out of repr and of to_properties.
+    listener_sasl_jaas: Mapping[tuple[str, str], str] = dataclasses.field(
+        default_factory=dict, repr=False
+    )
 
     def tls_for(self, listener_name: str) -> BrokerTlsConfig:
         """The TLS config of listener ``listener_name`` (its overrides over ``ssl.*``)."""
@@ -611,6 +617,7 @@ class ServerConfig:
         authorizer_props: dict[str, object] = {}
         tls_props: dict[str, object] = {}
         listener_tls_props: dict[str, dict[str, object]] = {}
+        listener_sasl_jaas: dict[tuple[str, str], str] = {}
         broker_keys = BrokerConfig.settings()
         for raw_key, raw_value in (props or {}).items():
             key, value = _resolve_alias(raw_key.strip(), raw_value)
@@ -636,6 +643,8 @@ class ServerConfig:
                 authorizer_props[key] = value
             elif BrokerTlsConfig.owns(key):
                 tls_props[key] = value
+            elif (jaas_key := split_listener_jaas_key(key)) is not None:
+                listener_sasl_jaas[jaas_key] = _secret_text(key, value)
             elif (per_listener := split_listener_key(key)) is not None:
                 listener_tls_props.setdefault(per_listener[0], {})[per_listener[1]] = value
             else:
@@ -690,11 +699,18 @@ class ServerConfig:
                 name: {k: str(v) for k, v in props.items()}
                 for name, props in listener_tls_props.items()
             },
+            listener_sasl_jaas,
         )
 
     def with_overrides(self, props: Mapping[str, object]) -> ServerConfig:
         """A copy with ``props`` applied on top of this config's non-default settings."""
-        return ServerConfig.from_properties({**self.to_properties(only_set=True), **props})
+        # The JAAS configs are not among the described properties (they hold passwords),
+        # so they are carried over here.
+        jaas = {
+            f"{LISTENER_PREFIX}{listener.lower()}.{mechanism.lower()}.sasl.jaas.config": text
+            for (listener, mechanism), text in self.listener_sasl_jaas.items()
+        }
+        return ServerConfig.from_properties({**self.to_properties(only_set=True), **jaas, **props})
 
     def to_properties(self, *, only_set: bool = False) -> dict[str, str]:
         """Every setting under its broker key (DescribeConfigs of the broker resource)."""
@@ -742,6 +758,15 @@ class ServerConfig:
         if field is None and broker_key in TOPIC_DEFAULT_KEYS:
             field = LogConfig.settings().get(TOPIC_DEFAULT_KEYS[broker_key])
         return None if field is None else str(field.metadata["doc"])
+
+
+def _secret_text(key: str, value: object) -> str:
+    """A secret setting's text: a string, or anything with a string ``value`` (the client's
+    Password), so that callers holding one need not unwrap it."""
+    text = getattr(value, "value", value)
+    if not isinstance(text, str):
+        raise ConfigError(f"{key} must be a string", key=key)
+    return text
 
 
 def _resolve_alias(key: str, value: object) -> tuple[str, object]:

@@ -243,10 +243,18 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 on_leader_elected=core.metrics.leader_elected,
                 leadership=config.leadership,
             )
-            await asyncio.to_thread(
-                membership.start,
-                lambda cluster_id: meta.join_cluster(root, cluster_id, broker.node_id),
-            )
+            from spark_mq.broker.zk.user_credentials import UserCredentialSync  # noqa: PLC0415
+
+            users = UserCredentialSync(membership.zk, core.credentials)
+
+            def before_registering(cluster_id: str) -> None:
+                meta.join_cluster(root, cluster_id, broker.node_id)
+                # The users' SCRAM credentials before the registration: the controller and
+                # the other brokers connect as soon as they see it, and on a SASL
+                # inter-broker listener they log in as a user this broker must know.
+                users.apply_all()
+
+            await asyncio.to_thread(membership.start, before_registering)
             assert membership.cluster_id is not None
             core.membership = membership
             from spark_mq.broker.zk.producer_id_blocks import ZkProducerIdBlocks  # noqa: PLC0415
@@ -283,13 +291,10 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 core.half_messages.writer = _half_writer(core, membership)
             # Applies /config/topics/<t> to the replicas here: now (catching up on changes
             # made while this broker was down) and on every change notification.
-            # The same notifications carry users' SCRAM credentials (users/<name>): the
-            # store reads ZooKeeper's users instead of the log directory's from now on.
-            from spark_mq.broker.zk.user_credentials import UserCredentialSync  # noqa: PLC0415
+            # The same notifications carry users' SCRAM credentials (users/<name>, read
+            # first before registering): the store follows ZooKeeper's users from now on.
             from spark_mq.broker.zk.znodes import USER_ENTITY  # noqa: PLC0415
 
-            users = UserCredentialSync(membership.zk, core.credentials)
-            await asyncio.to_thread(users.apply_all)
             config_sync = TopicConfigSync(membership.zk, logs, entity_handlers={USER_ENTITY: users})
             config_sync.start()
             if core.authorizer.enabled:

@@ -58,6 +58,13 @@ from spark_mq.broker.inter_broker import InterBrokerTransport, inter_broker_tran
 from spark_mq.broker.properties_file import read_properties_file
 from spark_mq.broker.zk import partition_states, znodes
 from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
+from spark_mq.cluster.inter_broker_user import (
+    broker_user_properties,
+    needs_broker_user,
+    new_password,
+    password_in,
+    register_broker_user,
+)
 from spark_mq.cluster.zookeeper_server import MAIN_CLASS, ZooKeeperServer, ZooKeeperServerConfig
 from spark_mq.errors import LocalClusterError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
@@ -134,7 +141,11 @@ class LocalCluster:
     keys). Broker ids are 1..N. ``listener_name``: the name of each broker's one TCP listener
     (``listeners=<name>://127.0.0.1:<port>``), also its ``inter.broker.listener.name``:
     ``SSL`` runs the cluster over TLS with the ``ssl.*`` files of ``broker_properties``, and
-    this object then connects to the brokers as they connect to each other.
+    this object then connects to the brokers as they connect to each other. ``SASL_SSL`` (or
+    ``SASL_PLAINTEXT``) adds SASL/SCRAM-SHA-512 between brokers: the brokers log in as user
+    ``broker`` with a random password kept in their properties files (mode 0600), whose
+    salted credential is written to ZooKeeper before they start
+    (:mod:`~spark_mq.cluster.inter_broker_user`).
 
     Example (needs Debian's zookeeper package)::
 
@@ -165,6 +176,8 @@ class LocalCluster:
         #: The name of the brokers' one TCP listener, also their inter-broker listener: SSL
         #: runs the cluster over TLS (the ssl.* settings come in broker_properties).
         self.listener_name = listener_name.upper()
+        #: The password of user ``broker`` on a SASL listener (chosen at start).
+        self._broker_password: str | None = None
         self._zookeeper: ZooKeeperServer | None = None
         self._zk: ZkClient | None = None
         # Broker processes this object started, by id, so they are reaped when they end.
@@ -392,6 +405,7 @@ class LocalCluster:
             self.broker_ids = sorted(set(self.broker_ids) | set(previous.broker_ids))
         try:
             self._start_zookeeper()
+            self._register_broker_user()
             for broker_id in self.broker_ids:
                 if not self.broker_running(broker_id):
                     self._write_properties(broker_id)
@@ -412,6 +426,21 @@ class LocalCluster:
             raise
         self._save()
         return self
+
+    def _register_broker_user(self) -> None:
+        """On a SASL listener: choose the brokers' password (the one their properties
+        already hold on a restart) and write its salted credential to ZooKeeper."""
+        if not needs_broker_user(self.listener_name):
+            return
+        if self._broker_password is None:
+            for broker_id in self.broker_ids:
+                held = password_in(self.listener_name, self._read_properties(broker_id))
+                if held:
+                    self._broker_password = held
+                    break
+            else:
+                self._broker_password = new_password()
+        register_broker_user(self._zk_session(), self._broker_password)
 
     def _write_properties(self, broker_id: int) -> None:
         props = {
@@ -436,13 +465,19 @@ class LocalCluster:
             # Prometheus metrics on a free port, recorded in the broker's broker.json
             # (metrics_url(id); `spark-mq cluster status` lists them).
             "metrics.port": "0",
+            **(
+                broker_user_properties(self.listener_name, self._broker_password)
+                if self._broker_password is not None
+                else {}
+            ),
             **self._broker_properties,
         }
         self.broker_dir(broker_id).mkdir(parents=True, exist_ok=True)
         text = "# Written by spark-mq cluster start; start-broker reuses it.\n" + "".join(
             f"{key}={value}\n" for key, value in props.items()
         )
-        atomic_write_bytes(self.properties_path(broker_id), text.encode("utf-8"))
+        # 0600: with a SASL listener the file holds the brokers' password.
+        atomic_write_bytes(self.properties_path(broker_id), text.encode("utf-8"), mode=0o600)
 
     def _spawn(self, broker_id: int) -> None:
         path = self.properties_path(broker_id)
@@ -543,7 +578,7 @@ class LocalCluster:
             return
         self._entry(broker_id)["listen_port"] = port
         pinned = text.replace(free, f"listeners={self._listeners(port)}\n")
-        atomic_write_bytes(path, pinned.encode("utf-8"))
+        atomic_write_bytes(path, pinned.encode("utf-8"), mode=0o600)
 
     def _wait_for(
         self, condition: Callable[[], bool], what: str, *, timeout_s: float | None = None

@@ -11,6 +11,14 @@ proves knowledge of it without sending it, so it has to be chosen on purpose.
 
     >>> SaslConfig.from_properties({}).sasl_enabled_mechanisms
     ('SCRAM-SHA-256', 'SCRAM-SHA-512')
+
+Between brokers (when ``inter.broker.listener.name`` is a SASL_PLAINTEXT or SASL_SSL
+listener): ``sasl.mechanism.inter.broker.protocol`` (Kafka's; its default GSSAPI is not built,
+ours is SCRAM-SHA-512) is the mechanism a broker's own connections use, with the credentials
+of ``listener.name.<listener>.<mechanism>.sasl.jaas.config`` (Kafka's key, listener and
+mechanism in lower case). That key holds a password, so it is kept as a
+:class:`~spark_mq.client.sasl.Password` apart from the other settings
+(:func:`split_listener_jaas_key`) and never described.
 """
 
 from __future__ import annotations
@@ -23,6 +31,35 @@ from spark_mq.errors import ConfigError
 
 #: The mechanisms spark_mq implements.
 MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_LISTENER_PREFIX: Final = "listener.name."
+_JAAS_SUFFIX: Final = ".sasl.jaas.config"
+
+
+def split_listener_jaas_key(key: str) -> tuple[str, str] | None:
+    """``listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config`` -> ("SASL_SSL",
+    "SCRAM-SHA-512"); None for any other key. An unknown mechanism is a ConfigError."""
+    lower = key.lower()
+    if not lower.startswith(_LISTENER_PREFIX) or not lower.endswith(_JAAS_SUFFIX):
+        return None
+    middle = key[len(_LISTENER_PREFIX) : -len(_JAAS_SUFFIX)]
+    listener, dot, mechanism = middle.partition(".")
+    if not dot or not listener or mechanism.upper() not in MECHANISMS:
+        raise ConfigError(
+            f"{key}: write listener.name.<listener>.<mechanism>.sasl.jaas.config with a "
+            f"mechanism among {', '.join(m.lower() for m in MECHANISMS)}",
+            key=key,
+        )
+    return listener.upper(), mechanism.upper()
+
+
+def _check_mechanism(key: str, value: Any) -> None:
+    if value not in MECHANISMS:
+        raise ConfigError(
+            f"{key}={value} is not supported (GSSAPI and OAUTHBEARER are not built); choose "
+            f"among {', '.join(MECHANISMS)}",
+            key=key,
+            value=value,
+        )
 
 
 def _check_mechanisms(key: str, value: Any) -> None:
@@ -62,6 +99,17 @@ class SaslConfig(Config):
         "thread. 0: answer at once.",
         parse=parse_int,
         check=between(0, 60_000),
+    )
+
+    sasl_mechanism_inter_broker_protocol: str = setting(
+        "sasl.mechanism.inter.broker.protocol",
+        "SCRAM-SHA-512",
+        "The SASL mechanism of a broker's connections to the other brokers when "
+        "inter.broker.listener.name is a SASL listener; it must be in sasl.enabled.mechanisms. "
+        "The broker's user and password come from "
+        "listener.name.<listener>.<mechanism>.sasl.jaas.config.",
+        parse=lambda key, value: str(value).strip().upper(),
+        check=_check_mechanism,
     )
 
     @classmethod
