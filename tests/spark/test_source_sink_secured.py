@@ -45,6 +45,7 @@ MECHANISM = "SCRAM-SHA-512"
 USER, PASSWORD = "spark", "spark-Secret-9f3b"
 MISSING = ["Read topic in", "Read group", "Write topic out", "Write transactional id prefix"]
 VALUES = [f"v{i}".encode() for i in range(40)]
+TWO_BATCHES = {"maxOffsetsPerTrigger": str(len(VALUES) // 2)}
 _runs = itertools.count()
 
 
@@ -181,11 +182,17 @@ def run_query(
 def test_query_copies_with_exactly_the_documented_acls(
     spark: Any, broker: tuple[SecuredBroker, Path], tmp_path: Path
 ) -> None:
+    """The copy equals the input, and the group holds the query's offsets. Spark commits a
+    batch's end to its source when it plans the next batch, so the query reads in two
+    batches for one commit to be made."""
     served, ca = broker
-    failure, _ = run_query(spark, served, ca, tmp_path)
+    failure, acls = run_query(spark, served, ca, tmp_path, source=TWO_BATCHES)
     assert failure is None
     copied = read_topic(served.root, "out").column("value").to_pylist()
     assert Counter(copied) == Counter(VALUES)
+    with served.admin() as admin:
+        committed = admin.list_group_offsets(acls["Read group"][0].pattern.name)
+    assert sum(o.offset for o in committed.values()) >= len(VALUES) // 2
 
 
 def test_wrong_password_names_mechanism_and_user_not_the_password(
@@ -239,18 +246,10 @@ def test_without_the_group_acl_the_query_runs_but_commits_no_group_offsets(
     spark: Any, broker: tuple[SecuredBroker, Path], tmp_path: Path
 ) -> None:
     """The group only shows the query's lag (its progress is in the checkpoint): as the doc
-    says, without Read on it the query runs and the group stays empty; with it, the group
-    holds the query's offsets. Spark commits a batch's end to its source when it plans the
-    next batch, so the query reads in two batches for one commit to be made."""
+    says, without Read on it the query runs and the group stays empty (with it, the first
+    test sees the group's offsets)."""
     served, ca = broker
-    two_batches = {"maxOffsetsPerTrigger": str(len(VALUES) // 2)}
-    failure, acls = run_query(spark, served, ca, tmp_path, missing="Read group", source=two_batches)
+    failure, acls = run_query(spark, served, ca, tmp_path, missing="Read group", source=TWO_BATCHES)
     assert failure is None
-    without = acls["Read group"][0].pattern.name
-    failure, acls = run_query(spark, served, ca, tmp_path, source=two_batches)
-    assert failure is None
-    with_acl = acls["Read group"][0].pattern.name
     with served.admin() as admin:
-        assert admin.list_group_offsets(without) == {}
-        committed = admin.list_group_offsets(with_acl)
-    assert sum(o.offset for o in committed.values()) >= len(VALUES) // 2
+        assert admin.list_group_offsets(acls["Read group"][0].pattern.name) == {}
