@@ -8,9 +8,12 @@ with ``group.id`` and writing ``out`` with the exactly-once sink; the query pass
 settings as Spark's Kafka connector users write them (``kafka.security.protocol``,
 ``kafka.sasl.mechanism``, ``kafka.sasl.jaas.config`` in the Java form, ``kafka.ssl.ca.location``).
 
-With those ACLs the output equals the input; with any one of them removed the query fails
-with the authorization error naming the missing ACL, which proves the doc's list is exact;
-a wrong password fails the query naming the mechanism and the user, never the password.
+With those ACLs the output equals the input and the group holds the query's offsets; with
+one of the topic or transactional id ACLs removed the query fails with the authorization
+error naming its resource, and without the group's the query runs but the group stays
+empty (as the doc says): the doc's list is exact. A wrong password fails the query naming
+the mechanism and the user, never the password. Each query has its own group, sink id and
+checkpoint (a sink id belongs to one query) and its own ACLs, removed after it.
 """
 
 from __future__ import annotations
