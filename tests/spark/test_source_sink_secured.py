@@ -240,9 +240,10 @@ def test_each_documented_acl_is_needed(
     # The command to add names the resource; for a topic the first refusal is of the
     # Describe that Read or Write implies (Metadata), so the operation is not checked there.
     # The first refusal is of the Describe that Read or Write implies (Metadata of a topic,
-    # FindCoordinator of a transactional id), so the command names the resource (a
-    # transactional id of the prefix), and adding the documented ACL answers it.
+    # FindCoordinator of a transactional id): the command names the resource (a
+    # transactional id of the prefix) and the message says what implies Describe.
     assert named in text, text
+    assert "(a consumer needs Read, a producer Write)" in text, text
 
 
 def test_without_the_group_acl_the_query_runs_but_commits_no_group_offsets(
