@@ -1,65 +1,94 @@
-"""A broker with PLAINTEXT, SSL and SASL_PLAINTEXT listeners for the tests of clients and
-tools over TLS and SASL: the real BrokerServer, on an event loop thread of the test process,
-with certificates from tests/tls_certs.py. The PLAINTEXT listener is the test's own way in
-(adding users, creating topics); SCRAM-SHA-512 is the SASL mechanism."""
+"""A broker process with SASL listeners and an authorizer, for the tests of authenticated
+principals and their ACLs (tests/broker/test_sasl_acls.py, tests/spark/test_source_sink_secured.py).
+
+The broker runs as ``python -m spark_mq.broker`` with a Unix socket beside its SASL
+listeners: the socket's peer is the OS user (``User:<login>``, from SO_PEERCRED), named in
+``super.users`` so that the tests administer users and ACLs through ``Admin(path=DIR)``
+without a password. The SASL listeners' bound ports are read from the broker's INFO line for
+each (``broker.json`` records only a PLAINTEXT one).
+
+    broker = SecuredBroker.start(root, "SASL_PLAINTEXT", {"sasl.enabled.mechanisms": "PLAIN"})
+    broker.add_user("alice", "alice-secret")
+    broker.bootstrap            # "127.0.0.1:PORT" of the SASL listener
+"""
 
 from __future__ import annotations
 
-import asyncio
-import threading
+import dataclasses
+import getpass
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from spark_mq.broker.config import ServerConfig
-from spark_mq.broker.core import BrokerCore
-from spark_mq.broker.dir_files import BrokerMeta
-from spark_mq.broker.server import BrokerServer
-from spark_mq.storage.log_manager import LogManager
+from spark_mq import Admin, UserScramCredentialUpsertion
+from spark_mq.broker.dir_files import Endpoint
+
+#: The principal of the Unix socket's peer: this test run's OS user.
+OS_USER = f"User:{getpass.getuser()}"
 
 
+@dataclasses.dataclass
 class SecuredBroker:
-    """A broker with PLAINTEXT (for the test's own admin), SSL and SASL_PLAINTEXT listeners."""
+    """A broker process serving ``UNIX://`` and one SASL listener (``protocol``)."""
 
-    def __init__(self, root: Path, cert: Path, key: Path, **props: str) -> None:
-        self.logs = LogManager(root / "mq")
-        config = ServerConfig.from_properties(
-            {
-                "log.dirs": str(root / "mq"),
-                "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,"
-                "SASL_PLAINTEXT://127.0.0.1:0",
-                "ssl.certificate.location": str(cert),
-                "ssl.key.location": str(key),
-                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
-                **props,
-            }
-        )
-        self.core = BrokerCore(config, self.logs, BrokerMeta.take_over(root / "mq"))
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.server = BrokerServer(
-            self.core, config.broker.parsed_listeners(), default_unix_path=str(root / "b.sock")
-        )
-        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(30)
-        by_name = {listener.scheme: address for listener, address in self.server.bound}
-        self.plain, self.ssl, self.sasl = (
-            str(by_name[n]) for n in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT")
-        )
+    root: Path
+    log_path: Path
+    protocol: str
+    proc: subprocess.Popen[bytes]
+    bootstrap: str = ""
 
-    def call(self, coro: Any, timeout_s: float = 30) -> Any:
-        """Run ``coro`` on the broker's event loop and return its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+    @classmethod
+    def start(
+        cls, root: Path, protocol: str, props: Mapping[str, str], *, timeout_s: float = 60
+    ) -> SecuredBroker:
+        """Starts the broker with ``props`` over an authorizer, the OS user as super user
+        and listeners ``UNIX://,{protocol}://127.0.0.1:0``; returns once it serves."""
+        settings = {
+            "listeners": f"UNIX://,{protocol}://127.0.0.1:0",
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": OS_USER,
+            **props,
+        }
+        args = [sys.executable, "-m", "spark_mq.broker", "--log-dir", str(root / "mq")]
+        for key, value in settings.items():
+            args += ["--override", f"{key}={value}"]
+        log_path = root / "broker.log"
+        with open(log_path, "ab") as err:
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        served = cls(root / "mq", log_path, protocol, proc)
+        line = re.compile(rf"listener {protocol} on 127\.0\.0\.1:(\d+): clients authenticate")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(f"broker exited with {proc.returncode}:\n{served.log()}")
+            endpoint = Endpoint.read(served.root)
+            # The listener lines are logged before broker.json is written.
+            if endpoint is not None and endpoint.pid == proc.pid:
+                ports = line.findall(served.log())
+                assert ports, served.log()
+                served.bootstrap = f"127.0.0.1:{ports[-1]}"
+                return served
+            time.sleep(0.02)
+        served.stop()
+        raise AssertionError(f"broker did not start:\n{served.log()}")
 
-    def connection_count(self) -> int:
-        async def count() -> int:
-            return len(self.server.connections)
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
 
-        return int(self.call(count()))
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.server.close(5.0), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-        self.core.close()
-        self.logs.close()
+    def admin(self) -> Admin:
+        """The super user's admin, over the Unix socket."""
+        return Admin(path=self.root)
+
+    def add_user(self, user: str, password: str, mechanism: str = "SCRAM-SHA-512") -> None:
+        with self.admin() as admin:
+            admin.alter_user_scram_credentials(
+                [UserScramCredentialUpsertion(user, mechanism, password)]
+            )

@@ -31,7 +31,7 @@ from spark_mq.errors import (
     SparkMQError,
     UnknownTopicOrPartitionError,
 )
-from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.error_codes import ErrorCode, error_from_code
 from spark_mq.protocol.fetch import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -107,6 +107,14 @@ class BrokerView:
             for t in response.topics
             if t.error_code == ErrorCode.NONE and not t.is_internal
         }
+        # A named topic the principal may not describe is refused, not taken as missing: a
+        # stream would otherwise wait for it forever and read nothing, without a word.
+        refused = next(
+            (t for t in response.topics if t.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+            None,
+        )
+        if refused is not None and sub.kind != "subscribePattern":
+            raise error_from_code(refused.error_code, refused.error_message, topic=refused.name)
         if sub.kind == "subscribePattern":
             pattern = re.compile(sub.pattern)
             names = [n for n in counts if not n.startswith("__") and pattern.fullmatch(n)]

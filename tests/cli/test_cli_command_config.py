@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from secured_broker import SecuredBroker
+from inprocess_broker import InProcessBroker
 from tls_certs import TestCa
 
 from spark_mq import Admin, UserScramCredentialUpsertion
@@ -41,9 +41,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def broker(
     tmp_path_factory: pytest.TempPathFactory, pki: dict[str, Any]
-) -> Iterator[SecuredBroker]:
+) -> Iterator[InProcessBroker]:
     root = tmp_path_factory.mktemp("cli-secured")
-    served = SecuredBroker(root, pki["broker"].cert, pki["broker"].key)
+    served = InProcessBroker(root, pki["broker"].cert, pki["broker"].key)
     with Admin(bootstrap_servers=served.plain) as admin:
         admin.alter_user_scram_credentials(
             [UserScramCredentialUpsertion("carol", "SCRAM-SHA-512", "carol-secret")]
@@ -78,14 +78,14 @@ def listed(cli: Any, servers: str, *extra: str) -> Any:
     return cli("topics", "list", "--bootstrap-server", servers, "--json", *extra)
 
 
-def test_topics_list_over_sasl(cli: Any, broker: SecuredBroker, tmp_path: Path) -> None:
+def test_topics_list_over_sasl(cli: Any, broker: InProcessBroker, tmp_path: Path) -> None:
     good = listed(cli, broker.sasl, "--command-config", str(sasl_file(tmp_path, "carol-secret")))
     assert good.code == 0, good.err
     assert TOPIC in good.out
 
 
 def test_topics_list_over_ssl(
-    cli: Any, broker: SecuredBroker, pki: dict[str, Any], tmp_path: Path
+    cli: Any, broker: InProcessBroker, pki: dict[str, Any], tmp_path: Path
 ) -> None:
     good = listed(cli, broker.ssl, "--command-config", str(ssl_file(tmp_path, pki["ca"])))
     assert good.code == 0, good.err
@@ -93,7 +93,7 @@ def test_topics_list_over_ssl(
 
 
 def test_wrong_password_and_untrusted_ca_are_refused_clearly(
-    cli: Any, broker: SecuredBroker, pki: dict[str, Any], tmp_path: Path
+    cli: Any, broker: InProcessBroker, pki: dict[str, Any], tmp_path: Path
 ) -> None:
     wrong = listed(cli, broker.sasl, "--command-config", str(sasl_file(tmp_path, "not-hers")))
     assert wrong.code == EXIT_ERROR
@@ -107,7 +107,7 @@ def test_wrong_password_and_untrusted_ca_are_refused_clearly(
     assert "CA this side does not trust" in untrusted.err and broker.ssl in untrusted.err
 
 
-def test_property_wins_over_the_file(cli: Any, broker: SecuredBroker, tmp_path: Path) -> None:
+def test_property_wins_over_the_file(cli: Any, broker: InProcessBroker, tmp_path: Path) -> None:
     config = str(sasl_file(tmp_path, "not-hers"))
     jaas = (
         "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "

@@ -1,7 +1,7 @@
 """A producer the broker refuses (spark_mq/client/sender.py, producer.py), as Kafka's does:
 the pending sends fail with the typed authentication error, the next ``send()`` and
 ``flush()`` raise it, ``close()`` works, and no thread dies with a logged traceback. The
-consumer raises the typed error from ``poll()``. A real broker (tests/secured_broker.py)
+consumer raises the typed error from ``poll()``. A real broker (tests/inprocess_broker.py)
 refuses with a wrong CA (TLS) and a wrong password (SASL).
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from secured_broker import SecuredBroker
+from inprocess_broker import InProcessBroker
 from tls_certs import TestCa
 
 from spark_mq import Admin, Consumer, Producer, UserScramCredentialUpsertion
@@ -39,8 +39,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def broker(
     tmp_path_factory: pytest.TempPathFactory, pki: dict[str, Any]
-) -> Iterator[SecuredBroker]:
-    served = SecuredBroker(
+) -> Iterator[InProcessBroker]:
+    served = InProcessBroker(
         tmp_path_factory.mktemp("auth-broker"),
         pki["broker"].cert,
         pki["broker"].key,
@@ -52,14 +52,14 @@ def broker(
     served.close()
 
 
-def set_password(broker: SecuredBroker, user: str, password: str) -> None:
+def set_password(broker: InProcessBroker, user: str, password: str) -> None:
     with Admin(bootstrap_servers=broker.plain) as admin:
         admin.alter_user_scram_credentials(
             [UserScramCredentialUpsertion(user, "SCRAM-SHA-512", password)]
         )
 
 
-def sasl(broker: SecuredBroker, user: str, password: str, **extra: object) -> dict[str, Any]:
+def sasl(broker: InProcessBroker, user: str, password: str, **extra: object) -> dict[str, Any]:
     return {
         "bootstrap_servers": broker.sasl,
         "security.protocol": "SASL_PLAINTEXT",
@@ -76,7 +76,7 @@ def no_traceback_logged(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_a_producer_refused_by_tls_raises_the_typed_error(
-    broker: SecuredBroker, pki: dict[str, Any], caplog: pytest.LogCaptureFixture
+    broker: InProcessBroker, pki: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
     producer = Producer(
@@ -96,7 +96,7 @@ def test_a_producer_refused_by_tls_raises_the_typed_error(
 
 
 def test_a_producer_refused_on_reconnecting_fails_its_pending_sends(
-    broker: SecuredBroker, caplog: pytest.LogCaptureFixture
+    broker: InProcessBroker, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The password changes while the producer runs, with records lingering in its buffer;
     the broker closes the idle connections; the producer reconnects to be refused: the
@@ -124,7 +124,7 @@ def test_a_producer_refused_on_reconnecting_fails_its_pending_sends(
     no_traceback_logged(caplog)
 
 
-def test_a_consumer_refused_raises_from_poll(broker: SecuredBroker, pki: dict[str, Any]) -> None:
+def test_a_consumer_refused_raises_from_poll(broker: InProcessBroker, pki: dict[str, Any]) -> None:
     set_password(broker, "erin", "erin-1")
     consumer = Consumer(**sasl(broker, "erin", "wrong"), group_id="g-erin")
     consumer.subscribe([TOPIC])

@@ -242,9 +242,17 @@ def denial(
         if resource_type is ResourceType.CLUSTER
         else f"{resource_type.kafka_name} {name!r}"
     )
+    # A client's first request on a topic or transactional id is often the Describe that
+    # its real operation implies (Metadata, FindCoordinator); granting only Describe would
+    # move the refusal one request on, so the message says which ACLs imply it.
+    implied = (
+        "; Read, Write, Delete or Alter imply Describe (a consumer needs Read, a producer Write)"
+        if operation is AclOperation.DESCRIBE
+        else ""
+    )
     return (
         f"principal {principal} (host {host}) is not authorized to {operation.kafka_name} "
         f"{what}: no ACL allows it, or one denies it. An administrator allows it with "
         f"`spark-mq acls add --allow-principal {principal} --operation "
-        f"{operation.kafka_name} {option}` (or adds the principal to super.users)"
+        f"{operation.kafka_name} {option}` (or adds the principal to super.users){implied}"
     )
