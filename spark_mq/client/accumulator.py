@@ -371,6 +371,8 @@ class RecordAccumulator:
         #: How many times the waiting threads were released (see :meth:`_wait_for_space`).
         self._releases = 0
         self._open: dict[TP, ProducerBatch] = {}
+        #: Set once the sender has stopped for good (:meth:`shut`): appends raise it.
+        self._shut: SparkMQError | None = None
         #: Topics that refused a batch as too large: their batches no longer grow past
         #: batch.size (see the module docstring).
         self._capped: set[str] = set()
@@ -401,6 +403,8 @@ class RecordAccumulator:
         lock = self.lock
         lock.acquire()
         try:
+            if self._shut is not None:
+                raise self._shut
             batch = self._open.get(tp)
             # The common case, in as few steps as possible (this runs once per send()): a
             # keyless record without headers or callback that stays in the open batch
@@ -500,6 +504,8 @@ class RecordAccumulator:
         and its body's parts."""
         size = HEADER_SIZE + sum(memoryview(part).nbytes for part in body)
         with self.lock:
+            if self._shut is not None:
+                raise self._shut
             if self._must_wait(size):
                 self._wait_for_space(size)
             tp = (topic, partition)
@@ -733,6 +739,15 @@ class RecordAccumulator:
                 while queue and now - queue[0].created >= delivery_timeout_s:
                     out.append(queue.popleft())
         return out
+
+    def shut(self, error: SparkMQError) -> list[ProducerBatch]:
+        """The sender stopped for good with ``error``: every batch not yet sent is removed
+        and returned (the caller fails them), and every later append raises ``error``, so
+        that a send() that passed the producer's own check just before the sender stopped
+        cannot leave a record whose future never completes."""
+        with self.lock:
+            self._shut = error
+        return self.abort_all()
 
     def abort_all(self) -> list[ProducerBatch]:
         """Remove and return every batch not yet sent (close without waiting)."""

@@ -722,5 +722,5 @@ class Sender(threading.Thread):
             for batches in conn.close():
                 for batch in batches:
                     self._fail(batch, error)
-        for batch in self._acc.abort_all():
+        for batch in self._acc.shut(error):
             self._fail(batch, error)

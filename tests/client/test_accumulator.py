@@ -16,6 +16,7 @@ from spark_mq.client.accumulator import (
     stamp_header,
 )
 from spark_mq.client.errors import BufferExhaustedError
+from spark_mq.errors import AuthenticationError
 from spark_mq.storage.batch_decoder import decode_records, validate_batch
 from spark_mq.storage.record_batch import HEADER_SIZE, encode_batch_parts
 
@@ -287,3 +288,20 @@ def test_with_linger_0_a_batch_that_cannot_go_out_keeps_filling() -> None:
     assert acc.next_ready_in(lambda tp: 1) == 0.0
     (batch,) = acc.drain(lambda tp: 1, 1 << 20)
     assert batch.record_count == 5
+
+
+def test_after_the_sender_stops_for_good_appends_raise_its_error() -> None:
+    """A send() that passed the producer's closed check just before its sender stopped must
+    not add a record whose future would never complete: the accumulator raises the error
+    that stopped the sender, for both kinds of append."""
+    acc = _acc(Clock())
+    pending = _append(acc)
+    refused = AuthenticationError("SCRAM-SHA-512 authentication of user 'u' failed")
+    assert [b.record_count for b in acc.shut(refused)] == [1]
+    assert pending is not None
+    with pytest.raises(AuthenticationError) as raised:
+        _append(acc)
+    assert raised.value is refused
+    with pytest.raises(AuthenticationError):
+        _append_encoded(acc)
+    assert not acc.has_unsent()
