@@ -62,6 +62,7 @@ from spark_mq.client.transactions import fenced_error
 from spark_mq.client.txn_manager import TransactionManager
 from spark_mq.errors import (
     AuthenticationError,
+    ClusterAuthorizationError,
     InvalidProducerEpochError,
     NetworkError,
     OutOfOrderSequenceError,
@@ -69,6 +70,7 @@ from spark_mq.errors import (
     RecordTooLargeError,
     SparkMQError,
     SslAuthenticationError,
+    TransactionalIdAuthorizationError,
     UnknownProducerIdError,
     UsageError,
 )
@@ -109,9 +111,16 @@ def request_entries(batches: list[ProducerBatch]) -> list[ProduceTopic]:
     return topics
 
 
-#: The errors by which a broker refuses who the producer is (SASL, TLS). They stop the sender:
-#: the pending records fail with the error and the producer raises it from then on.
-REFUSALS: tuple[type[SparkMQError], ...] = (AuthenticationError, SslAuthenticationError)
+#: The errors by which a broker refuses who the producer is (SASL, TLS) or what it may be (an
+#: InitProducerId refused by the ACLs: no IdempotentWrite, or no Write on the transactional
+#: id). They stop the sender, as Kafka's producer treats them as fatal: the pending records
+#: fail with the error and the producer raises it from then on.
+REFUSALS: tuple[type[SparkMQError], ...] = (
+    AuthenticationError,
+    SslAuthenticationError,
+    ClusterAuthorizationError,
+    TransactionalIdAuthorizationError,
+)
 
 
 class Sender(threading.Thread):
@@ -189,9 +198,10 @@ class Sender(threading.Thread):
                 pass
         except REFUSALS as exc:
             # The broker refused who this producer is (a wrong password, an untrusted
-            # certificate): every retry would be refused the same way. As Kafka's producer
-            # does, the records fail with that error and the producer's next send() or flush()
-            # raises it; a traceback from this thread would only hide the reason.
+            # certificate) or a producer id (the ACLs): every retry would be refused the same
+            # way. As Kafka's producer does, the records fail with that error and the
+            # producer's next send() or flush() raises it; a traceback from this thread would
+            # only hide the reason.
             log.error("producer stopped: %s", exc)
             self.fatal_error = exc
             if self._on_fatal is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import getpass
 import itertools
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -495,3 +496,22 @@ def test_offset_fetch_of_every_topic_answers_only_describable_topics(
         TopicPartition(topic, 0),
         TopicPartition(other, 0),
     }
+
+
+def test_a_producer_refused_its_producer_id_fails_its_sends_at_once(
+    broker: tuple[Path, str], admin: Admin, topic: str
+) -> None:
+    """A refused InitProducerId (an idempotent producer with neither IdempotentWrite on the
+    Cluster nor Write on any topic) is fatal, as in Kafka's producer: the record fails with
+    ClusterAuthorizationError, and so does the next send, instead of retrying until
+    delivery.timeout.ms or leaving a future that never completes."""
+    admin.create_acls([acl(RT.TOPIC, topic, Op.DESCRIBE)])
+    started = time.monotonic()
+    with Producer(bootstrap_servers=broker[1], linger_ms=0, **PRODUCER_FAST) as p:
+        with pytest.raises(ClusterAuthorizationError, match="IdempotentWrite"):
+            p.send(topic, b"v").get(10)
+        with pytest.raises(ClusterAuthorizationError):
+            p.send(topic, b"w").get(10)
+        with pytest.raises(ClusterAuthorizationError):
+            p.flush(5)
+    assert time.monotonic() - started < 8
