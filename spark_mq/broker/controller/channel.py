@@ -30,13 +30,20 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from typing import Final
 
 import msgspec
 
 from spark_mq.broker.inter_broker import PLAINTEXT_TRANSPORT, InterBrokerTransport
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
-from spark_mq.errors import BrokerAuthenticationError, NetworkError, SparkMQError
+from spark_mq.errors import (
+    AuthenticationError,
+    BrokerAuthenticationError,
+    NetworkError,
+    SparkMQError,
+    SslAuthenticationError,
+)
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.rate_limited_log import RateLimitedLog
 
@@ -85,6 +92,18 @@ class ChannelConfig:
 
 
 _FAILURES = RateLimitedLog(log)
+
+
+#: What makes a request's connection fail, so that it is sent again on a new one: the
+#: network, or a refused login (the inter-broker secret, SASL on a SASL inter-broker listener,
+#: a TLS handshake), which a broker that has just learnt the users or certificates may accept
+#: on the next try.
+_CONNECTION_FAILURES: Final = (
+    NetworkError,
+    BrokerAuthenticationError,
+    AuthenticationError,
+    SslAuthenticationError,
+)
 
 
 class RequestSendThread(threading.Thread):
@@ -154,7 +173,7 @@ class RequestSendThread(threading.Thread):
             try:
                 conn = self._connection()
                 body = conn.request(request, timeout_s=self._config.request_timeout_ms / 1000)
-            except (NetworkError, BrokerAuthenticationError) as exc:
+            except _CONNECTION_FAILURES as exc:
                 if self._conn is not None:
                     self._conn.close()
                 self._conn = None
