@@ -17,11 +17,36 @@ from spark_mq.cli.common import (
     CliUsageError,
     Handler,
     add_action,
+    client_kwargs,
+    client_settings_options,
     endpoint,
     handler_table,
     non_negative_int,
     positive_int,
 )
+from spark_mq.client.config import AdminConfig, ConsumerConfig
+
+
+def console_config(args: argparse.Namespace, config_class: Any) -> Any:
+    """The :class:`~spark_mq.console.config.ConsoleConfig` the command line asks for. The
+    console opens an Admin and consumers: from ``--command-config`` it takes the settings
+    both of them take (security, timeouts), and every ``-X`` setting (asked for explicitly, a
+    key either client refuses is an error)."""
+    where = endpoint(args)
+    admin = client_kwargs(args, AdminConfig)
+    consumer = client_kwargs(args, ConsumerConfig)
+    settings = {
+        key: value
+        for key, value in admin.items()
+        if key in consumer and key not in where and key not in ("path", "bootstrap.servers")
+    }
+    return config_class(
+        path=where.get("path"),
+        bootstrap_servers=where.get("bootstrap_servers"),
+        allow_admin=args.allow_admin,
+        sample_interval_ms=args.interval_ms,
+        client_settings=settings,
+    )
 
 
 def console(args: argparse.Namespace) -> int:
@@ -35,13 +60,7 @@ def console(args: argparse.Namespace) -> int:
             f"spark-mq console needs Flask, waitress and plotly ({exc}); install them with: "
             "pip install 'spark-mq[console]'"
         ) from None
-    where = endpoint(args)
-    config = ConsoleConfig(
-        path=where.get("path"),
-        bootstrap_servers=where.get("bootstrap_servers"),
-        allow_admin=args.allow_admin,
-        sample_interval_ms=args.interval_ms,
-    )
+    config = console_config(args, ConsoleConfig)
     try:
         server = ConsoleServer(config, host=args.host, port=args.port)
     except OSError as exc:
@@ -82,6 +101,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     where.add_argument(
         "--bootstrap-server", metavar="HOST:PORT", help="address of a running broker"
     )
+    client_settings_options(where)
     parser.add_argument("--port", type=non_negative_int, default=8080, help="HTTP port (8080)")
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default: this machine only)"

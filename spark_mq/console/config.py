@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from spark_mq.errors import ConfigError
@@ -40,6 +41,10 @@ class ConsoleConfig:
     #: ``default.api.timeout.ms`` of the console's clients: how long a page waits for an
     #: unreachable broker before it says so.
     api_timeout_ms: int = 10000
+    #: Client settings of the console's Admin and consumers (``security.protocol``,
+    #: ``ssl.*``, ``sasl.*``, ...: what ``--command-config`` and ``-X`` give). Not shown in
+    #: repr: they may hold a password.
+    client_settings: Mapping[str, object] = dataclasses.field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.bootstrap_servers is None):
@@ -64,5 +69,6 @@ class ConsoleConfig:
             if self.path is not None
             else {"bootstrap_servers": self.bootstrap_servers}
         )
+        where.update(self.client_settings)
         where["default.api.timeout.ms"] = self.api_timeout_ms
         return where
