@@ -27,7 +27,7 @@ RECORDS = 1_200
 #: Records added when a run finishes the copy before every kill of the schedule happened:
 #: three micro-batches, so that a hook target (at most 3 batches ahead) comes next time.
 MORE_RECORDS = 900
-KILLS = 5
+KILLS = 4
 #: Upper bound on driver runs, kills included (the last runs complete the copy).
 MAX_RUNS = 2 * KILLS + 2
 #: A run that takes longer than this is stuck: the test fails rather than hangs.
