@@ -150,3 +150,19 @@ class TestCa:
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(key, key_path, key_password)
         return Issued(cert_path, key_path)
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerPki:
+    """A CA, a broker certificate it issued for the loopback names, and another CA that did
+    not issue it (what a client that must not trust the broker is given)."""
+
+    ca: Path
+    other_ca: Path
+    broker: Issued
+
+    @classmethod
+    def create(cls, root: Path) -> BrokerPki:
+        ca = TestCa.create(root / "ca")
+        other = TestCa.create(root / "other", name="some other CA")
+        return cls(ca.cert, other.cert, ca.issue(root, "broker", hosts=("127.0.0.1", "localhost")))

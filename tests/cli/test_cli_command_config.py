@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from inprocess_broker import InProcessBroker
-from tls_certs import TestCa
+from tls_certs import BrokerPki
 
 from spark_mq import Admin, UserScramCredentialUpsertion
 from spark_mq.cli.command_config import parse_command_config
@@ -27,23 +27,14 @@ TOPIC = "secured-topic"
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("cli-pki")
-    ca = TestCa.create(root / "ca")
-    other = TestCa.create(root / "other", name="some other CA")
-    return {
-        "ca": ca.cert,
-        "other_ca": other.cert,
-        "broker": ca.issue(root, "broker", hosts=("127.0.0.1", "localhost")),
-    }
+def pki(tmp_path_factory: pytest.TempPathFactory) -> BrokerPki:
+    return BrokerPki.create(tmp_path_factory.mktemp("cli-pki"))
 
 
 @pytest.fixture(scope="module")
-def broker(
-    tmp_path_factory: pytest.TempPathFactory, pki: dict[str, Any]
-) -> Iterator[InProcessBroker]:
+def broker(tmp_path_factory: pytest.TempPathFactory, pki: BrokerPki) -> Iterator[InProcessBroker]:
     root = tmp_path_factory.mktemp("cli-secured")
-    served = InProcessBroker(root, pki["broker"].cert, pki["broker"].key)
+    served = InProcessBroker(root, pki.broker.cert, pki.broker.key)
     with Admin(bootstrap_servers=served.plain) as admin:
         admin.alter_user_scram_credentials(
             [UserScramCredentialUpsertion("carol", "SCRAM-SHA-512", "carol-secret")]
@@ -85,24 +76,22 @@ def test_topics_list_over_sasl(cli: Any, broker: InProcessBroker, tmp_path: Path
 
 
 def test_topics_list_over_ssl(
-    cli: Any, broker: InProcessBroker, pki: dict[str, Any], tmp_path: Path
+    cli: Any, broker: InProcessBroker, pki: BrokerPki, tmp_path: Path
 ) -> None:
-    good = listed(cli, broker.ssl, "--command-config", str(ssl_file(tmp_path, pki["ca"])))
+    good = listed(cli, broker.ssl, "--command-config", str(ssl_file(tmp_path, pki.ca)))
     assert good.code == 0, good.err
     assert TOPIC in good.out
 
 
 def test_wrong_password_and_untrusted_ca_are_refused_clearly(
-    cli: Any, broker: InProcessBroker, pki: dict[str, Any], tmp_path: Path
+    cli: Any, broker: InProcessBroker, pki: BrokerPki, tmp_path: Path
 ) -> None:
     wrong = listed(cli, broker.sasl, "--command-config", str(sasl_file(tmp_path, "not-hers")))
     assert wrong.code == EXIT_ERROR
     assert "carol" in wrong.err and "SCRAM-SHA-512" in wrong.err, wrong.err
     assert "Traceback" not in wrong.err and "not-hers" not in wrong.err
 
-    untrusted = listed(
-        cli, broker.ssl, "--command-config", str(ssl_file(tmp_path, pki["other_ca"]))
-    )
+    untrusted = listed(cli, broker.ssl, "--command-config", str(ssl_file(tmp_path, pki.other_ca)))
     assert untrusted.code == EXIT_ERROR
     assert "CA this side does not trust" in untrusted.err and broker.ssl in untrusted.err
 

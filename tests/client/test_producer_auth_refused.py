@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from inprocess_broker import InProcessBroker
-from tls_certs import TestCa
+from tls_certs import BrokerPki
 
 from spark_mq import Admin, Consumer, Producer, UserScramCredentialUpsertion
 from spark_mq.errors import AuthenticationError, SslAuthenticationError
@@ -25,25 +25,16 @@ IDLE_MS = 1500
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("auth-pki")
-    ca = TestCa.create(root / "ca")
-    other = TestCa.create(root / "other", name="some other CA")
-    return {
-        "ca": ca.cert,
-        "other_ca": other.cert,
-        "broker": ca.issue(root, "broker", hosts=("127.0.0.1", "localhost")),
-    }
+def pki(tmp_path_factory: pytest.TempPathFactory) -> BrokerPki:
+    return BrokerPki.create(tmp_path_factory.mktemp("auth-pki"))
 
 
 @pytest.fixture(scope="module")
-def broker(
-    tmp_path_factory: pytest.TempPathFactory, pki: dict[str, Any]
-) -> Iterator[InProcessBroker]:
+def broker(tmp_path_factory: pytest.TempPathFactory, pki: BrokerPki) -> Iterator[InProcessBroker]:
     served = InProcessBroker(
         tmp_path_factory.mktemp("auth-broker"),
-        pki["broker"].cert,
-        pki["broker"].key,
+        pki.broker.cert,
+        pki.broker.key,
         **{"connections.max.idle.ms": str(IDLE_MS)},
     )
     with Admin(bootstrap_servers=served.plain) as admin:
@@ -76,12 +67,12 @@ def no_traceback_logged(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_a_producer_refused_by_tls_raises_the_typed_error(
-    broker: InProcessBroker, pki: dict[str, Any], caplog: pytest.LogCaptureFixture
+    broker: InProcessBroker, pki: BrokerPki, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
     producer = Producer(
         bootstrap_servers=broker.ssl,
-        **{"security.protocol": "SSL", "ssl.ca.location": str(pki["other_ca"])},
+        **{"security.protocol": "SSL", "ssl.ca.location": str(pki.other_ca)},
     )
     started = time.monotonic()
     with pytest.raises(SslAuthenticationError, match="CA this side does not trust"):
@@ -124,7 +115,7 @@ def test_a_producer_refused_on_reconnecting_fails_its_pending_sends(
     no_traceback_logged(caplog)
 
 
-def test_a_consumer_refused_raises_from_poll(broker: InProcessBroker, pki: dict[str, Any]) -> None:
+def test_a_consumer_refused_raises_from_poll(broker: InProcessBroker, pki: BrokerPki) -> None:
     set_password(broker, "erin", "erin-1")
     consumer = Consumer(**sasl(broker, "erin", "wrong"), group_id="g-erin")
     consumer.subscribe([TOPIC])
@@ -138,7 +129,7 @@ def test_a_consumer_refused_raises_from_poll(broker: InProcessBroker, pki: dict[
     tls = Consumer(
         bootstrap_servers=broker.ssl,
         group_id="g-tls",
-        **{"security.protocol": "SSL", "ssl.ca.location": str(pki["other_ca"])},
+        **{"security.protocol": "SSL", "ssl.ca.location": str(pki.other_ca)},
     )
     try:
         tls.subscribe([TOPIC])

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from inprocess_broker import InProcessBroker
-from tls_certs import TestCa
+from tls_certs import BrokerPki
 
 from spark_mq import Admin, UserScramCredentialUpsertion
 
@@ -53,10 +53,9 @@ def test_console_command_serves_until_sigterm(mq_dir: Path, admin: Admin) -> Non
 
 
 def test_console_reaches_a_sasl_listener_with_a_command_config(tmp_path: Path) -> None:
-    ca = TestCa.create(tmp_path / "ca")
-    issued = ca.issue(tmp_path, "broker", hosts=("127.0.0.1", "localhost"))
+    pki = BrokerPki.create(tmp_path)
     (tmp_path / "b").mkdir()
-    broker = InProcessBroker(tmp_path / "b", issued.cert, issued.key)
+    broker = InProcessBroker(tmp_path / "b", pki.broker.cert, pki.broker.key)
     try:
         with Admin(bootstrap_servers=broker.plain) as admin:
             admin.alter_user_scram_credentials(

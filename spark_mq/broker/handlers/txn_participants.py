@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, Protocol, TypeVar
 
 from spark_mq import crash_points
 from spark_mq.broker.context import RequestContext, Response
@@ -102,20 +102,38 @@ def _decider(request: Request, remote: RemoteVotes, key: str) -> Decider:
     return lambda c, now: two_phase.abort(c, request, now, remote, decider_key=key)
 
 
+class _HasTransactionalId(Protocol):
+    @property
+    def transactional_id(self) -> str: ...
+
+
+_Named = TypeVar("_Named", bound=_HasTransactionalId)
+
+
+def _coordinated_here(
+    txns: TransactionService, items: list[_Named], verb: str
+) -> tuple[list[_Named], dict[str, tuple[int, str | None]]]:
+    """Split a participant request's ``items`` into those whose transactional id this broker
+    coordinates now and, by id, the error code and message of each it does not (a moved
+    coordinator: the decider asks the new one)."""
+    mine: list[_Named] = []
+    refused: dict[str, tuple[int, str | None]] = {}
+    for item in items:
+        try:
+            txns.placement.check(item.transactional_id)
+            mine.append(item)
+        except SparkMQError as exc:
+            refused[item.transactional_id] = error_of(exc, f"{verb} {item.transactional_id!r}")
+    return mine, refused
+
+
 async def handle_check_prepared_txns(
     ctx: RequestContext, request: CheckPreparedTxnsRequest, _: memoryview
 ) -> Response:
     txns = ctx.core.transactions
     coordinator = await txns.ready()
-    mine = []
-    refused: dict[str, CheckedTxn] = {}
-    for ref in request.transactions:
-        try:
-            txns.placement.check(ref.transactional_id)
-            mine.append(ref)
-        except SparkMQError as exc:
-            code, message = error_of(exc, f"check {ref.transactional_id!r}")
-            refused[ref.transactional_id] = CheckedTxn(ref.transactional_id, code, message)
+    mine, refusals = _coordinated_here(txns, request.transactions, "check")
+    refused = {tid: CheckedTxn(tid, code, message) for tid, (code, message) in refusals.items()}
     answer = participants.check(
         coordinator,
         CheckPreparedTxnsRequest(mine, request.commit, request.scope_prefix),
@@ -131,15 +149,10 @@ async def handle_decide_txns(
 ) -> Response:
     txns = ctx.core.transactions
     coordinator = await txns.ready()
-    mine = []
-    results: dict[str, DecideTxnsResult] = {}
-    for t in request.transactions:
-        try:
-            txns.placement.check(t.transactional_id)
-            mine.append(t)
-        except SparkMQError as exc:
-            code, message = error_of(exc, f"decide {t.transactional_id!r}")
-            results[t.transactional_id] = DecideTxnsResult(t.transactional_id, code, message)
+    mine, refusals = _coordinated_here(txns, request.transactions, "decide")
+    results = {
+        tid: DecideTxnsResult(tid, code, message) for tid, (code, message) in refusals.items()
+    }
     keys = [t.transactional_id for t in mine]
     try:
         done = participants.decide(
