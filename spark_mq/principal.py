@@ -4,7 +4,7 @@ A broker connection starts as :data:`ANONYMOUS` (Kafka's ``User:ANONYMOUS``). Au
 replaces it: SASL with the user it proved (``User:<name>``), TLS with client authentication
 with the certificate's distinguished name (``User:CN=client,O=org``), the embedded broker's
 token and the inter-broker secret with what they prove. Authorization (ACLs, ``super.users``)
-and quotas read it from the connection's session.
+(and quotas, once built) read it from the connection's session.
 """
 
 from __future__ import annotations
