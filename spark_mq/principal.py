@@ -2,9 +2,9 @@
 
 A broker connection starts as :data:`ANONYMOUS` (Kafka's ``User:ANONYMOUS``). Authentication
 replaces it: SASL with the user it proved (``User:<name>``), TLS with client authentication
-with the certificate's distinguished name (``User:CN=client,O=org``), the embedded broker's
-token and the inter-broker secret with what they prove. Authorization (ACLs, ``super.users``)
-(and quotas, once built) read it from the connection's session.
+with the certificate's distinguished name (``User:CN=client,O=org``), the inter-broker secret
+with what it proves (the embedded broker's token, once built, will too). Authorization (ACLs,
+``super.users``), and quotas once built, read it from the connection's session.
 """
 
 from __future__ import annotations
