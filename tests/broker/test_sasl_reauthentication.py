@@ -221,39 +221,50 @@ def test_a_removed_user_loses_its_connection_at_the_next_reauthentication(
     broker.add_user("leaving", "leaving-secret", SCRAM)
     broker.add_user("rotated", "old-secret", SCRAM)
     before = scrape(broker)
+    leaving = config(broker, "leaving", "leaving-secret")
     with (
-        Producer(**config(broker, "leaving", "leaving-secret"), linger_ms=0, **FAST) as producer,
+        Producer(**leaving, linger_ms=0, **FAST) as producer,
+        Consumer(**leaving, auto_offset_reset="earliest", **FAST) as consumer,
         Admin(**config(broker, "rotated", "old-secret"), **FAST) as admin,
     ):
         producer.send("leaving", b"before", partition=0).get(10)
+        consumer.assign([TopicPartition("leaving", 0)])
+        deadline = time.monotonic() + 10
+        while not consumer.poll(timeout_ms=200) and time.monotonic() < deadline:
+            pass
         assert admin.list_topics()
         assert spark_mq_cli(["users", "remove", "leaving", "--path", str(broker.root)]) == 0
         assert "Removed SCRAM-SHA-512 credentials of user 'leaving'" in capsys.readouterr().out
         broker.add_user("rotated", "new-secret", SCRAM)
-        # Both keep their connections until the next re-authentication, then fail it.
+        # Each keeps its connections until their next re-authentication, then fails it.
+        calls: dict[str, Any] = {
+            "producer": lambda: producer.send("leaving", b"after", partition=0).get(10),
+            "consumer": lambda: consumer.poll(timeout_ms=50),
+            "admin": admin.list_topics,
+        }
         errors: dict[str, AuthenticationError] = {}
         deadline = time.monotonic() + 10
-        while len(errors) < 2 and time.monotonic() < deadline:
-            if "leaving" not in errors:
-                try:
-                    producer.send("leaving", b"after", partition=0).get(10)
-                except AuthenticationError as exc:
-                    errors["leaving"] = exc
-            if "rotated" not in errors:
-                try:
-                    admin.list_topics()
-                except AuthenticationError as exc:
-                    errors["rotated"] = exc
+        while len(errors) < len(calls) and time.monotonic() < deadline:
+            for client, call in calls.items():
+                if client not in errors:
+                    try:
+                        call()
+                    except AuthenticationError as exc:
+                        errors[client] = exc
             time.sleep(0.05)
-    assert sorted(errors) == ["leaving", "rotated"]
-    for user, secret in (("leaving", "leaving-secret"), ("rotated", "old-secret")):
-        error = errors[user]
+    assert sorted(errors) == sorted(calls)
+    for client, user, secret in (
+        ("producer", "leaving", "leaving-secret"),
+        ("consumer", "leaving", "leaving-secret"),
+        ("admin", "rotated", "old-secret"),
+    ):
+        error = errors[client]
         assert error.mechanism == SCRAM and error.user == user
         text = str(error)
         assert f"{SCRAM} re-authentication of user {user!r}" in text
         assert secret not in text
     after = scrape(broker)
-    assert reauths(after, SCRAM, "failure") - reauths(before, SCRAM, "failure") >= 2
+    assert reauths(after, SCRAM, "failure") - reauths(before, SCRAM, "failure") >= 3
     assert "leaving-secret" not in broker.log() and "old-secret" not in broker.log()
 
 
