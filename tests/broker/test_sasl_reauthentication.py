@@ -252,6 +252,11 @@ def test_a_removed_user_loses_its_connection_at_the_next_reauthentication(
                     except AuthenticationError as exc:
                         errors[client] = exc
             time.sleep(0.05)
+        # From then on every call is refused the same way (a new connection authenticates
+        # afresh and is refused): none quietly returns nothing.
+        for call in calls.values():
+            with pytest.raises(AuthenticationError, match=r"user '(leaving|rotated)'"):
+                call()
     assert sorted(errors) == sorted(calls)
     for client, user, secret in (
         ("producer", "leaving", "leaving-secret"),
