@@ -1,7 +1,9 @@
 """Who a connection is: Kafka's ``KafkaPrincipal`` (``User:alice``).
 
 A broker connection starts as :data:`ANONYMOUS` (Kafka's ``User:ANONYMOUS``). Authentication
-replaces it: SASL with the user it proved (``User:<name>``), TLS with client authentication
+replaces it: SASL with the user it proved (``User:<name>``, kept for the connection's life: a
+SASL re-authentication, with ``connections.max.reauth.ms``, must prove the same user or the
+connection is closed), TLS with client authentication
 with the certificate's distinguished name (``User:CN=client,O=org``), the inter-broker secret
 with what it proves (the embedded broker's token, once built, will too). Authorization (ACLs,
 ``super.users``), and quotas once built, read it from the connection's session.

@@ -41,7 +41,11 @@ from spark_mq.broker.listeners import (
 )
 from spark_mq.broker.metrics.config import MetricsConfig
 from spark_mq.broker.replication_config import ReplicationConfig
-from spark_mq.broker.sasl.sasl_config import SaslConfig, split_listener_jaas_key
+from spark_mq.broker.sasl.sasl_config import (
+    SaslConfig,
+    split_listener_jaas_key,
+    split_listener_reauth_key,
+)
 from spark_mq.broker.tls_config import (
     LISTENER_PREFIX,
     BrokerTlsConfig,
@@ -597,6 +601,20 @@ class ServerConfig:
     listener_sasl_jaas: Mapping[tuple[str, str], str] = dataclasses.field(
         default_factory=dict, repr=False
     )
+    #: ``listener.name.<listener>.<mechanism>.connections.max.reauth.ms`` as (LISTENER,
+    #: MECHANISM) -> ms: that listener's session lifetime for that mechanism, over
+    #: ``connections.max.reauth.ms``.
+    listener_max_reauth_ms: Mapping[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+
+    def max_reauth_ms_by_mechanism(self, listener_name: str) -> dict[str, int]:
+        """Each enabled mechanism's session lifetime on listener ``listener_name``
+        (0: sessions do not expire)."""
+        default = self.sasl.connections_max_reauth_ms
+        listener = listener_name.upper()
+        return {
+            mechanism: self.listener_max_reauth_ms.get((listener, mechanism), default)
+            for mechanism in self.sasl.sasl_enabled_mechanisms
+        }
 
     def tls_for(self, listener_name: str) -> BrokerTlsConfig:
         """The TLS config of listener ``listener_name`` (its overrides over ``ssl.*``)."""
@@ -618,6 +636,7 @@ class ServerConfig:
         tls_props: dict[str, object] = {}
         listener_tls_props: dict[str, dict[str, object]] = {}
         listener_sasl_jaas: dict[tuple[str, str], str] = {}
+        listener_max_reauth_ms: dict[tuple[str, str], int] = {}
         broker_keys = BrokerConfig.settings()
         for raw_key, raw_value in (props or {}).items():
             key, value = _resolve_alias(raw_key.strip(), raw_value)
@@ -645,6 +664,8 @@ class ServerConfig:
                 tls_props[key] = value
             elif (jaas_key := split_listener_jaas_key(key)) is not None:
                 listener_sasl_jaas[jaas_key] = _secret_text(key, value)
+            elif (reauth := split_listener_reauth_key(key, value)) is not None:
+                listener_max_reauth_ms[reauth[0]] = reauth[1]
             elif (per_listener := split_listener_key(key)) is not None:
                 listener_tls_props.setdefault(per_listener[0], {})[per_listener[1]] = value
             else:
@@ -700,6 +721,7 @@ class ServerConfig:
                 for name, props in listener_tls_props.items()
             },
             listener_sasl_jaas,
+            listener_max_reauth_ms,
         )
 
     def with_overrides(self, props: Mapping[str, object]) -> ServerConfig:
@@ -735,6 +757,9 @@ class ServerConfig:
         for name, props in self.listener_tls_props.items():
             for key, value in props.items():
                 out[f"{LISTENER_PREFIX}{name.lower()}.{key}"] = value
+        for (name, mechanism), reauth_ms in self.listener_max_reauth_ms.items():
+            key = f"{LISTENER_PREFIX}{name.lower()}.{mechanism.lower()}.connections.max.reauth.ms"
+            out[key] = str(reauth_ms)
         for key, value in topic.items():
             if key in by_topic_key:  # a topic key without a broker default stays topic-only
                 out[by_topic_key[key]] = value

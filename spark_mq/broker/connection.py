@@ -177,9 +177,16 @@ class Connection(asyncio.BufferedProtocol):
         self.peer = str(listener)
         #: What the peer has proven (a broker of the cluster, after AuthenticateBroker; a
         #: user, after SASL on a SASL listener).
+        # The loop, looked up once: get_running_loop() costs a getpid() per call.
+        self._loop = asyncio.get_running_loop()
+        sasl = self.core.config.sasl
         self.session = ConnectionSession(
             sasl=SaslServerSession(
-                self.core.credentials, self.core.config.sasl.sasl_enabled_mechanisms
+                self.core.credentials,
+                sasl.sasl_enabled_mechanisms,
+                # Frames are timed on the loop's clock, so the session's expiry is too.
+                max_reauth_ms=self.core.config.max_reauth_ms_by_mechanism(listener_name),
+                clock=self._loop.time,
             )
             if sasl_required
             else None
@@ -187,8 +194,6 @@ class Connection(asyncio.BufferedProtocol):
         #: The address this connection counts under for max.connections.per.ip.
         self.host = ""
         self.busy = False
-        # The loop, looked up once: get_running_loop() costs a getpid() per call.
-        self._loop = asyncio.get_running_loop()
         self.last_activity = self._loop.time()
         #: When bytes last arrived, or reading last resumed (the stall clock).
         self.last_read = self.last_activity
@@ -588,6 +593,13 @@ class Connection(asyncio.BufferedProtocol):
                 raise UnsupportedVersionError(f"{spec.key.name} is not served by this broker")
             if self.session.awaiting_sasl and spec.key not in PRE_AUTHENTICATION_APIS:
                 return self._refuse_unauthenticated(spec.key)
+            sasl = self.session.sasl
+            if (
+                sasl is not None
+                and spec.key is not ApiKey.SASL_HANDSHAKE
+                and sasl.expired(self._frame_received)
+            ):
+                return self._close_expired(spec.key)
             request = spec.decode_request(frame.body)
         except UnsupportedVersionError as exc:
             return self._frame_error(cid, ErrorCode.UNSUPPORTED_VERSION, str(exc), header.api_key)
@@ -643,6 +655,25 @@ class Connection(asyncio.BufferedProtocol):
             "has authenticated; set the client's security.protocol=SASL_PLAINTEXT and "
             "sasl.mechanism)",
             self.peer,
+            api.name,
+        )
+        return False
+
+    def _close_expired(self, api: ApiKey) -> bool:
+        """A request other than SaslHandshake on a connection whose SASL session expired
+        (by when the request arrived, as Kafka judges it): close without serving it. The
+        client did not re-authenticate in time (connections.max.reauth.ms)."""
+        sasl = self.session.sasl
+        assert sasl is not None
+        self.core.metrics.sasl.expired_connections_killed.inc()
+        REPEATED.log(
+            ("expired session", self.host),
+            logging.INFO,
+            "closing connection from %s (%s): its SASL session expired (lifetime %d ms, "
+            "connections.max.reauth.ms) and it sent %s instead of re-authenticating",
+            self.peer,
+            self.session.principal,
+            sasl.session_lifetime_ms,
             api.name,
         )
         return False

@@ -30,6 +30,18 @@ is not retried. A TLS socket cannot ``sendmsg``: each buffer is sent in turn (on
 per 16 KiB), and every read drains what the TLS layer has already decrypted, so that a
 ``select`` on the socket never waits for bytes that were read already.
 
+SASL re-authentication (Kafka's KIP-368): when the broker gives the session a lifetime
+(``session_lifetime_ms``, from its ``connections.max.reauth.ms``), the connection runs the
+SASL exchange again on the same socket once a random 85-95 % of the lifetime has passed, as
+Kafka's clients do (the spread keeps a client's connections from all re-authenticating at
+once; the rest leaves room for the exchange before the broker's deadline). It does so in
+:meth:`BrokerConnection.send`, before writing the next request and only when nothing is in
+flight, so no response is ever waiting behind the exchange and the owner, which waits on the
+socket, never misses one; an owner that pipelines stops adding requests to a connection
+that is due (:attr:`BrokerConnection.reauthentication_due`) until its responses are in.
+A refusal (a user removed, or whose password changed) raises AuthenticationError from that
+``send`` and closes the connection, as a refused first authentication does.
+
 Threads: a connection belongs to one thread at a time; it has no lock.
 """
 
@@ -39,6 +51,7 @@ import collections
 import contextlib
 import itertools
 import os
+import random
 import select
 import socket
 import ssl
@@ -187,12 +200,17 @@ class BrokerConnection:
         clock: Callable[[], float] = time.monotonic,
         ssl_context: ssl.SSLContext | None = None,
         sasl: SaslCredentials | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.address = address
         #: TLS (security.protocol SSL or SASL_SSL): the context every socket is wrapped in.
         self.ssl_context = ssl_context
         #: Credentials to authenticate with right after connecting (a SASL listener).
         self.sasl = sasl
+        #: When (on ``clock``) the SASL session is to be re-authenticated; None: never.
+        self._reauth_at: float | None = None
+        #: Draws the point in a session's lifetime where it is re-authenticated.
+        self._rng = rng if rng is not None else random.Random()
         #: Monotonic seconds: when requests were sent, and the request timeout's deadline.
         self._clock = clock
         self.node_id = node_id
@@ -246,7 +264,39 @@ class BrokerConnection:
             self._sock = sock
             if self.sasl is not None:
                 # Before anything else: a SASL listener serves nothing else until then.
-                self.sasl.authenticate(self, timeout_s=self._connect_timeout_s)
+                began = self._clock()
+                lifetime_ms = self.sasl.authenticate(self, timeout_s=self._connect_timeout_s)
+                self._schedule_reauthentication(began, lifetime_ms)
+
+    def _schedule_reauthentication(self, began: float, lifetime_ms: int) -> None:
+        """Re-authenticate after a random 85-95 % of the session's lifetime (Kafka's
+        spread), counted from ``began``, when this client started the exchange: the broker
+        counts from when it completed, later, so the client never counts past the broker's
+        deadline, and the 5 % or more left is room for the next exchange and for a broker
+        slow to read the next request (it judges expiry by when a request arrived)."""
+        if lifetime_ms <= 0:
+            self._reauth_at = None
+            return
+        share = 0.85 + 0.1 * self._rng.random()
+        self._reauth_at = began + lifetime_ms * share / 1000
+
+    @property
+    def reauthentication_due(self) -> bool:
+        """Whether the SASL session should be re-authenticated before the next request
+        (which :meth:`send` does once nothing is in flight)."""
+        at = self._reauth_at
+        return at is not None and self._clock() >= at
+
+    def _reauthenticate(self) -> None:
+        """Run the SASL exchange again on this connection (nothing is in flight)."""
+        assert self.sasl is not None and not self._in_flight
+        # Cleared first: the exchange's own requests go through send().
+        self._reauth_at = None
+        began = self._clock()
+        lifetime_ms = self.sasl.authenticate(
+            self, timeout_s=self._connect_timeout_s, reauthenticating=True
+        )
+        self._schedule_reauthentication(began, lifetime_ms)
 
     def _handshake(self, raw: socket.socket, context: ssl.SSLContext) -> ssl.SSLSocket:
         """The client side of the TLS handshake, blocking for at most the connection setup
@@ -316,6 +366,8 @@ class BrokerConnection:
         """Write one request; returns its correlation id. With ``expect_response`` False
         (Produce with acks=0) nothing is queued because the broker will not answer."""
         self.connect()
+        if self._reauth_at is not None and not self._in_flight and self.reauthentication_due:
+            self._reauthenticate()
         assert self._sock is not None
         spec = spec_for_request(request)
         correlation_id = next(_correlation_ids) & 0x7FFFFFFF
@@ -438,6 +490,7 @@ class BrokerConnection:
 
     def close_keep_in_flight(self) -> None:
         """Close the socket but keep the in-flight queue for :meth:`close` to return."""
+        self._reauth_at = None
         sock, self._sock = self._sock, None
         if sock is not None:
             with contextlib.suppress(OSError):

@@ -48,7 +48,14 @@ from spark_mq.client.connection import BrokerConnection, Response
 from spark_mq.client.metrics import ConsumerMetrics
 from spark_mq.client.records import TopicPartition
 from spark_mq.client.subscription_state import SubscriptionState
-from spark_mq.errors import CorruptRecordError, NetworkError, OffsetOutOfRangeError, SparkMQError
+from spark_mq.errors import (
+    AuthenticationError,
+    CorruptRecordError,
+    NetworkError,
+    OffsetOutOfRangeError,
+    SparkMQError,
+    SslAuthenticationError,
+)
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
 from spark_mq.protocol.fetch import (
     READ_COMMITTED,
@@ -287,6 +294,11 @@ class Fetcher:
                 return None
             try:
                 self._cluster.connect(conn)
+            except (AuthenticationError, SslAuthenticationError):
+                # The broker refused who this consumer is (a wrong password, a user removed
+                # since; an untrusted certificate): every retry would be refused the same
+                # way, so poll() raises it, as the consumer's first connection does.
+                raise
             except SparkMQError as exc:
                 log.warning("cannot connect to broker %s: %s", conn.address, exc)
                 self._reconnect_at[node] = now + self._config.retry_backoff_max_ms / 1000

@@ -23,6 +23,14 @@ the credential cannot pass as one that does). A refusal raises
 :class:`~spark_mq.errors.AuthenticationError` naming the mechanism and user, never the
 password; the broker has closed the connection.
 
+Re-authentication (Kafka's KIP-368): the SaslAuthenticate response that completes the
+exchange says how long the session lasts (``session_lifetime_ms``; 0: for ever, the broker's
+``connections.max.reauth.ms`` is off). :class:`~spark_mq.client.connection.BrokerConnection`
+runs the same exchange again on the same connection before that, between requests
+(:meth:`SaslCredentials.authenticate` with ``reauthenticating``); a refusal then (a user
+removed, or whose password changed) raises the same AuthenticationError, saying it was a
+re-authentication.
+
 Passwords are held in :class:`Password`, whose ``repr`` and ``str`` are ``[hidden]`` (Kafka's
 ``Password`` type), so a config printed in a log or an error does not show them.
 """
@@ -178,16 +186,27 @@ class SaslCredentials:
             )
         return cls(mechanism, username, password)
 
-    def authenticate(self, conn: BrokerConnection, timeout_s: float | None = None) -> None:
-        """Run the exchange on a freshly opened ``conn``: AuthenticationError (or one of its
-        subclasses) if the broker refuses; the connection is closed then."""
+    def authenticate(
+        self,
+        conn: BrokerConnection,
+        timeout_s: float | None = None,
+        *,
+        reauthenticating: bool = False,
+    ) -> int:
+        """Run the exchange on ``conn`` (freshly opened, or with nothing in flight when
+        ``reauthenticating``); returns the session's lifetime in ms (0: it does not expire).
+        AuthenticationError (or one of its subclasses) if the broker refuses; the connection
+        is closed then."""
         try:
-            self._exchange(conn, timeout_s)
+            return self._exchange(conn, timeout_s, reauthenticating)
         except AuthenticationError:
             conn.close()
             raise
 
-    def _exchange(self, conn: BrokerConnection, timeout_s: float | None) -> None:
+    def _exchange(
+        self, conn: BrokerConnection, timeout_s: float | None, reauthenticating: bool
+    ) -> int:
+        what = "re-authentication" if reauthenticating else "authentication"
         who = f"user {self.username!r}"
         handshake: SaslHandshakeResponse = conn.request(
             SaslHandshakeRequest(self.mechanism), timeout_s=timeout_s
@@ -209,34 +228,36 @@ class SaslCredentials:
             )
         if self.mechanism == "PLAIN":
             message = f"\0{self.username}\0{self.password.value}".encode()
-            self._send(conn, message, timeout_s)
-            return
+            return self._send(conn, message, timeout_s, what).session_lifetime_ms
         client = scramp.ScramClient([self.mechanism], self.username, self.password.value)
-        first = self._send(conn, client.get_client_first().encode(), timeout_s)
+        first = self._send(conn, client.get_client_first().encode(), timeout_s, what)
         try:
-            client.set_server_first(first.decode())
-            final = self._send(conn, client.get_client_final().encode(), timeout_s)
-            client.set_server_final(final.decode())
+            client.set_server_first(bytes(first.auth_bytes).decode())
+            final = self._send(conn, client.get_client_final().encode(), timeout_s, what)
+            client.set_server_final(bytes(final.auth_bytes).decode())
         except (scramp.ScramException, UnicodeDecodeError) as exc:
             conn.close()
             raise AuthenticationError(
-                f"SASL {self.mechanism} authentication of {who} with broker {conn.address} "
+                f"SASL {self.mechanism} {what} of {who} with broker {conn.address} "
                 f"failed: the broker's SCRAM answer does not check out ({exc}); it may not "
                 "be the broker it claims to be",
                 mechanism=self.mechanism,
                 user=self.username,
             ) from exc
+        return final.session_lifetime_ms
 
-    def _send(self, conn: BrokerConnection, message: bytes, timeout_s: float | None) -> bytes:
+    def _send(
+        self, conn: BrokerConnection, message: bytes, timeout_s: float | None, what: str
+    ) -> SaslAuthenticateResponse:
         response: SaslAuthenticateResponse = conn.request(
             SaslAuthenticateRequest(message), timeout_s=timeout_s
         )
         if response.error_code != 0:
             detail = response.error_message or f"error {response.error_code}"
             raise AuthenticationError(
-                f"broker {conn.address} refused SASL {self.mechanism} authentication of user "
+                f"broker {conn.address} refused SASL {self.mechanism} {what} of user "
                 f"{self.username!r}: {detail}",
                 mechanism=self.mechanism,
                 user=self.username,
             )
-        return bytes(response.auth_bytes)
+        return response

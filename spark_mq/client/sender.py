@@ -351,6 +351,10 @@ class Sender(threading.Thread):
         conn = self._conns.get(node)
         if conn is None or not conn.connected or conn.in_flight_count >= self._max_in_flight:
             return None
+        if conn.in_flight_count and conn.reauthentication_due:
+            # Its SASL session is re-authenticated before the next request, once the
+            # responses in flight are in (client/connection.py).
+            return None
         return conn
 
     # -- sending --------------------------------------------------------------------------
@@ -421,6 +425,13 @@ class Sender(threading.Thread):
         except NetworkError as exc:
             self._connection_lost(conn, exc, extra=ordered)
             return
+        except REFUSALS as exc:
+            # A SASL re-authentication before this request was refused (a user removed, or
+            # whose password changed; client/connection.py): the producer stops (run()), and
+            # these batches, in no queue any more, fail with the error first.
+            for batch in ordered:
+                self._fail(batch, exc)
+            raise
         if self._acks == 0:
             for batch in ordered:
                 self._complete(batch, -1, -1)

@@ -9,7 +9,9 @@ requests carry the mechanism's own bytes, as Kafka's KIP-152 framing does: one f
 (``authzid NUL user NUL password``, RFC 4616), two for SCRAM (client-first and client-final
 messages, RFC 5802); each response carries the server's bytes. A failure is
 ``SASL_AUTHENTICATION_FAILED`` (58) with a message naming the mechanism and the user (never
-the secret), and the broker closes the connection.
+the secret), and the broker closes the connection. With ``connections.max.reauth.ms`` the
+session has a lifetime, and the client runs the exchange again on the same connection before
+it ends (Kafka's KIP-368 re-authentication).
 
 AlterUserScramCredentials carries what Kafka's Admin sends: the *salted* password
 (``SaltedPassword`` of RFC 5802, computed by the client with the salt and iteration count it
@@ -55,8 +57,11 @@ class SaslAuthenticateRequest(msgspec.Struct, array_like=True, forbid_unknown_fi
 
 class SaslAuthenticateResponse(msgspec.Struct, array_like=True):
     """The server's next message of the exchange (empty when it has none). A non-zero
-    ``error_code`` ends the exchange and the connection. ``session_lifetime_ms`` is 0: a
-    session does not expire (Kafka's ``connections.max.reauth.ms`` is not built)."""
+    ``error_code`` ends the exchange and the connection. ``session_lifetime_ms``, in the
+    response that completes the exchange: how long the session lasts before the client must
+    re-authenticate on the connection (the broker's ``connections.max.reauth.ms``; 0: for
+    ever). Kafka added it in version 1; ours has it at version 0, appended with a default
+    (docs/protocol.md, "SASL authentication")."""
 
     error_code: int
     error_message: str | None = None

@@ -113,10 +113,87 @@ def test_requests_out_of_turn(store: CredentialStore) -> None:
     assert done.complete
 
 
-def test_transition_table_has_terminal_end_states() -> None:
-    assert TRANSITIONS[SaslState.COMPLETE] == frozenset()
+def test_transition_table() -> None:
     assert TRANSITIONS[SaslState.FAILED] == frozenset()
     assert SaslState.COMPLETE not in TRANSITIONS[SaslState.HANDSHAKE]
+    # A completed session only starts over (re-authentication) or fails.
+    assert TRANSITIONS[SaslState.COMPLETE] == {SaslState.AUTHENTICATING, SaslState.FAILED}
+
+
+class Clock:
+    """The session's injected clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def reauthenticating(
+    store: CredentialStore, clock: Clock, lifetime_ms: int = 1000
+) -> SaslServerSession:
+    session = SaslServerSession(
+        store, ALL, max_reauth_ms=dict.fromkeys(ALL, lifetime_ms), clock=clock
+    )
+    scram(session, "SCRAM-SHA-512", "alice", "pw")
+    return session
+
+
+def test_a_session_expires_after_its_lifetime_and_reauthenticates(
+    store: CredentialStore,
+) -> None:
+    clock = Clock()
+    session = reauthenticating(store, clock)
+    assert session.session_lifetime_ms == 1000 and not session.reauthenticating
+    assert not session.expired(clock.now + 0.999) and session.expired(clock.now + 1.0)
+    # Re-authenticated after the expiry: the same principal, and a new lifetime from now.
+    clock.now += 1.5
+    scram(session, "SCRAM-SHA-512", "alice", "pw")
+    assert session.complete and session.reauthenticating
+    assert session.principal == KafkaPrincipal.user("alice")
+    assert not session.expired(clock.now + 0.5) and session.expired(clock.now + 1.0)
+    # Without a lifetime a session never expires, and a second handshake is out of turn.
+    forever = SaslServerSession(store, ALL, clock=clock)
+    scram(forever, "SCRAM-SHA-512", "alice", "pw")
+    assert forever.session_lifetime_ms == 0 and not forever.expired(clock.now + 1e9)
+    with pytest.raises(IllegalSaslStateError, match=r"connections\.max\.reauth\.ms is 0"):
+        forever.handshake("SCRAM-SHA-512")
+
+
+def test_reauthentication_as_another_user_is_refused(store: CredentialStore) -> None:
+    store.alter_user("bob", [ScramCredential.from_password("SCRAM-SHA-512", "bob-pw")], [])
+    session = reauthenticating(store, Clock())
+    with pytest.raises(ExchangeFailedError, match="User:alice to User:bob") as info:
+        scram(session, "SCRAM-SHA-512", "bob", "bob-pw")
+    assert session.state is SaslState.FAILED
+    error = session.failure_for_client(info.value.for_client)
+    assert "re-authentication" in str(error) and "User:bob" in str(error)
+    assert "bob-pw" not in str(error)
+
+
+def test_reauthentication_with_another_mechanism_is_refused(store: CredentialStore) -> None:
+    session = reauthenticating(store, Clock())
+    with pytest.raises(ExchangeFailedError, match="keeps its mechanism"):
+        session.handshake("SCRAM-SHA-256")
+    assert session.state is SaslState.FAILED and session.mechanism == "SCRAM-SHA-512"
+
+
+@pytest.mark.parametrize("change", ["removed", "new password"])
+def test_a_removed_user_or_changed_password_cannot_reauthenticate(
+    store: CredentialStore, change: str
+) -> None:
+    session = reauthenticating(store, Clock())
+    if change == "removed":
+        store.alter_user("alice", [], ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+    else:
+        store.alter_user("alice", [ScramCredential.from_password("SCRAM-SHA-512", "pw2")], [])
+    with pytest.raises(ExchangeFailedError):
+        scram(session, "SCRAM-SHA-512", "alice", "pw")
+    error = session.failure_for_client()
+    assert session.state is SaslState.FAILED
+    assert error.mechanism == "SCRAM-SHA-512" and error.user == "alice"
+    assert "re-authentication of user 'alice' failed" in str(error)
 
 
 def test_credentials_survive_a_reload_and_a_corrupt_file_is_refused(

@@ -11,6 +11,9 @@ in ZooKeeper (only the salted credential is). A fourth broker started with a wro
 inter-broker password registers, but cannot fetch as a follower: the leader refuses its
 connections, and its log names the mechanism and user, not the password.
 
+Sessions last 2 s (``connections.max.reauth.ms``): the brokers' own connections and the
+clients re-authenticate throughout, and none is closed for an expired session.
+
 One cluster is shared by the tests of this module."""
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import json
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from prometheus_client.parser import text_string_to_metric_families
 from tls_certs import TestCa
 from waiting import wait_for
 
@@ -65,6 +70,8 @@ def cluster(
             "ssl.ca.location": str(pki["ca"]),
             "replica.fetch.wait.max.ms": "200",
             "replica.fetch.backoff.ms": "200",
+            # Sessions of 2 s: the brokers' own connections re-authenticate throughout.
+            "connections.max.reauth.ms": "2000",
         },
     )
     try:
@@ -154,6 +161,55 @@ def test_acks_all_replicates_over_sasl_ssl(cluster: LocalCluster, app_user: str)
         assert read == values
     finally:
         cluster.start_broker(leader)
+
+
+def _reauth_counts(cluster: LocalCluster) -> tuple[float, float, float]:
+    """Re-authentications (successful, failed) and expired connections closed, summed
+    over the brokers' Prometheus endpoints."""
+    success = failure = killed = 0.0
+    for broker_id in cluster.broker_ids:
+        url = cluster.metrics_url(broker_id)
+        assert url is not None
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "spark_mq_sasl_reauthentications_total":
+                    if sample.labels["result"] == "success":
+                        success += sample.value
+                    else:
+                        failure += sample.value
+                elif sample.name == "spark_mq_expired_connections_killed_total":
+                    killed += sample.value
+    return success, failure, killed
+
+
+def test_brokers_and_clients_reauthenticate_over_sasl_ssl(
+    cluster: LocalCluster, app_user: str
+) -> None:
+    """connections.max.reauth.ms=2000: for 4.5 s an acks=all producer writes while the
+    followers fetch; every connection (the producer's, the replica fetchers', the
+    controller's) re-authenticates in time, none is closed for an expired session, and no
+    record is lost or duplicated."""
+    config = client(cluster, app_user, APP_PASSWORD)
+    servers = cluster.bootstrap_servers
+    with Admin(bootstrap_servers=servers, config=config) as admin:
+        admin.create_topic("reauth", partitions=1, replication_factor=3)
+        wait_for(lambda: _isr_size(admin, "reauth") == 3, timeout_s=30)
+    before = _reauth_counts(cluster)
+    offsets: list[int] = []
+    with Producer(bootstrap_servers=servers, acks="all", linger_ms=0, config=config) as producer:
+        deadline = time.monotonic() + 4.5
+        while time.monotonic() < deadline:
+            offsets.append(producer.send("reauth", b"x").get(30).offset)
+            time.sleep(0.01)
+    after = _reauth_counts(cluster)
+    assert offsets == list(range(len(offsets)))
+    with Admin(bootstrap_servers=servers, config=config) as admin:
+        assert len(admin.describe_topic("reauth").partitions[0].isr) == 3
+    # Two followers re-authenticated at least twice each, and the producer too.
+    assert after[0] - before[0] >= 5, (before, after)
+    assert (after[1], after[2]) == (before[1], before[2]), (before, after)
 
 
 def test_a_wrong_password_is_refused(cluster: LocalCluster, app_user: str) -> None:

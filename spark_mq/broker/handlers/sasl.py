@@ -10,6 +10,13 @@ in a loop cannot flood the log. A failed exchange is answered only after
 ``connection.failed.authentication.delay.ms``. On a connection that needs no SASL (a
 PLAINTEXT or UNIX listener) both APIs are answered ILLEGAL_SASL_STATE and the connection is
 closed.
+
+Re-authentication (``connections.max.reauth.ms``): SaslHandshake on an authenticated
+connection starts the exchange again (:mod:`spark_mq.broker.sasl.authenticator` says when it
+may). Its outcome is counted in the broker's metrics
+(``spark_mq_sasl_reauthentications_total{mechanism, result}``); a failure is logged and
+closes the connection as a first authentication's does. The SaslAuthenticate response that
+completes an exchange carries the session's lifetime (``session_lifetime_ms``).
 """
 
 from __future__ import annotations
@@ -37,12 +44,23 @@ _NOT_SASL = (
 )
 
 
-def _log_failure(ctx: RequestContext, mechanism: str | None, user: str | None, why: str) -> None:
+def _log_failure(
+    ctx: RequestContext,
+    mechanism: str | None,
+    user: str | None,
+    why: str,
+    session: SaslServerSession | None = None,
+) -> None:
+    reauthenticating = session is not None and session.reauthenticating
+    if reauthenticating:
+        assert session is not None
+        ctx.core.metrics.sasl.reauthenticated(session.mechanism, ok=False)
     REPEATED.log(
         ("sasl failure", ctx.peer.rpartition(":")[0], mechanism, why),
         logging.WARNING,
-        "SASL %s authentication of user %r from %s failed: %s; closed the connection",
+        "SASL %s %s of user %r from %s failed: %s; closed the connection",
         mechanism,
+        "re-authentication" if reauthenticating else "authentication",
         user,
         ctx.peer,
         why,
@@ -75,6 +93,15 @@ async def handle_sasl_handshake(
             SaslHandshakeResponse(int(ErrorCode.ILLEGAL_SASL_STATE), enabled),
             close_connection=True,
         )
+    except ExchangeFailedError as exc:
+        # A re-authentication with another mechanism: the answer names the one this
+        # connection may use.
+        _log_failure(ctx, request.mechanism, exc.user, str(exc), session)
+        assert session.mechanism is not None
+        return Response(
+            SaslHandshakeResponse(int(ErrorCode.UNSUPPORTED_SASL_MECHANISM), [session.mechanism]),
+            close_connection=True,
+        )
     return Response(SaslHandshakeResponse(0, enabled))
 
 
@@ -93,7 +120,7 @@ async def handle_sasl_authenticate(
         if check is not None:
             session.finish_plain(await ctx.core.run_blocking(check))
     except IllegalSaslStateError as exc:
-        _log_failure(ctx, session.mechanism, session.user, str(exc))
+        _log_failure(ctx, session.mechanism, session.user, str(exc), session)
         session.fail()
         message = f"{exc}; the connection is closed"
         return Response(
@@ -101,22 +128,29 @@ async def handle_sasl_authenticate(
             close_connection=True,
         )
     except ExchangeFailedError as exc:
-        _log_failure(ctx, session.mechanism, exc.user, str(exc))
+        _log_failure(ctx, session.mechanism, exc.user, str(exc), session)
         # Kafka's connection.failed.authentication.delay.ms: slows down password guessing.
         delay_ms = ctx.core.config.sasl.connection_failed_authentication_delay_ms
         if delay_ms:
             await asyncio.sleep(delay_ms / 1000)
-        return _failed(session)
-    if session.complete:
+        return _failed(session, exc.for_client)
+    if not session.complete:
+        return Response(SaslAuthenticateResponse(0, None, answer))
+    if session.reauthenticating:
+        ctx.core.metrics.sasl.reauthenticated(session.mechanism, ok=True)
+        logger.debug(
+            "%s re-authenticated as %s with SASL %s", ctx.peer, session.principal, session.mechanism
+        )
+    else:
         ctx.session.principal = session.principal
         logger.info(
             "%s authenticated as %s with SASL %s", ctx.peer, session.principal, session.mechanism
         )
-    return Response(SaslAuthenticateResponse(0, None, answer))
+    return Response(SaslAuthenticateResponse(0, None, answer, session.session_lifetime_ms))
 
 
-def _failed(session: SaslServerSession) -> Response:
-    error = session.failure_for_client()
+def _failed(session: SaslServerSession, reason: str | None) -> Response:
+    error = session.failure_for_client(reason)
     return Response(
         SaslAuthenticateResponse(int(ErrorCode.SASL_AUTHENTICATION_FAILED), str(error)),
         close_connection=True,

@@ -13,7 +13,8 @@ Counters updated where things happen (names in docs/operations.md):
   ``spark_mq_replication_bytes_out_total`` (between brokers). The ``topic`` label takes the
   broker's topics, a set the operator controls;
 - ``spark_mq_isr_shrinks_total``, ``spark_mq_isr_expands_total``,
-  ``spark_mq_leader_elections_total``, ``spark_mq_unclean_leader_elections_total``.
+  ``spark_mq_leader_elections_total``, ``spark_mq_unclean_leader_elections_total``;
+- SASL re-authentication (:mod:`~spark_mq.broker.metrics.sasl_metrics`).
 
 The state read at scrape time is :mod:`~spark_mq.broker.metrics.state_collector`'s.
 
@@ -31,6 +32,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from spark_mq.broker.metrics.requests import RequestMetrics
+from spark_mq.broker.metrics.sasl_metrics import SaslMetrics
 from spark_mq.broker.metrics.state_collector import BrokerStateCollector
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ class BrokerMetrics:
         self.registry.register(self.requests)
         self.state = BrokerStateCollector()
         self.registry.register(self.state)
+        self.sasl = SaslMetrics(self.registry)
         self._bytes_in = Counter(
             "spark_mq_topic_bytes_in",
             "Bytes of record batches appended by producers, by topic.",

@@ -3,14 +3,29 @@
 The connection's state, with the only moves allowed (:data:`TRANSITIONS`)::
 
     HANDSHAKE ──SaslHandshake(enabled mechanism)──▶ AUTHENTICATING ──last message ok──▶ COMPLETE
-        │                                               │  ▲ (SCRAM: client-first, then final)
-        └──────────── anything wrong ──────────▶ FAILED ◀┘  │
+        │                                          │    ▲  (SCRAM: client-first, then final) │
+        │                                          │    └── SaslHandshake (re-authenticate) ──┤
+        └────────── anything wrong ─────────▶ FAILED ◀───── another mechanism ───────────────┘
 
 Until COMPLETE only ApiVersions, SaslHandshake and SaslAuthenticate are served
 (:data:`PRE_AUTHENTICATION_APIS`); anything else closes the connection
 (``broker/connection.py``). COMPLETE sets the session's principal to ``User:<name>``;
 FAILED answers SASL_AUTHENTICATION_FAILED (58) with a message naming the mechanism and the
 user (never the password) and closes the connection, as Kafka does.
+
+Re-authentication (Kafka's KIP-368). With ``connections.max.reauth.ms`` above 0 for the
+mechanism, COMPLETE gives the session a lifetime: the SaslAuthenticate response that
+completes the exchange carries it (``session_lifetime_ms``), and the session *expires* that
+long after (:meth:`SaslServerSession.expired`). An expired connection may send only
+SaslHandshake, which starts the exchange again on the same connection (COMPLETE ->
+AUTHENTICATING); the connection keeps its principal meanwhile, and any other request closes
+it (``broker/connection.py``). A re-authentication must use the same mechanism and prove the
+same principal, as Kafka's does: another mechanism is refused at SaslHandshake, another user
+after its proof; both close the connection. A user removed, or whose password changed, since
+the connection authenticated fails the new exchange like any unknown user or wrong password,
+so its connection ends at its next expiry. Without a lifetime (the default), a second
+SaslHandshake is out of turn, as before. The clock is injected (the broker passes its event
+loop's), so that expiry is measured on the same clock as the connection's frames.
 
 Mechanisms:
 
@@ -30,7 +45,8 @@ users exist; the broker's log says which it was.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from typing import Final, NoReturn
 
 import scramp
@@ -62,17 +78,21 @@ TRANSITIONS: Final[dict[SaslState, frozenset[SaslState]]] = {
     SaslState.AUTHENTICATING: frozenset(
         {SaslState.AUTHENTICATING, SaslState.COMPLETE, SaslState.FAILED}
     ),
-    SaslState.COMPLETE: frozenset(),
+    # Re-authentication starts over on the same connection, or is refused at its handshake.
+    SaslState.COMPLETE: frozenset({SaslState.AUTHENTICATING, SaslState.FAILED}),
     SaslState.FAILED: frozenset(),
 }
 
 
 class ExchangeFailedError(Exception):
-    """Why an exchange failed, for the broker's log (the client gets a generic answer)."""
+    """Why an exchange failed, for the broker's log. The client gets a generic answer, or
+    ``for_client`` when the reason tells it nothing it did not know (a re-authentication
+    as another user, which it proved to be)."""
 
-    def __init__(self, reason: str, user: str | None) -> None:
+    def __init__(self, reason: str, user: str | None, for_client: str | None = None) -> None:
         super().__init__(reason)
         self.user = user
+        self.for_client = for_client
 
 
 class _UnknownUserError(Exception):
@@ -82,14 +102,43 @@ class _UnknownUserError(Exception):
 class SaslServerSession:
     """The SASL state of one connection."""
 
-    def __init__(self, store: CredentialStore, enabled: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        store: CredentialStore,
+        enabled: tuple[str, ...],
+        *,
+        max_reauth_ms: Mapping[str, int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._store = store
         self.enabled = enabled
+        #: connections.max.reauth.ms per mechanism (absent or 0: sessions do not expire).
+        self._max_reauth_ms = dict(max_reauth_ms or {})
+        #: Seconds, the clock :meth:`expired` is asked with.
+        self._clock = clock
         self.state = SaslState.HANDSHAKE
         self.mechanism: str | None = None
         #: The user the client names (known once its first message is parsed).
         self.user: str | None = None
         self._scram: scramp.core.ScramServer | None = None
+        #: The lifetime the last completed exchange gave the session (0: no expiry).
+        self.session_lifetime_ms = 0
+        #: When the session expires, on ``clock`` (None: never).
+        self.expires_at: float | None = None
+        #: The (mechanism, user) of the session being re-authenticated (None: the first
+        #: authentication of the connection).
+        self.previous: tuple[str, str] | None = None
+
+    @property
+    def reauthenticating(self) -> bool:
+        """Whether the exchange under way (or that just ended) re-authenticates."""
+        return self.previous is not None
+
+    def expired(self, now: float) -> bool:
+        """Whether the authenticated session's lifetime is over at ``now`` (the clock's
+        seconds): the connection must re-authenticate before anything else."""
+        expires_at = self.expires_at
+        return self.state is SaslState.COMPLETE and expires_at is not None and now >= expires_at
 
     @property
     def complete(self) -> bool:
@@ -113,10 +162,28 @@ class SaslServerSession:
 
     def handshake(self, mechanism: str) -> None:
         """SaslHandshake: IllegalSaslStateError out of turn; the caller checks that the
-        mechanism is enabled first."""
+        mechanism is enabled first. On a completed session whose lifetime is limited it
+        begins a re-authentication: ExchangeFailedError if ``mechanism`` is not the one the
+        session authenticated with (Kafka refuses that too)."""
+        if self.state is SaslState.COMPLETE and self.expires_at is not None:
+            assert self.mechanism is not None and self.user is not None
+            self.previous = (self.mechanism, self.user)
+            if mechanism != self.mechanism:
+                self._move(SaslState.FAILED)
+                reason = (
+                    f"re-authentication with SASL {mechanism} of a connection authenticated "
+                    f"with {self.mechanism}: a connection keeps its mechanism"
+                )
+                raise ExchangeFailedError(reason, self.user, reason)
+            self._scram = None
+            self._move(SaslState.AUTHENTICATING)
+            return
         if self.state is not SaslState.HANDSHAKE:
             raise IllegalSaslStateError(
-                "SaslHandshake may come only once, before SaslAuthenticate",
+                "SaslHandshake may come only once, before SaslAuthenticate (re-authentication "
+                "is off: the broker's connections.max.reauth.ms is 0)"
+                if self.state is SaslState.COMPLETE
+                else "SaslHandshake may come only once, before SaslAuthenticate",
                 mechanism=mechanism,
             )
         self.mechanism = mechanism
@@ -167,7 +234,7 @@ class SaslServerSession:
     def finish_plain(self, ok: bool) -> None:
         if not ok:
             self._refuse("wrong password")
-        self._move(SaslState.COMPLETE)
+        self._complete()
 
     # -- SCRAM ----------------------------------------------------------------------------
 
@@ -193,7 +260,7 @@ class SaslServerSession:
             self._refuse(f"SCRAM: {exc}")
         except Exception as exc:  # scramp raises plain errors on malformed messages
             self._refuse(f"a malformed SCRAM message ({type(exc).__name__}: {exc})")
-        self._move(SaslState.COMPLETE)
+        self._complete()
         return final
 
     def _lookup(self, user: str) -> tuple[bytes, bytes, bytes, int]:
@@ -206,23 +273,52 @@ class SaslServerSession:
 
     # -- outcome --------------------------------------------------------------------------
 
-    def _refuse(self, reason: str) -> NoReturn:
+    def _complete(self) -> None:
+        """The client proved who it is: a re-authentication must have proved the same
+        principal; the session gets its lifetime from now."""
+        if self.previous is not None and self.previous[1] != self.user:
+            before = KafkaPrincipal.user(self.previous[1])
+            after = KafkaPrincipal.user(self.user or "?")
+            reason = f"re-authentication may not change the principal ({before} to {after})"
+            self._refuse(reason, for_client=reason)
+        assert self.mechanism is not None
+        lifetime_ms = self._max_reauth_ms.get(self.mechanism, 0)
+        self.session_lifetime_ms = lifetime_ms
+        self.expires_at = self._clock() + lifetime_ms / 1000 if lifetime_ms > 0 else None
+        self._move(SaslState.COMPLETE)
+
+    def _refuse(self, reason: str, *, for_client: str | None = None) -> NoReturn:
         self.fail()
-        raise ExchangeFailedError(reason, self.user)
+        raise ExchangeFailedError(reason, self.user, for_client)
 
     @property
     def principal(self) -> KafkaPrincipal:
         assert self.complete and self.user is not None
         return KafkaPrincipal.user(self.user)
 
-    def failure_for_client(self) -> AuthenticationError:
-        """The answer a client gets: mechanism and user, not which of the two was wrong."""
+    def failure_for_client(self, reason: str | None = None) -> AuthenticationError:
+        """The answer a client gets: mechanism and user, not which of the two was wrong
+        (``reason``: a failure the client may be told about)."""
         user = self.user if self.user is not None else "?"
+        what = "re-authentication" if self.reauthenticating else "authentication"
+        if reason is not None:
+            return AuthenticationError(
+                f"SASL {self.mechanism} {what} of user {user!r} refused: {reason}; the "
+                "connection is closed",
+                mechanism=self.mechanism,
+                user=self.user,
+            )
+        removed = (
+            " (a user removed, or whose password changed, since the connection "
+            "authenticated cannot re-authenticate)"
+            if self.reauthenticating
+            else ""
+        )
         return AuthenticationError(
-            f"SASL {self.mechanism} authentication of user {user!r} failed: unknown user or "
-            "wrong password (or a malformed exchange); the connection is closed. Check "
-            "sasl.username / sasl.password (or sasl.jaas.config) and that the user exists "
-            "(spark-mq users list)",
+            f"SASL {self.mechanism} {what} of user {user!r} failed: unknown user or "
+            f"wrong password (or a malformed exchange){removed}; the connection is closed. "
+            "Check sasl.username / sasl.password (or sasl.jaas.config) and that the user "
+            "exists (spark-mq users list)",
             mechanism=self.mechanism,
             user=self.user,
         )

@@ -12,6 +12,11 @@ proves knowledge of it without sending it, so it has to be chosen on purpose.
     >>> SaslConfig.from_properties({}).sasl_enabled_mechanisms
     ('SCRAM-SHA-256', 'SCRAM-SHA-512')
 
+``connections.max.reauth.ms`` (Kafka's, KIP-368; default 0: off): above 0, a SASL
+connection's session lasts that long after each authentication; the client must
+re-authenticate on the same connection before then, or the broker closes the connection at
+its next request (``broker/sasl/authenticator.py``).
+
 Between brokers (when ``inter.broker.listener.name`` is a SASL_PLAINTEXT or SASL_SSL
 listener): ``sasl.mechanism.inter.broker.protocol`` (Kafka's; its default GSSAPI is not built,
 ours is SCRAM-SHA-512) is the mechanism a broker's own connections use, with the credentials
@@ -33,6 +38,7 @@ from spark_mq.errors import ConfigError
 MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _LISTENER_PREFIX: Final = "listener.name."
 _JAAS_SUFFIX: Final = ".sasl.jaas.config"
+_REAUTH_SUFFIX: Final = ".connections.max.reauth.ms"
 
 
 def split_listener_jaas_key(key: str) -> tuple[str, str] | None:
@@ -50,6 +56,26 @@ def split_listener_jaas_key(key: str) -> tuple[str, str] | None:
             key=key,
         )
     return listener.upper(), mechanism.upper()
+
+
+def split_listener_reauth_key(key: str, value: object) -> tuple[tuple[str, str], int] | None:
+    """``listener.name.sasl_ssl.scram-sha-512.connections.max.reauth.ms`` (Kafka's
+    per-listener, per-mechanism form) -> (("SASL_SSL", "SCRAM-SHA-512"), milliseconds); None
+    for any other key. A bad mechanism or value is a ConfigError naming the key."""
+    lower = key.lower()
+    if not lower.startswith(_LISTENER_PREFIX) or not lower.endswith(_REAUTH_SUFFIX):
+        return None
+    middle = key[len(_LISTENER_PREFIX) : -len(_REAUTH_SUFFIX)]
+    listener, dot, mechanism = middle.partition(".")
+    if not dot or not listener or mechanism.upper() not in MECHANISMS:
+        raise ConfigError(
+            f"{key}: write listener.name.<listener>.<mechanism>.connections.max.reauth.ms "
+            f"with a mechanism among {', '.join(m.lower() for m in MECHANISMS)}",
+            key=key,
+        )
+    milliseconds = parse_int(key, value)
+    between(0, 2**63 - 1)(key, milliseconds)
+    return (listener.upper(), mechanism.upper()), milliseconds
 
 
 def _check_mechanism(key: str, value: Any) -> None:
@@ -99,6 +125,19 @@ class SaslConfig(Config):
         "thread. 0: answer at once.",
         parse=parse_int,
         check=between(0, 60_000),
+    )
+
+    connections_max_reauth_ms: int = setting(
+        "connections.max.reauth.ms",
+        0,
+        "Kafka's (KIP-368): above 0, the longest a SASL connection's session lasts after it "
+        "authenticated (the SaslAuthenticate response tells the client, as "
+        "session_lifetime_ms). The client re-authenticates on the same connection before "
+        "then; a connection whose session expired is closed at its next request other than "
+        "SaslHandshake, so a user removed or whose password changed loses its connections "
+        "within this time. 0 (the default): sessions do not expire.",
+        parse=parse_int,
+        check=between(0, 2**63 - 1),
     )
 
     sasl_mechanism_inter_broker_protocol: str = setting(
