@@ -9,7 +9,14 @@ transactions of the range so the reader can drop their batches).
 
 If the pass found fewer than ``min_bytes`` bytes, no partition failed and ``max_wait_ms``
 has not passed, the handler waits for an append to any of the partitions (per-partition
-waiters, no polling) and reads again. The records are not read here: each partition's
+waiters, no polling) and reads again. A wake-up reads again only if something the pass saw
+has changed (as Kafka's ``DelayedFetch.tryComplete`` checks before it completes a fetch): a
+partition's bound for this fetch (the log end for a follower, the high watermark or the last
+stable offset for a consumer), its log start, its role or leader epoch, or the partition
+object itself. Otherwise the fetch waits on. Every follower fetch that moves a high
+watermark wakes every fetch waiting on that partition, and a follower's fetch, which reads up
+to the log end, would only read the same nothing again: with RF 3 each follower's fetch made
+one such pass per produce request. The records are not read here: each partition's
 ``FileRange`` is sent from the segment file by the connection with ``sendfile``.
 
 A fetch with ``replica_id`` >= 0 is a follower's (Kafka's replica fetch): it is served only on
@@ -37,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
-from spark_mq.broker.partition import Partition
+from spark_mq.broker.partition import Partition, ReplicaState
 from spark_mq.errors import ClusterAuthorizationError, CorruptRecordError, InvalidRequestError
 from spark_mq.protocol.fetch import (
     READ_COMMITTED,
@@ -49,12 +56,45 @@ from spark_mq.protocol.fetch import (
     FetchTopicResponse,
 )
 from spark_mq.storage.file_records import FileRange
-from spark_mq.storage.log import FetchIsolation
+from spark_mq.storage.log import FetchIsolation, PartitionLog
+from spark_mq.storage.log_read import FetchDataInfo
 
 if TYPE_CHECKING:
     from spark_mq.broker.core import BrokerCore
 
 logger = logging.getLogger("spark_mq.broker.handlers")
+
+
+#: What a pass saw of one partition: its log object, role, leader epoch, log start and the
+#: bound of the fetch's isolation. A later pass with the same fetch offsets reads the same
+#: bytes unless one of them changed.
+_Seen = tuple[PartitionLog, ReplicaState, int, int, int]
+
+
+def _bound(log: PartitionLog | FetchDataInfo, isolation: FetchIsolation) -> int:
+    """How far a read with ``isolation`` may go (now, or when ``info`` was read)."""
+    if isolation is FetchIsolation.LOG_END:
+        return log.log_end_offset
+    if isolation is FetchIsolation.TXN_COMMITTED:
+        return log.last_stable_offset
+    return log.high_watermark
+
+
+def _seen_now(part: Partition, isolation: FetchIsolation) -> _Seen:
+    log = part.log
+    return (log, part.state, part.leader_epoch, log.log_start_offset, _bound(log, isolation))
+
+
+def _changed(core: BrokerCore, result: _Pass, isolation: FetchIsolation) -> bool:
+    """Whether reading again could answer differently from ``result`` (which read no
+    partition in error): a partition was replaced, changed role or epoch, or moved its log
+    start or the isolation's bound."""
+    for part, seen in zip(result.partitions, result.seen, strict=True):
+        if core.replicas.cached(part.topic, part.index) is not part:
+            return True
+        if _seen_now(part, isolation) != seen:
+            return True
+    return False
 
 
 @dataclasses.dataclass(slots=True)
@@ -64,6 +104,8 @@ class _Pass:
     topics: list[FetchTopicResponse] = dataclasses.field(default_factory=list)
     ranges: list[FileRange | bytes] = dataclasses.field(default_factory=list)
     partitions: list[Partition] = dataclasses.field(default_factory=list)
+    #: Per partition of :attr:`partitions`, what the pass saw (:data:`_Seen`).
+    seen: list[_Seen] = dataclasses.field(default_factory=list)
     total_bytes: int = 0
     failed: bool = False
 
@@ -84,6 +126,7 @@ def _read_pass(core: BrokerCore, request: FetchRequest, isolation: FetchIsolatio
             part: Partition | None = None
             try:
                 part = core.replicas.partition(topic.name, fp.partition)
+                role = (part.state, part.leader_epoch)
                 # Fetches are served by the leader only (a follower's log lags, and until
                 # replication a follower's is empty): NOT_LEADER_OR_FOLLOWER sends the
                 # consumer to refresh metadata. On one node every partition leads.
@@ -127,6 +170,11 @@ def _read_pass(core: BrokerCore, request: FetchRequest, isolation: FetchIsolatio
                 )
                 continue
             out.partitions.append(part)
+            # The role as it was before the read and the offsets the read itself used (taken
+            # under the log's lock), so that a change during the pass is never taken as seen.
+            out.seen.append(
+                (part.log, role[0], role[1], info.log_start_offset, _bound(info, isolation))
+            )
             size = info.size_bytes
             if info.records is not None:
                 out.ranges.append(info.records)
@@ -214,6 +262,12 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest, _: memoryview
             _count_sent(core, result.topics, replica=request.replica_id >= 0)
             return Response(FetchResponse(error_code=0, topics=result.topics), result.ranges)
         result.close()
-        waited = loop.time()
-        await core.replicas.wait_for_append(result.partitions, wait_s)
-        ctx.timing.remote_s += loop.time() - waited
+        while wait_s > 0 and not core.replicas.closing:
+            waited = loop.time()
+            await core.replicas.wait_for_append(result.partitions, wait_s)
+            ctx.timing.remote_s += loop.time() - waited
+            if _changed(core, result, isolation):
+                break
+            wait_s = deadline - loop.time()
+        # Read again: something changed, the wait is over, or the broker is closing (each
+        # answered from a fresh pass, so the high watermark in the answer is current).
