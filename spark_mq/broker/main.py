@@ -293,9 +293,24 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             # made while this broker was down) and on every change notification.
             # The same notifications carry users' SCRAM credentials (users/<name>, read
             # first before registering): the store follows ZooKeeper's users from now on.
+            # Client quotas too (users/..., clients/...): the first pass loads them all.
+            from spark_mq.broker.zk.client_quotas import (  # noqa: PLC0415
+                CLIENT_ENTITY,
+                ClientQuotaSync,
+                UserEntitySync,
+            )
             from spark_mq.broker.zk.znodes import USER_ENTITY  # noqa: PLC0415
 
-            config_sync = TopicConfigSync(membership.zk, logs, entity_handlers={USER_ENTITY: users})
+            config_sync = TopicConfigSync(
+                membership.zk,
+                logs,
+                entity_handlers={
+                    USER_ENTITY: UserEntitySync(
+                        users, ClientQuotaSync(membership.zk, core.quota_store, USER_ENTITY)
+                    ),
+                    CLIENT_ENTITY: ClientQuotaSync(membership.zk, core.quota_store, CLIENT_ENTITY),
+                },
+            )
             config_sync.start()
             if core.authorizer.enabled:
                 # A cluster's ACLs are ZooKeeper's (/kafka-acl): read them before serving
