@@ -15,25 +15,17 @@ the Cluster); without one, any connection that may send requests may.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from spark_mq.broker.context import RequestContext, Response
-from spark_mq.broker.quotas.entity import DEFAULT, QuotaEntity
+from spark_mq.broker.quotas.entity import QuotaEntity, filter_matcher
 from spark_mq.errors import InvalidRequestError
 from spark_mq.protocol.error_codes import code_for
 from spark_mq.protocol.quotas import (
-    CLIENT_ID,
-    ENTITY_TYPES,
-    MATCH_ANY,
-    MATCH_DEFAULT,
-    MATCH_EXACT,
-    USER,
     AlterationResult,
     AlterClientQuotasRequest,
     AlterClientQuotasResponse,
     DescribeClientQuotasRequest,
     DescribeClientQuotasResponse,
-    FilterComponent,
     QuotaEntry,
     QuotaValue,
 )
@@ -41,45 +33,10 @@ from spark_mq.protocol.quotas import (
 logger = logging.getLogger("spark_mq.broker.quotas")
 
 
-def _part(entity: QuotaEntity, entity_type: str) -> str | None:
-    return entity.user if entity_type == USER else entity.client_id
-
-
-def _matcher(components: list[FilterComponent], strict: bool) -> Callable[[QuotaEntity], bool]:
-    """A predicate over entities for a Describe filter (InvalidRequestError if bad)."""
-    seen: set[str] = set()
-    for c in components:
-        if c.entity_type not in ENTITY_TYPES:
-            raise InvalidRequestError(
-                f"filter entity type {c.entity_type!r} is not supported: use {USER!r} or "
-                f"{CLIENT_ID!r}"
-            )
-        if c.entity_type in seen:
-            raise InvalidRequestError(f"the filter names {c.entity_type!r} twice")
-        seen.add(c.entity_type)
-        if c.match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY):
-            raise InvalidRequestError(f"filter match type {c.match_type} is not 0, 1 or 2")
-        if c.match_type == MATCH_EXACT and not c.match:
-            raise InvalidRequestError(f"an exact {c.entity_type} filter needs a name")
-
-    def matches(entity: QuotaEntity) -> bool:
-        for c in components:
-            name = _part(entity, c.entity_type)
-            if name is None:
-                return False
-            if c.match_type == MATCH_EXACT and name != c.match:
-                return False
-            if c.match_type == MATCH_DEFAULT and name != DEFAULT:
-                return False
-        return not strict or all(_part(entity, t) is None for t in ENTITY_TYPES if t not in seen)
-
-    return matches
-
-
 async def handle_describe_client_quotas(
     ctx: RequestContext, request: DescribeClientQuotasRequest, _: memoryview
 ) -> Response:
-    matches = _matcher(request.components, request.strict)
+    matches = filter_matcher(request.components, request.strict)
     entries = [
         QuotaEntry(entity.components(), [QuotaValue(k, v) for k, v in sorted(values.items())])
         for entity, values in sorted(ctx.core.quota_store.configs().items())

@@ -30,11 +30,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
 from spark_mq.errors import InvalidRequestError
-from spark_mq.protocol.quotas import CLIENT_ID, QUOTA_KEYS, USER, EntityComponent
+from spark_mq.protocol.quotas import (
+    CLIENT_ID,
+    ENTITY_TYPES,
+    MATCH_ANY,
+    MATCH_DEFAULT,
+    MATCH_EXACT,
+    QUOTA_KEYS,
+    USER,
+    EntityComponent,
+    FilterComponent,
+)
 
 #: Kafka's name of a default entity, in ZooKeeper paths and on the command line.
 DEFAULT: Final = "<default>"
@@ -170,6 +180,44 @@ def check_value(entity: QuotaEntity, key: str, value: float) -> None:
             f"quota {key}={value} of {entity} must be a positive number (bytes per second, "
             "or percent for request_percentage); remove the key to lift the quota"
         )
+
+
+def _part(entity: QuotaEntity, entity_type: str) -> str | None:
+    return entity.user if entity_type == USER else entity.client_id
+
+
+def filter_matcher(
+    components: list[FilterComponent], strict: bool
+) -> Callable[[QuotaEntity], bool]:
+    """A predicate over entities for a DescribeClientQuotas filter (InvalidRequestError if
+    the filter is bad); see protocol/quotas.py for the match rules."""
+    seen: set[str] = set()
+    for c in components:
+        if c.entity_type not in ENTITY_TYPES:
+            raise InvalidRequestError(
+                f"filter entity type {c.entity_type!r} is not supported: use {USER!r} or "
+                f"{CLIENT_ID!r}"
+            )
+        if c.entity_type in seen:
+            raise InvalidRequestError(f"the filter names {c.entity_type!r} twice")
+        seen.add(c.entity_type)
+        if c.match_type not in (MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY):
+            raise InvalidRequestError(f"filter match type {c.match_type} is not 0, 1 or 2")
+        if c.match_type == MATCH_EXACT and not c.match:
+            raise InvalidRequestError(f"an exact {c.entity_type} filter needs a name")
+
+    def matches(entity: QuotaEntity) -> bool:
+        for c in components:
+            name = _part(entity, c.entity_type)
+            if name is None:
+                return False
+            if c.match_type == MATCH_EXACT and name != c.match:
+                return False
+            if c.match_type == MATCH_DEFAULT and name != DEFAULT:
+                return False
+        return not strict or all(_part(entity, t) is None for t in ENTITY_TYPES if t not in seen)
+
+    return matches
 
 
 QuotaConfigs = Mapping[QuotaEntity, Mapping[str, float]]
