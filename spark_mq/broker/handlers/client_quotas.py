@@ -39,7 +39,10 @@ async def handle_describe_client_quotas(
     matches = filter_matcher(request.components, request.strict)
     entries = [
         QuotaEntry(entity.components(), [QuotaValue(k, v) for k, v in sorted(values.items())])
-        for entity, values in sorted(ctx.core.quota_store.configs().items())
+        for entity, values in sorted(
+            ctx.core.quota_store.configs().items(),
+            key=lambda item: (item[0].user or "", item[0].client_id or ""),
+        )
         if matches(entity)
     ]
     return Response(DescribeClientQuotasResponse(0, None, entries))

@@ -50,7 +50,7 @@ from spark_mq.protocol.quotas import (
 DEFAULT: Final = "<default>"
 
 
-@dataclasses.dataclass(frozen=True, slots=True, order=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class QuotaEntity:
     """A user, a client id or both (None: not part of the entity); :data:`DEFAULT` for a
     default."""

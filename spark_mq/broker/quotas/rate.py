@@ -8,14 +8,17 @@ the time they cover, measured from the start of the oldest sample to now but nev
 than ``quota.window.num - 1`` whole windows (so that the first request of a client that has
 been quiet does not measure as a burst over a few milliseconds).
 
-A client over its quota is throttled for the time it would take, at its quota, to make up
-for what it took beyond it::
+A client over its quota is throttled for what it took beyond its quota, expressed as time
+at its quota (Kafka's formula)::
 
     throttle_ms = (rate - quota) / quota * window_ms
 
-where ``window_ms`` is the span the rate was measured over. After that long without
-traffic, the measured rate is back at the quota. The throttle is bounded by
-``max_throttle_ms`` (see :mod:`.manager`).
+where ``window_ms`` is the span the rate was measured over. The measured rate does not fall
+at once during that wait (the span is padded to ``quota.window.num - 1`` windows, and the
+excess stays in its sample until the sample expires), so a client that keeps sending is
+throttled again on each excess: on average it is held at its quota, which is what the
+real-broker test measures. The throttle is bounded by ``max_throttle_ms`` (see
+:mod:`.manager`).
 
 Threads: the event loop only. Times are the injected monotonic clock's milliseconds.
 """
