@@ -58,7 +58,7 @@ class _EntityName(argparse.Action):
         entities = getattr(ns, "entities", None) or []
         if not entities or entities[-1][1] is not None:
             raise CliUsageError(f"{opt} must follow an --entity-type (users or clients)")
-        entities[-1][1] = DEFAULT if value is None else value
+        entities[-1][1] = value if isinstance(value, str) else DEFAULT  # --entity-default: []
 
 
 def _entity(args: argparse.Namespace) -> ClientQuotaEntity:
