@@ -4,7 +4,8 @@ A broker connection starts as :data:`ANONYMOUS` (Kafka's ``User:ANONYMOUS``). Au
 replaces it: SASL with the user it proved (``User:<name>``), TLS with client authentication
 with the certificate's distinguished name (``User:CN=client,O=org``), the inter-broker secret
 with what it proves (the embedded broker's token, once built, will too). Authorization (ACLs,
-``super.users``), and quotas once built, read it from the connection's session.
+``super.users``) and client quotas (the principal's name is the quota's user) read it from
+the connection's session.
 """
 
 from __future__ import annotations
