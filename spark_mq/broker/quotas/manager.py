@@ -74,6 +74,10 @@ class ClientQuotaManager:
         self._on_throttle = on_throttle
         self._configs: dict[QuotaEntity, dict[str, float]] = {}
         self._sensors: dict[tuple[QuotaType, MetricKey], Rate] = {}
+        #: (kind, principal, user, client id) -> (quota, its sensor), or None for no quota:
+        #: the precedence walk once per client rather than per request. Cleared with the
+        #: configs and at every sweep, so it holds no more clients than the sensors do.
+        self._resolved: dict[tuple[QuotaType, str, str, str], tuple[float, Rate] | None] = {}
         self._next_sweep_ms = 0
         #: Whether any quota is configured (the hot paths look at nothing else when not).
         self.enabled = False
@@ -85,6 +89,7 @@ class ClientQuotaManager:
         fresh = {e: dict(v) for e, v in configs.items() if v}
         self._configs = fresh
         self._sensors = {}
+        self._resolved = {}
         self.enabled = bool(fresh)
 
     def configs(self) -> dict[QuotaEntity, dict[str, float]]:
@@ -111,15 +116,15 @@ class ClientQuotaManager:
     ) -> int:
         """Record ``value`` (bytes, or percent-seconds for REQUEST) for the client; the
         throttle time in ms (0: within its quota, or it has none)."""
-        found = self.quota(kind, principal, user, client_id)
-        if found is None:
-            return 0
-        bound, who = found
         now = self._now()
-        rate = self._sensor(kind, who, now)
+        resolved = self._resolve(kind, principal, user, client_id, now)
+        if resolved is None:
+            return 0
+        bound, rate = resolved
         rate.record(value, now)
         max_ms = self.window.window_ms if kind is QuotaType.REQUEST else self.window.span_ms
-        throttle = throttle_time_ms(rate.measure(now), bound, rate.window_ms(now), max_ms)
+        span_ms = rate.window_ms(now)
+        throttle = throttle_time_ms(rate.total() * 1000 / span_ms, bound, span_ms, max_ms)
         if throttle:
             self._on_throttle(kind, throttle)
         return throttle
@@ -128,9 +133,10 @@ class ClientQuotaManager:
         self, kind: QuotaType, principal: str, user: str, client_id: str, value: float
     ) -> None:
         """Take back a recorded value (a throttled fetch is answered empty, as Kafka's)."""
-        found = self.quota(kind, principal, user, client_id)
-        if found is not None:
-            self._sensor(kind, found[1], self._now()).record(-value, self._now())
+        now = self._now()
+        resolved = self._resolve(kind, principal, user, client_id, now)
+        if resolved is not None:
+            resolved[1].record(-value, now)
 
     def max_value_in_window(
         self, kind: QuotaType, principal: str, user: str, client_id: str
@@ -147,9 +153,22 @@ class ClientQuotaManager:
         sensor = self._sensors.get((kind, who))
         return 0.0 if sensor is None else sensor.measure(self._now())
 
-    def _sensor(self, kind: QuotaType, who: MetricKey, now: int) -> Rate:
+    def _resolve(
+        self, kind: QuotaType, principal: str, user: str, client_id: str, now: int
+    ) -> tuple[float, Rate] | None:
         if now >= self._next_sweep_ms:
             self._sweep(now)
+        key = (kind, principal, user, client_id)
+        try:
+            return self._resolved[key]
+        except KeyError:
+            pass
+        found = self.quota(kind, principal, user, client_id)
+        resolved = None if found is None else (found[0], self._sensor(kind, found[1], now))
+        self._resolved[key] = resolved
+        return resolved
+
+    def _sensor(self, kind: QuotaType, who: MetricKey, now: int) -> Rate:
         key = (kind, who)
         sensor = self._sensors.get(key)
         if sensor is None:
@@ -162,6 +181,7 @@ class ClientQuotaManager:
         idle = [k for k, s in self._sensors.items() if now - s.last_record_ms >= SENSOR_EXPIRY_MS]
         for key in idle:
             del self._sensors[key]
+        self._resolved = {}
 
     def sensor_count(self) -> int:
         return len(self._sensors)

@@ -80,8 +80,11 @@ class Rate:
     def measure(self, now_ms: int) -> float:
         """Units per second."""
         span_ms = self.window_ms(now_ms)
-        total = sum(s[1] for s in self._samples)
-        return total / (span_ms / 1000.0)
+        return self.total() / (span_ms / 1000.0)
+
+    def total(self) -> float:
+        """What the samples hold (as of the last purge)."""
+        return sum(s[1] for s in self._samples)
 
     def _purge(self, now_ms: int) -> None:
         samples = self._samples
