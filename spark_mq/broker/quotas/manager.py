@@ -159,13 +159,16 @@ class ClientQuotaManager:
         if now >= self._next_sweep_ms:
             self._sweep(now)
         key = (kind, principal, user, client_id)
+        # Taken once: if update_configs (another thread) replaces the map meanwhile, what
+        # is resolved here goes into the old map and is dropped with it, never stale.
+        cache = self._resolved
         try:
-            return self._resolved[key]
+            return cache[key]
         except KeyError:
             pass
         found = self.quota(kind, principal, user, client_id)
         resolved = None if found is None else (found[0], self._sensor(kind, found[1], now))
-        self._resolved[key] = resolved
+        cache[key] = resolved
         return resolved
 
     def _sensor(self, kind: QuotaType, who: MetricKey, now: int) -> Rate:
