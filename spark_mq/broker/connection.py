@@ -37,6 +37,12 @@ sit in the kernel while the client decodes the previous one. TCP sockets get
 the client's delayed ACK of the first part, 40 ms on Linux. After each response the task
 waits while the transport is over its high-water mark (backpressure).
 
+Throttling (client quotas, KIP-219). A client over a quota gets its response at once, with
+``throttle_time_ms``; then the connection stops reading and serving that client until the
+throttle time has passed (:meth:`Connection._mute`), so one that ignores the field gains
+nothing. The request-time quota is recorded here, after the handler, for every API but the
+ones that authenticate (:func:`~spark_mq.broker.quotas.throttling.throttle_of`).
+
 Records of a fetch response follow its head and body: a file range of at least
 :data:`SENDFILE_MIN_BYTES` goes out with ``loop.sendfile`` (``sendfile(2)`` straight from the
 segment file to the socket, TCP or Unix; partial sends and EAGAIN are handled by the loop), a
