@@ -27,7 +27,7 @@ from spark_mq.client.quota_admin import (
     filter_exact,
 )
 from spark_mq.errors import InvalidRequestError
-from spark_mq.protocol import produce
+from spark_mq.protocol import metadata, produce
 from spark_mq.storage.record_batch import encode_batch
 
 MIB = 1024 * 1024
@@ -195,3 +195,20 @@ def test_quotas_are_described_altered_and_kept_in_the_log_directory(start_broker
             alice: {"producer_byte_rate": 1024.0},
             any_client: {"consumer_byte_rate": 2048.0},
         }
+
+
+def test_request_percentage_throttles_a_client_that_keeps_the_broker_busy(
+    start_broker: Any, raw_connect: Any
+) -> None:
+    """1% of one handler's time over the 2 s counted: 20 ms of broker time. Metadata
+    requests back to back reach that within a few hundred."""
+    broker = start_broker(overrides=QUOTA_WINDOWS)
+    set_quota(broker, ClientQuotaEntity(client_id="raw-test"), request_percentage=1)
+    throttled = 0
+    with raw_connect(broker.address) as conn:
+        for _ in range(5000):
+            reply = conn.call(metadata.MetadataRequest(topics=[]))
+            if reply.body.throttle_time_ms:
+                throttled = reply.body.throttle_time_ms
+                break
+    assert 0 < throttled <= 1000  # at most one window
