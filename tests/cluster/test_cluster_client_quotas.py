@@ -16,13 +16,9 @@ from kazoo.client import KazooClient
 from waiting import wait_for
 
 from spark_mq import Admin, UserScramCredentialUpsertion
-from spark_mq.broker.quotas.entity import DEFAULT, QuotaEntity
-from spark_mq.broker.quotas.store import apply_ops
-from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
-from spark_mq.broker.zk.client_quotas import ZkQuotaBackend
-from spark_mq.client.quota_admin import ClientQuotaAlteration, ClientQuotaEntity
+from spark_mq.cli import main as cli_main
+from spark_mq.client.quota_admin import DEFAULT, ClientQuotaAlteration, ClientQuotaEntity
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.protocol.quotas import QuotaOp
 
 pytestmark = pytest.mark.slow
 
@@ -87,16 +83,20 @@ def test_quotas_altered_through_a_broker_are_kept_as_kafka_keeps_them(
 
 
 def test_a_quota_written_into_zookeeper_is_applied_by_the_broker(
-    cluster: LocalCluster, zk_module_connect: str
+    cluster: LocalCluster, zk_module_connect: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    entity = QuotaEntity(None, DEFAULT)
-    zk = ZkClient(ZkClientConfig(connect=zk_module_connect, session_timeout_ms=10_000))
-    zk.start()
-    try:
-        ops = [QuotaOp("request_percentage", 80.0)]
-        ZkQuotaBackend(zk).alter_entity(entity, lambda now: apply_ops(entity, now, ops))
-    finally:
-        zk.close()
+    # As kafka-configs --zookeeper: no broker is asked, the change notification tells them.
+    written = cli_main(
+        [
+            "quotas", "alter", "--zookeeper", zk_module_connect,
+            "--entity-type", "clients", "--entity-default",
+            "--add-config", "request_percentage=80",
+        ]
+    )  # fmt: skip
+    assert written == 0, capsys.readouterr().err
+    assert znode_config(zk_module_connect, "/config/clients/<default>") == {
+        "request_percentage": "80"
+    }
     wanted = {ClientQuotaEntity(client_id=DEFAULT): {"request_percentage": 80.0}}
     with Admin(bootstrap_servers=bootstrap(cluster)) as admin:
 
@@ -112,3 +112,7 @@ def test_a_quota_written_into_zookeeper_is_applied_by_the_broker(
                 )
             ]
         )
+    capsys.readouterr()
+    assert cli_main(["quotas", "describe", "--zookeeper", zk_module_connect, "--json"]) == 0
+    described = json.loads(capsys.readouterr().out)["quotas"]
+    assert all(q["entity"] != {"client-id": "<default>"} for q in described)
