@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         TransactionListener,
         TransactionSendResult,
     )
+    from spark_mq.client.quota_admin import ClientQuotaAlteration, ClientQuotaEntity
     from spark_mq.client.scram_users import (
         UserScramCredentialDeletion,
         UserScramCredentialUpsertion,
@@ -125,6 +126,9 @@ _HOMES: dict[str, str] = {
     "AuthenticationError": "spark_mq.errors",
     "UserScramCredentialDeletion": "spark_mq.client.scram_users",
     "UserScramCredentialUpsertion": "spark_mq.client.scram_users",
+    # Client quotas.
+    "ClientQuotaAlteration": "spark_mq.client.quota_admin",
+    "ClientQuotaEntity": "spark_mq.client.quota_admin",
     "Admin": "spark_mq.client",
     "AdminConfig": "spark_mq.client",
     "BatchMetadata": "spark_mq.client",
@@ -236,6 +240,8 @@ __all__ = [
     "BatchMetadata",
     "BufferExhaustedError",
     "CleanerStats",
+    "ClientQuotaAlteration",
+    "ClientQuotaEntity",
     "CommitFailedError",
     "CompletionResult",
     "ConfigError",

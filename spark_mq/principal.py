@@ -6,7 +6,8 @@ SASL re-authentication, with ``connections.max.reauth.ms``, must prove the same 
 connection is closed), TLS with client authentication
 with the certificate's distinguished name (``User:CN=client,O=org``), the inter-broker secret
 with what it proves (the embedded broker's token, once built, will too). Authorization (ACLs,
-``super.users``), and quotas once built, read it from the connection's session.
+``super.users``) and client quotas (the principal's name is the quota's user) read it from
+the connection's session.
 """
 
 from __future__ import annotations

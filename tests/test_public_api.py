@@ -39,6 +39,9 @@ EXPECTED = {
     "AuthenticationError",
     "UserScramCredentialDeletion",
     "UserScramCredentialUpsertion",
+    # Client quotas.
+    "ClientQuotaAlteration",
+    "ClientQuotaEntity",
     "CompletionResult",
     "PreparedTransaction",
     "ProducerFencedError",

@@ -404,6 +404,20 @@ class BrokerConfig(Config):
         parse=parse_list,
         check=_check_ip_overrides,
     )
+    quota_window_num: int = setting(
+        "quota.window.num",
+        11,
+        "Samples a client's rate is measured over, for client quotas (Kafka's default).",
+        parse=parse_int,
+        check=at_least(2),
+    )
+    quota_window_size_seconds: int = setting(
+        "quota.window.size.seconds",
+        1,
+        "Seconds each client quota sample covers (Kafka's default).",
+        parse=parse_int,
+        check=at_least(1),
+    )
     broker_fd_headroom: int = setting(
         "broker.fd.headroom",
         -1,

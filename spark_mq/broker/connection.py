@@ -37,6 +37,12 @@ sit in the kernel while the client decodes the previous one. TCP sockets get
 the client's delayed ACK of the first part, 40 ms on Linux. After each response the task
 waits while the transport is over its high-water mark (backpressure).
 
+Throttling (client quotas, KIP-219). A client over a quota gets its response at once, with
+``throttle_time_ms``; then the connection stops reading and serving that client until the
+throttle time has passed (:meth:`Connection._mute`), so one that ignores the field gains
+nothing. The request-time quota is recorded here, after the handler, for every API but the
+ones that authenticate (:func:`~spark_mq.broker.quotas.throttling.throttle_of`).
+
 Records of a fetch response follow its head and body: a file range of at least
 :data:`SENDFILE_MIN_BYTES` goes out with ``loop.sendfile`` (``sendfile(2)`` straight from the
 segment file to the socket, TCP or Unix; partial sends and EAGAIN are handled by the loop), a
@@ -67,6 +73,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, cast
 from spark_mq.broker.connection_quotas import UNIX_PEER, peer_host
 from spark_mq.broker.context import ConnectionSession, RequestContext, Response
 from spark_mq.broker.handlers.errors import REPEATED, UnanswerableError, answer
+from spark_mq.broker.quotas.throttling import throttle_of
 from spark_mq.broker.request_memory import MemoryWaiter
 from spark_mq.broker.sasl.authenticator import PRE_AUTHENTICATION_APIS, SaslServerSession
 from spark_mq.errors import CorruptFrameError, StorageError, UnsupportedVersionError
@@ -225,6 +232,9 @@ class Connection(asyncio.BufferedProtocol):
         self._frames_bytes = 0
         self._frame_waiter: asyncio.Future[None] | None = None
         self._reading = True
+        #: Throttled for a client quota: nothing is read until the throttle time passes.
+        self._muted = False
+        self._throttle_ms = 0
         self._eof = False
         self._lost = False
         self._bad_prefix: CorruptFrameError | None = None
@@ -403,6 +413,7 @@ class Connection(asyncio.BufferedProtocol):
             and self._frames_bytes < READ_AHEAD_BYTES
             and self._bad_prefix is None
             and not self._lost
+            and not self._muted
         )
         if reading == self._reading:
             return
@@ -559,6 +570,8 @@ class Connection(asyncio.BufferedProtocol):
                     return
                 if self._write_paused:
                     await self._drain()
+                if self._throttle_ms:
+                    await self._mute()
         except (ConnectionError, OSError) as exc:
             logger.debug("connection from %s failed: %s", self.peer, exc)
         except StorageError as exc:
@@ -630,6 +643,8 @@ class Connection(asyncio.BufferedProtocol):
         except UnanswerableError as exc:
             return self._frame_error(cid, ErrorCode(exc.code), exc.message, header.api_key)
         handled = loop.time()
+        if self.core.quotas.enabled and spec.key not in PRE_AUTHENTICATION_APIS:
+            self._throttle_ms = throttle_of(ctx, response, handled - started)
         body = None if response is None or response.silent else response.body
         keep_open = True if response is None else await self._send(cid, response)
         self.core.metrics.requests.observe(
@@ -642,6 +657,18 @@ class Connection(asyncio.BufferedProtocol):
             remote_s=ctx.timing.remote_s,
         )
         return keep_open
+
+    async def _mute(self) -> None:
+        """KIP-219: the response of a throttled request went out at once; now read and
+        serve nothing more from this client until its throttle time has passed."""
+        delay_s, self._throttle_ms = self._throttle_ms / 1000, 0
+        self._muted = True
+        self._update_reading()
+        try:
+            await asyncio.sleep(delay_s)
+        finally:
+            self._muted = False
+            self._update_reading()
 
     def _refuse_unauthenticated(self, api: ApiKey) -> bool:
         """A request before SASL authentication completed: close without serving it (Kafka

@@ -72,9 +72,13 @@ class ConnectionSession:
 @dataclasses.dataclass(slots=True)
 class RequestTiming:
     """Seconds a handler spent waiting on others (an acks=all produce waiting for its
-    followers, a fetch waiting for data): the ``remote`` phase of the request metrics."""
+    followers, a fetch waiting for data): the ``remote`` phase of the request metrics; and
+    the client quota throttle the request earned."""
 
     remote_s: float = 0.0
+    #: Milliseconds the client is throttled for exceeding a client quota: the connection
+    #: reads nothing more from it for that long after answering (KIP-219).
+    throttle_ms: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -37,6 +37,9 @@ from spark_mq.broker.internal_topics import TRANSACTION_STATE_TOPIC
 from spark_mq.broker.metadata_cache import MetadataCache
 from spark_mq.broker.metrics.broker_metrics import BrokerMetrics
 from spark_mq.broker.producer_ids import ProducerIdManager
+from spark_mq.broker.quotas.manager import ClientQuotaManager
+from spark_mq.broker.quotas.rate import QuotaWindow
+from spark_mq.broker.quotas.store import FileQuotaBackend, QuotaStore
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.sasl.credential_store import CredentialStore, FileCredentialBackend
 from spark_mq.broker.txn.service import TransactionService
@@ -131,6 +134,18 @@ class BrokerCore:
         self.credentials = CredentialStore(FileCredentialBackend(logs.root))
         #: The broker's Prometheus metrics (served by the server when metrics.port is set).
         self.metrics = BrokerMetrics()
+        #: Client quotas (Kafka's): the rates and throttles, and the configs kept in the log
+        #: directory (a cluster broker switches the store to ZooKeeper when it joins).
+        super_users = config.authorizer.super_principals
+        self.quotas = ClientQuotaManager(
+            QuotaWindow(
+                config.broker.quota_window_num, config.broker.quota_window_size_seconds * 1000
+            ),
+            exempt=lambda principal: principal in super_users,
+            monotonic_ms=monotonic_ms,
+            on_throttle=lambda kind, ms: self.metrics.throttled(kind.value, ms),
+        )
+        self.quota_store = QuotaStore(FileQuotaBackend(logs.root), self.quotas)
         #: A cluster broker's view of the cluster, from the controller's UpdateMetadata
         #: (empty, and unused, on a single node).
         self.metadata_cache = MetadataCache()

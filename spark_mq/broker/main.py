@@ -246,6 +246,10 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             from spark_mq.broker.zk.user_credentials import UserCredentialSync  # noqa: PLC0415
 
             users = UserCredentialSync(membership.zk, core.credentials)
+            from spark_mq.broker.zk.client_quotas import ClientQuotaSync  # noqa: PLC0415
+            from spark_mq.broker.zk.znodes import USER_ENTITY  # noqa: PLC0415
+
+            user_quotas = ClientQuotaSync(membership.zk, core.quota_store, USER_ENTITY)
 
             def before_registering(cluster_id: str) -> None:
                 meta.join_cluster(root, cluster_id, broker.node_id)
@@ -253,6 +257,9 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
                 # the other brokers connect as soon as they see it, and on a SASL
                 # inter-broker listener they log in as a user this broker must know.
                 users.apply_all()
+                # Client quotas are ZooKeeper's from the first request on (never the log
+                # directory's file, which is a single node's).
+                user_quotas.apply_all()
 
             await asyncio.to_thread(membership.start, before_registering)
             assert membership.cluster_id is not None
@@ -293,9 +300,17 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             # made while this broker was down) and on every change notification.
             # The same notifications carry users' SCRAM credentials (users/<name>, read
             # first before registering): the store follows ZooKeeper's users from now on.
-            from spark_mq.broker.zk.znodes import USER_ENTITY  # noqa: PLC0415
+            # Client quotas too (users/..., clients/...), loaded before registering.
+            from spark_mq.broker.zk.client_quotas import CLIENT_ENTITY, UserEntitySync  # noqa: PLC0415
 
-            config_sync = TopicConfigSync(membership.zk, logs, entity_handlers={USER_ENTITY: users})
+            config_sync = TopicConfigSync(
+                membership.zk,
+                logs,
+                entity_handlers={
+                    USER_ENTITY: UserEntitySync(users, user_quotas),
+                    CLIENT_ENTITY: ClientQuotaSync(membership.zk, core.quota_store, CLIENT_ENTITY),
+                },
+            )
             config_sync.start()
             if core.authorizer.enabled:
                 # A cluster's ACLs are ZooKeeper's (/kafka-acl): read them before serving

@@ -42,6 +42,7 @@ from spark_mq.cli import (
     half_messages,
     log,
     perf,
+    quotas,
     records,
     topics,
     transactions,
@@ -77,6 +78,7 @@ COMMAND_GROUPS: Final = (
     perf,
     console,
     users,
+    quotas,
 )
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from typing import Any
 
-from spark_mq.client import reassignments, scram_users
+from spark_mq.client import quota_admin, reassignments, scram_users
 from spark_mq.client.acl_admin import AclAdmin, AclBinding, AclBindingFilter
 from spark_mq.client.cluster import ANY_NODE, LEADER_MOVED, Cluster
 from spark_mq.client.config import AdminConfig, client_config_props
@@ -65,6 +65,7 @@ from spark_mq.protocol.offsets import (
     DeleteRecordsResponse,
     DeleteRecordsTopic,
 )
+from spark_mq.protocol.quotas import FilterComponent
 from spark_mq.protocol.sasl import ScramCredentialInfo
 
 #: ``list_offsets`` spec names, besides a timestamp in ms.
@@ -330,6 +331,25 @@ class Admin:
     ) -> dict[str, list[ScramCredentialInfo]]:
         """Each user's SCRAM mechanisms and iteration counts (None: every user)."""
         return scram_users.describe_user_scram_credentials(self._request, users)
+
+    # -- client quotas (client/quota_admin.py) --------------------------------------------
+
+    def describe_client_quotas(
+        self, components: Sequence[FilterComponent] = (), *, strict: bool = False
+    ) -> dict[quota_admin.ClientQuotaEntity, dict[str, float]]:
+        """The quotas of the entities the filter matches (Kafka's describeClientQuotas;
+        no components: every entity), e.g. ``[quota_admin.filter_exact("user", "alice")]``."""
+        return quota_admin.describe_client_quotas(self._request, components, strict)
+
+    def alter_client_quotas(
+        self,
+        alterations: Sequence[quota_admin.ClientQuotaAlteration],
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Set or remove client quotas (Kafka's alterClientQuotas); each entity succeeds or
+        fails on its own, and the first failure is raised after all were tried."""
+        quota_admin.alter_client_quotas(self._request, alterations, validate_only)
 
     # -- offsets and records --------------------------------------------------------------
 

@@ -236,6 +236,14 @@ class BrokerConnection:
         # The last frame was large: read just the next size prefix first.
         self._expect_big = False
         self._frames = SHARED_FRAME_BUFFERS
+        #: Until when (the clock's seconds) the broker throttles this client: a response's
+        #: throttle_time_ms (a client quota) says how long to send it nothing, as Kafka's
+        #: NetworkClient does (KIP-219). The owners' send loops look at throttle_delay_s().
+        self.throttled_until = 0.0
+
+    def throttle_delay_s(self) -> float:
+        """Seconds until the broker's throttle of this client ends (0: not throttled)."""
+        return max(0.0, self.throttled_until - self._clock()) if self.throttled_until else 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -650,6 +658,9 @@ class BrokerConnection:
             self._fail(exc, "decoding a response")
         self._in_flight.popleft()
         self._tls13_unconfirmed = False
+        throttle_ms = getattr(body, "throttle_time_ms", 0)
+        if throttle_ms > 0:
+            self.throttled_until = max(self.throttled_until, self._clock() + throttle_ms / 1000)
         records = (
             parsed.records
             if owned or not len(parsed.records)

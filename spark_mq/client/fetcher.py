@@ -259,8 +259,8 @@ class Fetcher:
 
     def _send_fetch(self, node: int, items: list[tuple[TopicPartition, int]], now: float) -> None:
         conn = self._connection(node, now)
-        if conn is None:
-            return
+        if conn is None or (conn.throttled_until and conn.throttle_delay_s() > 0):
+            return  # no connection, or the broker throttles this client (a quota) for now
         cfg = self._config
         topics: dict[str, list[FetchPartition]] = {}
         for tp, offset in items:
@@ -367,6 +367,7 @@ class Fetcher:
             self._errors.append((response.error, None, -1))
             return
         body: FetchResponse = response.body
+        self.metrics.throttle_time.record(body.throttle_time_ms)
         if body.error_code != ErrorCode.NONE:
             error = error_from_code(body.error_code)
             if not error.retriable:

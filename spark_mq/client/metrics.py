@@ -107,6 +107,8 @@ class ProducerMetrics:
         self.records_per_request = WindowedStat(clock)
         #: Milliseconds from a produce request's send to its response.
         self.request_latency = WindowedStat(clock)
+        #: The throttle_time_ms of each produce response (a client quota's; 0 within it).
+        self.throttle_time = WindowedStat(clock)
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         return {
@@ -126,6 +128,8 @@ class ProducerMetrics:
                 "request-latency-max": self.request_latency.max(),
                 "outgoing-byte-rate": self.batch_size.rate(),
                 "outgoing-byte-total": self.batch_size.total_sum,
+                "produce-throttle-time-avg": self.throttle_time.avg(),
+                "produce-throttle-time-max": self.throttle_time.max(),
             }
         }
 
@@ -143,6 +147,8 @@ class ConsumerMetrics:
         #: Records between a partition's fetch position and its high watermark (the last
         #: stable offset with read_committed), one value per partition per fetch response.
         self.lag = WindowedStat(clock)
+        #: The throttle_time_ms of each fetch response (a client quota's; 0 within it).
+        self.throttle_time = WindowedStat(clock)
         self._partition_lag: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
 
@@ -168,6 +174,8 @@ class ConsumerMetrics:
                 "records-consumed-rate": self.records.rate(),
                 "records-consumed-total": self.records.total_sum,
                 "records-lag-max": self.lag.max(),
+                "fetch-throttle-time-avg": self.throttle_time.avg(),
+                "fetch-throttle-time-max": self.throttle_time.max(),
             }
         }
         with self._lock:

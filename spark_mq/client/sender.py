@@ -355,6 +355,8 @@ class Sender(threading.Thread):
             # Its SASL session is re-authenticated before the next request, once the
             # responses in flight are in (client/connection.py).
             return None
+        if conn.throttled_until and conn.throttle_delay_s() > 0:
+            return None  # the broker throttles this client (a quota): send it nothing yet
         return conn
 
     # -- sending --------------------------------------------------------------------------
@@ -470,6 +472,8 @@ class Sender(threading.Thread):
         for conn in self._conns.values():
             if conn.in_flight_count:
                 waits.append(max(request_timeout_s - conn.oldest_request_age_s(), 0.0))
+            if conn.throttled_until and (delay_s := conn.throttle_delay_s()) > 0:
+                waits.append(delay_s)
         if self._acc.has_unsent():
             # Batches waiting for a leader, a connection or a producer id: look again soon.
             waits.append(self._config.retry_backoff_ms / 1000)
@@ -554,6 +558,7 @@ class Sender(threading.Thread):
             for batch in batches:
                 self._retry_or_fail(batch, response.error)
             return
+        self.metrics.throttle_time.record(response.body.throttle_time_ms)
         # One answer per batch, by position: a request may carry several batches of one
         # partition, and each must get its own answer (see protocol.produce).
         answers = answers_by_entry(request_entries(batches), response.body)

@@ -34,6 +34,7 @@ from spark_mq.protocol import (
     offsets,
     produce,
     producer_id,
+    quotas,
     reassignment,
     replication,
     sasl,
@@ -120,6 +121,9 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
+    # Client quotas, KIP-546 (protocol/quotas.py).
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
 
 
 #: The APIs only a broker of the cluster may send (Kafka: the ones that need the CLUSTER
@@ -539,6 +543,19 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             acls.DeleteAclsRequest,
             acls.DeleteAclsResponse,
             acls.delete_acls_error,
+        ),
+        # Client quotas (protocol/quotas.py).
+        ApiSpec(
+            ApiKey.DESCRIBE_CLIENT_QUOTAS,
+            quotas.DescribeClientQuotasRequest,
+            quotas.DescribeClientQuotasResponse,
+            quotas.describe_client_quotas_error,
+        ),
+        ApiSpec(
+            ApiKey.ALTER_CLIENT_QUOTAS,
+            quotas.AlterClientQuotasRequest,
+            quotas.AlterClientQuotasResponse,
+            quotas.alter_client_quotas_error,
         ),
     )
 }

@@ -37,6 +37,7 @@ from spark_mq.client.acl_admin import (
 )
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.client.half_messages import LocalTransactionState, TransactionalMessageProducer
+from spark_mq.client.quota_admin import ClientQuotaAlteration, ClientQuotaEntity, filter_exact
 from spark_mq.errors import (
     ClusterAuthorizationError,
     GroupAuthorizationError,
@@ -515,3 +516,28 @@ def test_a_producer_refused_its_producer_id_fails_its_sends_at_once(
         with pytest.raises(ClusterAuthorizationError):
             p.flush(5)
     assert time.monotonic() - started < 8
+
+
+def test_client_quota_apis_need_describe_configs_and_alter_configs_on_the_cluster(
+    admin: Admin, anon: Admin
+) -> None:
+    """As Kafka's: DescribeClientQuotas needs DescribeConfigs, AlterClientQuotas
+    AlterConfigs, both on the Cluster."""
+    entity = ClientQuotaEntity(user="quota-acl-user")
+    alteration = ClientQuotaAlteration(entity, {"producer_byte_rate": 4096})
+    denied_then_allowed(
+        lambda: anon.alter_client_quotas([alteration]),
+        ClusterAuthorizationError,
+        lambda: admin.create_acls([acl(RT.CLUSTER, "kafka-cluster", Op.ALTER_CONFIGS)]),
+        operation="AlterConfigs",
+    )
+    # AlterConfigs implies DescribeConfigs (Kafka's implied operations).
+    assert anon.describe_client_quotas([filter_exact("user", "quota-acl-user")]) == {
+        entity: {"producer_byte_rate": 4096.0}
+    }
+    admin.delete_acls([AclBindingFilter()])
+    with pytest.raises(ClusterAuthorizationError, match="DescribeConfigs"):
+        anon.describe_client_quotas()
+    anon_alter_removed = ClientQuotaAlteration(entity, {"producer_byte_rate": None})
+    admin.alter_client_quotas([anon_alter_removed])
+    assert admin.describe_client_quotas() == {}

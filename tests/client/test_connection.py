@@ -393,3 +393,43 @@ def test_connecting_to_nothing_is_broker_not_available(tmp_path: Path) -> None:
     conn = BrokerConnection(BrokerAddress(unix_path=str(tmp_path / "none.sock")))
     with pytest.raises(BrokerNotAvailableError):
         conn.connect()
+
+
+def test_a_throttle_time_in_a_response_holds_the_connection_back(tmp_path: Path) -> None:
+    """KIP-219 on the client: a response's throttle_time_ms (a client quota) is how long the
+    producer's sender and the consumer's fetcher send this broker nothing."""
+    now = [100.0]
+    path = str(tmp_path / "throttling.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+
+    def script() -> None:
+        sock, _ = server.accept()
+        with sock:
+            for throttle_ms in (800, 0):
+                cid = read_request_id(sock)
+                head, body = encode_response(
+                    ProduceResponse([], throttle_time_ms=throttle_ms), correlation_id=cid
+                )
+                sock.sendall(head + body)
+            sock.recv(1)
+
+    thread = threading.Thread(target=script, daemon=True)
+    thread.start()
+    conn = BrokerConnection(BrokerAddress(unix_path=path), clock=lambda: now[0])
+    try:
+        assert conn.throttle_delay_s() == 0
+        conn.request(ProduceRequest(1, 1000, []))
+        assert conn.throttle_delay_s() == pytest.approx(0.8)
+        now[0] += 0.5
+        assert conn.throttle_delay_s() == pytest.approx(0.3)
+        # A later response without a throttle does not cut the wait short.
+        conn.request(ProduceRequest(1, 1000, []))
+        assert conn.throttle_delay_s() == pytest.approx(0.3)
+        now[0] += 0.3
+        assert conn.throttle_delay_s() == 0
+    finally:
+        conn.close()
+        thread.join(10)
+        server.close()

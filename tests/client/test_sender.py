@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,12 @@ class ScriptedBroker:
         self.server.bind(path)
         self.server.listen(8)
         self.lock = threading.Lock()
+        #: throttle_time_ms of the first Produce response (a client quota; this peer does
+        #: not mute the connection, so only the client's own wait holds it back).
+        self.throttle_first_ms = 0
+        #: When each Produce request came (monotonic) and the first response was sent.
+        self.produce_times: list[float] = []
+        self.first_answered = 0.0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -100,6 +107,7 @@ class ScriptedBroker:
         if isinstance(request, InitProducerIdRequest):
             return InitProducerIdResponse(0, 7, request.producer_epoch + 1)
         assert isinstance(request, ProduceRequest)
+        self.produce_times.append(time.monotonic())
         header = validate_batch(records)
         seq = header.base_sequence
         with self.lock:
@@ -120,8 +128,12 @@ class ScriptedBroker:
                     self.next_sequence = seq + header.record_count
             if lose_ack:
                 code, offset = NOT_LEADER, -1
+        throttle_ms = self.throttle_first_ms if len(self.produce_times) == 1 else 0
+        if throttle_ms:
+            self.first_answered = time.monotonic()
         return ProduceResponse(
-            [ProduceTopicResponse("t", [ProducePartitionResponse(0, code, offset)])]
+            [ProduceTopicResponse("t", [ProducePartitionResponse(0, code, offset)])],
+            throttle_time_ms=throttle_ms,
         )
 
     def close(self) -> None:
@@ -133,9 +145,12 @@ def run(tmp_path: Path) -> Iterator[Callable[[Callable[[int, int], int]], tuple[
     brokers: list[ScriptedBroker] = []
     senders: list[Sender] = []
 
-    def _run(inject: Callable[[int, int], int]) -> tuple[ScriptedBroker, list[Any]]:
+    def _run(
+        inject: Callable[[int, int], int], throttle_first_ms: int = 0
+    ) -> tuple[ScriptedBroker, list[Any]]:
         path = str(tmp_path / f"b{len(brokers)}.sock")
         broker = ScriptedBroker(path, inject)
+        broker.throttle_first_ms = throttle_first_ms
         brokers.append(broker)
         config = ProducerConfig.from_properties(
             path=str(tmp_path), retry_backoff_ms=1, linger_ms=0, batch_size=1
@@ -181,3 +196,12 @@ def test_a_lost_acknowledgement_is_answered_as_a_duplicate(run: Any) -> None:
     broker, metadata = run(lambda seq, attempt: -1 if seq == 5 and attempt == 1 else 0)
     assert broker.values == [f"{i}".encode() for i in range(40)]
     assert metadata[5].offset == 5 and broker.attempts[5] == 2
+
+
+def test_a_throttled_producer_sends_nothing_until_the_throttle_time_passed(run: Any) -> None:
+    """KIP-219: the first answer says 600 ms; this peer does not mute, so a request before
+    then would show that the sender ignored it."""
+    broker, metadata = run(lambda seq, attempt: 0, throttle_first_ms=600)
+    assert [m.offset for m in metadata] == list(range(40))
+    later = [t for t in broker.produce_times if t > broker.first_answered]
+    assert later and min(later) - broker.first_answered >= 0.55

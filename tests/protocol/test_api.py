@@ -80,7 +80,7 @@ def test_spec_for_finds_every_version(spec: ApiSpec[Any, Any]) -> None:
         assert spec_for(int(spec.key), version) is spec
 
 
-@pytest.mark.parametrize("api_key", [-1, 38, 48, 999, 2**15 - 1])
+@pytest.mark.parametrize("api_key", [-1, 38, 47, 999, 2**15 - 1])
 def test_spec_for_unknown_key(api_key: int) -> None:
     with pytest.raises(UnsupportedVersionError, match=f"unknown API key {api_key}") as info:
         spec_for(api_key, 0)

@@ -36,7 +36,7 @@ def sample(tp: Any) -> Any:
         return tp(**{f: sample(hints[f]) for f in tp.__struct_fields__})
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return next(iter(tp))  # the ACL messages' enums: any member
-    return {str: "x", int: 0, bool: False, bytes: b"x"}[tp]
+    return {str: "x", int: 0, bool: False, bytes: b"x", float: 0.0}[tp]
 
 
 def codes_and_messages(value: Any) -> tuple[list[int], list[str | None]]:

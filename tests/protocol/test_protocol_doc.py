@@ -115,7 +115,7 @@ def documented_schemas() -> dict[str, list[tuple[str, str, str | None]]]:
 def wire_type(tp: Any) -> str:
     """A field type in the document's notation."""
     origin = typing.get_origin(tp)
-    if tp in (int, str, bool):
+    if tp in (int, str, bool, float):
         return str(tp.__name__)
     if isinstance(tp, type) and issubclass(tp, enum.IntEnum):
         return "int"  # the ACL messages' enums travel as Kafka's numbers

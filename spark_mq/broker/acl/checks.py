@@ -223,6 +223,9 @@ CHECKS: Final[dict[ApiKey, Check]] = {
     # SCRAM users, as Kafka's: Describe / Alter on the Cluster.
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: _cluster(Op.DESCRIBE),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster(Op.ALTER),
+    # Client quotas, as Kafka's: DescribeConfigs / AlterConfigs on the Cluster.
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: _cluster(Op.DESCRIBE_CONFIGS),
+    ApiKey.ALTER_CLIENT_QUOTAS: _cluster(Op.ALTER_CONFIGS),
     ApiKey.INIT_PRODUCER_ID: _init_producer_id,
     ApiKey.OFFSET_COMMIT: _offset_commit,
     ApiKey.FIND_COORDINATOR: _find_coordinator,

@@ -24,6 +24,10 @@ from spark_mq.broker.handlers.acls import (
 from spark_mq.broker.handlers.alter_partition import REFUSAL_HINT as ALTER_PARTITION_HINT
 from spark_mq.broker.handlers.alter_partition import handle_alter_partition
 from spark_mq.broker.handlers.authenticate_broker import handle_authenticate_broker
+from spark_mq.broker.handlers.client_quotas import (
+    handle_alter_client_quotas,
+    handle_describe_client_quotas,
+)
 from spark_mq.broker.handlers.configs import handle_alter_configs, handle_describe_configs
 from spark_mq.broker.handlers.controlled_shutdown import (
     REFUSAL_HINT as CONTROLLED_SHUTDOWN_HINT,
@@ -168,6 +172,8 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.CHECK_PREPARED_TXNS: handle_check_prepared_txns,
     ApiKey.DECIDE_TXNS: handle_decide_txns,
     ApiKey.QUERY_TXN_DECISIONS: handle_query_txn_decisions,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: handle_describe_client_quotas,
+    ApiKey.ALTER_CLIENT_QUOTAS: handle_alter_client_quotas,
 }
 
 HANDLERS: Final[Mapping[ApiKey, Handler]] = guard(

@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.broker.partition import Partition, ReplicaState
+from spark_mq.broker.quotas import throttling as quotas
+from spark_mq.broker.quotas.manager import QuotaType
 from spark_mq.errors import ClusterAuthorizationError, CorruptRecordError, InvalidRequestError
 from spark_mq.protocol.fetch import (
     READ_COMMITTED,
@@ -225,6 +227,21 @@ def _refused(request: FetchRequest, error: Exception) -> Response:
     return Response(FetchResponse(error_code=0, topics=topics))
 
 
+def _throttled(ctx: RequestContext, result: _Pass) -> bool:
+    """Record the response's bytes against the consumer's quota. Over it, the response
+    carries no records (Kafka's: the bytes are taken back from the rate, the partitions
+    answer with no data and the client fetches them again after the throttle time)."""
+    if not quotas.record(ctx, QuotaType.FETCH, result.total_bytes):
+        return False
+    quotas.unrecord(ctx, QuotaType.FETCH, result.total_bytes)
+    result.close()
+    for topic in result.topics:
+        for p in topic.partitions:
+            p.records_size = 0
+            p.aborted_transactions = None if p.aborted_transactions is None else []
+    return True
+
+
 async def handle_fetch(ctx: RequestContext, request: FetchRequest, _: memoryview) -> Response:
     core = ctx.core
     if request.isolation_level == READ_COMMITTED:
@@ -251,6 +268,11 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest, _: memoryview
             )
         # Followers copy the whole log, not only what is committed.
         isolation = FetchIsolation.LOG_END
+    quota_bytes = quotas.fetch_size_limit(ctx) if request.replica_id < 0 else -1
+    if 0 <= quota_bytes < request.max_bytes:
+        # A consumer under a quota gets no more in one response than the quota allows
+        # over its windows (Kafka's getMaxValueInQuotaWindow).
+        request.max_bytes = quota_bytes
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, request.max_wait_ms) / 1000
     while True:
@@ -259,6 +281,8 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest, _: memoryview
         done = result.total_bytes >= request.min_bytes or result.failed or wait_s <= 0
         # A closing broker answers with what it has instead of waiting.
         if done or core.replicas.closing:
+            if quota_bytes >= 0 and _throttled(ctx, result):
+                return Response(FetchResponse(0, result.topics, ctx.timing.throttle_ms))
             _count_sent(core, result.topics, replica=request.replica_id >= 0)
             return Response(FetchResponse(error_code=0, topics=result.topics), result.ranges)
         result.close()

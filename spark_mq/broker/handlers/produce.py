@@ -36,6 +36,8 @@ from spark_mq.broker.context import RequestContext, Response
 from spark_mq.broker.handlers.errors import TYPED_ERRORS, error_of
 from spark_mq.broker.internal_topics import check_not_internal
 from spark_mq.broker.partition import Partition
+from spark_mq.broker.quotas import throttling as quotas
+from spark_mq.broker.quotas.manager import QuotaType
 from spark_mq.broker.txn.produce_check import verify_transactional_jobs
 from spark_mq.errors import (
     CorruptRecordError,
@@ -197,6 +199,8 @@ async def handle_produce(
             ctx.timing.remote_s += asyncio.get_running_loop().time() - waited
 
     failed = any(job.error is not None for job in jobs)
+    # Kafka counts the request's bytes against producer_byte_rate whatever their fate.
+    throttle_ms = quotas.record(ctx, QuotaType.PRODUCE, len(records))
     if request.acks == 0:
         return Response(ProduceResponse([]), close_connection=True, silent=True) if failed else None
     # The response mirrors the request entry for entry (see protocol.produce): a partition
@@ -214,7 +218,7 @@ async def handle_produce(
                 )
             partitions.append(job.result)
         topics.append(ProduceTopicResponse(topic.name, partitions))
-    return Response(ProduceResponse(topics=topics))
+    return Response(ProduceResponse(topics=topics, throttle_time_ms=throttle_ms))
 
 
 def _coordinated_here(core: BrokerCore, transactional_id: str) -> bool:

@@ -12,6 +12,10 @@ Counters updated where things happen (names in docs/operations.md):
   (bytes sent to consumers), and ``spark_mq_replication_bytes_in_total`` /
   ``spark_mq_replication_bytes_out_total`` (between brokers). The ``topic`` label takes the
   broker's topics, a set the operator controls;
+- ``spark_mq_quota_throttle_time_seconds`` (a histogram by ``quota_type``:
+  ``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage``): each throttle a
+  client over its quota got. Never labelled by user or client id, whose set a client
+  controls;
 - ``spark_mq_isr_shrinks_total``, ``spark_mq_isr_expands_total``,
   ``spark_mq_leader_elections_total``, ``spark_mq_unclean_leader_elections_total``;
 - SASL re-authentication (:mod:`~spark_mq.broker.metrics.sasl_metrics`).
@@ -29,7 +33,7 @@ import threading
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from spark_mq.broker.metrics.requests import RequestMetrics
 from spark_mq.broker.metrics.sasl_metrics import SaslMetrics
@@ -98,6 +102,13 @@ class BrokerMetrics:
             "broker as controller.",
             registry=self.registry,
         )
+        self._throttle = Histogram(
+            "spark_mq_quota_throttle_time_seconds",
+            "Throttle times given to clients over a client quota, by quota type.",
+            ["quota_type"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 11.0, 30.0),
+            registry=self.registry,
+        )
         # Label children per topic, resolved once: labels() takes a lock and builds a key.
         self._topic_in: dict[str, tuple[Any, Any]] = {}
         self._topic_out: dict[str, Any] = {}
@@ -122,6 +133,10 @@ class BrokerMetrics:
         if child is None:
             child = self._topic_out[topic] = self._bytes_out.labels(topic)
         child.inc(size)
+
+    def throttled(self, quota_type: str, throttle_ms: int) -> None:
+        """A client over its ``quota_type`` quota is throttled ``throttle_ms``."""
+        self._throttle.labels(quota_type).observe(throttle_ms / 1000)
 
     def isr_changed(self, old_size: int, new_size: int) -> None:
         """The controller accepted this leader's ISR change (event loop)."""
