@@ -161,3 +161,46 @@ def test_client_metrics_count_what_was_sent_and_read(broker: Any) -> None:
     assert fetched["bytes-consumed-total"] > 200 * 100
     assert fetched["records-lag-max"] > 0
     assert lags[0] > 0 and lags[-1] == 0
+
+
+def test_transactions_by_state_and_the_age_of_the_oldest(start_broker: Any) -> None:
+    """An Ongoing and a Prepared transaction are counted by state, and each age gauge grows
+    while its transaction stays undecided; committing the prepared one clears its age."""
+    port = free_loopback_port()
+    broker = start_broker(overrides={"metrics.port": str(port)})
+    servers = str(broker.address)
+    with Admin(bootstrap_servers=servers) as admin:
+        admin.create_topic("ledger", partitions=1)
+    idle = scrape(port)
+    assert value(idle, "spark_mq_oldest_open_transaction_seconds") == 0
+    assert value(idle, "spark_mq_oldest_prepared_transaction_seconds") == 0
+    opened = Producer(bootstrap_servers=servers, transactional_id="open-writer")
+    prepared = Producer(bootstrap_servers=servers, transactional_id="prepared-writer")
+    try:
+        for producer in (opened, prepared):
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send("ledger", b"undecided", partition=0)
+            producer.flush()
+        handle = prepared.prepare_transaction()
+        first = scrape(port)
+        time.sleep(0.3)
+        second = scrape(port)
+        assert value(second, "spark_mq_transactions", state="Ongoing") == 1
+        assert value(second, "spark_mq_transactions", state="Prepared") == 1
+        for name in (
+            "spark_mq_oldest_open_transaction_seconds",
+            "spark_mq_oldest_prepared_transaction_seconds",
+        ):
+            # Seconds since the transaction began, growing with the wall clock.
+            assert 0 < value(first, name) < 60, name
+            assert value(second, name) >= value(first, name) + 0.25, name
+        with Admin(bootstrap_servers=servers) as admin:
+            admin.complete_prepared_transactions([handle], commit=True)
+        done = scrape(port)
+        assert value(done, "spark_mq_transactions", state="Prepared") == 0
+        assert value(done, "spark_mq_oldest_prepared_transaction_seconds") == 0
+        assert value(done, "spark_mq_oldest_open_transaction_seconds") > 0
+    finally:
+        opened.close()
+        prepared.close()
