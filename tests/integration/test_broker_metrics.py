@@ -204,3 +204,25 @@ def test_transactions_by_state_and_the_age_of_the_oldest(start_broker: Any) -> N
     finally:
         opened.close()
         prepared.close()
+
+
+def test_a_restarted_broker_shows_partitions_no_client_touched_yet(start_broker: Any) -> None:
+    """A single node opens its partitions' objects when a client first asks for them: the
+    per-partition gauges must still list every log from the first scrape after a restart,
+    or a dashboard loses a quiet topic's size and offsets whenever the broker restarts."""
+    first = start_broker()
+    with Admin(bootstrap_servers=str(first.address)) as admin:
+        admin.create_topic("quiet", partitions=2)
+    with Producer(bootstrap_servers=str(first.address), linger_ms=0) as producer:
+        for i in range(10):
+            producer.send("quiet", f"q{i}".encode(), partition=0)
+        producer.flush()
+    first.stop(30)
+    port = free_loopback_port()
+    start_broker(overrides={"metrics.port": str(port)})
+    samples = scrape(port)
+    assert value(samples, "spark_mq_partitions") == 2
+    assert value(samples, "spark_mq_leader_partitions") == 2
+    assert value(samples, "spark_mq_log_end_offset", topic="quiet", partition="0") == 10
+    assert value(samples, "spark_mq_log_end_offset", topic="quiet", partition="1") == 0
+    assert value(samples, "spark_mq_log_size_bytes", topic="quiet", partition="0") > 0
