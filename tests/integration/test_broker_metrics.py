@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from spark_mq.client import Admin, Consumer, Producer
 from spark_mq.cluster.zookeeper_server import free_loopback_port
-from spark_mq.errors import TopicExistsError
+from spark_mq.errors import DeliveryTimeoutError, TopicExistsError
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -160,7 +160,36 @@ def test_client_metrics_count_what_was_sent_and_read(broker: Any) -> None:
     assert fetched["fetch-total"] >= 2
     assert fetched["bytes-consumed-total"] > 200 * 100
     assert fetched["records-lag-max"] > 0
+    assert fetched["fetch-latency-max"] >= fetched["fetch-latency-avg"] > 0
     assert lags[0] > 0 and lags[-1] == 0
+
+
+def test_producer_metrics_count_retries_then_the_error(broker: Any) -> None:
+    """acks=all to a partition that cannot have min.insync.replicas=2 on one broker:
+    NOT_ENOUGH_REPLICAS is retriable, so the producer retries until delivery.timeout.ms, and
+    counts each retry and then the record that failed."""
+    servers = str(broker.address)
+    with Admin(bootstrap_servers=servers) as admin:
+        admin.create_topic("scarce", partitions=1, config={"min.insync.replicas": "2"})
+    with Producer(
+        bootstrap_servers=servers,
+        config={
+            "acks": "all",
+            "linger.ms": 0,
+            "request.timeout.ms": 1000,
+            "delivery.timeout.ms": 2000,
+            "retry.backoff.ms": 50,
+            "retry.backoff.max.ms": 100,
+        },
+    ) as producer:
+        future = producer.send("scarce", b"needs two replicas", partition=0)
+        with pytest.raises(DeliveryTimeoutError, match="NotEnoughReplicasError"):
+            future.get(30)
+        counted = producer.metrics()["producer-metrics"]
+    assert counted["record-retry-total"] >= 2
+    assert counted["record-retry-rate"] > 0
+    assert counted["record-error-total"] == 1
+    assert counted["record-send-total"] == 0
 
 
 def test_transactions_by_state_and_the_age_of_the_oldest(start_broker: Any) -> None:
