@@ -10,6 +10,9 @@ The plan is Kafka's JSON: ``{"version":1,"partitions":[{"topic":"t","partition":
 "replicas":[2,3]}]}``. ``--execute`` prints the current assignment of the plan's partitions
 (keep it: it is the plan that moves them back) and starts the moves; ``--verify`` says of
 each partition whether it is still moving, done, or done but not as planned (exit status 1);
+``--verify --wait`` first waits until none of the plan's partitions is moving, showing on a
+terminal (or with ``--progress``) a progress bar of the bytes the new replicas have copied,
+with rate and ETA; piped or with ``--json`` it waits quietly.
 ``--cancel`` cancels the plan's partitions still moving, which go back to their replicas
 before the move. ``--generate`` proposes a plan that spreads the topics' partitions over the
 given brokers with the replica assignment of topic creation (racks are not considered).
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +33,17 @@ from spark_mq.broker.controller.replica_assignment import (
     assign_replicas_to_brokers,
 )
 from spark_mq.cli.common import EXIT_ERROR, EXIT_OK, CliUsageError, admin_client
-from spark_mq.cli.format import print_result
+from spark_mq.cli.format import ProgressBar, print_result, progress_wanted
 from spark_mq.client.reassignments import (
     ReassignmentPlan,
     parse_plan_json,
     parse_topics_to_move_json,
     plan_json,
 )
-from spark_mq.errors import UsageError
+from spark_mq.errors import SparkMQError, UsageError
+
+#: How often ``--verify --wait`` looks at the moves.
+WAIT_POLL_S = 0.5
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,6 +64,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--broker-list", metavar="1,2,3", help="for --generate: the brokers to spread over"
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="with --verify: wait until no partition of the plan is moving, then verify",
+    )
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="with --wait: draw the progress bar on stderr even when it is not a terminal",
     )
 
 
@@ -83,12 +100,16 @@ def _current(admin: Admin, partitions: list[TopicPartition]) -> dict[TopicPartit
 def cluster_reassign_partitions(args: argparse.Namespace) -> int:
     if args.generate:
         return _generate(args)
+    if args.wait and not args.verify:
+        raise CliUsageError("--wait goes with --verify (start the moves with --execute first)")
     text, source = _read(args.reassignment_json_file, "--reassignment-json-file")
     plan = parse_plan_json(text, source)
     with admin_client(args) as admin:
         if args.execute:
             return _execute(admin, args, plan)
         if args.verify:
+            if args.wait:
+                _wait(admin, plan, enabled=progress_wanted(args))
             return _verify(admin, args, plan)
         return _cancel(admin, args, plan)
 
@@ -144,6 +165,57 @@ def _verify(admin: Admin, args: argparse.Namespace, plan: dict[TopicPartition, l
         documents.append({"partition": name, "state": state, "replicas": current.get(tp)})
     print_result(args.json, documents, "\n".join(lines))
     return status
+
+
+def _replica_sizes(admin: Admin, brokers: set[int]) -> dict[tuple[int, TopicPartition], int]:
+    """(broker, partition) to the bytes of that replica, from each broker's DescribeLogDirs;
+    a broker that does not answer (down: its move waits for it) has copied nothing yet."""
+    sizes: dict[tuple[int, TopicPartition], int] = {}
+    for broker in sorted(brokers):
+        try:
+            described = admin.describe_log_dirs([broker])
+        except SparkMQError:
+            continue
+        for directory in described.get(broker, []):
+            for tp, size in directory.replica_sizes.items():
+                sizes[(broker, tp)] = size
+    return sizes
+
+
+def _wait(admin: Admin, plan: dict[TopicPartition, list[int]], *, enabled: bool) -> None:
+    """Wait until no partition of ``plan`` is moving. The bar's total is what the new
+    replicas had to copy when the wait began (each moving partition's leader size, once per
+    replica it adds); a replica counts up to that size, a finished move as all of it."""
+    ongoing = admin.list_partition_reassignments(list(plan))
+    leaders: dict[TopicPartition, int] = {}
+    for topic in sorted({tp.topic for tp in ongoing}):
+        for p in admin.describe_topic(topic).partitions:
+            leaders[TopicPartition(topic, p.partition)] = p.leader
+    adding = {b for move in ongoing.values() for b in move.adding_replicas}
+    sizes = _replica_sizes(admin, {*leaders.values(), *adding})
+    per_replica = {tp: sizes.get((leaders.get(tp, -1), tp), 0) for tp in ongoing}
+    counts = {tp: len(move.adding_replicas) for tp, move in ongoing.items()}
+    bar = ProgressBar(
+        sum(per_replica[tp] * counts[tp] for tp in ongoing), enabled=enabled, unit="B"
+    )
+    copied = 0
+    try:
+        while True:
+            copied = 0
+            for tp, size in per_replica.items():
+                move = ongoing.get(tp)
+                if move is None:
+                    copied += size * counts[tp]
+                else:
+                    copied += sum(min(sizes.get((b, tp), 0), size) for b in move.adding_replicas)
+            bar.update(copied)
+            if not ongoing:
+                return
+            time.sleep(WAIT_POLL_S)
+            ongoing = admin.list_partition_reassignments(list(plan))
+            sizes = _replica_sizes(admin, {b for m in ongoing.values() for b in m.adding_replicas})
+    finally:
+        bar.finish(copied)
 
 
 def _cancel(admin: Admin, args: argparse.Namespace, plan: dict[TopicPartition, list[int]]) -> int:

@@ -233,7 +233,10 @@ def consume(args: argparse.Namespace) -> int:
                     last_record_s = time.monotonic()
                     progress.update(count)
                 printed.writing = False
-                if got:
+                # Also while idle: the last records printed before the topic went quiet are
+                # committed once the interval passes (Kafka's auto-commit runs in every
+                # poll), so the group's lag does not stay stale until more records come.
+                if got or printed.pending:
                     printed.commit_if_due()
                 if args.max_messages is not None and count >= args.max_messages:
                     break
@@ -316,6 +319,11 @@ class _PrintedOffsets(ConsumerRebalanceListener):
             for tp, records in polled.items():
                 if records:
                     self._pending[tp] = records[-1].offset + 1
+
+    @property
+    def pending(self) -> bool:
+        """Whether records were printed since the last commit."""
+        return bool(self._pending)
 
     def commit(self) -> None:
         """Commit the positions (or, while writing, what was printed)."""

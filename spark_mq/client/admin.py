@@ -34,6 +34,7 @@ from spark_mq.client.group.admin_groups import (
 )
 from spark_mq.client.group.offsets import OffsetAndMetadata, OffsetsArg, normalize_offsets
 from spark_mq.client.leader_election import election_request, election_results, response_codes
+from spark_mq.client.log_dirs import LogDirDescription, describe_log_dirs
 from spark_mq.client.offset_lookup import list_offsets
 from spark_mq.client.reassignments import PartitionReassignment, ReassignmentPlan
 from spark_mq.client.records import EARLIEST, LATEST, OffsetAndTimestamp, TopicPartition
@@ -239,6 +240,15 @@ class Admin:
         request = reassignments.list_request(partitions, self.config.default_api_timeout_ms)
         response = self._controller_request(request, lambda r: [r.error_code])
         return reassignments.ongoing(response)
+
+    def describe_log_dirs(
+        self, broker_ids: Sequence[int] | None = None
+    ) -> dict[int, list[LogDirDescription]]:
+        """Each broker's log directory (of ``broker_ids``, or every live broker): the size
+        in bytes of every replica it holds and the space of its file system
+        (DescribeLogDirs, Kafka's ``describeLogDirs``)."""
+        self._check(None)
+        return describe_log_dirs(self._cluster, self.config.default_api_timeout_ms, broker_ids)
 
     def list_topics(self) -> list[str]:
         """Names of every topic, sorted."""

@@ -8,7 +8,7 @@ Layout, one concept per module:
   offset, keeping a bounded history for the lag chart and the throughput figures;
 - :mod:`~spark_mq.console.record_view`: reading a page of records for the topic browser and
   showing a value as text, hex or JSON;
-- :mod:`~spark_mq.console.log_sizes`: partition sizes from a local broker's directory;
+- :mod:`~spark_mq.console.log_sizes`: partition sizes from the leaders' DescribeLogDirs;
 - :mod:`~spark_mq.console.charts`: the plotly lag chart;
 - :mod:`~spark_mq.console.context`: what the requests share (config, page Admin, sampler,
   CSRF token);

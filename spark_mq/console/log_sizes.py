@@ -1,41 +1,39 @@
-"""Partition sizes on disk, for a console of a local broker (``--path DIR``).
+"""Partition sizes for the console: the bytes of each partition's leader replica, as its
+broker reports them in DescribeLogDirs (the segment files, as the broker's
+``spark_mq_log_size_bytes`` metric counts them), whether the console reads a local broker
+(``--path``) or a cluster.
 
-The brokers do not tell clients how large their logs are (no DescribeLogDirs here; the
-brokers' ``spark_mq_log_size_bytes`` metric has it). A console given the local broker's
-directory can see for itself: a partition's size is the sum of its segment files
-(``DIR/<topic>-<partition>/<base offset>.log``), whose size is that of their data even with
-``preallocate`` (see ``storage/log_config.py``). Only ``stat`` is used: nothing is opened,
-locked or changed, so it is safe beside the running broker (a segment being appended to is
-counted as far as it has been written). Indexes and checkpoints are not counted, as the
-metric does not count them.
+A broker that cannot be asked (it just died, or is unreachable) leaves its partitions'
+sizes unknown: the page still shows everything else it read.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import logging
+from collections.abc import Mapping
 
-from spark_mq.storage.topic_names import partition_dir_name
+from spark_mq.client.admin import Admin
+from spark_mq.client.records import TopicPartition
+from spark_mq.errors import SparkMQError
 
-SEGMENT_SUFFIX = ".log"
+log = logging.getLogger(__name__)
 
 
-def partition_size_bytes(root: str | os.PathLike[str], topic: str, partition: int) -> int | None:
-    """Bytes of the segment files of ``topic``-``partition`` under the log directory
-    ``root``; None when the directory holds no such partition (not hosted here)."""
-    directory = Path(root) / partition_dir_name(topic, partition)
-    total = 0
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.name.endswith(SEGMENT_SUFFIX) and entry.is_file():
-                    try:
-                        total += entry.stat().st_size
-                    except FileNotFoundError:
-                        continue  # deleted by retention since the listing
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return total
+def leader_sizes(admin: Admin, leaders: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """The size in bytes of each partition's leader replica (``leaders``: partition to
+    leader id, -1 for none); a partition whose leader did not answer is left out."""
+    sizes: dict[TopicPartition, int] = {}
+    for broker in sorted({b for b in leaders.values() if b >= 0}):
+        try:
+            described = admin.describe_log_dirs([broker])
+        except SparkMQError as exc:
+            log.warning("console: broker %d did not give its log sizes: %s", broker, exc)
+            continue
+        for directory in described.get(broker, []):
+            for tp, size in directory.replica_sizes.items():
+                if leaders.get(tp) == broker:
+                    sizes[tp] = size
+    return sizes
 
 
 def format_bytes(size: int | None) -> str:

@@ -14,7 +14,7 @@ from flask import Blueprint, Response, render_template, request
 from spark_mq.client.records import EARLIEST, LATEST, TopicPartition
 from spark_mq.console.charts import lag_chart, plotly_js
 from spark_mq.console.context import context
-from spark_mq.console.log_sizes import format_bytes, partition_size_bytes
+from spark_mq.console.log_sizes import format_bytes, leader_sizes
 from spark_mq.console.record_view import FORMATS, format_time_ms, parse_time_ms, read_page
 from spark_mq.errors import GroupIdNotFoundError, UnknownTopicOrPartitionError, UsageError
 
@@ -79,6 +79,9 @@ def topic(name: str) -> str:
         tps = [TopicPartition(name, p.partition) for p in description.partitions]
         starts = admin.list_offsets(dict.fromkeys(tps, EARLIEST)) if tps else {}
         ends = admin.list_offsets(dict.fromkeys(tps, LATEST)) if tps else {}
+        sizes = leader_sizes(
+            admin, {tp: p.leader for p, tp in zip(description.partitions, tps, strict=True)}
+        )
     partitions = [
         {
             "partition": p.partition,
@@ -89,11 +92,7 @@ def topic(name: str) -> str:
             "log_start": starts[tp].offset,
             "log_end": ends[tp].offset,
             "throughput": ctx.sampler.throughput(tp),
-            "size": format_bytes(
-                None
-                if ctx.config.path is None
-                else partition_size_bytes(ctx.config.path, name, p.partition)
-            ),
+            "size": format_bytes(sizes.get(tp)),
         }
         for p, tp in zip(description.partitions, tps, strict=True)
     ]

@@ -30,6 +30,7 @@ from spark_mq.protocol import (
     group_offsets,
     groups,
     half_messages,
+    log_dirs,
     metadata,
     offsets,
     produce,
@@ -112,6 +113,8 @@ class ApiKey(enum.IntEnum):
     # Partition reassignment, KIP-455 (protocol/reassignment.py).
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    # What a broker holds on disk (protocol/log_dirs.py).
+    DESCRIBE_LOG_DIRS = 35
     # SASL authentication and SCRAM users (protocol/sasl.py).
     SASL_HANDSHAKE = 17
     SASL_AUTHENTICATE = 36
@@ -500,6 +503,12 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             reassignment.ListPartitionReassignmentsRequest,
             reassignment.ListPartitionReassignmentsResponse,
             reassignment.list_partition_reassignments_error,
+        ),
+        ApiSpec(
+            ApiKey.DESCRIBE_LOG_DIRS,
+            log_dirs.DescribeLogDirsRequest,
+            log_dirs.DescribeLogDirsResponse,
+            log_dirs.describe_log_dirs_error,
         ),
         ApiSpec(
             ApiKey.SASL_HANDSHAKE,

@@ -125,6 +125,34 @@ def test_sigterm_commits_what_was_printed(group_path):
     assert committed(group_path, "F", topic, partitions=1) == {0: 5}
 
 
+def test_an_idle_follower_commits_what_it_printed_within_the_interval(group_path):
+    """A --follow consumer that caught up and waits commits its last records once
+    auto.commit.interval.ms has passed, as Kafka's auto-commit does, not only when more
+    records come: otherwise the group's lag (console, lag exporter) stays stale while nothing
+    is produced. The records are printed well within the first interval, so only a commit
+    made while idle can bring the offset to 5."""
+    topic = "follow-idle"
+    fill(group_path, topic, [f"v{i}" for i in range(5)], partitions=1)
+    command = ["consume", topic, "--path", group_path, "--group", "I", "--from-beginning"]
+    proc = subprocess.Popen(
+        cli_command([*command, "--follow", "-X", "auto.commit.interval.ms=3000"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=subprocess_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(5)]
+        assert [line.strip() for line in lines] == [b"v%d" % i for i in range(5)]
+        deadline = time.monotonic() + 15
+        while committed(group_path, "I", topic, partitions=1) != {0: 5}:
+            assert time.monotonic() < deadline, "the idle follower never committed"
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -264,6 +264,47 @@ def test_a_move_to_a_stopped_broker_waits_for_it_across_a_controller_failover(
     assert f"Reassignment of partition {topic}-{partition} is completed." in capsys.readouterr().out
 
 
+def test_verify_wait_shows_the_bytes_copied_then_the_result(
+    cluster: LocalCluster, zk: ZkClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--verify --wait`` waits for a move to a paused broker until it runs again and has
+    copied the replica, its progress bar (asked for: stderr is no terminal here) ending at
+    all the bytes; without --progress it waits and verifies quietly."""
+    topic = "waited"
+    _create(cluster, zk, topic, 1)
+    before = _replicas(zk, topic, 0)
+    (newcomer,) = set(cluster.broker_ids) - set(before)
+    stay = next(b for b in before if b != newcomer)
+    with Producer(bootstrap_servers=cluster.bootstrap_servers, config={"acks": "all"}) as p:
+        for _ in range(100):
+            p.send(topic, b"w" * 1000, partition=0)
+        p.flush()
+    plan = tmp_path / "plan.json"
+    moves = [{"topic": topic, "partition": 0, "replicas": [stay, newcomer]}]
+    plan.write_text(json.dumps({"version": 1, "partitions": moves}))
+    servers = ",".join(cluster.broker_server(b) for b in before)
+    base = ["cluster", "reassign-partitions", "--bootstrap-server", servers]
+    base += ["--reassignment-json-file", str(plan)]
+    # Paused (still registered, so a valid target) until the wait has begun.
+    cluster.pause(newcomer)
+    back = threading.Timer(1.0, cluster.resume, [newcomer])
+    try:
+        assert main([*base, "--execute"]) == 0
+        capsys.readouterr()
+        back.start()
+        assert main([*base, "--verify", "--wait", "--progress"]) == 0
+    finally:
+        back.cancel()
+        cluster.resume(newcomer)
+    out, err = capsys.readouterr()
+    assert f"Reassignment of partition {topic}-0 is completed." in out
+    assert "100%" in err and "B/s" in err, err
+    assert _replicas(zk, topic, 0) == (stay, newcomer)
+    assert main([*base, "--verify", "--wait"]) == 0
+    out, err = capsys.readouterr()
+    assert "is completed." in out and err == ""
+
+
 def test_cancelling_goes_back_and_bad_plans_are_refused(
     cluster: LocalCluster, zk: ZkClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

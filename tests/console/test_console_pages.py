@@ -132,3 +132,31 @@ def test_an_unreachable_broker_is_a_page_naming_the_address(
     message = text_of(browser, "#error-message")
     assert f"could not reach the broker at {address}" in message
     assert "Traceback" not in browser.page_source
+
+
+def test_transactions_page_shows_a_prepared_transaction(browser, console, mq_dir) -> None:
+    """A two-phase transaction held Prepared is listed with its state and when it was
+    prepared; once committed it leaves the open ones."""
+    producer = Producer(path=mq_dir, transactional_id="job-7-task-1")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("two-phase", value=b"held", partition=0)
+        handle = producer.prepare_transaction()
+    finally:
+        producer.close()
+    browser.get(f"{console.url}/transactions")
+    row = wait(browser).until(
+        lambda d: d.find_elements(By.XPATH, "//tr[td[text()='job-7-task-1']]")
+    )[0]
+    cells = [c.text for c in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[1] == "Prepared"
+    assert cells[6].startswith("20") and cells[6].endswith("Z"), cells  # prepared at
+    assert cells[7] == "two-phase-0"
+    with Admin(path=mq_dir) as admin:
+        admin.complete_prepared_transactions([handle], commit=True)
+    browser.get(f"{console.url}/transactions")
+    wait(browser).until(lambda d: d.find_elements(By.TAG_NAME, "h1"))
+    assert not browser.find_elements(
+        By.XPATH, "//table[@id='open-transactions']//td[text()='job-7-task-1']"
+    )

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from spark_mq.client import Admin, Consumer, Producer
 from spark_mq.cluster.zookeeper_server import free_loopback_port
-from spark_mq.errors import TopicExistsError
+from spark_mq.errors import DeliveryTimeoutError, TopicExistsError
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -160,4 +160,98 @@ def test_client_metrics_count_what_was_sent_and_read(broker: Any) -> None:
     assert fetched["fetch-total"] >= 2
     assert fetched["bytes-consumed-total"] > 200 * 100
     assert fetched["records-lag-max"] > 0
+    assert fetched["fetch-latency-max"] >= fetched["fetch-latency-avg"] > 0
     assert lags[0] > 0 and lags[-1] == 0
+
+
+def test_producer_metrics_count_retries_then_the_error(broker: Any) -> None:
+    """acks=all to a partition that cannot have min.insync.replicas=2 on one broker:
+    NOT_ENOUGH_REPLICAS is retriable, so the producer retries until delivery.timeout.ms, and
+    counts each retry and then the record that failed."""
+    servers = str(broker.address)
+    with Admin(bootstrap_servers=servers) as admin:
+        admin.create_topic("scarce", partitions=1, config={"min.insync.replicas": "2"})
+    with Producer(
+        bootstrap_servers=servers,
+        config={
+            "acks": "all",
+            "linger.ms": 0,
+            "request.timeout.ms": 1000,
+            "delivery.timeout.ms": 2000,
+            "retry.backoff.ms": 50,
+            "retry.backoff.max.ms": 100,
+        },
+    ) as producer:
+        future = producer.send("scarce", b"needs two replicas", partition=0)
+        with pytest.raises(DeliveryTimeoutError, match="NotEnoughReplicasError"):
+            future.get(30)
+        counted = producer.metrics()["producer-metrics"]
+    assert counted["record-retry-total"] >= 2
+    assert counted["record-retry-rate"] > 0
+    assert counted["record-error-total"] == 1
+    assert counted["record-send-total"] == 0
+
+
+def test_transactions_by_state_and_the_age_of_the_oldest(start_broker: Any) -> None:
+    """An Ongoing and a Prepared transaction are counted by state, and each age gauge grows
+    while its transaction stays undecided; committing the prepared one clears its age."""
+    port = free_loopback_port()
+    broker = start_broker(overrides={"metrics.port": str(port)})
+    servers = str(broker.address)
+    with Admin(bootstrap_servers=servers) as admin:
+        admin.create_topic("ledger", partitions=1)
+    idle = scrape(port)
+    assert value(idle, "spark_mq_oldest_open_transaction_seconds") == 0
+    assert value(idle, "spark_mq_oldest_prepared_transaction_seconds") == 0
+    opened = Producer(bootstrap_servers=servers, transactional_id="open-writer")
+    prepared = Producer(bootstrap_servers=servers, transactional_id="prepared-writer")
+    try:
+        for producer in (opened, prepared):
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send("ledger", b"undecided", partition=0)
+            producer.flush()
+        handle = prepared.prepare_transaction()
+        first = scrape(port)
+        time.sleep(0.3)
+        second = scrape(port)
+        assert value(second, "spark_mq_transactions", state="Ongoing") == 1
+        assert value(second, "spark_mq_transactions", state="Prepared") == 1
+        for name in (
+            "spark_mq_oldest_open_transaction_seconds",
+            "spark_mq_oldest_prepared_transaction_seconds",
+        ):
+            # Seconds since the transaction began, growing with the wall clock.
+            assert 0 < value(first, name) < 60, name
+            assert value(second, name) >= value(first, name) + 0.25, name
+        with Admin(bootstrap_servers=servers) as admin:
+            admin.complete_prepared_transactions([handle], commit=True)
+        done = scrape(port)
+        assert value(done, "spark_mq_transactions", state="Prepared") == 0
+        assert value(done, "spark_mq_oldest_prepared_transaction_seconds") == 0
+        assert value(done, "spark_mq_oldest_open_transaction_seconds") > 0
+    finally:
+        opened.close()
+        prepared.close()
+
+
+def test_a_restarted_broker_shows_partitions_no_client_touched_yet(start_broker: Any) -> None:
+    """A single node opens its partitions' objects when a client first asks for them: the
+    per-partition gauges must still list every log from the first scrape after a restart,
+    or a dashboard loses a quiet topic's size and offsets whenever the broker restarts."""
+    first = start_broker()
+    with Admin(bootstrap_servers=str(first.address)) as admin:
+        admin.create_topic("quiet", partitions=2)
+    with Producer(bootstrap_servers=str(first.address), linger_ms=0) as producer:
+        for i in range(10):
+            producer.send("quiet", f"q{i}".encode(), partition=0)
+        producer.flush()
+    first.stop(30)
+    port = free_loopback_port()
+    start_broker(overrides={"metrics.port": str(port)})
+    samples = scrape(port)
+    assert value(samples, "spark_mq_partitions") == 2
+    assert value(samples, "spark_mq_leader_partitions") == 2
+    assert value(samples, "spark_mq_log_end_offset", topic="quiet", partition="0") == 10
+    assert value(samples, "spark_mq_log_end_offset", topic="quiet", partition="1") == 0
+    assert value(samples, "spark_mq_log_size_bytes", topic="quiet", partition="0") > 0

@@ -258,6 +258,8 @@ CHECKS: Final[dict[ApiKey, Check]] = {
     ApiKey.ELECT_LEADERS: _cluster(Op.ALTER),
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _cluster(Op.ALTER),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: _cluster(Op.DESCRIBE),
+    # Kafka's rule: the sizes of every replica on a broker need Describe on the cluster.
+    ApiKey.DESCRIBE_LOG_DIRS: _cluster(Op.DESCRIBE),
     ApiKey.DESCRIBE_ACLS: _cluster(Op.DESCRIBE),
     ApiKey.CREATE_ACLS: _cluster(Op.ALTER),
     ApiKey.DELETE_ACLS: _cluster(Op.ALTER),

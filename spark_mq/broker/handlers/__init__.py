@@ -58,6 +58,7 @@ from spark_mq.broker.handlers.half_messages import (
     handle_send_half_message,
 )
 from spark_mq.broker.handlers.inter_broker import guard
+from spark_mq.broker.handlers.log_dirs import handle_describe_log_dirs
 from spark_mq.broker.handlers.metadata import handle_api_versions, handle_metadata
 from spark_mq.broker.handlers.offsets import handle_delete_records, handle_list_offsets
 from spark_mq.broker.handlers.produce import handle_produce
@@ -163,6 +164,7 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.ALTER_PARTITION: handle_alter_partition,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
+    ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
     ApiKey.CONTROLLED_SHUTDOWN: handle_controlled_shutdown,
     ApiKey.ELECT_LEADERS: handle_elect_leaders,
     ApiKey.SASL_HANDSHAKE: handle_sasl_handshake,

@@ -43,6 +43,7 @@ from spark_mq.broker.txn.state import TxnState
 
 if TYPE_CHECKING:
     from spark_mq.broker.core import BrokerCore
+    from spark_mq.storage.log import PartitionLog
 
 #: How long a scrape waits for the event loop's snapshot.
 SNAPSHOT_TIMEOUT_S: Final = 5.0
@@ -76,28 +77,35 @@ class StateSnapshot:
     oldest_prepared_s: float
 
 
+def _sample(log: PartitionLog, leader: bool, isr: int, replicas: int) -> PartitionSample:
+    return PartitionSample(
+        log.topic,
+        log.partition,
+        log.size_bytes,
+        log.log_start_offset,
+        log.log_end_offset,
+        log.high_watermark,
+        leader,
+        leader and isr < replicas,
+        leader and replicas > 0 and isr < log.config.min_insync_replicas,
+    )
+
+
 def take_snapshot(core: BrokerCore, connections: int, wall_ms: int) -> StateSnapshot:
     """Read the state (on the event loop thread)."""
     samples: list[PartitionSample] = []
     for part in core.replicas.hosted():
-        log = part.log
         leader = part.state is ReplicaState.LEADER
-        isr, replicas = part.isr, part.replicas
-        min_isr = log.config.min_insync_replicas
-        samples.append(
-            PartitionSample(
-                part.topic,
-                part.index,
-                log.size_bytes,
-                log.log_start_offset,
-                log.log_end_offset,
-                log.high_watermark,
-                leader,
-                leader and len(isr) < len(replicas),
-                leader and bool(replicas) and len(isr) < min_isr,
-            )
-        )
+        samples.append(_sample(part.log, leader, len(part.isr), len(part.replicas)))
     membership = core.membership
+    if membership is None:
+        # A single node makes a partition's object when a client first asks for it, but
+        # opens every log at startup and leads each: after a restart, the logs no client
+        # has asked for yet are read directly, so no partition drops off a dashboard.
+        seen = {(s.topic, s.partition) for s in samples}
+        for log in core.logs.logs():
+            if (log.topic, log.partition) not in seen:
+                samples.append(_sample(log, True, 1, 1))
     controller = None if membership is None else membership.controller
     offline = 0
     if controller is not None and controller.active:
