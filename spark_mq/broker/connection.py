@@ -66,6 +66,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, cast
 
 from spark_mq.broker.connection_quotas import UNIX_PEER, peer_host
 from spark_mq.broker.context import ConnectionSession, RequestContext, Response
+from spark_mq.broker.embedded_token import TokenCredentials
 from spark_mq.broker.handlers.errors import REPEATED, UnanswerableError, answer
 from spark_mq.broker.request_memory import MemoryWaiter
 from spark_mq.broker.sasl.authenticator import PRE_AUTHENTICATION_APIS, SaslServerSession
@@ -167,6 +168,7 @@ class Connection(asyncio.BufferedProtocol):
         *,
         listener_name: str = "PLAINTEXT",
         tls: ssl.SSLContext | None = None,
+        token: TokenCredentials | None = None,
     ) -> None:
         self.server = server
         self.core = server.core
@@ -179,7 +181,7 @@ class Connection(asyncio.BufferedProtocol):
         #: user, after SASL on a SASL listener).
         self.session = ConnectionSession(
             sasl=SaslServerSession(
-                self.core.credentials, self.core.config.sasl.sasl_enabled_mechanisms
+                self.core.credentials, self.core.config.sasl.sasl_enabled_mechanisms, token
             )
             if sasl_required
             else None

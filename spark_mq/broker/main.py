@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import concurrent.futures
 import logging
 import os
@@ -72,6 +73,7 @@ from spark_mq.broker.persisted_config import load_persisted
 from spark_mq.broker.properties_file import parse_override, read_properties_file
 from spark_mq.broker.scheduler import Scheduler
 from spark_mq.broker.server import BrokerServer
+from spark_mq.protocol.address import BrokerAddress
 from spark_mq.errors import (
     ClusterError,
     ConfigError,
@@ -324,7 +326,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             core.cluster_id,
             _start_kind(logs),
         )
-        Endpoint(
+        endpoint = Endpoint(
             pid=pid,
             epoch=meta.epoch,
             node_id=broker.node_id,
@@ -333,7 +335,21 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             port=tcp.port if tcp else None,
             started_ms=time.time_ns() // 1_000_000,
             metrics_port=server.metrics_port,
-        ).write(root)
+        )
+        endpoint.write(root)
+        if not broker.in_cluster:
+            # A single node may open token listeners for Spark executors (OpenTokenListener);
+            # broker.json lists them too, for `spark-mq broker status`.
+            async def open_for_executors(host: str) -> BrokerAddress:
+                address = await server.open_token_listener(host, root)
+                listed = tuple(str(a) for a in server.token_listeners.values())
+                if listed != endpoint.token_listeners:
+                    await asyncio.to_thread(
+                        dataclasses.replace(endpoint, token_listeners=listed).write, root
+                    )
+                return address
+
+            core.open_token_listener = open_for_executors
         scheduler.start()
         core.groups.start()
         core.transactions.start()

@@ -37,6 +37,7 @@ from spark_mq.protocol import (
     reassignment,
     replication,
     sasl,
+    token_listener,
     transactions,
     txn_participants,
 )
@@ -120,6 +121,9 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
+    #: spark_mq's own: the embedded broker's TCP listener for Spark executors
+    #: (protocol/token_listener.py).
+    OPEN_TOKEN_LISTENER = 1015
 
 
 #: The APIs only a broker of the cluster may send (Kafka: the ones that need the CLUSTER
@@ -539,6 +543,13 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             acls.DeleteAclsRequest,
             acls.DeleteAclsResponse,
             acls.delete_acls_error,
+        ),
+        # The embedded broker's TCP listener for Spark executors (protocol/token_listener.py).
+        ApiSpec(
+            ApiKey.OPEN_TOKEN_LISTENER,
+            token_listener.OpenTokenListenerRequest,
+            token_listener.OpenTokenListenerResponse,
+            token_listener.open_token_listener_error,
         ),
     )
 }

@@ -94,6 +94,7 @@ from spark_mq.broker.handlers.txn_participants import (
     handle_decide_txns,
     handle_query_txn_decisions,
 )
+from spark_mq.broker.handlers.token_listener import handle_open_token_listener
 from spark_mq.broker.handlers.update_metadata import CLIENT_HINT, handle_update_metadata
 from spark_mq.protocol.api import ApiKey
 from spark_mq.protocol.controller import (
@@ -113,6 +114,7 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.DESCRIBE_ACLS: handle_describe_acls,
     ApiKey.CREATE_ACLS: handle_create_acls,
     ApiKey.DELETE_ACLS: handle_delete_acls,
+    ApiKey.OPEN_TOKEN_LISTENER: handle_open_token_listener,
     ApiKey.PRODUCE: handle_produce,
     ApiKey.FETCH: handle_fetch,
     ApiKey.LIST_OFFSETS: handle_list_offsets,
