@@ -3,7 +3,9 @@
 A broker connection starts as :data:`ANONYMOUS` (Kafka's ``User:ANONYMOUS``). Authentication
 replaces it: SASL with the user it proved (``User:<name>``), TLS with client authentication
 with the certificate's distinguished name (``User:CN=client,O=org``), the inter-broker secret
-with what it proves (the embedded broker's token, once built, will too). Authorization (ACLs,
+with what it proves, and the embedded broker's token (SCRAM with ``tokenauth=true`` on its
+token listener, ``broker/embedded_token.py``) with the token's owner (``User:<OS user>``),
+as Kafka's delegation tokens do. Authorization (ACLs,
 ``super.users``), and quotas once built, read it from the connection's session.
 """
 

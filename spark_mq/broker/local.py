@@ -124,8 +124,9 @@ def _round_trip(address: BrokerAddress, request: Any, key: ApiKey, timeout_s: fl
         sock.close()
 
 
-def _handshake(address: BrokerAddress, timeout_s: float) -> ApiVersionsResponse:
-    """One ApiVersions round trip over a fresh connection."""
+def handshake(address: BrokerAddress, timeout_s: float) -> ApiVersionsResponse:
+    """One ApiVersions round trip over a fresh connection (any listener answers it before
+    authentication): BrokerNotAvailableError saying why when ``address`` does not answer."""
     response: ApiVersionsResponse = _round_trip(
         address, ApiVersionsRequest(), ApiKey.API_VERSIONS, timeout_s
     )
@@ -151,7 +152,7 @@ def _probe(
         return None
     for address in endpoint.addresses:
         try:
-            response = _handshake(address, timeout_s)
+            response = handshake(address, timeout_s)
         except (SparkMQError, OSError):
             continue
         if response.broker_epoch == endpoint.epoch:

@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import signal
@@ -73,7 +73,6 @@ from spark_mq.broker.persisted_config import load_persisted
 from spark_mq.broker.properties_file import parse_override, read_properties_file
 from spark_mq.broker.scheduler import Scheduler
 from spark_mq.broker.server import BrokerServer
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.errors import (
     ClusterError,
     ConfigError,
@@ -81,6 +80,7 @@ from spark_mq.errors import (
     LogDirectoryNotFoundError,
     SparkMQError,
 )
+from spark_mq.protocol.address import BrokerAddress
 from spark_mq.storage.dir_lock import read_owner
 from spark_mq.storage.log_manager import LogManager
 

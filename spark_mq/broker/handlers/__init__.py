@@ -68,6 +68,7 @@ from spark_mq.broker.handlers.scram_users import (
     handle_alter_user_scram_credentials,
     handle_describe_user_scram_credentials,
 )
+from spark_mq.broker.handlers.token_listener import handle_open_token_listener
 from spark_mq.broker.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -94,7 +95,6 @@ from spark_mq.broker.handlers.txn_participants import (
     handle_decide_txns,
     handle_query_txn_decisions,
 )
-from spark_mq.broker.handlers.token_listener import handle_open_token_listener
 from spark_mq.broker.handlers.update_metadata import CLIENT_HINT, handle_update_metadata
 from spark_mq.protocol.api import ApiKey
 from spark_mq.protocol.controller import (
