@@ -85,9 +85,7 @@ def test_a_stream_reads_and_writes_through_the_token_listener(
     assert (mq_dir / TOKEN_FILE).stat().st_mode & 0o777 == 0o600
 
 
-def test_a_client_without_the_token_is_refused_and_writes_nothing(
-    spark: Any, mq_dir: Path
-) -> None:
+def test_a_client_without_the_token_is_refused_and_writes_nothing(spark: Any, mq_dir: Path) -> None:
     create_topic(mq_dir, "t", 1)
     # A batch read with the TCP path opens the token listener (and reads nothing).
     rows = (
@@ -100,8 +98,9 @@ def test_a_client_without_the_token_is_refused_and_writes_nothing(
     wrong = Password(token.jaas_config().value.replace(token.hmac.value, "x" * 43))
     missing_extension = Password(token.jaas_config().value.replace(' tokenauth="true"', ""))
     for jaas in (wrong, missing_extension):
-        with pytest.raises(AuthenticationError, match="token") as refused:
-            with Producer(
+        with (
+            pytest.raises(AuthenticationError, match="token") as refused,
+            Producer(
                 bootstrap_servers=address,
                 **{
                     "security.protocol": "SASL_PLAINTEXT",
@@ -109,8 +108,9 @@ def test_a_client_without_the_token_is_refused_and_writes_nothing(
                     "sasl.jaas.config": jaas,
                     "max.block.ms": 5000,
                 },
-            ) as producer:
-                producer.send("t", b"intruder").get(timeout=10)
+            ) as producer,
+        ):
+            producer.send("t", b"intruder").get(timeout=10)
         assert token.hmac.value not in str(refused.value)
     with Admin(path=str(mq_dir)) as admin:
         latest = admin.list_offsets({TopicPartition("t", 0): "latest"})
@@ -133,23 +133,29 @@ def test_an_executor_that_cannot_reach_the_broker_fails_its_task_naming_the_addr
     create_topic(mq_dir, "out", 1)
     # The writer is made (the endpoint resolved, on the driver) while the broker runs; the
     # first stage stops the broker, and after the shuffle the write stage's tasks find
-    # nothing at the address. (A read would not do: Spark plans it again at each action.)
+    # nothing at the address. Adaptive execution would plan the write stage (and make the
+    # writer, starting a new broker) only after the first stage ran; a read would not do
+    # either: Spark plans it again at each action.
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
     frame = (
         spark.range(4, numPartitions=1)
         .selectExpr("CAST(id AS STRING) AS value")
         .mapInPandas(_stop_the_broker(str(mq_dir)), "value string")
         .repartition(2)
     )
-    with pytest.raises(Exception, match="ExecutorEndpointError") as failed:
-        (
-            frame.write.format("spark_mq")
-            .option("path", str(mq_dir))
-            .option("topic", "out")
-            .option("exactlyOnce", "false")  # nothing for the driver to abort afterwards
-            .options(**TCP)
-            .mode("append")
-            .save()
-        )
+    try:
+        with pytest.raises(Exception, match="ExecutorEndpointError") as failed:
+            (
+                frame.write.format("spark_mq")
+                .option("path", str(mq_dir))
+                .option("topic", "out")
+                .option("exactlyOnce", "false")  # nothing for the driver to abort afterwards
+                .options(**TCP)
+                .mode("append")
+                .save()
+            )
+    finally:
+        spark.conf.unset("spark.sql.adaptive.enabled")
     assert "cannot reach the broker of" in str(failed.value)
     assert "127.0.0.1:" in str(failed.value)
     # Nobody started a broker for the directory again: not the executor, which must never.
@@ -173,7 +179,7 @@ def test_the_executor_endpoint_checks_its_address_before_any_client_opens(
     assert failed.value.addresses == ("127.0.0.1:9",)
     assert "secret-hmac-value" not in repr(endpoint) + str(failed.value)
     unix_elsewhere = ExecutorEndpoint(str(tmp_path), "unix", "driver-host", unix_path=str(free))
-    with pytest.raises(ExecutorEndpointError, match="nothing.sock"):
+    with pytest.raises(ExecutorEndpointError, match=r"nothing\.sock"):
         unix_elsewhere.client_properties()
     assert broker_status(tmp_path) is None
 
