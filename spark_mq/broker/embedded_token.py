@@ -35,7 +35,6 @@ import secrets
 from pathlib import Path
 from typing import Final
 
-from spark_mq.client.sasl import Password
 from spark_mq.errors import CorruptCheckpointError
 from spark_mq.scram import SCRAM_HASHES, ScramCredential
 from spark_mq.storage.checkpoint_file import atomic_write_bytes
@@ -57,8 +56,8 @@ class EmbeddedToken:
     printed) and its owner (the principal a connection that proves it becomes)."""
 
     token_id: str
-    hmac: Password
-    owner: str
+    hmac: str = dataclasses.field(repr=False)
+    owner: str = ""
 
     @classmethod
     def read(cls, root: str | os.PathLike[str]) -> EmbeddedToken | None:
@@ -84,7 +83,7 @@ class EmbeddedToken:
                 "holding the old one are then refused)",
                 path=str(path),
             ) from exc
-        return cls(token_id, Password(hmac_text), owner)
+        return cls(token_id, hmac_text, owner)
 
     @classmethod
     def load_or_create(cls, root: str | os.PathLike[str]) -> EmbeddedToken:
@@ -95,13 +94,13 @@ class EmbeddedToken:
             return found
         token = cls(
             token_id=secrets.token_urlsafe(_ID_BYTES),
-            hmac=Password(secrets.token_urlsafe(_HMAC_BYTES)),
+            hmac=secrets.token_urlsafe(_HMAC_BYTES),
             owner=_os_user(),
         )
         doc = {
             "version": FILE_VERSION,
             "token_id": token.token_id,
-            "hmac": token.hmac.value,
+            "hmac": token.hmac,
             "owner": token.owner,
         }
         atomic_write_bytes(Path(root) / TOKEN_FILE, json.dumps(doc).encode(), mode=0o600)
@@ -110,16 +109,16 @@ class EmbeddedToken:
     def credentials(self) -> dict[str, ScramCredential]:
         """One SCRAM credential per mechanism, derived from the HMAC with a fresh salt."""
         return {
-            mechanism: ScramCredential.from_password(mechanism, self.hmac.value)
+            mechanism: ScramCredential.from_password(mechanism, self.hmac)
             for mechanism in SCRAM_HASHES
         }
 
-    def jaas_config(self) -> Password:
+    def jaas_config(self) -> str:
         """The client's ``sasl.jaas.config`` that proves this token, as a Kafka client
-        writes one for a delegation token."""
-        return Password(
+        writes one for a delegation token (a secret: wrap it in a client Password)."""
+        return (
             "org.apache.kafka.common.security.scram.ScramLoginModule required "
-            f'username="{self.token_id}" password="{self.hmac.value}" '
+            f'username="{self.token_id}" password="{self.hmac}" '
             f'{TOKEN_AUTH_EXTENSION}="true";'
         )
 

@@ -35,9 +35,9 @@ wait for a broker to appear. A broker that dies later fails the task as its clie
 time out; the driver starts a new one when it next plans or commits, and Spark's retry (or a
 restart of the query from its checkpoint) goes on from there.
 
->>> parse_executor_endpoint({"executor.endpoint": "TCP"})
+>>> parse_executor_endpoint({"path": "/data/mq", "executor.endpoint": "TCP"})
 ('tcp', None)
->>> parse_executor_endpoint({"executor.endpoint": "ssh"})  # doctest: +ELLIPSIS
+>>> parse_executor_endpoint({"path": "/data/mq", "executor.endpoint": "ssh"})  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
 spark_mq.errors.ConfigError: option executor.endpoint='ssh' is not valid: use auto, unix or tcp ...
@@ -243,5 +243,5 @@ def resolve_executor_endpoint(
         here,
         unix_path=unix.unix_path if mode == "auto" else None,
         tcp_address=str(tcp),
-        token_jaas=token.jaas_config(),
+        token_jaas=Password(token.jaas_config()),
     )

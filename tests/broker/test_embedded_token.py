@@ -42,15 +42,15 @@ def test_only_the_directorys_token_opens_the_listener(directory: Path) -> None:
     unix, tcp, token = open_token_listener(directory, "127.0.0.1")
     assert unix.unix_path is not None and tcp.host == "127.0.0.1" and tcp.port > 0
     assert (directory / TOKEN_FILE).stat().st_mode & 0o777 == 0o600
-    assert token.hmac.value not in repr(token)
+    assert token.hmac not in repr(token)
     # Asked again: the same listener and token.
     assert open_token_listener(directory, "127.0.0.1")[1:] == (tcp, token)
     assert json.loads((directory / "broker.json").read_text())["token_listeners"] == [str(tcp)]
     for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-        with _admin(tcp, token.jaas_config(), mechanism) as admin:
+        with _admin(tcp, Password(token.jaas_config()), mechanism) as admin:
             admin.create_topic(f"t-{mechanism[-3:]}", partitions=1)
-    wrong = Password(token.jaas_config().value.replace(token.hmac.value, "y" * 43))
-    no_extension = Password(token.jaas_config().value.replace(' tokenauth="true"', ""))
+    wrong = Password(token.jaas_config().replace(token.hmac, "y" * 43))
+    no_extension = Password(token.jaas_config().replace(' tokenauth="true"', ""))
     for jaas in (wrong, no_extension):
         refused = pytest.raises(AuthenticationError, match="accepts only its log directory's token")
         with refused, _admin(tcp, jaas) as admin:
@@ -65,7 +65,7 @@ def test_the_token_and_its_owner_outlive_a_broker_restart(directory: Path) -> No
     stop_broker(directory)
     _, second, again = open_token_listener(directory, "127.0.0.1")
     assert again == token
-    with _admin(second, token.jaas_config()) as admin:
+    with _admin(second, Password(token.jaas_config())) as admin:
         admin.create_topic("after", partitions=1)
     log = (directory / "broker.log").read_text()
     assert f"authenticated as User:{token.owner} with SASL" in log
@@ -74,7 +74,7 @@ def test_the_token_and_its_owner_outlive_a_broker_restart(directory: Path) -> No
 
 def test_a_tcp_client_cannot_open_a_token_listener(directory: Path) -> None:
     _, tcp, token = open_token_listener(directory, "127.0.0.1")
-    with _admin(tcp, token.jaas_config()) as admin:
+    with _admin(tcp, Password(token.jaas_config())) as admin:
         # Authenticated with the token, but over TCP: only the Unix socket's peers may ask.
         response = admin._cluster.request(OpenTokenListenerRequest("0.0.0.0"))
     assert response.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
