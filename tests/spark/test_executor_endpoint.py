@@ -52,9 +52,9 @@ def _tcp_logins(directory: Path) -> int:
 def test_a_stream_reads_and_writes_through_the_token_listener(
     spark: Any, mq_dir: Path, tmp_path: Path
 ) -> None:
-    create_topic(mq_dir, "src", 2)
-    create_topic(mq_dir, "dst", 2)
-    produce(mq_dir, "src", [b"v%03d" % i for i in range(50)])
+    create_topic(mq_dir, "src", 1)
+    create_topic(mq_dir, "dst", 1)
+    produce(mq_dir, "src", [b"v%03d" % i for i in range(20)])
     before = _broker_pids(mq_dir)
     assert len(before) == 1
     query = (
@@ -75,7 +75,7 @@ def test_a_stream_reads_and_writes_through_the_token_listener(
     )
     query.awaitTermination(120)
     assert query.exception() is None
-    assert values(mq_dir, "dst") == [b"V%03d" % i for i in range(50)]
+    assert values(mq_dir, "dst") == [b"V%03d" % i for i in range(20)]
     # The executors came over TCP with the token (the broker logs each SASL login), and no
     # other broker was started for the directory.
     assert _tcp_logins(mq_dir) >= 2  # at least one reader task and one writer task
