@@ -12,7 +12,9 @@ silently, as a second owner of a directory on a shared filesystem).
 
 - ``auto`` (default): the broker's Unix socket, and its token listener on the driver's host
   address (:func:`driver_host`). An executor on the driver's host (same host name, socket
-  file present) uses the socket; any other uses TCP with the token.
+  file present) uses the socket; any other uses TCP with the token. (Spark's master is not
+  known where the source and sink plan, so the listener is opened for every query; if the
+  guessed address cannot be bound, a warning says so and executors get the socket only.)
 - ``unix``: the socket only; no TCP listener is opened. For ``local`` and ``local-cluster``
   masters, or any cluster whose executors all run on the driver's host.
 - ``tcp``: the token listener only, also for executors on the driver's host: for executors
@@ -46,6 +48,7 @@ spark_mq.errors.ConfigError: option executor.endpoint='ssh' is not valid: use au
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import socket
 from collections.abc import Mapping
@@ -55,6 +58,8 @@ from spark_mq.client.sasl import Password
 from spark_mq.datasource.connection import PATH_OPTION, lookup
 from spark_mq.errors import ConfigError, ExecutorEndpointError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
+
+log = logging.getLogger(__name__)
 
 EndpointMode = Literal["auto", "unix", "tcp"]
 MODE_OPTION: Final = "executor.endpoint"
@@ -234,9 +239,26 @@ def resolve_executor_endpoint(
     if mode == "unix":
         unix = ensure_broker(path, timeout_ms=timeout_ms, create=create)
         return ExecutorEndpoint(log_dir, mode, here, unix_path=unix.unix_path)
-    unix, tcp, token = open_token_listener(
-        path, host or driver_host(), timeout_ms=timeout_ms, create=create
-    )
+    listen_on = host or driver_host()
+    try:
+        unix, tcp, token = open_token_listener(
+            path, listen_on, timeout_ms=timeout_ms, create=create
+        )
+    except ConfigError as exc:
+        if mode == "tcp" or host is not None:
+            raise
+        # auto with the guessed address: executors on this host still have the socket, and
+        # one elsewhere fails naming it, with this warning in the driver's log to explain.
+        log.warning(
+            "spark_mq: the broker of %s cannot listen for executors on %s (%s); executors on "
+            "other hosts cannot reach it: set %s to an address of this host",
+            log_dir,
+            listen_on,
+            exc,
+            HOST_OPTION,
+        )
+        unix = ensure_broker(path, timeout_ms=timeout_ms, create=create)
+        return ExecutorEndpoint(log_dir, mode, here, unix_path=unix.unix_path)
     return ExecutorEndpoint(
         log_dir,
         mode,

@@ -199,3 +199,17 @@ def test_bad_executor_endpoint_options_are_refused_naming_the_option(
     with pytest.raises(ConfigError, match=match) as refused:
         parse_executor_endpoint(options)
     assert refused.value.key in ("executor.endpoint", "executor.endpoint.host")
+
+
+def test_auto_falls_back_to_the_socket_when_the_guessed_address_cannot_be_bound(
+    mq_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from spark_mq.datasource import executor_endpoint
+
+    create_topic(mq_dir, "t", 1)
+    monkeypatch.setattr(executor_endpoint, "driver_host", lambda: "192.0.2.77")  # not ours
+    found = executor_endpoint.resolve_executor_endpoint(str(mq_dir), "auto", None, create=False)
+    assert found.unix_path is not None and found.tcp_address is None
+    assert "executor.endpoint.host" in caplog.text
+    with pytest.raises(ConfigError, match="cannot listen"):
+        executor_endpoint.resolve_executor_endpoint(str(mq_dir), "tcp", None, create=False)
