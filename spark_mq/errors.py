@@ -21,6 +21,7 @@ so one ``except`` serves both. The number is the class's ``error_code`` (Kafka's
     │   ├── LogDirectoryFullError                [storage] (56*) disk full; nothing torn kept
     │   ├── NetworkError                         [protocol] (13) the connection failed
     │   │   └── BrokerNotAvailableError          (8) no broker reachable or startable
+    │   │       └── ExecutorEndpointError        a Spark executor cannot reach the driver's broker
     │   ├── RequestTimedOutError                 [protocol] (7)
     │   │   ├── DeliveryTimeoutError             not acknowledged within delivery.timeout.ms
     │   │   └── BufferExhaustedError             send() waited max.block.ms for buffer.memory
@@ -555,6 +556,18 @@ class BrokerNotAvailableError(NetworkError):
     """No broker could be reached at the configured address (or started for a directory)."""
 
     error_code = 8
+
+
+class ExecutorEndpointError(BrokerNotAvailableError):
+    """A Spark executor cannot reach the embedded broker the driver resolved ``path`` to
+    (its Unix socket, or its token listener: docs/spark_source.md, "Running on a Spark
+    cluster"). An executor never starts a broker of its own: the task fails with this,
+    naming each ``address`` tried and why, and ``log_dir``."""
+
+    def __init__(self, message: str, *, log_dir: str, addresses: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.log_dir = log_dir
+        self.addresses = addresses
 
 
 class RequestTimedOutError(RetriableError, ProtocolError):

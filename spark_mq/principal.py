@@ -5,9 +5,10 @@ replaces it: SASL with the user it proved (``User:<name>``, kept for the connect
 SASL re-authentication, with ``connections.max.reauth.ms``, must prove the same user or the
 connection is closed), TLS with client authentication
 with the certificate's distinguished name (``User:CN=client,O=org``), the inter-broker secret
-with what it proves (the embedded broker's token, once built, will too). Authorization (ACLs,
-``super.users``) and client quotas (the principal's name is the quota's user) read it from
-the connection's session.
+with what it proves, and the embedded broker's token (SCRAM with ``tokenauth=true`` on its
+token listener, ``broker/embedded_token.py``) with the token's owner (``User:<OS user>``),
+as Kafka's delegation tokens do. Authorization (ACLs, ``super.users``) and client quotas
+(the principal's name is the quota's user) read it from the connection's session.
 """
 
 from __future__ import annotations

@@ -72,6 +72,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, cast
 
 from spark_mq.broker.connection_quotas import UNIX_PEER, peer_host
 from spark_mq.broker.context import ConnectionSession, RequestContext, Response
+from spark_mq.broker.embedded_token import TokenCredentials
 from spark_mq.broker.handlers.errors import REPEATED, UnanswerableError, answer
 from spark_mq.broker.quotas.throttling import throttle_of
 from spark_mq.broker.request_memory import MemoryWaiter
@@ -174,6 +175,7 @@ class Connection(asyncio.BufferedProtocol):
         *,
         listener_name: str = "PLAINTEXT",
         tls: ssl.SSLContext | None = None,
+        token: TokenCredentials | None = None,
     ) -> None:
         self.server = server
         self.core = server.core
@@ -191,6 +193,7 @@ class Connection(asyncio.BufferedProtocol):
             sasl=SaslServerSession(
                 self.core.credentials,
                 sasl.sasl_enabled_mechanisms,
+                token,
                 # Frames are timed on the loop's clock, so the session's expiry is too.
                 max_reauth_ms=self.core.config.max_reauth_ms_by_mechanism(listener_name),
                 clock=self._loop.time,

@@ -19,7 +19,7 @@ import asyncio
 import concurrent.futures
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from spark_mq.broker.acl.authorizer import AclAuthorizer
@@ -43,6 +43,7 @@ from spark_mq.broker.quotas.store import FileQuotaBackend, QuotaStore
 from spark_mq.broker.replica_manager import ReplicaManager
 from spark_mq.broker.sasl.credential_store import CredentialStore, FileCredentialBackend
 from spark_mq.broker.txn.service import TransactionService
+from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import ApiKey
 from spark_mq.storage.log_manager import LogManager
 
@@ -127,6 +128,9 @@ class BrokerCore:
         self.cluster_admin: ClusterTopicAdmin | None = None
         #: A cluster broker's proposer of ISR changes to the controller (None: one node).
         self.isr_changes: AlterPartitionManager | None = None
+        #: Opens (or finds) a token listener for Spark executors on a host and returns its
+        #: address (OpenTokenListener); set by the server's start on a single node only.
+        self.open_token_listener: Callable[[str], Awaitable[BrokerAddress]] | None = None
         #: The newest controller epoch accepted; refuses requests of older controllers.
         self.controller_fence = ControllerFence()
         #: The SCRAM users SASL listeners authenticate (the log directory's file; a cluster

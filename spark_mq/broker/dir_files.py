@@ -19,7 +19,12 @@ Kafka refuses a ``meta.properties`` that disagrees (its logs are that broker's r
 replaced atomically, removed first thing on shutdown)::
 
     {"version": 0, "pid": 4242, "epoch": 7, "node_id": 0, "unix_path": "/dir/broker.sock",
-     "host": "127.0.0.1", "port": 40123, "started_ms": 1732190000000}
+     "host": "127.0.0.1", "port": 40123, "started_ms": 1732190000000,
+     "token_listeners": ["10.0.0.5:41234"]}
+
+``token_listeners`` (absent when none) are the TCP listeners opened for Spark executors,
+where only the directory's token authenticates (``broker/embedded_token.py``); the file
+is rewritten when one opens.
 
 ``unix_path`` or ``host``/``port`` may be null when that listener is not configured. The
 file may be stale (a killed broker cannot remove it): readers check the pid and connect to
@@ -194,6 +199,8 @@ class Endpoint:
     started_ms: int
     #: The Prometheus endpoint's bound port (metrics.port), None when not served.
     metrics_port: int | None = None
+    #: The token listeners opened for Spark executors (``host:port``; OpenTokenListener).
+    token_listeners: tuple[str, ...] = ()
 
     @property
     def addresses(self) -> list[BrokerAddress]:
@@ -229,6 +236,7 @@ class Endpoint:
                 port=obj.get("port"),
                 started_ms=obj["started_ms"],
                 metrics_port=obj.get("metrics_port"),
+                token_listeners=tuple(obj.get("token_listeners") or ()),
             )
         except (KeyError, TypeError):
             return None

@@ -121,7 +121,7 @@ def inter_broker_sasl(config: ServerConfig) -> SaslCredentials:
             key=key,
         )
     try:
-        username, password = parse_jaas(text, mechanism)
+        username, password, _ = parse_jaas(text, mechanism)
     except ConfigError as exc:
         # parse_jaas names the client's key; the broker's is the per-listener one.
         raise ConfigError(str(exc).replace("sasl.jaas.config", key, 1), key=key) from exc

@@ -57,10 +57,11 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from spark_mq.broker.config import LOCAL_DEFAULTS, ServerConfig
 from spark_mq.broker.dir_files import Endpoint, pid_alive
+from spark_mq.broker.embedded_token import TOKEN_FILE, EmbeddedToken
 from spark_mq.broker.log_dir import START_LOCK_FILE, require_log_dir
 from spark_mq.broker.log_setup import FAILURE_PREFIX, LOG_FILE
 from spark_mq.broker.persisted_config import load_persisted
@@ -73,7 +74,9 @@ from spark_mq.errors import (
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api import APIS, ApiKey, encode_request
 from spark_mq.protocol.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from spark_mq.protocol.error_codes import ErrorCode, error_from_code
 from spark_mq.protocol.framing import SIZE, decode_response
+from spark_mq.protocol.token_listener import OpenTokenListenerRequest, OpenTokenListenerResponse
 from spark_mq.storage.dir_lock import LOCK_FILE_NAME, read_owner
 
 OUT_FILE: Final = "broker.out"
@@ -103,25 +106,31 @@ class BrokerStatus:
     started_ms: int | None
 
 
-def _handshake(address: BrokerAddress, timeout_s: float) -> ApiVersionsResponse:
-    """One ApiVersions round trip over a fresh connection."""
+def _round_trip(address: BrokerAddress, request: Any, key: ApiKey, timeout_s: float) -> Any:
+    """One request and its response over a fresh connection."""
     sock = address.connect(timeout_s)
     try:
         sock.settimeout(timeout_s)
-        head, body = encode_request(
-            ApiVersionsRequest(), correlation_id=1, client_id="ensure_broker"
-        )
+        head, body = encode_request(request, correlation_id=1, client_id="ensure_broker")
         sock.sendall(head + body)
         size = SIZE.unpack(_recv_exactly(sock, SIZE.size))[0]
         if not 0 <= size <= 16 * 1024 * 1024:
             raise BrokerNotAvailableError(f"{address} answered with a {size}-byte frame")
         frame = decode_response(_recv_exactly(sock, size))
         if frame.frame_error:
-            raise BrokerNotAvailableError(f"{address} refused ApiVersions ({frame.frame_error})")
-        response: ApiVersionsResponse = APIS[ApiKey.API_VERSIONS].decode_response(frame.body)
-        return response
+            raise BrokerNotAvailableError(f"{address} refused {key.name} ({frame.frame_error})")
+        return APIS[key].decode_response(frame.body)
     finally:
         sock.close()
+
+
+def handshake(address: BrokerAddress, timeout_s: float) -> ApiVersionsResponse:
+    """One ApiVersions round trip over a fresh connection (any listener answers it before
+    authentication): BrokerNotAvailableError saying why when ``address`` does not answer."""
+    response: ApiVersionsResponse = _round_trip(
+        address, ApiVersionsRequest(), ApiKey.API_VERSIONS, timeout_s
+    )
+    return response
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:
@@ -143,7 +152,7 @@ def _probe(
         return None
     for address in endpoint.addresses:
         try:
-            response = _handshake(address, timeout_s)
+            response = handshake(address, timeout_s)
         except (SparkMQError, OSError):
             continue
         if response.broker_epoch == endpoint.epoch:
@@ -390,6 +399,44 @@ def _wait_for_owner(root: Path, deadline: float) -> bool:
         )
     time.sleep(_POLL_S)
     return True
+
+
+def open_token_listener(
+    path: str | os.PathLike[str], host: str, *, timeout_ms: int = 30000, create: bool = True
+) -> tuple[BrokerAddress, BrokerAddress, EmbeddedToken]:
+    """Make the broker of directory ``path`` (found or started, as :func:`ensure_broker`)
+    listen on TCP at ``host`` for Spark executors: ``(its Unix socket, the token listener,
+    the token)``. Only the directory's token authenticates there (SASL SCRAM with
+    ``tokenauth=true``; docs/security.md, "The embedded broker's token"). Asking again
+    returns the same listener while the broker runs. Raises what :func:`ensure_broker`
+    raises, :class:`~spark_mq.errors.ConfigError` for a host the broker cannot listen on,
+    and :class:`~spark_mq.errors.ClusterAuthorizationError` if the broker refuses (a
+    cluster broker holds the directory).
+    """
+    root = Path(path).resolve()
+    deadline = time.monotonic() + timeout_ms / 1000
+    unix = ensure_broker(root, timeout_ms=timeout_ms, create=create)
+    response: OpenTokenListenerResponse = _round_trip(
+        unix,
+        OpenTokenListenerRequest(host),
+        ApiKey.OPEN_TOKEN_LISTENER,
+        _handshake_timeout_s(deadline),
+    )
+    if response.error_code == ErrorCode.INVALID_REQUEST:
+        raise ConfigError(
+            f"the broker of {root} cannot listen for executors: {response.error_message}",
+            key="host",
+            value=host,
+        )
+    if response.error_code:
+        raise error_from_code(response.error_code, response.error_message)
+    token = EmbeddedToken.read(root)
+    if token is None:
+        raise BrokerNotAvailableError(
+            f"the broker of {root} opened a token listener but {root / TOKEN_FILE} is gone "
+            "(deleted meanwhile?); retry"
+        )
+    return unix, BrokerAddress(host=response.host, port=response.port), token
 
 
 def broker_status(path: str | os.PathLike[str]) -> BrokerStatus | None:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import signal
@@ -79,6 +80,7 @@ from spark_mq.errors import (
     LogDirectoryNotFoundError,
     SparkMQError,
 )
+from spark_mq.protocol.address import BrokerAddress
 from spark_mq.storage.dir_lock import read_owner
 from spark_mq.storage.log_manager import LogManager
 
@@ -339,7 +341,7 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             core.cluster_id,
             _start_kind(logs),
         )
-        Endpoint(
+        endpoint = Endpoint(
             pid=pid,
             epoch=meta.epoch,
             node_id=broker.node_id,
@@ -348,7 +350,21 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
             port=tcp.port if tcp else None,
             started_ms=time.time_ns() // 1_000_000,
             metrics_port=server.metrics_port,
-        ).write(root)
+        )
+        endpoint.write(root)
+        if not broker.in_cluster:
+            # A single node may open token listeners for Spark executors (OpenTokenListener);
+            # broker.json lists them too, for `spark-mq broker status`.
+            async def open_for_executors(host: str) -> BrokerAddress:
+                address = await server.open_token_listener(host, root)
+                listed = tuple(str(a) for a in server.token_listeners.values())
+                if listed != endpoint.token_listeners:
+                    await asyncio.to_thread(
+                        dataclasses.replace(endpoint, token_listeners=listed).write, root
+                    )
+                return address
+
+            core.open_token_listener = open_for_executors
         scheduler.start()
         core.groups.start()
         core.transactions.start()

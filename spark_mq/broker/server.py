@@ -37,6 +37,7 @@ from spark_mq.broker.config import advertised
 from spark_mq.broker.connection import RECEIVE_BUFFER_BYTES, Connection
 from spark_mq.broker.connection_quotas import ConnectionQuotas, open_file_limit
 from spark_mq.broker.core import BrokerCore
+from spark_mq.broker.embedded_token import EmbeddedToken, TokenCredentials
 from spark_mq.broker.listeners import Listener
 from spark_mq.broker.request_memory import FrameBufferPool, RequestMemoryPool
 from spark_mq.protocol.address import BrokerAddress
@@ -51,6 +52,8 @@ LOG_DIR_CHECK_INTERVAL_S: Final = 1.0
 SWEEP_MAX_INTERVAL_S: Final = 1.0
 #: Connections named in one log line about closing several.
 LOGGED_PEERS: Final = 3
+#: The name of the embedded broker's token listeners (for logs and Metadata).
+TOKEN_LISTENER: Final = "TOKEN"
 
 
 def _bind_tcp(host: str, port: int) -> socket.socket:
@@ -106,6 +109,8 @@ class BrokerServer:
         # file, never one a successor bound at the same path.
         self._unix_file: tuple[int, int] | None = None
         self._servers: list[asyncio.Server] = []
+        #: The token listeners opened for Spark executors, by host (OpenTokenListener).
+        self.token_listeners: dict[str, BrokerAddress] = {}
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -186,6 +191,39 @@ class BrokerServer:
         if idle_exit_ms is not None:
             self._tasks.append(asyncio.create_task(self._exit_when_idle(idle_exit_ms)))
         return self.addresses
+
+    async def open_token_listener(self, host: str, root: Path) -> BrokerAddress:
+        """The token listener on ``host`` (opened now if it is not yet): SASL_PLAINTEXT on an
+        ephemeral port, where only the token of ``root`` authenticates (OpenTokenListener,
+        docs/security.md "The embedded broker's token"). Its connections count against the
+        connection limits as any other."""
+        if host in self.token_listeners:
+            return self.token_listeners[host]
+        token = await asyncio.to_thread(EmbeddedToken.load_or_create, root)
+        credentials = await asyncio.to_thread(TokenCredentials.of, token)
+        sock = _bind_tcp(host, 0)
+        address = BrokerAddress(host=host, port=sock.getsockname()[1])
+        server = await asyncio.get_running_loop().create_server(
+            functools.partial(
+                Connection,
+                self,
+                address,
+                True,
+                listener_name=TOKEN_LISTENER,
+                token=credentials,
+            ),
+            sock=sock,
+        )
+        self._servers.append(server)
+        self.token_listeners[host] = address
+        logger.info(
+            "listener %s on %s for Spark executors: only the token of %s authenticates "
+            "(SASL SCRAM, tokenauth)",
+            TOKEN_LISTENER,
+            address,
+            root,
+        )
+        return address
 
     # -----------------------------------------------------------------------------------------
     # Housekeeping

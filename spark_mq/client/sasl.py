@@ -14,7 +14,10 @@ Settings, Kafka's and librdkafka's names (``docs/clients.md``):
       org.apache.kafka.common.security.plain.PlainLoginModule required \
           username="alice" password="s3cret";
 
-(one line; broken here to fit).
+(one line; broken here to fit). A delegation token, as Kafka's clients prove one (KIP-48),
+is the ScramLoginModule with the token id as username, its HMAC as password and the option
+``tokenauth="true"``: the client-first message then carries the SCRAM extension
+``tokenauth=true`` (the embedded broker's token listener takes only that; docs/security.md).
 
 The exchange, right after the connection opens (protocol/sasl.py): SaslHandshake with the
 mechanism, then SaslAuthenticate messages (PLAIN: one; SCRAM: two, with the ``scramp``
@@ -61,6 +64,9 @@ if TYPE_CHECKING:
     from spark_mq.client.connection import BrokerConnection
 
 MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SCRAM_MECHANISMS: Final = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+#: The SCRAM extension a delegation token's client-first message carries (Kafka's).
+TOKEN_AUTH_EXTENSION: Final = "tokenauth=true"
 #: The JAAS login module of each mechanism (Kafka's class names).
 LOGIN_MODULES: Final = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -110,9 +116,9 @@ def parse_jaas_config(key: str, value: object) -> Password:
     return parse_password(key, value)
 
 
-def parse_jaas(text: str, mechanism: str) -> tuple[str, str]:
-    """(username, password) from a ``sasl.jaas.config`` for ``mechanism``; ConfigError
-    saying what is wrong (never quoting the value: it holds the password)."""
+def parse_jaas(text: str, mechanism: str) -> tuple[str, str, bool]:
+    """(username, password, tokenauth) from a ``sasl.jaas.config`` for ``mechanism``;
+    ConfigError saying what is wrong (never quoting the value: it holds the password)."""
     key = "sasl.jaas.config"
     match = _JAAS.fullmatch(text)
     if match is None or match["flag"] not in _FLAGS:
@@ -146,16 +152,25 @@ def parse_jaas(text: str, mechanism: str) -> tuple[str, str]:
     missing = [name for name in ("username", "password") if name not in options]
     if missing:
         raise ConfigError(f"{key} lacks {' and '.join(missing)}", key=key)
-    return options["username"], options["password"]
+    token_auth = options.get("tokenauth", "false").strip().lower() == "true"
+    if token_auth and mechanism not in SCRAM_MECHANISMS:
+        raise ConfigError(
+            f'{key}: tokenauth="true" (a delegation token) needs a SCRAM mechanism, not '
+            f"sasl.mechanism={mechanism}",
+            key=key,
+        )
+    return options["username"], options["password"], token_auth
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SaslCredentials:
-    """What a client authenticates with: mechanism, user and password."""
+    """What a client authenticates with: mechanism, user and password; with
+    ``token_auth`` the user is a delegation token's id and the password its HMAC."""
 
     mechanism: str
     username: str
     password: Password
+    token_auth: bool = False
 
     @classmethod
     def from_settings(
@@ -170,13 +185,14 @@ class SaslCredentials:
         when a SASL protocol lacks them or they are given twice."""
         if security_protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
             return None
+        token_auth = False
         if jaas_config:
             if username or password:
                 raise ConfigError(
                     "give either sasl.jaas.config or sasl.username and sasl.password, not both",
                     key="sasl.jaas.config",
                 )
-            username, text = parse_jaas(jaas_config.value, mechanism)
+            username, text, token_auth = parse_jaas(jaas_config.value, mechanism)
             password = Password(text)
         if not username or not password:
             raise ConfigError(
@@ -184,7 +200,7 @@ class SaslCredentials:
                 "sasl.password, or sasl.jaas.config",
                 key="sasl.username",
             )
-        return cls(mechanism, username, password)
+        return cls(mechanism, username, password, token_auth)
 
     def authenticate(
         self,
@@ -230,7 +246,13 @@ class SaslCredentials:
             message = f"\0{self.username}\0{self.password.value}".encode()
             return self._send(conn, message, timeout_s, what).session_lifetime_ms
         client = scramp.ScramClient([self.mechanism], self.username, self.password.value)
-        first = self._send(conn, client.get_client_first().encode(), timeout_s, what)
+        client_first = client.get_client_first()
+        if self.token_auth:
+            # The extension is part of the bare message both sides sign (RFC 5802's
+            # AuthMessage), as Kafka's ScramSaslClient sends it.
+            client_first += f",{TOKEN_AUTH_EXTENSION}"
+            client.client_first_bare += f",{TOKEN_AUTH_EXTENSION}"
+        first = self._send(conn, client_first.encode(), timeout_s, what)
         try:
             client.set_server_first(bytes(first.auth_bytes).decode())
             final = self._send(conn, client.get_client_final().encode(), timeout_s, what)

@@ -12,6 +12,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from spark_mq.datasource.broker_view import BrokerView
+from spark_mq.datasource.connection import PATH_OPTION
+from spark_mq.datasource.executor_endpoint import resolve_executor_endpoint
 from spark_mq.datasource.offsets import PartitionRange, ReadSettings, plan_ranges, split_ranges
 from spark_mq.datasource.options import SourceOptions
 from spark_mq.datasource.partition_reader import read_partition_range
@@ -20,12 +22,22 @@ from spark_mq.errors import ConfigError
 
 
 def read_settings(options: SourceOptions) -> ReadSettings:
-    """The part of the options every reader task needs."""
+    """The part of the options every reader task needs. With ``path`` the broker is
+    resolved here, on the driver, to the endpoint the executors use (it may be a new broker
+    since the last batch: see :mod:`spark_mq.datasource.executor_endpoint`)."""
+    props = options.consumer_properties()
+    path = props.pop(PATH_OPTION, None)
+    endpoint = None
+    if path is not None:
+        endpoint = resolve_executor_endpoint(
+            str(path), options.executor_endpoint, options.executor_endpoint_host, create=False
+        )
     return ReadSettings(
-        consumer_properties=options.consumer_properties(),
+        consumer_properties=props,
         include_headers=options.include_headers,
         fail_on_data_loss=options.fail_on_data_loss,
         poll_timeout_ms=options.poll_timeout_ms,
+        executor_endpoint=endpoint,
     )
 
 

@@ -39,6 +39,7 @@ from fractions import Fraction
 from pyspark.sql.datasource import InputPartition
 
 from spark_mq.client.records import TopicPartition
+from spark_mq.datasource.executor_endpoint import ExecutorEndpoint
 from spark_mq.datasource.options import EARLIEST
 from spark_mq.errors import ConfigError
 
@@ -80,6 +81,17 @@ class ReadSettings:
     include_headers: bool
     fail_on_data_loss: bool
     poll_timeout_ms: int
+    #: With ``path``: where executors reach its broker, resolved on the driver (the
+    #: consumer properties then name no broker).
+    executor_endpoint: ExecutorEndpoint | None = None
+
+    def client_properties(self) -> dict[str, object]:
+        """The consumer properties of a reader task, the broker's address included (runs
+        on the executor: ExecutorEndpointError if the driver's broker cannot be reached)."""
+        props = dict(self.consumer_properties)
+        if self.executor_endpoint is not None:
+            props.update(self.executor_endpoint.client_properties())
+        return props
 
 
 @dataclass

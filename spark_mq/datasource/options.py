@@ -33,6 +33,12 @@ from typing import Any, Final, Literal
 
 from spark_mq.client.config import ConsumerConfig
 from spark_mq.datasource.connection import client_endpoint, hidden, lookup
+from spark_mq.datasource.executor_endpoint import (
+    HOST_OPTION,
+    MODE_OPTION,
+    EndpointMode,
+    parse_executor_endpoint,
+)
 from spark_mq.datasource.option_names import check_unknown_names, closest_name
 from spark_mq.errors import ConfigError
 
@@ -96,6 +102,8 @@ SOURCE_OPTIONS: Final = (
     "kafka.isolation.level",
     "group.id",
     "kafkaConsumer.pollTimeoutMs",
+    MODE_OPTION,
+    HOST_OPTION,
 )
 #: Spark Kafka source options accepted so that queries port unchanged, with no effect here:
 #: the value is still checked, and a warning says why it does nothing.
@@ -183,6 +191,9 @@ class SourceOptions:
     #: Split offset ranges longer than this many offsets.
     max_records_per_partition: int | None = None
     consumer_config: Mapping[str, object] = field(default_factory=dict)
+    #: How executors reach the embedded broker of ``path`` (executor.endpoint, .host).
+    executor_endpoint: EndpointMode = "auto"
+    executor_endpoint_host: str | None = None
 
     def consumer_properties(self) -> dict[str, object]:
         """Properties of the consumer a reader task uses (it assigns and seeks itself)."""
@@ -428,6 +439,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
     """Parse Spark's option strings for a batch (``streaming=False``) or streaming read."""
     _check_names(options)
     endpoint = client_endpoint(options)
+    executor_mode, executor_host = parse_executor_endpoint(options)
     subscription = _subscription(options)
     starting = _offsets_spec(
         options, "starting", default="latest" if streaming else "earliest", streaming=streaming
@@ -479,4 +491,6 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         min_partitions=_positive(options, "minPartitions"),
         max_records_per_partition=_positive(options, "maxRecordsPerPartition"),
         consumer_config=_consumer_config(options),
+        executor_endpoint=executor_mode,
+        executor_endpoint_host=executor_host,
     )

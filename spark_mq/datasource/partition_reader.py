@@ -121,7 +121,7 @@ def _joined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
 def _range_tables(rng: PartitionRange) -> Iterator[pa.Table]:
     """The consumer's tables of ``rng``, cut at its end."""
     settings = rng.settings
-    props = {**READER_FETCH_DEFAULTS, **settings.consumer_properties}
+    props = {**READER_FETCH_DEFAULTS, **settings.client_properties()}
     tp = rng.tp
     with Consumer(config=props) as consumer:
         consumer.assign([tp])

@@ -39,6 +39,7 @@ from spark_mq.protocol import (
     reassignment,
     replication,
     sasl,
+    token_listener,
     transactions,
     txn_participants,
 )
@@ -127,6 +128,9 @@ class ApiKey(enum.IntEnum):
     # Client quotas, KIP-546 (protocol/quotas.py).
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
+    #: spark_mq's own: the embedded broker's TCP listener for Spark executors
+    #: (protocol/token_listener.py).
+    OPEN_TOKEN_LISTENER = 1015
 
 
 #: The APIs only a broker of the cluster may send (Kafka: the ones that need the CLUSTER
@@ -565,6 +569,13 @@ APIS: dict[ApiKey, ApiSpec[Any, Any]] = {
             quotas.AlterClientQuotasRequest,
             quotas.AlterClientQuotasResponse,
             quotas.alter_client_quotas_error,
+        ),
+        # The embedded broker's TCP listener for Spark executors (protocol/token_listener.py).
+        ApiSpec(
+            ApiKey.OPEN_TOKEN_LISTENER,
+            token_listener.OpenTokenListenerRequest,
+            token_listener.OpenTokenListenerResponse,
+            token_listener.open_token_listener_error,
         ),
     )
 }

@@ -20,6 +20,9 @@ option                 meaning
                        an idempotent producer, at least once (like Spark's Kafka sink)
 ``sink.id``            the owner of the sink's commits (default: see docs/spark_sink.md)
 ``checkpointLocation`` Spark's own; accepted and otherwise unused
+``executor.endpoint``  with ``path``: auto (default), unix or tcp, how executors reach the
+                       broker; ``executor.endpoint.host``: the address they dial
+                       (:mod:`spark_mq.datasource.executor_endpoint`)
 ====================== ==================================================================
 
 Other option names get the same rule as in the ``spark_mq`` source
@@ -48,6 +51,12 @@ from typing import Final
 
 from spark_mq.client.config import PARTITIONERS, ProducerConfig
 from spark_mq.datasource.connection import client_endpoint, hidden
+from spark_mq.datasource.executor_endpoint import (
+    HOST_OPTION,
+    MODE_OPTION,
+    EndpointMode,
+    parse_executor_endpoint,
+)
 from spark_mq.datasource.option_names import check_unknown_names
 from spark_mq.errors import ConfigError
 
@@ -67,6 +76,8 @@ SINK_OPTIONS: Final = (
     "exactlyOnce",
     "sink.id",
     "checkpointLocation",
+    MODE_OPTION,
+    HOST_OPTION,
 )
 #: Options of the source, ignored by the sink with a warning that says so (never taken for
 #: typos of a sink option).
@@ -118,6 +129,9 @@ class SinkOptions:
     sink_id: str | None
     checkpoint_location: str | None
     producer_settings: dict[str, object] = field(default_factory=dict)
+    #: How executors reach the embedded broker of ``path`` (executor.endpoint, .host).
+    executor_endpoint: EndpointMode = "auto"
+    executor_endpoint_host: str | None = None
 
     def producer_props(self) -> dict[str, object]:
         """Keyword settings for :class:`~spark_mq.Producer` (endpoint included)."""
@@ -184,6 +198,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         log=_log,
     )
     endpoint = client_endpoint(options)
+    executor_mode, executor_host = parse_executor_endpoint(options)
     values: dict[str, str] = {}
     producer: dict[str, object] = {}
     for name, value in options.items():
@@ -226,4 +241,6 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         sink_id=None if sink_id is None else check_sink_id("sink.id", sink_id),
         checkpoint_location=values.get("checkpointLocation"),
         producer_settings=producer,
+        executor_endpoint=executor_mode,
+        executor_endpoint_host=executor_host,
     )

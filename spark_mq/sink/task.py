@@ -49,6 +49,7 @@ from spark_mq import crash_points
 from spark_mq.client.admin import Admin
 from spark_mq.client.futures import FutureBatchMetadata
 from spark_mq.client.producer import Producer
+from spark_mq.datasource.executor_endpoint import ExecutorEndpoint
 from spark_mq.datasource.worker_gc import freeze_long_lived
 from spark_mq.errors import ConfigError, InvalidTransactionTimeoutError
 from spark_mq.sink.columns import ColumnPlan, to_send_tables
@@ -93,6 +94,16 @@ class TaskPlan:
     columns: ColumnPlan
     sink_id: str | None
     stream: bool = False
+    #: With ``path``: where executors reach its broker, resolved on the driver when Spark
+    #: created the writer (:mod:`spark_mq.datasource.executor_endpoint`).
+    executor_endpoint: ExecutorEndpoint | None = None
+
+    def client_endpoint(self) -> dict[str, object]:
+        """The broker settings of an executor's clients (runs on the executor; raises
+        ExecutorEndpointError when the driver's broker cannot be reached)."""
+        if self.executor_endpoint is None:
+            return dict(self.options.endpoint)
+        return self.executor_endpoint.client_properties()
 
 
 @dataclass
@@ -225,7 +236,8 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
     sink_id = plan.sink_id or stream_sink_id(plan.options, context)
     run_id = stream_run_id(context) if plan.stream else None
     query_id = stream_query_id(context) if plan.stream else None
-    props = plan.options.producer_props()
+    endpoint = plan.client_endpoint()
+    props = {**plan.options.producer_settings, **endpoint}
     if not plan.options.exactly_once:
         with Producer(**props) as producer:  # type: ignore[arg-type]
             rows, futures = _send_all(producer, batches, plan.columns)
@@ -250,7 +262,7 @@ def write_task(plan: TaskPlan, batches: Iterator[pa.RecordBatch]) -> SinkCommitM
         producer.begin_transaction()
         prepared = False
         heartbeat = OwnerHeartbeat(
-            plan.options.endpoint,
+            endpoint,
             owner_prefix,
             producer.config.transaction_timeout_ms / 1000 / HEARTBEATS_PER_TIMEOUT,
         )

@@ -26,6 +26,8 @@ from typing import Any, Final
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter
 
+from spark_mq.datasource.connection import PATH_OPTION
+from spark_mq.datasource.executor_endpoint import resolve_executor_endpoint
 from spark_mq.datasource.option_names import MISSPELLING_CUTOFF, closest_name
 from spark_mq.datasource.schema import arrow_schema
 from spark_mq.datasource.worker_gc import freeze_long_lived
@@ -141,7 +143,22 @@ def _plan(
 ) -> TaskPlan:
     columns = check_schema(schema, topic_option=parsed.topic)
     log_ignored_columns(columns.ignored)
-    return TaskPlan(options=parsed, columns=columns, sink_id=sink_id, stream=stream)
+    path = parsed.endpoint.get(PATH_OPTION)
+    executor_endpoint = None
+    if path is not None:
+        # Resolved here, on the driver (Spark creates a stream's writer for every
+        # micro-batch, so a broker restarted meanwhile is found again); write tasks connect
+        # to what it names and never start a broker.
+        executor_endpoint = resolve_executor_endpoint(
+            str(path), parsed.executor_endpoint, parsed.executor_endpoint_host, create=True
+        )
+    return TaskPlan(
+        options=parsed,
+        columns=columns,
+        sink_id=sink_id,
+        stream=stream,
+        executor_endpoint=executor_endpoint,
+    )
 
 
 def batch_writer(options: Mapping[str, str], schema: Any, overwrite: bool) -> MQBatchWriter:

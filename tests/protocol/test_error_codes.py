@@ -38,7 +38,12 @@ SHARED_CODES: dict[int, tuple[type[e.SparkMQError], set[type[e.SparkMQError]]]] 
 
 #: Client-side refinements of a code's class: raised by the clients only (never sent), they
 #: inherit their parent's code and are not second owners of it.
-CLIENT_REFINEMENTS = {e.NoOffsetForPartitionError, e.DeliveryTimeoutError, e.BufferExhaustedError}
+CLIENT_REFINEMENTS = {
+    e.NoOffsetForPartitionError,
+    e.DeliveryTimeoutError,
+    e.BufferExhaustedError,
+    e.ExecutorEndpointError,
+}
 
 #: Kafka's ``retriable`` for the codes a client meets most (its exception classes extend
 #: RetriableException or not).

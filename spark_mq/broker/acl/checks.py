@@ -467,13 +467,16 @@ FILTERS: Final[dict[ApiKey, Filter]] = {
 #: The APIs no principal needs an ACL for: ApiVersions (what a client asks first),
 #: SaslHandshake and SaslAuthenticate (how a client proves who it is) and AuthenticateBroker
 #: (how a broker proves it is one); the inter-broker APIs refuse every connection that is
-#: not a broker's themselves (``handlers.inter_broker``).
+#: not a broker's themselves (``handlers.inter_broker``), and OpenTokenListener every one
+#: that is not the Unix socket's, whose peers the OS proved to be the directory's owner
+#: (``handlers.token_listener``).
 UNCHECKED: Final[frozenset[ApiKey]] = frozenset(
     {
         ApiKey.API_VERSIONS,
         ApiKey.SASL_HANDSHAKE,
         ApiKey.SASL_AUTHENTICATE,
         ApiKey.AUTHENTICATE_BROKER,
+        ApiKey.OPEN_TOKEN_LISTENER,
     }
     | INTER_BROKER_APIS
 )

@@ -73,6 +73,7 @@ from spark_mq.broker.handlers.scram_users import (
     handle_alter_user_scram_credentials,
     handle_describe_user_scram_credentials,
 )
+from spark_mq.broker.handlers.token_listener import handle_open_token_listener
 from spark_mq.broker.handlers.topics import (
     handle_create_partitions,
     handle_create_topics,
@@ -118,6 +119,7 @@ _SERVED: Final[Mapping[ApiKey, Handler]] = {
     ApiKey.DESCRIBE_ACLS: handle_describe_acls,
     ApiKey.CREATE_ACLS: handle_create_acls,
     ApiKey.DELETE_ACLS: handle_delete_acls,
+    ApiKey.OPEN_TOKEN_LISTENER: handle_open_token_listener,
     ApiKey.PRODUCE: handle_produce,
     ApiKey.FETCH: handle_fetch,
     ApiKey.LIST_OFFSETS: handle_list_offsets,

@@ -40,6 +40,17 @@ Mechanisms:
 
 An unknown user and a wrong password get the same answer, so the answer does not tell which
 users exist; the broker's log says which it was.
+
+Tokens (Kafka's delegation tokens, KIP-48): a SCRAM client-first message that carries the
+extension ``tokenauth=true`` (``n,,n=<token id>,r=<nonce>,tokenauth=true``) names a token,
+not a user. Only a session given the embedded broker's token (:class:`TokenCredentials`, on
+its token listener) accepts one: the token id must be that token's and the proof is checked
+against the credential derived from its HMAC; the principal is the token's owner. A token
+session accepts nothing else (no user, no PLAIN), and any other session refuses a token.
+The extension stays in the client-first message that both sides sign (RFC 5802's
+AuthMessage), as Kafka's ScramSaslServer keeps it; ``scramp`` parses single-letter
+attributes only, so it is handed the message without it and then told the bare message
+the client signed.
 """
 
 from __future__ import annotations
@@ -51,6 +62,7 @@ from typing import Final, NoReturn
 
 import scramp
 
+from spark_mq.broker.embedded_token import TOKEN_AUTH_EXTENSION, TokenCredentials
 from spark_mq.broker.sasl.credential_store import CredentialStore
 from spark_mq.errors import AuthenticationError, IllegalSaslStateError
 from spark_mq.principal import KafkaPrincipal
@@ -106,12 +118,19 @@ class SaslServerSession:
         self,
         store: CredentialStore,
         enabled: tuple[str, ...],
+        token: TokenCredentials | None = None,
         *,
         max_reauth_ms: Mapping[str, int] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
-        self.enabled = enabled
+        #: A token listener's session: only this token authenticates (SCRAM, tokenauth).
+        self._token = token
+        # A token proves itself with SCRAM only, whatever sasl.enabled.mechanisms says for
+        # the SASL listeners of users.
+        self.enabled = tuple(SCRAM_HASHES) if token is not None else enabled
+        #: Whether the client named a token (the SCRAM extension tokenauth=true).
+        self.token_auth = False
         #: connections.max.reauth.ms per mechanism (absent or 0: sessions do not expire).
         self._max_reauth_ms = dict(max_reauth_ms or {})
         #: Seconds, the clock :meth:`expired` is asked with.
@@ -245,10 +264,14 @@ class SaslServerSession:
             text = message.decode()
         except UnicodeDecodeError:
             self._refuse("a SCRAM message that is not UTF-8")
+        signed_bare = ""
+        if self._scram is None:
+            text, signed_bare = self._take_extensions(text)
         try:
             if self._scram is None:
                 self._scram = scramp.ScramMechanism(mechanism).make_server(self._lookup)
                 self._scram.set_client_first(text)
+                self._scram.client_first_bare = signed_bare
                 first: str = self._scram.get_server_first()
                 return first.encode()
             self._scram.set_client_final(text)
@@ -263,9 +286,45 @@ class SaslServerSession:
         self._complete()
         return final
 
+    def _take_extensions(self, text: str) -> tuple[str, str]:
+        """The client-first message without its extensions (for scramp), and its bare part
+        as the client signed it. Records tokenauth; refuses a token where none is served,
+        and anything but a token where one is."""
+        head, sep, rest = text.partition(",")
+        authzid, sep2, bare = rest.partition(",")
+        if not sep or not sep2:
+            return text, text
+        kept: list[str] = []
+        for attribute in bare.split(","):
+            name, eq, value = attribute.partition("=")
+            if len(name) > 1 and eq:
+                if name == TOKEN_AUTH_EXTENSION:
+                    self.token_auth = value.lower() == "true"
+                continue  # another extension: ignored, as Kafka ignores unknown ones
+            kept.append(attribute)
+        if self._token is not None and not self.token_auth:
+            self._refuse("this listener accepts only the embedded broker's token (tokenauth)")
+        if self._token is None and self.token_auth:
+            self._refuse("token authentication (tokenauth) is not served on this listener")
+        return f"{head},{authzid},{','.join(kept)}", bare
+
     def _lookup(self, user: str) -> tuple[bytes, bytes, bytes, int]:
         self.user = user
         assert self.mechanism is not None
+        if self._token is not None:
+            token_cred = (
+                self._token.by_mechanism.get(self.mechanism)
+                if user == self._token.token_id
+                else None
+            )
+            if token_cred is None:
+                raise _UnknownUserError(user)
+            return (
+                token_cred.salt,
+                token_cred.stored_key,
+                token_cred.server_key,
+                token_cred.iterations,
+            )
         cred = self._store.get(user, self.mechanism)
         if cred is None:
             raise _UnknownUserError(user)
@@ -293,7 +352,10 @@ class SaslServerSession:
 
     @property
     def principal(self) -> KafkaPrincipal:
+        """``User:<name>``; for a token, its owner (Kafka's token principal)."""
         assert self.complete and self.user is not None
+        if self._token is not None:
+            return KafkaPrincipal.user(self._token.owner)
         return KafkaPrincipal.user(self.user)
 
     def failure_for_client(self, reason: str | None = None) -> AuthenticationError:
@@ -314,6 +376,16 @@ class SaslServerSession:
             if self.reauthenticating
             else ""
         )
+        if self._token is not None:
+            return AuthenticationError(
+                f"SASL {self.mechanism} authentication with token {user!r} failed: this "
+                "listener accepts only its log directory's token (SCRAM with tokenauth=true), "
+                "and this is not it, or the proof is wrong; the connection is closed. The "
+                "token is handed to executors by the Spark driver; a token deleted or "
+                "replaced since (DIR/embedded-token.json) is refused",
+                mechanism=self.mechanism,
+                user=self.user,
+            )
         return AuthenticationError(
             f"SASL {self.mechanism} {what} of user {user!r} failed: unknown user or "
             f"wrong password (or a malformed exchange){removed}; the connection is closed. "

@@ -1,0 +1,89 @@
+"""The embedded broker's token listener (OpenTokenListener, broker/embedded_token.py): opened
+on request over the Unix socket only, kept once open, and open to the directory's token
+alone (SCRAM with tokenauth=true), whose principal is the token's owner."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spark_mq import Admin
+from spark_mq.broker.embedded_token import TOKEN_FILE, EmbeddedToken
+from spark_mq.broker.local import open_token_listener, stop_broker
+from spark_mq.client.sasl import Password
+from spark_mq.errors import AuthenticationError
+from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.error_codes import ErrorCode
+from spark_mq.protocol.token_listener import OpenTokenListenerRequest
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path
+    stop_broker(tmp_path)
+
+
+def _admin(address: BrokerAddress, jaas: Password, mechanism: str = "SCRAM-SHA-512") -> Admin:
+    return Admin(
+        bootstrap_servers=str(address),
+        **{
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism,
+            "sasl.jaas.config": jaas,
+            "default.api.timeout.ms": 5000,
+        },
+    )
+
+
+def test_only_the_directorys_token_opens_the_listener(directory: Path) -> None:
+    unix, tcp, token = open_token_listener(directory, "127.0.0.1")
+    assert unix.unix_path is not None and tcp.host == "127.0.0.1" and tcp.port > 0
+    assert (directory / TOKEN_FILE).stat().st_mode & 0o777 == 0o600
+    assert token.hmac not in repr(token)
+    # Asked again: the same listener and token.
+    assert open_token_listener(directory, "127.0.0.1")[1:] == (tcp, token)
+    assert json.loads((directory / "broker.json").read_text())["token_listeners"] == [str(tcp)]
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        with _admin(tcp, Password(token.jaas_config()), mechanism) as admin:
+            admin.create_topic(f"t-{mechanism[-3:]}", partitions=1)
+    wrong = Password(token.jaas_config().replace(token.hmac, "y" * 43))
+    no_extension = Password(token.jaas_config().replace(' tokenauth="true"', ""))
+    for jaas in (wrong, no_extension):
+        refused = pytest.raises(AuthenticationError, match="accepts only its log directory's token")
+        with refused, _admin(tcp, jaas) as admin:
+            admin.list_topics()
+    with Admin(path=str(directory)) as admin:
+        assert sorted(admin.list_topics()) == ["t-256", "t-512"]
+
+
+def test_the_token_and_its_owner_outlive_a_broker_restart(directory: Path) -> None:
+    _, first, token = open_token_listener(directory, "127.0.0.1")
+    assert first.port > 0
+    stop_broker(directory)
+    _, second, again = open_token_listener(directory, "127.0.0.1")
+    assert again == token
+    with _admin(second, Password(token.jaas_config())) as admin:
+        admin.create_topic("after", partitions=1)
+    log = (directory / "broker.log").read_text()
+    assert f"authenticated as User:{token.owner} with SASL" in log
+    assert EmbeddedToken.read(directory) == token
+
+
+def test_a_tcp_client_cannot_open_a_token_listener(directory: Path) -> None:
+    _, tcp, token = open_token_listener(directory, "127.0.0.1")
+    with _admin(tcp, Password(token.jaas_config())) as admin:
+        # Authenticated with the token, but over TCP: only the Unix socket's peers may ask.
+        response = admin._cluster.request(OpenTokenListenerRequest("0.0.0.0"))
+    assert response.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    assert "Unix socket only" in response.error_message
+    assert json.loads((directory / "broker.json").read_text())["token_listeners"] == [str(tcp)]
+
+
+def test_a_host_the_broker_cannot_bind_is_a_config_error(directory: Path) -> None:
+    from spark_mq.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cannot listen"):
+        open_token_listener(directory, "192.0.2.77")  # TEST-NET-1: not this host's
