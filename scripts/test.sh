@@ -34,9 +34,9 @@ echo "== ruff"
 "$PY" -m ruff format --check .
 echo "== mypy"
 "$PY" -m mypy
-# Two workers (pytest-xdist), each given whole test files so that a module's cluster or
-# Spark session is started once: most slow tests wait on broker, ZooKeeper and Spark
-# processes, so two of them overlap well even on two cores. PYTEST_WORKERS=0 runs in one
-# process; later arguments override these (e.g. `-n 0`).
+# Two workers (pytest-xdist): most slow tests wait on broker, ZooKeeper and Spark processes,
+# so two of them overlap well even on two cores. Each test file goes whole to one worker, and
+# all Spark tests to one (tests/conftest.py). PYTEST_WORKERS=0 runs in one process; later
+# arguments override these (e.g. `-n 0`).
 echo "== pytest"
-"$PY" -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
+"$PY" -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -8,6 +8,12 @@ that used ``tmp_path``, every local broker still serving a directory under it is
 ``small_disk`` is a real small file system for full-disk tests: a 48 MB tmpfs mounted under
 the test's tmp dir (mounting needs root, which CI has; elsewhere those tests are skipped
 and say why), and ``fill_disk`` to leave only so many bytes free on it.
+
+Two pytest-xdist workers run the suite in CI (scripts/test.sh, ``--dist loadgroup``): each
+test file is one group, so a module's cluster or broker is started once, on one worker;
+the Spark tests (``tests/spark``, ``tests/examples``) are one group, so only one worker
+runs a Spark application at a time. Two JVMs with their Python workers on two cores made
+Spark miss its fixed 10 s wait for a Python worker to connect back.
 """
 
 from __future__ import annotations
@@ -24,6 +30,18 @@ from spark_mq.broker.dir_files import ENDPOINT_FILE
 from spark_mq.broker.local import stop_broker
 
 log = logging.getLogger(__name__)
+
+TESTS = Path(__file__).resolve().parent
+#: Test directories whose tests run Spark applications: one xdist group.
+SPARK_DIRS = frozenset({"spark", "examples"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put each test in its xdist group (the module docstring says which)."""
+    for item in items:
+        relative = item.path.resolve().relative_to(TESTS)
+        spark = relative.parts[0] in SPARK_DIRS
+        item.add_marker(pytest.mark.xdist_group("spark" if spark else relative.as_posix()))
 
 
 @pytest.fixture(autouse=True)
