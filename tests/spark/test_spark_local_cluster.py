@@ -50,6 +50,8 @@ MAX_OFFSETS_PER_TRIGGER = 150
 #: on a loaded two-core machine.
 RUN_LIMIT_S = 420
 POLL_S = 0.05
+#: The main class of a Spark executor JVM.
+EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -68,13 +70,36 @@ def _parent(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
+@dataclass(frozen=True)
+class Ancestor:
+    """A process above a broker when the broker was first seen."""
+
+    pid: int
+    #: Whether it is an executor JVM (a Spark executor's main class is in its arguments).
+    executor: bool
+
+
+def _ancestors(pid: int) -> list[Ancestor]:
+    """The processes above ``pid``, its parent first, up to the first that is gone (a
+    spawner that exited leaves its child to init)."""
+    chain = []
+    parent = _parent(pid)
+    while parent is not None and parent > 1:
+        args = _cmdline(parent)
+        if not args:
+            break
+        chain.append(Ancestor(parent, EXECUTOR_MAIN in args))
+        parent = _parent(parent)
+    return chain
+
+
 @dataclass
 class BrokerWatch:
-    """Every broker process whose arguments name ``directory``, by pid, with its parent pid
-    when first seen, polled from a thread until :meth:`stop`."""
+    """Every broker process whose arguments name ``directory``, by pid, with the processes
+    above it when first seen, polled from a thread until :meth:`stop`."""
 
     directory: Path
-    seen: dict[int, int | None] = field(default_factory=dict)
+    seen: dict[int, list[Ancestor]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -90,7 +115,7 @@ class BrokerWatch:
                 continue
             args = _cmdline(int(entry))
             if "spark_mq.broker" in args and self._names_directory(args):
-                self.seen[int(entry)] = _parent(int(entry))
+                self.seen[int(entry)] = _ancestors(int(entry))
 
     def _run(self) -> None:
         while not self._stop.wait(POLL_S):
@@ -116,7 +141,7 @@ class Application:
     results: dict[str, Any]
     driver_pid: int
     mq_dir: Path
-    brokers: dict[int, int | None]
+    brokers: dict[int, list[Ancestor]]
     logged_pids: set[int]
     cluster: LocalCluster | None
 
@@ -244,11 +269,16 @@ def test_embedded_source_and_sink_write_each_record_once(app: Application) -> No
 
 
 def test_executors_never_start_a_broker_of_the_directory(app: Application) -> None:
-    # One broker process served the directory, the one the driver process started.
+    # One broker process served the directory, started on the driver's side: the driver
+    # process is above it, and no executor JVM is (in local-cluster mode the executors are
+    # children of the driver's JVM, which runs the workers).
     assert len(app.brokers) == 1, f"brokers of {app.mq_dir}: {app.brokers}"
-    ((pid, parent),) = app.brokers.items()
-    assert parent == app.driver_pid, (
-        f"broker {pid} of {app.mq_dir} was started by {parent}, not the driver {app.driver_pid}"
+    ((pid, above),) = app.brokers.items()
+    assert app.driver_pid in [a.pid for a in above], (
+        f"broker {pid} of {app.mq_dir} was not started by the driver {app.driver_pid}: {above}"
+    )
+    assert not any(a.executor for a in above), (
+        f"broker {pid} of {app.mq_dir} was started by an executor: {above}"
     )
     # Its log names no other process: a broker that ran between two polls shows there too.
     assert app.logged_pids == {pid}, (
