@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -42,6 +43,25 @@ def test_cases_are_warmed_up_then_timed_in_turn() -> None:
     assert calls == ["a", "b", "a", "b", "a", "b"]
     assert [(c.name, c.rows) for c in cases] == [("a", 5), ("b", 6)]
     assert all(c.seconds > 0 for c in cases)
+
+
+def test_a_run_whose_python_worker_did_not_connect_back_is_run_again() -> None:
+    attempts: list[int] = []
+
+    def flaky() -> tuple[int, int]:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError(f"[STREAM_FAILED] {bench_source.CONNECT_BACK_FAILURE}.")
+        return 7, 0
+
+    seconds, result = bench_source.run_once(bench_source.Plan("a", "q", flaky))
+    assert result == (7, 0) and len(attempts) == 2 and seconds >= 0
+
+    def broken() -> tuple[int, int]:
+        raise RuntimeError("some other failure")
+
+    with pytest.raises(RuntimeError, match="some other failure"):
+        bench_source.run_once(bench_source.Plan("b", "q", broken))
 
 
 def test_cluster_case_is_reported_as_a_ratio_of_the_embedded_broker() -> None:
