@@ -321,7 +321,8 @@ class Run:
             f"**Figures from a loaded machine**: the load average was {max(loads):.1f} on "
             f"{cores} cores during this run (other work shared the machine), so the rates "
             "are low and noisy; the ratios between cases, run in turn in the same run, are "
-            "the figures to read.",
+            "the figures to read, and even they favour a case that runs more processes (a "
+            "cluster's three brokers), which get a larger share of a contended CPU.",
             "",
         ]
 
