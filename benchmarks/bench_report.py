@@ -305,6 +305,27 @@ class Run:
     def end_line(self) -> str:
         return f"\nload average at end: {self.load_end}; total {self.elapsed:.0f} s"
 
+    def loaded_note(self) -> list[str]:
+        """A warning line when the 1-minute load average at the start or end of the run was
+        above the core count (other work shared the machine: absolute rates then say little,
+        ratios between cases run in turn in the same run still do); none otherwise."""
+        cores = os.cpu_count() or 1
+        loads = [
+            float(load.split()[0])
+            for load in (self.load_start, self.load_end)
+            if load and load[0].isdigit()
+        ]
+        if not any(load > cores for load in loads):
+            return []
+        return [
+            f"**Figures from a loaded machine**: the load average was {max(loads):.1f} on "
+            f"{cores} cores during this run (other work shared the machine), so the rates "
+            "are low and noisy; the ratios between cases, run in turn in the same run, are "
+            "the figures to read, and even they favour a case that runs more processes (a "
+            "cluster's three brokers), which get a larger share of a contended CPU.",
+            "",
+        ]
+
 
 def section_header(
     title: str,

@@ -231,6 +231,9 @@ def test_smoke_run_writes_its_section(tmp_path: Path) -> None:
             *("--rows", "20000", "--runs", "2", "--warmup", "1", "--master", "local[2]"),
             *("--out", str(out)),
             *("--small-jobs", "2", "--small-rows", "100"),
+            # A cluster's ZooKeeper and three brokers would add their start-up to this run;
+            # the cluster case's report has a test of its own.
+            "--no-cluster",
         ],
         capture_output=True,
         text=True,
@@ -246,3 +249,17 @@ def test_smoke_run_writes_its_section(tmp_path: Path) -> None:
     assert f"| {bench.BIG_BATCH_CASE} |" in section and "Per record batch" in section
     assert "Small jobs: 2 jobs of 100 rows" in section
     assert "1 untimed warm-up round of every writer" in section
+    assert bench.CLUSTER_CASE not in section
+
+
+def test_cluster_case_is_reported_as_a_ratio_of_the_embedded_broker() -> None:
+    cluster = bench.Case(
+        bench.CLUSTER_CASE, [40.0, 50.0], cpu=[60.0, 70.0], broker_cpu=[24.0, 30.0]
+    )
+    (line,) = bench.cluster_lines([*_cases(20.0), cluster], 1_000_000)
+    # 1M rows in 40 s against 20 s embedded; median runs 45 s against 20 s.
+    assert "wrote 25,000 rows/s, **0.50** of the embedded broker's 50,000" in line
+    assert "0.44 on median runs" in line
+    assert "broker processes used 24.0 CPU s in its best run (the embedded broker 8.0)" in line
+    # A run without the cluster case (--no-cluster) says nothing about it.
+    assert bench.cluster_lines(_cases(20.0), 1_000_000) == []
