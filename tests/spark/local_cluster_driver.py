@@ -142,7 +142,10 @@ def write_batch(spark: Any, options: dict[str, str], rows: int) -> None:
 def run_case(spark: Any, options: dict[str, str], args: argparse.Namespace, name: str) -> dict:
     from spark_mq import Admin
 
-    endpoint = {k.replace(".", "_"): v for k, v in options.items()}
+    # Where the driver's own clients connect (the executor.* options are Spark's only).
+    endpoint = {
+        k.replace(".", "_"): v for k, v in options.items() if not k.startswith("executor.")
+    }
     replication_factor = 1 if "path" in options else args.replication_factor
     checkpoint = args.work / f"checkpoint-{name}"
     seconds = {}
@@ -203,7 +206,10 @@ def main() -> int:
     results["start_s"] = round(time.monotonic() - began, 1)
     print(f"Spark and executors {results['executor_jvms']} took {results['start_s']} s", flush=True)
     if args.path:
-        results["embedded"] = run_case(spark, {"path": args.path}, args, "embedded")
+        # Executors told to reach the driver's broker as from another host: its token
+        # listener over TCP, with the directory's token (docs/spark_source.md).
+        embedded = {"path": args.path, "executor.endpoint": "tcp"}
+        results["embedded"] = run_case(spark, embedded, args, "embedded")
     if args.cluster_file:
         servers = wait_for_file(args.cluster_file)
         if servers:  # empty: the test could not start a cluster

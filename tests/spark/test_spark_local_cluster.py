@@ -9,6 +9,10 @@ log directory (``path``), then on a 3-broker cluster (``bootstrap.servers``, rep
 factor 3, ``min.insync.replicas`` 2), which this module starts while the application starts.
 Each endpoint's outputs, read back read_committed, hold every record exactly once.
 
+The embedded case runs with ``executor.endpoint=tcp``: executors reach the driver's broker as
+from another host, through its token listener (SCRAM with the directory's token), which the
+broker's log shows them logging in to.
+
 On the embedded endpoint, exactly one broker process serves the directory during the whole
 application, the one its driver started: executors use the driver's broker and never start
 their own (on another host that would split the data silently). The check watches
@@ -266,6 +270,17 @@ def test_application_ran_on_two_executors(app: Application) -> None:
 
 def test_embedded_source_and_sink_write_each_record_once(app: Application) -> None:
     _check_exactly_once(app, "embedded", {"path": str(app.mq_dir)})
+
+
+def test_executors_reach_the_embedded_broker_with_its_token(app: Application) -> None:
+    logins = [
+        line
+        for path in sorted(app.mq_dir.glob("broker.log*"))
+        for line in path.read_text().splitlines()
+        if "authenticated as User:" in line and "SASL SCRAM" in line
+    ]
+    # At least one connection per executor JVM (their producers and consumers).
+    assert len(logins) >= 2, f"token logins in the broker log of {app.mq_dir}: {logins}"
 
 
 def test_executors_never_start_a_broker_of_the_directory(app: Application) -> None:
