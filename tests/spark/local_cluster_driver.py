@@ -143,9 +143,7 @@ def run_case(spark: Any, options: dict[str, str], args: argparse.Namespace, name
     from spark_mq import Admin
 
     # Where the driver's own clients connect (the executor.* options are Spark's only).
-    endpoint = {
-        k.replace(".", "_"): v for k, v in options.items() if not k.startswith("executor.")
-    }
+    endpoint = {k.replace(".", "_"): v for k, v in options.items() if not k.startswith("executor.")}
     replication_factor = 1 if "path" in options else args.replication_factor
     checkpoint = args.work / f"checkpoint-{name}"
     seconds = {}
