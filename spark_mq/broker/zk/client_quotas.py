@@ -29,15 +29,16 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError
 
 from spark_mq.broker.quotas.entity import QuotaEntity
 from spark_mq.broker.quotas.store import QuotaStore, QuotasUpdate, decode_values, encode_values
-from spark_mq.errors import ClusterError, CorruptZnodeError
+from spark_mq.errors import CorruptZnodeError
 from spark_mq.protocol.quotas import QUOTA_KEYS
 
 from . import znodes
 from .client import ZkClient, translate_errors
+from .entity_configs import alter_entity_config, decode_config, encode_config
 
 log = logging.getLogger(__name__)
 
@@ -45,23 +46,11 @@ log = logging.getLogger(__name__)
 CONFIG_CLIENTS: Final = "/config/clients"
 #: Kafka's entity type of client-id configs, in notifications.
 CLIENT_ENTITY: Final = "clients"
-MAX_WRITE_ATTEMPTS: Final = 10
-_EMPTY: Final = json.dumps({"version": 1, "config": {}}, separators=(",", ":")).encode()
+_EMPTY: Final = encode_config({})
 
 
 def entity_znode(entity: QuotaEntity) -> str:
     return f"{znodes.CONFIG}/{entity.path}"
-
-
-def _config(path: str, data: bytes | None) -> dict[str, Any]:
-    try:
-        obj = json.loads((data or b"").decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptZnodeError(f"znode {path} does not hold JSON ({exc})", path=path) from exc
-    config = obj.get("config") if isinstance(obj, dict) else None
-    if not isinstance(config, dict):
-        raise CorruptZnodeError(f"znode {path}: field 'config' must be an object", path=path)
-    return config
 
 
 def read_entity(zk: ZkClient, entity: QuotaEntity) -> dict[str, float]:
@@ -71,7 +60,7 @@ def read_entity(zk: ZkClient, entity: QuotaEntity) -> dict[str, float]:
     if found is None or not found[0]:
         return {}
     try:
-        return decode_values(path, _config(path, found[0]))
+        return decode_values(path, decode_config(path, found[0]))
     except ValueError as exc:
         raise CorruptZnodeError(f"znode {path}: {exc}", path=path) from exc
 
@@ -106,44 +95,30 @@ class ZkQuotaBackend:
 
     def alter_entity(self, entity: QuotaEntity, update: QuotasUpdate) -> dict[str, float]:
         path = entity_znode(entity)
-        notification = json.dumps(
-            {"version": 2, "entity_path": entity.path}, separators=(",", ":")
-        ).encode()
-        what = f"writing the quotas of {entity}"
-        for _attempt in range(MAX_WRITE_ATTEMPTS):
-            self._make_parents(entity)
-            found = self._zk.get(path)
-            config: dict[str, Any] = {}
-            if found is not None and found[0]:
-                config = _config(path, found[0])
+        written: dict[str, float] = {}
+
+        def change(current: dict[str, Any] | None) -> dict[str, Any]:
+            config = current or {}
             try:
-                current = decode_values(path, config)
+                values = decode_values(path, config)
             except ValueError:
-                current = {}  # a value no broker could read: the alteration replaces it
-            new = update(current)
-            config = {k: v for k, v in config.items() if k not in QUOTA_KEYS}
-            config.update(encode_values(new))
-            data = json.dumps({"version": 1, "config": config}, separators=(",", ":")).encode()
-            with translate_errors(what):
-                txn = self._zk.kazoo.transaction()
-                if found is None:
-                    txn.create(path, data)
-                else:
-                    txn.set_data(path, data, found[1].version)
-                txn.create(
-                    znodes.config_change_path(znodes.CONFIG_CHANGE_PREFIX),
-                    notification,
-                    sequence=True,
-                )
-                results = txn.commit()
-            failures = [r for r in results if isinstance(r, Exception)]
-            if not failures:
-                return new
-            if not any(
-                isinstance(r, BadVersionError | NodeExistsError | NoNodeError) for r in failures
-            ):
-                raise ClusterError(f"{what} failed in ZooKeeper: {failures}")
-        raise ClusterError(f"{what}: {MAX_WRITE_ATTEMPTS} attempts lost a race with other writers")
+                values = {}  # a value no broker could read: the alteration replaces it
+            new = update(values)
+            written.clear()
+            written.update(new)
+            # The entity's other keys (a user's SCRAM credentials) stay as they are.
+            kept = {k: v for k, v in config.items() if k not in QUOTA_KEYS}
+            return {**kept, **encode_values(new)}
+
+        self._make_parents(entity)
+        alter_entity_config(
+            self._zk,
+            path,
+            json.dumps({"version": 2, "entity_path": entity.path}, separators=(",", ":")).encode(),
+            change,
+            f"writing the quotas of {entity}",
+        )
+        return written
 
     def _make_parents(self, entity: QuotaEntity) -> None:
         """The znodes above the entity's (an empty config for a user's)."""

@@ -23,13 +23,10 @@ ZooKeeper.
 
 from __future__ import annotations
 
-import json
 import logging
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any, Final
-
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from typing import Any
 
 from spark_mq.broker.sasl.credential_store import (
     CredentialStore,
@@ -37,30 +34,18 @@ from spark_mq.broker.sasl.credential_store import (
     decode_user_config,
     encode_user_config,
 )
-from spark_mq.errors import ClusterError, ConfigError, CorruptZnodeError
+from spark_mq.errors import ConfigError, CorruptZnodeError
 from spark_mq.scram import ScramCredential
 
 from . import znodes
-from .client import ZkClient, translate_errors
+from .client import ZkClient
+from .entity_configs import alter_entity_config, decode_config
 
 log = logging.getLogger(__name__)
-
-MAX_WRITE_ATTEMPTS: Final = 10
 
 
 def user_znode(user: str) -> str:
     return f"{znodes.CONFIG_USERS}/{urllib.parse.quote(user, safe='')}"
-
-
-def _decode(path: str, data: bytes | None) -> dict[str, Any]:
-    try:
-        obj = json.loads((data or b"").decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptZnodeError(f"znode {path} does not hold JSON ({exc})", path=path) from exc
-    config = obj.get("config") if isinstance(obj, dict) else None
-    if not isinstance(config, dict):
-        raise CorruptZnodeError(f"znode {path}: field 'config' must be an object", path=path)
-    return config
 
 
 def read_user(zk: ZkClient, user: str) -> dict[str, ScramCredential]:
@@ -70,7 +55,7 @@ def read_user(zk: ZkClient, user: str) -> dict[str, ScramCredential]:
     if found is None:
         return {}
     try:
-        return decode_user_config(user, _decode(path, found[0]))
+        return decode_user_config(user, decode_config(path, found[0]))
     except ConfigError as exc:
         raise CorruptZnodeError(f"znode {path}: {exc}", path=path) from exc
 
@@ -95,38 +80,19 @@ class ZkCredentialBackend:
         return out
 
     def write_user(self, user: str, credentials: UserCredentials) -> None:
-        path = user_znode(user)
-        notification = znodes.ConfigChangeNotification(znodes.USER_ENTITY, user).encode()
-        what = f"writing the SCRAM credentials of user {user!r}"
-        for _attempt in range(MAX_WRITE_ATTEMPTS):
-            found = self._zk.get(path)
-            config: dict[str, Any] = {}
-            if found is not None:
-                config = {
-                    k: v for k, v in _decode(path, found[0]).items() if not k.startswith("SCRAM-")
-                }
+        def change(current: dict[str, Any] | None) -> dict[str, Any]:
+            # The user's other keys (its quotas) stay as they are.
+            config = {k: v for k, v in (current or {}).items() if not k.startswith("SCRAM-")}
             config.update(encode_user_config(credentials))
-            data = json.dumps({"version": 1, "config": config}, separators=(",", ":")).encode()
-            with translate_errors(what):
-                txn = self._zk.kazoo.transaction()
-                if found is None:
-                    txn.create(path, data)
-                else:
-                    txn.set_data(path, data, found[1].version)
-                txn.create(
-                    znodes.config_change_path(znodes.CONFIG_CHANGE_PREFIX),
-                    notification,
-                    sequence=True,
-                )
-                results = txn.commit()
-            failures = [r for r in results if isinstance(r, Exception)]
-            if not failures:
-                return
-            if not any(
-                isinstance(r, BadVersionError | NodeExistsError | NoNodeError) for r in failures
-            ):
-                raise ClusterError(f"{what} failed in ZooKeeper: {failures}")
-        raise ClusterError(f"{what}: {MAX_WRITE_ATTEMPTS} attempts lost a race with other writers")
+            return config
+
+        alter_entity_config(
+            self._zk,
+            user_znode(user),
+            znodes.ConfigChangeNotification(znodes.USER_ENTITY, user).encode(),
+            change,
+            f"writing the SCRAM credentials of user {user!r}",
+        )
 
 
 class UserCredentialSync:
