@@ -39,4 +39,4 @@ echo "== mypy"
 # all Spark tests to one (tests/conftest.py). PYTEST_WORKERS=0 runs in one process; later
 # arguments override these (e.g. `-n 0`).
 echo "== pytest"
-"$PY" -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"
+"$PY" -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"

@@ -9,10 +9,11 @@ that used ``tmp_path``, every local broker still serving a directory under it is
 the test's tmp dir (mounting needs root, which CI has; elsewhere those tests are skipped
 and say why), and ``fill_disk`` to leave only so many bytes free on it.
 
-Two pytest-xdist workers run the suite in CI (scripts/test.sh, ``--dist loadgroup``): each
-test file is one group, so a module's cluster or broker is started once, on one worker;
-the Spark tests (``tests/spark``, ``tests/examples``) are one group, so only one worker
-runs a Spark application at a time. Two JVMs with their Python workers on two cores made
+Two pytest-xdist workers run the suite in CI (scripts/test.sh, ``--dist loadfile``): each
+test file goes whole to one worker, so a module's cluster or broker is started once; the
+Spark tests (``tests/spark``, ``tests/examples``) go together to one worker
+(:func:`pytest_xdist_make_scheduler`), so only one worker runs a Spark application at a
+time. Two JVMs with their Python workers on two cores made
 Spark miss its fixed 10 s wait for a Python worker to connect back.
 """
 
@@ -23,6 +24,7 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,12 +38,27 @@ TESTS = Path(__file__).resolve().parent
 SPARK_DIRS = frozenset({"spark", "examples"})
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put each test in its xdist group (the module docstring says which)."""
-    for item in items:
-        relative = item.path.resolve().relative_to(TESTS)
-        spark = relative.parts[0] in SPARK_DIRS
-        item.add_marker(pytest.mark.xdist_group("spark" if spark else relative.as_posix()))
+def _work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: its file, or ``spark`` for every Spark test."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    return "spark" if len(parts) > 2 and parts[1] in SPARK_DIRS else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` with the Spark tests as one unit (the module docstring says why).
+    pytest-xdist's own ``loadgroup`` would do it with marks, but it does not see marks
+    added by a hook under pytest 9 (it renames test ids), so the scheduler splits here."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FilesWithSparkTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
+    return FilesWithSparkTogether(config, log)
 
 
 @pytest.fixture(autouse=True)
