@@ -22,9 +22,9 @@ replaced atomically, removed first thing on shutdown)::
      "host": "127.0.0.1", "port": 40123, "started_ms": 1732190000000,
      "token_listeners": ["10.0.0.5:41234"]}
 
-``token_listeners`` (absent when none) are the TCP listeners opened for Spark executors,
-where only the directory's token authenticates (``broker/embedded_token.py``); the file
-is rewritten when one opens.
+``token_listeners`` (empty when none; absent from older files) are the TCP listeners opened
+for Spark executors, where only the directory's token authenticates
+(``broker/embedded_token.py``); the file is rewritten when one opens.
 
 ``unix_path`` or ``host``/``port`` may be null when that listener is not configured. The
 file may be stale (a killed broker cannot remove it): readers check the pid and connect to

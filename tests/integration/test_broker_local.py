@@ -256,6 +256,9 @@ def test_broker_json_is_valid_json_with_the_documented_fields(local_dir):
         "port",
         "started_ms",
         "metrics_port",
+        "token_listeners",
     }
-    # An embedded broker serves no metrics unless metrics.port asks it to.
+    # An embedded broker serves no metrics unless metrics.port asks it to, and opens no
+    # listener for Spark executors until a query asks for one.
     assert data["metrics_port"] is None
+    assert data["token_listeners"] == []

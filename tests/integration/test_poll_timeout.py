@@ -100,6 +100,21 @@ MEMBER = textwrap.dedent(
 )
 
 
+ALL_PARTITIONS = {"0", "1", "2", "3"}
+
+
+def _owned_last(members: dict[str, tuple[Any, Path]], killed: list[str]) -> set[str]:
+    """The partitions the live members' latest polls own (from their logs)."""
+    owned: set[str] = set()
+    for name, (_, log) in members.items():
+        if name in killed or not log.exists():
+            continue
+        lines = [line for line in log.read_text().split("\n") if line.count(" ") >= 2]
+        if lines:
+            owned.update(lines[-1].split(" ", 2)[2].strip("[]").split())
+    return owned
+
+
 @pytest.mark.slow
 def test_members_killed_during_rebalances_leave_the_others_polls_on_time(
     mq: Path, tmp_path: Path, subprocess_env: dict[str, str]
@@ -132,6 +147,11 @@ def test_members_killed_during_rebalances_leave_the_others_polls_on_time(
             killed.append(victim)
             print(f"round {round_}: {newcomer} joined, {victim} killed")
             time.sleep(8)  # past the killed member's session: the group settles
+        # On a loaded machine the last rebalance may take longer: give the survivors until
+        # their latest polls own every partition (the assertions below check the rest).
+        deadline = time.monotonic() + 30
+        while _owned_last(members, killed) != ALL_PARTITIONS and time.monotonic() < deadline:
+            time.sleep(0.5)
     finally:
         for proc, _ in members.values():
             if proc.poll() is None:
@@ -153,4 +173,4 @@ def test_members_killed_during_rebalances_leave_the_others_polls_on_time(
         assert not slow, f"{name}: polls of {slow} s with timeout_ms={TIMEOUT_MS} (seed {seed})"
         owned_at_end.update(polls[-1][2].strip("[]").split())
     # The killed members' partitions moved to the others.
-    assert owned_at_end == {"0", "1", "2", "3"}, f"owned at the end: {owned_at_end} (seed {seed})"
+    assert owned_at_end == ALL_PARTITIONS, f"owned at the end: {owned_at_end} (seed {seed})"
