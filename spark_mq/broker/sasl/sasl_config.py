@@ -41,41 +41,39 @@ _JAAS_SUFFIX: Final = ".sasl.jaas.config"
 _REAUTH_SUFFIX: Final = ".connections.max.reauth.ms"
 
 
-def split_listener_jaas_key(key: str) -> tuple[str, str] | None:
-    """``listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config`` -> ("SASL_SSL",
-    "SCRAM-SHA-512"); None for any other key. An unknown mechanism is a ConfigError."""
+def _split_listener_mechanism_key(key: str, suffix: str) -> tuple[str, str] | None:
+    """``listener.name.<listener>.<mechanism><suffix>`` -> (LISTENER, MECHANISM), upper
+    case; None for a key of another shape. An unknown mechanism is a ConfigError."""
     lower = key.lower()
-    if not lower.startswith(_LISTENER_PREFIX) or not lower.endswith(_JAAS_SUFFIX):
+    if not lower.startswith(_LISTENER_PREFIX) or not lower.endswith(suffix):
         return None
-    middle = key[len(_LISTENER_PREFIX) : -len(_JAAS_SUFFIX)]
+    middle = key[len(_LISTENER_PREFIX) : -len(suffix)]
     listener, dot, mechanism = middle.partition(".")
     if not dot or not listener or mechanism.upper() not in MECHANISMS:
         raise ConfigError(
-            f"{key}: write listener.name.<listener>.<mechanism>.sasl.jaas.config with a "
+            f"{key}: write listener.name.<listener>.<mechanism>{suffix} with a "
             f"mechanism among {', '.join(m.lower() for m in MECHANISMS)}",
             key=key,
         )
     return listener.upper(), mechanism.upper()
 
 
+def split_listener_jaas_key(key: str) -> tuple[str, str] | None:
+    """``listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config`` -> ("SASL_SSL",
+    "SCRAM-SHA-512"); None for any other key. An unknown mechanism is a ConfigError."""
+    return _split_listener_mechanism_key(key, _JAAS_SUFFIX)
+
+
 def split_listener_reauth_key(key: str, value: object) -> tuple[tuple[str, str], int] | None:
     """``listener.name.sasl_ssl.scram-sha-512.connections.max.reauth.ms`` (Kafka's
     per-listener, per-mechanism form) -> (("SASL_SSL", "SCRAM-SHA-512"), milliseconds); None
     for any other key. A bad mechanism or value is a ConfigError naming the key."""
-    lower = key.lower()
-    if not lower.startswith(_LISTENER_PREFIX) or not lower.endswith(_REAUTH_SUFFIX):
+    split = _split_listener_mechanism_key(key, _REAUTH_SUFFIX)
+    if split is None:
         return None
-    middle = key[len(_LISTENER_PREFIX) : -len(_REAUTH_SUFFIX)]
-    listener, dot, mechanism = middle.partition(".")
-    if not dot or not listener or mechanism.upper() not in MECHANISMS:
-        raise ConfigError(
-            f"{key}: write listener.name.<listener>.<mechanism>.connections.max.reauth.ms "
-            f"with a mechanism among {', '.join(m.lower() for m in MECHANISMS)}",
-            key=key,
-        )
     milliseconds = parse_int(key, value)
     between(0, 2**63 - 1)(key, milliseconds)
-    return (listener.upper(), mechanism.upper()), milliseconds
+    return split, milliseconds
 
 
 def _check_mechanism(key: str, value: Any) -> None:
