@@ -17,6 +17,8 @@ What is measured, with 10-byte values (no key, no headers, codec none):
 - ``encode``: the producer's encoding of a batch of n records from its lists
   (``ProducerBatch.encode``'s two paths, called directly), varint and Arrow, for the
   threshold ``VARINT_MAX_RECORDS``.
+- ``validate`` / ``decode`` of one batch of n records: the broker's body check of a produced
+  batch and the consumer's decode, for both bodies (the rest of the threshold's cost).
 - ``decode``: ``decode_records`` over ~1 MiB of one-record batches (a fetch): varint bodies
   with the C scan and with its Python fallback, and Arrow bodies; the ceiling is the same
   records in one Arrow batch.
@@ -56,6 +58,8 @@ import pyarrow as pa
 # importable from the repository when it is not installed.
 from bench_report import Run, Section, base_parser, common_facts, loadavg
 
+from spark_mq.storage.varint_records import VARINT_MAX_RECORDS
+
 SECTION = Section(
     name="small-batches",
     title="Small batches",
@@ -68,7 +72,7 @@ BULK_BATCH_RECORDS = 10_000
 GOAL_BATCH_BYTES = 128
 GOAL_READ_RPS = 1_000_000
 GOAL_P99_MS = 5.0
-ENCODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+ENCODE_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 _SPAWN = mp.get_context("spawn")
 
@@ -156,6 +160,31 @@ def run_encode(report: Report, seconds: float) -> None:
 
         report.add("encode", f"{n} records, varint", _per_call_us(varint, seconds), "us/batch")
         report.add("encode", f"{n} records, Arrow", _per_call_us(arrow, seconds), "us/batch")
+
+
+def run_batch_checks(report: Report, seconds: float) -> None:
+    """What one batch of n records costs after the producer: the broker's body check of
+    every produced batch (``validate_batch_body``) and the consumer's decode
+    (``decode_records``), for each body."""
+    from spark_mq.storage.batch_decoder import decode_records, validate_batch, validate_batch_body
+    from spark_mq.storage.record_batch import encode_batch
+
+    for n in ENCODE_COUNTS:
+        values = pa.array([_value(i) for i in range(n)])
+        for encoding, label in (("varint", "varint"), ("arrow", "Arrow")):
+            batch = bytes(encode_batch(values, body_encoding=encoding))  # type: ignore[arg-type]
+            header = validate_batch(batch, 0)
+
+            def check(batch: bytes = batch, header: Any = header) -> object:
+                validate_batch_body(batch, 0, header)
+                return None
+
+            def decode(batch: bytes = batch) -> object:
+                return decode_records(batch)
+
+            variant = f"{n} records, {label}"
+            report.add("validate", variant, _per_call_us(check, seconds), "us/batch")
+            report.add("decode", variant, _per_call_us(decode, seconds), "us/batch")
 
 
 def _one_record_batches(count: int, encoding: str, start: int = 0) -> bytes:
@@ -364,9 +393,12 @@ def render_markdown(report: Report, args: argparse.Namespace, run: Run) -> str:
         "- `bytes`: one record alone in a batch; the ceiling is Kafka's record batch v2.",
         "- `encode`: a producer batch of n records encoded from its lists (varint: "
         "`encode_varint_batch_parts`; Arrow: `encode_batch_parts`); the threshold "
-        "`VARINT_MAX_RECORDS` (16) comes from these rows.",
-        "- `decode`: `decode_records` over ~1 MiB of one-record batches; the ceiling is the "
-        "same records in one Arrow batch.",
+        f"`VARINT_MAX_RECORDS` ({VARINT_MAX_RECORDS}) comes from these rows and the next two.",
+        "- `validate` / `decode` (n records): one batch of n records through the broker's body "
+        "check of a produced batch (`validate_batch_body`) and the consumer's "
+        "`decode_records`, per body.",
+        "- `decode` (~1 MiB): `decode_records` over ~1 MiB of one-record batches; the ceiling "
+        "is the same records in one Arrow batch.",
         f"- `poll_batch()` / `Spark source`: {args.records:,} one-record batches in one "
         "partition, read whole through the local broker, best of the runs; the ceiling is the "
         f"same records in batches of {BULK_BATCH_RECORDS:,}.",
@@ -410,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
         run_bytes(report)
         step("encode")
         run_encode(report, 0.05 if args.quick else 0.3)
+        step("validate and decode per batch")
+        run_batch_checks(report, 0.05 if args.quick else 0.3)
         step("decode")
         run_decode(report, args.runs)
         step(f"writing {args.records:,} records twice (untimed)")

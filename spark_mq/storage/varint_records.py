@@ -50,13 +50,17 @@ ATTR_VARINT_BODY: Final = 0x40
 #: Record attribute bit 0: the record's header list is null.
 RECORD_NULL_HEADERS: Final = 0x01
 #: The producers' choice: batches of at most this many records get a varint body. Measured
-#: in benchmarks/bench_small_batches.py ("encode"): a varint body is smaller at every count,
-#: and from the accumulator's lists it is cheaper to encode than an Arrow body up to several
-#: tens of records (Arrow's cost is mostly fixed, ~100 us a batch; varint's ~1 us a record).
-#: 16 keeps well below that crossing, so every batch that bulk producers build (hundreds of
+#: in benchmarks/bench_small_batches.py ("encode", "validate", "decode"): a varint body is
+#: smaller at every count; from the accumulator's lists it is cheaper to encode than an Arrow
+#: body up to about a hundred records (Arrow's cost is mostly fixed, ~100 us a batch; varint's
+#: ~1 us a record); and the broker's body check of every produced batch and the consumer's
+#: decode cost a small Arrow body 100-200 us each, a varint body a few us. A low-latency
+#: producer (linger.ms=0) that falls behind builds batches of tens of records: with Arrow
+#: bodies those cost the broker and the consumer the most exactly when they are already late.
+#: 64 stays below the encode crossing, so every batch that bulk producers build (hundreds of
 #: records) keeps its columnar body and its speed, and the pure-Python fallback decoder
 #: (when the C extension is not built) only ever meets small batches.
-VARINT_MAX_RECORDS: Final = 16
+VARINT_MAX_RECORDS: Final = 64
 #: The fewest bytes a record takes (every field one byte, no key, value or headers bytes).
 MIN_RECORD_BYTES: Final = 7
 

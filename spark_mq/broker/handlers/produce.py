@@ -233,24 +233,48 @@ def _coordinated_here(core: BrokerCore, transactional_id: str) -> bool:
 
 async def _wait_for_replication(core: BrokerCore, jobs: list[_Job], timeout_s: float) -> None:
     """acks=all: wait until every in-sync replica has each appended job's records (the
-    high watermark passed them), then check ``min.insync.replicas`` again."""
-    appended = [job for job in jobs if job.appended is not None and job.error is None]
+    high watermark passed them), then check ``min.insync.replicas`` again.
+
+    A job whose records are already below the high watermark (one node, or an ISR of the
+    leader alone) is checked at once, without a task: most requests then answer in the
+    same turn of the event loop as their append. Only jobs that must wait are awaited,
+    together."""
+    waiting: list[_Job] = []
+    for job in jobs:
+        part = job.appended
+        if part is None or job.error is not None:
+            continue
+        if part.high_watermark < job.end_offset:
+            waiting.append(job)
+        else:
+            _check_replicas_after_append(job, part)
 
     async def wait(job: _Job) -> None:
         part = job.appended
         assert part is not None
-        where = f"produce to {job.topic}-{job.partition}"
         try:
-            if part.high_watermark < job.end_offset:
-                await core.replicas.purgatory.wait(
-                    (job.topic, job.partition), job.end_offset, timeout_s
-                )
-            part.check_enough_replicas(after_append=True)
+            await core.replicas.purgatory.wait(
+                (job.topic, job.partition), job.end_offset, timeout_s
+            )
         except TYPED_ERRORS as exc:
-            job.error = error_of(exc, where)
+            job.error = error_of(exc, f"produce to {job.topic}-{job.partition}")
             job.result = None
+            return
+        _check_replicas_after_append(job, part)
 
-    await asyncio.gather(*(wait(job) for job in appended))
+    if len(waiting) == 1:
+        await wait(waiting[0])
+    elif waiting:
+        await asyncio.gather(*(wait(job) for job in waiting))
+
+
+def _check_replicas_after_append(job: _Job, part: Partition) -> None:
+    """NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas."""
+    try:
+        part.check_enough_replicas(after_append=True)
+    except TYPED_ERRORS as exc:
+        job.error = error_of(exc, f"produce to {job.topic}-{job.partition}")
+        job.result = None
 
 
 def _refuse_internal(jobs: list[_Job]) -> None:
