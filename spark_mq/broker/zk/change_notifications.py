@@ -35,8 +35,10 @@ one :class:`NotificationHandler`, which knows what the notifications mean:
 
 Session states (:class:`~spark_mq.broker.zk.client.SessionEvent`): SUSPENDED and
 RECONNECTED keep the session, and kazoo keeps the watches; a pass that runs while suspended
-fails and is run again as above. EXPIRED then NEW_SESSION may have lost notifications: the
-next pass is a full one.
+fails and is run again as above. EXPIRED then NEW_SESSION may have lost notifications: a
+full pass runs at once, as Kafka's listener processes every notification after a new
+session. It lists the change paths itself, because kazoo's re-armed watches report only the
+changes made after they are set again.
 """
 
 from __future__ import annotations
@@ -129,6 +131,8 @@ class ChangeNotificationFollower:
         self._reported: set[ChangeSequence] = set()
         #: Whether the next pass applies every entity (start-up, new session).
         self._full_pass = True
+        #: Whether the next pass lists every change path itself (new session).
+        self._relist = False
         self._scheduled = False
         self._closed = False
         #: Per change path, the number of the newest notification applied (-1: none yet).
@@ -159,6 +163,8 @@ class ChangeNotificationFollower:
         if event is SessionEvent.NEW_SESSION:
             with self._lock:
                 self._full_pass = True
+                self._relist = True
+                self._schedule()
 
     def _on_children(self, sequence: ChangeSequence, children: list[str]) -> None:
         with self._lock:
@@ -166,26 +172,35 @@ class ChangeNotificationFollower:
                 return
             self._pending[sequence] = children
             self._reported.add(sequence)
-            # The first pass waits for every watch's first report, so that the start-up
-            # full pass covers every path (else a path reported late would have its old
-            # notifications read one by one as if new).
-            if not self._scheduled and len(self._reported) == len(self._sequences):
-                # Under the lock, so that close() never shuts the executor before this.
-                self._scheduled = True
-                self._executor.submit(self._drain)
+            self._schedule()
+
+    def _schedule(self) -> None:
+        """Start a drain unless one is under way; under the lock, so that close() never
+        shuts the executor before this. The first pass waits for every watch's first
+        report, so that the start-up full pass covers every path (else a path reported late
+        would have its old notifications read one by one as if new)."""
+        if self._closed or self._scheduled or len(self._reported) < len(self._sequences):
+            return
+        self._scheduled = True
+        self._executor.submit(self._drain)
 
     # -- on the follower's own thread -------------------------------------------------------------
 
     def _drain(self) -> None:
         while True:
             with self._lock:
-                pending, full = self._pending, self._full_pass
-                if not pending or self._closed:
+                pending, full, relist = self._pending, self._full_pass, self._relist
+                if (not pending and not relist) or self._closed:
                     self._scheduled = False
                     return
                 self._pending = {}
-                self._full_pass = False
+                self._full_pass = self._relist = False
             try:
+                if relist:
+                    pending = {
+                        s: pending[s] if s in pending else self._zk.children(s.path)
+                        for s in self._sequences
+                    }
                 self._pass(pending, full=full)
             except Exception:
                 log.exception("applying %s failed; tried again at the next change", self._name)
@@ -197,6 +212,7 @@ class ChangeNotificationFollower:
                     arrived = bool(self._pending)
                     self._pending = {**pending, **self._pending}
                     self._full_pass = self._full_pass or full
+                    self._relist = self._relist or relist
                     if not arrived:
                         self._scheduled = False
                         return
