@@ -27,18 +27,14 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
-import statistics
-import tempfile
-import time
-from collections.abc import Callable
 from typing import Any
 
-from spark_mq import Producer
+from request_timing import BrokerCase, median_per_call_ns, produce_round_trips_us
+
 from spark_mq.broker.acl.authorizer import AclAuthorizer
 from spark_mq.broker.acl.checks import FILTERS, Subject
 from spark_mq.broker.acl.config import AuthorizerConfig
 from spark_mq.broker.context import Response
-from spark_mq.broker.local import broker_status, ensure_broker, stop_broker
 from spark_mq.client.acl_admin import (
     AccessControlEntry,
     AclBinding,
@@ -48,7 +44,6 @@ from spark_mq.client.acl_admin import (
     ResourcePattern,
     ResourceType,
 )
-from spark_mq.client.admin import Admin
 from spark_mq.protocol.api import ApiKey
 from spark_mq.protocol.fetch import FetchPartition, FetchRequest, FetchTopic
 from spark_mq.protocol.produce import (
@@ -78,13 +73,6 @@ def _acls(count: int) -> list[AclBinding]:
         )
     )
     return out
-
-
-def _per_call_ns(fn: Callable[[], object], calls: int) -> float:
-    started = time.perf_counter_ns()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter_ns() - started) / calls
 
 
 def _drive(coro: Any) -> None:
@@ -133,52 +121,23 @@ def bench_checks(runs: int, calls: int) -> list[tuple[str, int, float, float]]:
                 auth._snapshot.cache.clear()  # what an ACL change does
                 _drive(checked(sub, handler, None, request, records))
 
-            base = statistics.median(_per_call_ns(bare, calls) for _ in range(runs))
-            warm = statistics.median(_per_call_ns(warm_call, calls) for _ in range(runs))
-            cold_ns = statistics.median(
-                _per_call_ns(cold, max(calls // 100, 100)) for _ in range(runs)
-            )
+            base = median_per_call_ns(bare, calls, runs)
+            warm = median_per_call_ns(warm_call, calls, runs)
+            cold_ns = median_per_call_ns(cold, max(calls // 100, 100), runs)
             rows.append((key.name, count, warm - base, cold_ns - base))
     return rows
 
 
-def _round_trips(bootstrap: str, requests: int) -> float:
-    with Producer(bootstrap_servers=bootstrap, linger_ms=0, acks=1) as producer:
-        producer.send("events", b"warm-up").get(10)
-        started = time.perf_counter()
-        for _ in range(requests):
-            producer.send("events", b"0123456789").get(10)
-        return (time.perf_counter() - started) / requests * 1e6
-
-
 def bench_produce(runs: int, requests: int) -> dict[str, float]:
-    out = {}
-    for label, settings in (
-        ("off", {}),
-        ("on", {"authorizer.class.name": "spark_mq.AclAuthorizer"}),
-    ):
-        root = tempfile.mkdtemp(prefix="bench-acl-")
-        ensure_broker(
-            root,
-            config={
-                "listeners": "UNIX://,PLAINTEXT://127.0.0.1:0",
-                "super.users": f"User:{getpass.getuser()}",
-                **settings,
-            },
-        )
-        try:
-            with Admin(path=root) as admin:
-                admin.create_topic("events")
-                if settings:
-                    admin.create_acls(_acls(10))
-            status = broker_status(root)
-            assert status is not None
-            tcp = next(a for a in status.addresses if a.unix_path is None)
-            bootstrap = f"{tcp.host}:{tcp.port}"
-            out[label] = statistics.median(_round_trips(bootstrap, requests) for _ in range(runs))
-        finally:
-            stop_broker(root)
-    return out
+    super_user = {"super.users": f"User:{getpass.getuser()}"}
+    cases = {
+        "off": BrokerCase(super_user),
+        "on": BrokerCase(
+            {**super_user, "authorizer.class.name": "spark_mq.AclAuthorizer"},
+            setup=lambda admin: admin.create_acls(_acls(10)),
+        ),
+    }
+    return produce_round_trips_us(cases, runs=runs, requests=requests, prefix="bench-acl-")
 
 
 def main() -> None:

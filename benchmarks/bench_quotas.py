@@ -25,23 +25,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import tempfile
-import time
 from collections.abc import Callable
 
-from spark_mq import Admin, ClientQuotaAlteration, ClientQuotaEntity, Producer
-from spark_mq.broker.local import broker_status, ensure_broker, stop_broker
+from request_timing import BrokerCase, median_per_call_ns, produce_round_trips_us
+
+from spark_mq import Admin, ClientQuotaAlteration, ClientQuotaEntity
 from spark_mq.broker.quotas.entity import DEFAULT, QuotaEntity
 from spark_mq.broker.quotas.manager import ClientQuotaManager, QuotaType
 from spark_mq.broker.quotas.rate import QuotaWindow
-
-
-def _per_call_ns(fn: Callable[[], object], calls: int) -> float:
-    started = time.perf_counter_ns()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter_ns() - started) / calls
 
 
 def bench_record(runs: int, calls: int) -> dict[str, float]:
@@ -57,41 +48,32 @@ def bench_record(runs: int, calls: int) -> dict[str, float]:
     }
     off = ClientQuotaManager(QuotaWindow())
     cases["no quota configured (the enabled check)"] = lambda: off.enabled
-    return {
-        name: statistics.median(_per_call_ns(fn, calls) for _ in range(runs))
-        for name, fn in cases.items()
-    }
+    return {name: median_per_call_ns(fn, calls, runs) for name, fn in cases.items()}
 
 
-def _round_trips(bootstrap: str, requests: int) -> float:
-    with Producer(bootstrap_servers=bootstrap, linger_ms=0, acks=1, client_id="bench") as p:
-        p.send("events", b"warm-up").get(10)
-        started = time.perf_counter()
-        for _ in range(requests):
-            p.send("events", b"0123456789").get(10)
-        return (time.perf_counter() - started) / requests * 1e6
+def _quota_for(client_id: str) -> BrokerCase:
+    high = {"producer_byte_rate": 1e12, "request_percentage": 1e6}
+
+    def setup(admin: Admin) -> None:
+        entity = ClientQuotaEntity(client_id=client_id)
+        admin.alter_client_quotas([ClientQuotaAlteration(entity, high)])
+
+    return BrokerCase(setup=setup)
 
 
 def bench_produce(runs: int, requests: int) -> dict[str, float]:
-    high = {"producer_byte_rate": 1e12, "request_percentage": 1e6}
-    out = {}
-    for label, client_id in (("off", None), ("another client's", "other"), ("own", "bench")):
-        root = tempfile.mkdtemp(prefix="bench-quotas-")
-        ensure_broker(root, config={"listeners": "UNIX://,PLAINTEXT://127.0.0.1:0"})
-        try:
-            with Admin(path=root) as admin:
-                admin.create_topic("events")
-                if client_id is not None:
-                    entity = ClientQuotaEntity(client_id=client_id)
-                    admin.alter_client_quotas([ClientQuotaAlteration(entity, high)])
-            status = broker_status(root)
-            assert status is not None
-            tcp = next(a for a in status.addresses if a.unix_path is None)
-            bootstrap = f"{tcp.host}:{tcp.port}"
-            out[label] = statistics.median(_round_trips(bootstrap, requests) for _ in range(runs))
-        finally:
-            stop_broker(root)
-    return out
+    cases = {
+        "off": BrokerCase(),
+        "another client's": _quota_for("other"),
+        "own": _quota_for("bench"),
+    }
+    return produce_round_trips_us(
+        cases,
+        runs=runs,
+        requests=requests,
+        prefix="bench-quotas-",
+        producer_config={"client_id": "bench"},
+    )
 
 
 def main() -> None:

@@ -8,7 +8,8 @@ proves a delegation token (KIP-48): SASL SCRAM-SHA-256 or SCRAM-SHA-512 with the
 user name, the token's HMAC as password and the SCRAM extension ``tokenauth=true``. The
 connection's principal is then the token's owner, ``User:<owner>``, as in Kafka.
 
-The token is kept in ``DIR/embedded-token.json`` (mode 0600, replaced atomically)::
+The token is kept in ``DIR/embedded-token.json``, a
+:class:`~spark_mq.broker.json_state_file.JsonStateFile` (mode 0600, replaced atomically)::
 
     {"version": 1, "token_id": "<22 url-safe chars>", "hmac": "<43 url-safe chars>",
      "owner": "<OS user name>"}
@@ -29,15 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import getpass
-import json
 import os
 import secrets
 from pathlib import Path
 from typing import Final
 
-from spark_mq.errors import CorruptCheckpointError
+from spark_mq.broker.json_state_file import JsonStateFile
 from spark_mq.scram import SCRAM_HASHES, ScramCredential
-from spark_mq.storage.checkpoint_file import atomic_write_bytes
 
 TOKEN_FILE: Final = "embedded-token.json"
 FILE_VERSION: Final = 1
@@ -63,27 +62,14 @@ class EmbeddedToken:
     def read(cls, root: str | os.PathLike[str]) -> EmbeddedToken | None:
         """The token kept in ``root``; None if there is none. CorruptCheckpointError naming
         the file if it cannot be read as one (delete it: the broker makes a new one)."""
-        path = Path(root) / TOKEN_FILE
-        try:
-            with open(path, "rb") as f:
-                raw = f.read(_MAX_FILE_BYTES + 1)
-        except FileNotFoundError:
-            return None
-        try:
-            doc = json.loads(raw)
-            if not isinstance(doc, dict) or doc.get("version") != FILE_VERSION:
-                raise ValueError(f"version must be {FILE_VERSION}")
+
+        def parse(doc: dict[str, object]) -> EmbeddedToken:
             token_id, hmac_text, owner = doc["token_id"], doc["hmac"], doc["owner"]
             if not all(isinstance(v, str) and v for v in (token_id, hmac_text, owner)):
                 raise ValueError("token_id, hmac and owner must be non-empty strings")
-        except (ValueError, KeyError, UnicodeDecodeError) as exc:
-            raise CorruptCheckpointError(
-                f"{path} is not an embedded broker token ({exc}); delete it and the broker "
-                "makes a new one when a Spark query next needs its TCP listener (executors "
-                "holding the old one are then refused)",
-                path=str(path),
-            ) from exc
-        return cls(token_id, hmac_text, owner)
+            return cls(str(token_id), str(hmac_text), str(owner))
+
+        return _token_file(root).read(parse)
 
     @classmethod
     def load_or_create(cls, root: str | os.PathLike[str]) -> EmbeddedToken:
@@ -97,13 +83,9 @@ class EmbeddedToken:
             hmac=secrets.token_urlsafe(_HMAC_BYTES),
             owner=_os_user(),
         )
-        doc = {
-            "version": FILE_VERSION,
-            "token_id": token.token_id,
-            "hmac": token.hmac,
-            "owner": token.owner,
-        }
-        atomic_write_bytes(Path(root) / TOKEN_FILE, json.dumps(doc).encode(), mode=0o600)
+        _token_file(root).write(
+            {"token_id": token.token_id, "hmac": token.hmac, "owner": token.owner}
+        )
         return token
 
     def credentials(self) -> dict[str, ScramCredential]:
@@ -135,6 +117,19 @@ class TokenCredentials:
     @classmethod
     def of(cls, token: EmbeddedToken) -> TokenCredentials:
         return cls(token.token_id, token.owner, token.credentials())
+
+
+def _token_file(root: str | os.PathLike[str]) -> JsonStateFile:
+    # Written in the order of the docstring's example: version, token_id, hmac, owner.
+    return JsonStateFile(
+        Path(root) / TOKEN_FILE,
+        "{path} is not an embedded broker token ({reason}); delete it and the broker makes a "
+        "new one when a Spark query next needs its TCP listener (executors holding the old "
+        "one are then refused)",
+        version=FILE_VERSION,
+        sort_keys=False,
+        max_bytes=_MAX_FILE_BYTES,
+    )
 
 
 def _os_user() -> str:

@@ -17,25 +17,18 @@ the version read, so two brokers changing one resource at once cannot lose each 
 entries: the loser reads again) and a sequential change notification. A resource left with
 no entry has its znode deleted, as Kafka does.
 
-**Applying** (:class:`ZkAclSync`, one per cluster broker): the broker watches the children
-of both change paths. As in ``zk.config_changes``, the watch runs on the ZooKeeper event
-thread, which must stay free, so it only records that something changed and the sync's own
-thread does the work: read the resources the new notifications name (all of them at
-start-up and after a new session, when notifications may have been missed) and give their
-entries to the authorizer. Reading the znode's current state rather than trusting the
-notification's order makes applying one twice, or two out of order, end the same.
-Notifications older than :data:`CHANGE_EXPIRATION_MS` are purged by whichever broker sees
-them first.
+**Applying** (:class:`ZkAclSync`, one per cluster broker): the broker follows the children
+of both change paths with one
+:class:`~spark_mq.broker.zk.change_notifications.ChangeNotificationFollower` (its own thread,
+the full pass at start-up and after a new session, the purge of notifications older than
+:data:`CHANGE_EXPIRATION_MS`: see that module): it reads the resources the new notifications
+name (all of them on a full pass) and gives their entries to the authorizer.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
-import functools
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -44,7 +37,13 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from spark_mq.broker.acl.authorizer import AclAuthorizer
 from spark_mq.broker.acl.store import decode_entries, encode_entries, merge, remove
-from spark_mq.broker.zk.client import SessionEvent, ZkClient, translate_errors
+from spark_mq.broker.zk.change_notifications import (
+    CHANGE_EXPIRATION_MS,
+    ChangeNotificationFollower,
+    ChangeSequence,
+    Notification,
+)
+from spark_mq.broker.zk.client import ZkClient, translate_errors
 from spark_mq.errors import ClusterError, ConfigError, SparkMQError
 from spark_mq.protocol.acls import (
     AccessControlEntry,
@@ -62,8 +61,9 @@ PREFIXED_ROOT: Final = "/kafka-acl-extended/prefixed"
 LITERAL_CHANGES: Final = "/kafka-acl-changes"
 EXTENDED_CHANGES: Final = "/kafka-acl-extended-changes"
 CHANGE_PREFIX: Final = "acl_changes_"
-#: How long a notification is kept (Kafka's 15 minutes).
-CHANGE_EXPIRATION_MS: Final = 15 * 60 * 1000
+#: The notifications of literal and of prefixed resources' changes.
+LITERAL_SEQUENCE: Final = ChangeSequence(LITERAL_CHANGES, CHANGE_PREFIX)
+EXTENDED_SEQUENCE: Final = ChangeSequence(EXTENDED_CHANGES, CHANGE_PREFIX)
 MAX_WRITE_ATTEMPTS: Final = 10
 STORED_TYPES: Final = (
     ResourceType.TOPIC,
@@ -208,124 +208,57 @@ class ZkAclSync:
         authorizer: AclAuthorizer,
         *,
         wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        expiration_ms: int = CHANGE_EXPIRATION_MS,
     ) -> None:
         self._zk = zk
         self._authorizer = authorizer
-        self._wall_clock_ms = wall_clock_ms
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="zk-acl-changes"
+        self._follower = ChangeNotificationFollower(
+            zk,
+            [LITERAL_SEQUENCE, EXTENDED_SEQUENCE],
+            self,
+            name="acl-changes",
+            wall_clock_ms=wall_clock_ms,
+            expiration_ms=expiration_ms,
         )
-        self._lock = threading.Lock()
-        #: Change-path -> children last seen there, not yet processed.
-        self._pending: dict[str, list[str]] = {}
-        self._full_pass = True
-        self._scheduled = False
-        self._closed = False
-        self._last_applied: dict[str, int] = {LITERAL_CHANGES: -1, EXTENDED_CHANGES: -1}
 
     def start(self) -> None:
-        for path in (LITERAL_CHANGES, EXTENDED_CHANGES, LITERAL_ROOT, PREFIXED_ROOT):
+        for path in (LITERAL_ROOT, PREFIXED_ROOT):
             with translate_errors(f"creating {path}"):
                 self._zk.kazoo.ensure_path(path)
-        self._zk.add_handler(self)
-        for path in (LITERAL_CHANGES, EXTENDED_CHANGES):
-            self._zk.watch_children(path, functools.partial(self._on_children, path))
+        self._follower.start()
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-        self._executor.shutdown(wait=True)
+        self._follower.close()
 
-    # -- ZooKeeper event thread: quick work only -------------------------------------------
+    # -- the follower's NotificationHandler, on its thread ----------------------------------------
 
-    def on_session_event(self, event: SessionEvent) -> None:
-        if event is SessionEvent.NEW_SESSION:
-            with self._lock:
-                self._full_pass = True
+    def process_all(self) -> None:
+        acls = read_all(self._zk)
+        self._authorizer.replace_all(AclBinding(p, e) for p, es in acls.items() for e in es)
+        log.info("read %d ACL resources from ZooKeeper", len(acls))
 
-    def _on_children(self, path: str, children: list[str]) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._pending[path] = children
-            if not self._scheduled:
-                self._scheduled = True
-                self._executor.submit(self._drain)
-
-    # -- the sync's own thread ----------------------------------------------------------------
-
-    def _drain(self) -> None:
-        while True:
-            with self._lock:
-                pending, full = self._pending, self._full_pass
-                if not pending or self._closed:
-                    self._scheduled = False
-                    return
-                self._pending = {}
-                self._full_pass = False
-            try:
-                self._pass(pending, full=full)
-            except Exception:
-                log.exception(
-                    "applying ACL changes failed; everything is read again at the next change"
-                )
-                with self._lock:
-                    self._full_pass = True
-
-    def _pass(self, pending: dict[str, list[str]], *, full: bool) -> None:
-        patterns: set[ResourcePattern] = set()
-        for path, children in pending.items():
-            numbered = sorted(
-                (int(c[len(CHANGE_PREFIX) :]), c)
-                for c in children
-                if c.startswith(CHANGE_PREFIX) and c[len(CHANGE_PREFIX) :].isdigit()
-            )
-            for seq, child in numbered:
-                if seq <= self._last_applied[path] or full:
-                    continue
-                pattern = self._named(path, child)
-                if pattern is not None:
-                    patterns.add(pattern)
-            if numbered:
-                self._last_applied[path] = max(self._last_applied[path], numbered[-1][0])
-            self._purge(path, [c for s, c in numbered if s <= self._last_applied[path]])
-        if full:
-            acls = read_all(self._zk)
-            self._authorizer.replace_all(AclBinding(p, e) for p, es in acls.items() for e in es)
-            log.info("read %d ACL resources from ZooKeeper", len(acls))
-            return
+    def process(self, notifications: Sequence[Notification]) -> None:
+        patterns = {p for n in notifications if (p := self._named(n)) is not None}
         for pattern in patterns:
             entries, _version = read_resource(self._zk, pattern)
             self._authorizer.set_resource(pattern, entries)
             log.info("applied the ACLs of %s from ZooKeeper (%d entries)", pattern, len(entries))
 
-    def _named(self, path: str, child: str) -> ResourcePattern | None:
-        found = self._zk.get(f"{path}/{child}")
-        if found is None:
-            return None  # purged meanwhile; a full pass would have it
+    def _named(self, notification: Notification) -> ResourcePattern | None:
         try:
-            if path == LITERAL_CHANGES:
-                kind, _, name = found[0].decode().partition(":")
+            if notification.sequence == LITERAL_SEQUENCE:
+                kind, _, name = notification.data.decode().partition(":")
                 return ResourcePattern(ResourceType.parse(kind), name, PatternType.LITERAL)  # type: ignore[arg-type]
-            obj = json.loads(found[0])
+            obj = json.loads(notification.data)
             return ResourcePattern(
                 ResourceType.parse(obj["resourceType"]),  # type: ignore[arg-type]
                 str(obj["name"]),
                 PatternType.parse(obj["patternType"]),  # type: ignore[arg-type]
             )
         except (SparkMQError, ValueError, KeyError, TypeError) as exc:
-            log.error("ignoring ACL change notification %s/%s: %s", path, child, exc)
+            log.error(
+                "ignoring ACL change notification %s: %s",
+                notification.sequence.node(notification.name),
+                exc,
+            )
             return None
-
-    def _purge(self, path: str, applied: list[str]) -> None:
-        now = self._wall_clock_ms()
-        for child in applied:
-            node = f"{path}/{child}"
-            with translate_errors(f"purging {node}"):
-                stat = self._zk.kazoo.exists(node)
-                if stat is None:
-                    continue
-                if now - stat.ctime <= CHANGE_EXPIRATION_MS:
-                    break
-                with contextlib.suppress(NoNodeError, BadVersionError):
-                    self._zk.kazoo.delete(node, version=stat.version)

@@ -7,11 +7,11 @@ cluster (:mod:`spark_mq.broker.zk.client_quotas`), and how an alteration is appl
                                 "clients/<default>": {"consumer_byte_rate": "2097152"}}}
 
 keyed by entity path (:attr:`~spark_mq.broker.quotas.entity.QuotaEntity.path`), values as
-strings as Kafka writes them to ZooKeeper. It is written whole with
-:func:`~spark_mq.storage.checkpoint_file.atomic_write_bytes` (a crash leaves the old file or
-the new one) and mode 0600, like the SCRAM credentials beside it. An unreadable file stops
-the broker with :class:`~spark_mq.errors.CorruptCheckpointError` naming it rather than
-serving with no quotas.
+strings as Kafka writes them to ZooKeeper. It is a
+:class:`~spark_mq.broker.json_state_file.JsonStateFile`, like the SCRAM credentials beside it:
+written whole and atomically (a crash leaves the old file or the new one), mode 0600. An
+unreadable file stops the broker with :class:`~spark_mq.errors.CorruptCheckpointError`
+naming it rather than serving with no quotas.
 
 **Cluster**: ``/config/users/<u>``, ``/config/users/<u>/clients/<c>`` and
 ``/config/clients/<c>`` as Kafka keeps them, each change announced under
@@ -23,16 +23,15 @@ thread; one lock orders the writes, and the manager gets the whole new map after
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final, Protocol
 
-from spark_mq.errors import CorruptCheckpointError, InvalidRequestError
+from spark_mq.broker.json_state_file import JsonStateFile, with_entry
+from spark_mq.errors import InvalidRequestError
 from spark_mq.protocol.quotas import QUOTA_KEYS, QuotaOp
-from spark_mq.storage.checkpoint_file import atomic_write_bytes
 
 from .entity import QuotaEntity, check_value
 from .manager import ClientQuotaManager
@@ -84,43 +83,32 @@ class FileQuotaBackend:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.path = Path(root) / QUOTAS_FILE
+        self._file = JsonStateFile(
+            self.path,
+            "{path}: not a client quotas file ({reason}); restore it from a backup or remove "
+            "it and set the quotas again with spark-mq quotas alter",
+            version=FILE_VERSION,
+        )
         self._entities: dict[str, dict[str, str]] = {}
 
     def load(self) -> dict[QuotaEntity, dict[str, float]]:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return {}
-        try:
-            doc = json.loads(raw)
-            if not isinstance(doc, dict) or doc.get("version") != FILE_VERSION:
-                raise ValueError(f"version must be {FILE_VERSION}")
-            entities = doc["entities"]
-            if not isinstance(entities, dict):
-                raise ValueError("entities must be an object")
-            out = {
+        out = self._file.read_section(
+            "entities",
+            lambda entities: {
                 QuotaEntity.from_path(path): decode_values(path, config)
                 for path, config in entities.items()
-            }
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise CorruptCheckpointError(
-                f"{self.path}: not a client quotas file ({exc}); restore it from a backup or "
-                "remove it and set the quotas again with spark-mq quotas alter",
-                path=str(self.path),
-            ) from exc
+            },
+        )
+        if out is None:
+            return {}
         self._entities = {e.path: encode_values(v) for e, v in out.items()}
         return out
 
     def alter_entity(self, entity: QuotaEntity, update: QuotasUpdate) -> dict[str, float]:
         stored = self._entities.get(entity.path, {})
         values = update(decode_values(entity.path, stored))
-        entities = dict(self._entities)
-        if values:
-            entities[entity.path] = encode_values(values)
-        else:
-            entities.pop(entity.path, None)
-        data = json.dumps({"version": FILE_VERSION, "entities": entities}, sort_keys=True)
-        atomic_write_bytes(self.path, data.encode(), mode=0o600)
+        entities = with_entry(self._entities, entity.path, encode_values(values))
+        self._file.write({"entities": entities})
         self._entities = entities
         return values
 

@@ -6,9 +6,9 @@ backed by the log directory (a single node) or ZooKeeper (a cluster).
     {"version": 1, "users": {"alice": {"SCRAM-SHA-512": "salt=...,stored_key=...,
                                         server_key=...,iterations=4096"}}}
 
-written whole with :func:`~spark_mq.storage.checkpoint_file.atomic_write_bytes` (a crash
-leaves the old file or the new one, never a torn one) and mode 0600. It is read at start-up;
-an unreadable file stops the broker with :class:`~spark_mq.errors.CorruptCheckpointError`
+a :class:`~spark_mq.broker.json_state_file.JsonStateFile`: written whole and atomically (a
+crash leaves the old file or the new one, never a torn one), mode 0600. It is read at
+start-up; an unreadable file stops the broker with :class:`~spark_mq.errors.CorruptCheckpointError`
 naming it rather than serving with no users.
 
 **Cluster**: ``/config/users/<user>`` as Kafka keeps them, and a change notification so that
@@ -24,7 +24,6 @@ Credentials) and the ZooKeeper watcher's thread replaces users; one lock guards 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -32,9 +31,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final, Protocol
 
-from spark_mq.errors import ConfigError, CorruptCheckpointError
+from spark_mq.broker.json_state_file import JsonStateFile, with_entry
+from spark_mq.errors import ConfigError
 from spark_mq.scram import ScramCredential
-from spark_mq.storage.checkpoint_file import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -80,38 +79,27 @@ class FileCredentialBackend:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.path = Path(root) / CREDENTIALS_FILE
+        self._file = JsonStateFile(
+            self.path,
+            "{path}: not a credentials file ({reason}); restore it from a backup or remove it "
+            "and add the users again with spark-mq users add",
+            version=FILE_VERSION,
+        )
         self._users: dict[str, dict[str, str]] = {}
 
     def load(self) -> dict[str, dict[str, ScramCredential]]:
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
+        out = self._file.read_section(
+            "users",
+            lambda users: {name: decode_user_config(name, c) for name, c in users.items()},
+        )
+        if out is None:
             return {}
-        try:
-            doc = json.loads(raw)
-            if not isinstance(doc, dict) or doc.get("version") != FILE_VERSION:
-                raise ValueError(f"version must be {FILE_VERSION}")
-            users = doc["users"]
-            if not isinstance(users, dict):
-                raise ValueError("users must be an object")
-            out = {user: decode_user_config(user, config) for user, config in users.items()}
-        except (ValueError, KeyError, TypeError, ConfigError) as exc:
-            raise CorruptCheckpointError(
-                f"{self.path}: not a credentials file ({exc}); restore it from a backup or "
-                "remove it and add the users again with spark-mq users add",
-                path=str(self.path),
-            ) from exc
         self._users = {user: encode_user_config(creds) for user, creds in out.items()}
         return out
 
     def write_user(self, user: str, credentials: UserCredentials) -> None:
-        users = dict(self._users)
-        if credentials:
-            users[user] = encode_user_config(credentials)
-        else:
-            users.pop(user, None)
-        data = json.dumps({"version": FILE_VERSION, "users": users}, sort_keys=True).encode()
-        atomic_write_bytes(self.path, data, mode=0o600)
+        users = with_entry(self._users, user, encode_user_config(credentials))
+        self._file.write({"users": users})
         self._users = users
 
 

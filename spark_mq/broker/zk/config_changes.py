@@ -10,39 +10,28 @@ sequential notification ``/config/changes/config_change_<n>`` holding
 ``{"version":2,"entity_path":"topics/<t>"}``. Kafka writes the two apart; one multi-op means a
 notification never announces a change that was not written.
 
-**Applying** (:class:`TopicConfigSync`, one per cluster broker): the broker watches the
-children of ``/config/changes``. The watch runs on the ZooKeeper event thread, which must
-stay free for the session's work, so it only records the children it saw and hands the
-work to the sync's own thread (one thread, so changes are applied in order): read each
-notification newer than the last one applied, and for each topic named that this broker
-hosts, make its log directory's overrides those of ``/config/topics/<t>``
-(:meth:`~spark_mq.storage.log_manager.LogManager.alter_topic_config`, which gives the open
-logs the new config at once). Applying reads the znode's current state rather than trusting
-the order of notifications, so applying one twice, or two out of order, ends the same.
-
-The first pass after start-up, and the first after a new session (notifications may have
-been purged meanwhile), applies ``/config/topics/<t>`` to *every* topic the broker hosts:
-a broker that was down during a change catches up then, as Kafka's ZkConfigManager
-processes every entity's config at start-up.
+**Applying** (:class:`TopicConfigSync`, one per cluster broker): the broker follows the
+children of ``/config/changes`` with a
+:class:`~spark_mq.broker.zk.change_notifications.ChangeNotificationFollower` (its own thread,
+the full pass at start-up and after a new session, the purge of notifications older than
+:data:`CHANGE_EXPIRATION_MS`: see that module). For each topic the new notifications name
+that this broker hosts, it makes its log directory's overrides those of
+``/config/topics/<t>`` (:meth:`~spark_mq.storage.log_manager.LogManager.alter_topic_config`,
+which gives the open logs the new config at once). A full pass applies
+``/config/topics/<t>`` to *every* topic the broker hosts: a broker that was down during a
+change catches up then.
 
 **Other entities**: notifications for another entity type (``users/<name>``: SCRAM
-credentials, :mod:`spark_mq.broker.zk.user_credentials`) go to the :class:`EntityHandler`
-given for that type: ``apply(name)`` for each one named, ``apply_all()`` on a full pass.
-
-**Purging**: after each pass the broker deletes the notifications it has applied that are
-older than :data:`CHANGE_EXPIRATION_MS` (15 minutes, Kafka's ``changeExpirationMs``), by the
-znode's creation time. Every broker purges; a notification already deleted by another is
-skipped. A broker down longer than that still catches up by its start-up pass.
+credentials, :mod:`spark_mq.broker.zk.user_credentials`; ``users`` and ``clients``: client
+quotas, :mod:`spark_mq.broker.zk.client_quotas`) go to the :class:`EntityHandler` given for
+that type: ``apply(name)`` for each one named, ``apply_all()`` on a full pass.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import logging
-import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -50,7 +39,13 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from spark_mq.errors import ClusterError, SparkMQError, UnknownTopicOrPartitionError
 
 from . import znodes
-from .client import SessionEvent, ZkClient, translate_errors
+from .change_notifications import (
+    CHANGE_EXPIRATION_MS,
+    ChangeNotificationFollower,
+    ChangeSequence,
+    Notification,
+)
+from .client import ZkClient, translate_errors
 from .partition_states import read_topic_assignment, read_topic_config
 
 if TYPE_CHECKING:
@@ -58,8 +53,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: How long a notification is kept (Kafka's ConfigChangeNotification expiration, 15 min).
-CHANGE_EXPIRATION_MS: Final = 15 * 60 * 1000
+#: The notifications of every entity config change.
+CONFIG_CHANGES: Final = ChangeSequence(znodes.CONFIG_CHANGES, znodes.CONFIG_CHANGE_PREFIX)
 #: How many times a write that lost a compare-and-set race is tried again.
 MAX_WRITE_ATTEMPTS: Final = 10
 
@@ -149,8 +144,9 @@ def overrides_delta(current: Mapping[str, str], wanted: Mapping[str, str]) -> di
 
 class TopicConfigSync:
     """Applies ``/config/topics/<t>`` to the topics this broker hosts, on start-up and on
-    every notification (see the module docstring). Start with :meth:`start`, after the
-    session is up; :meth:`close` before the LogManager closes."""
+    every notification, and the other entity types' notifications to their handlers (see the
+    module docstring). Start with :meth:`start`, after the session is up; :meth:`close`
+    before the LogManager closes."""
 
     def __init__(
         self,
@@ -164,104 +160,56 @@ class TopicConfigSync:
         self._zk = zk
         self._logs = logs
         self._handlers = dict(entity_handlers or {})
-        self._wall_clock_ms = wall_clock_ms
-        self._expiration_ms = expiration_ms
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            1, thread_name_prefix="zk-config-changes"
+        self._follower = ChangeNotificationFollower(
+            zk,
+            [CONFIG_CHANGES],
+            self,
+            name="config-changes",
+            wall_clock_ms=wall_clock_ms,
+            expiration_ms=expiration_ms,
         )
-        self._lock = threading.Lock()
-        #: The children of /config/changes last seen by the watch, not yet processed.
-        self._pending: list[str] | None = None
-        #: Whether the next pass applies every hosted topic (start-up, new session).
-        self._full_pass = True
-        self._scheduled = False
-        self._closed = False
-        #: The sequence number of the newest notification applied (-1: none yet).
-        self.last_applied = -1
+
+    @property
+    def last_applied(self) -> int:
+        """The sequence number of the newest notification applied (-1: none yet)."""
+        return self._follower.last_applied(CONFIG_CHANGES)
 
     def start(self) -> None:
-        self._zk.add_handler(self)
-        self._zk.watch_children(znodes.CONFIG_CHANGES, self._on_children)
+        self._follower.start()
 
     def close(self) -> None:
         """Stop applying changes; waits for a pass under way. Idempotent."""
-        with self._lock:
-            self._closed = True
-        self._executor.shutdown(wait=True)
+        self._follower.close()
 
-    # -- on the ZooKeeper event thread: quick work only ----------------------------------------
+    # -- the follower's NotificationHandler, on its thread ----------------------------------------
 
-    def on_session_event(self, event: SessionEvent) -> None:
-        if event is SessionEvent.NEW_SESSION:
-            # Notifications may have come and been purged while the session was lost.
-            with self._lock:
-                self._full_pass = True
+    def process_all(self) -> None:
+        topics = set(self._logs.list_topics())
+        for handler in self._handlers.values():
+            handler.apply_all()
+        for topic in sorted(topics):
+            self._apply(topic)
 
-    def _on_children(self, children: list[str]) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._pending = children
-            if not self._scheduled:
-                # Under the lock, so that close() never shuts the executor before this.
-                self._scheduled = True
-                self._executor.submit(self._drain)
-
-    # -- on the sync's own thread ----------------------------------------------------------------
-
-    def _drain(self) -> None:
-        while True:
-            with self._lock:
-                children, full = self._pending, self._full_pass
-                if children is None or self._closed:
-                    self._scheduled = False
-                    return
-                self._pending = None
-                self._full_pass = False
-            try:
-                self._pass(children, full=full)
-            except Exception:
-                # A pass that could not finish (ZooKeeper unreachable, say) is done again
-                # whole at the next change or session: nothing is marked applied.
-                log.exception("applying topic config changes failed; retried at the next change")
-                with self._lock:
-                    self._full_pass = self._full_pass or full
-
-    def _pass(self, children: list[str], *, full: bool) -> None:
-        numbered = sorted(
-            (seq, child)
-            for child in children
-            if (seq := znodes.config_change_sequence(child)) is not None
-        )
-        fresh = [(seq, child) for seq, child in numbered if seq > self.last_applied]
+    def process(self, notifications: Sequence[Notification]) -> None:
+        topics: set[str] = set()
         others: dict[str, set[str]] = {kind: set() for kind in self._handlers}
-        if full:
-            topics = set(self._logs.list_topics())
-            for handler in self._handlers.values():
-                handler.apply_all()
-        else:
-            topics = set()
-            for _seq, child in fresh:
-                found = self._zk.get(znodes.config_change_path(child))
-                if found is None:
-                    continue  # purged meanwhile: its change is in /config/topics anyway
-                try:
-                    notice = znodes.ConfigChangeNotification.decode(child, found[0])
-                except SparkMQError as exc:
-                    log.error("ignoring config change notification: %s", exc)
-                    continue
-                if notice.entity_type == znodes.TOPIC_ENTITY:
-                    topics.add(notice.entity_name)
-                elif notice.entity_type in others:
-                    others[notice.entity_type].add(notice.entity_name)
+        for notification in notifications:
+            try:
+                notice = znodes.ConfigChangeNotification.decode(
+                    notification.name, notification.data
+                )
+            except SparkMQError as exc:
+                log.error("ignoring config change notification: %s", exc)
+                continue
+            if notice.entity_type == znodes.TOPIC_ENTITY:
+                topics.add(notice.entity_name)
+            elif notice.entity_type in others:
+                others[notice.entity_type].add(notice.entity_name)
         for topic in sorted(topics):
             self._apply(topic)
         for kind, names in others.items():
             for name in sorted(names):
                 self._handlers[kind].apply(name)
-        if numbered:
-            self.last_applied = max(self.last_applied, numbered[-1][0])
-        self._purge([child for seq, child in numbered if seq <= self.last_applied])
 
     def _apply(self, topic: str) -> None:
         """Make this broker's overrides of ``topic`` those in ZooKeeper, if it hosts it."""
@@ -282,17 +230,3 @@ class TopicConfigSync:
             # A value this broker cannot take (written by another tool) or a disk failure:
             # the other topics still get theirs.
             log.error("could not apply the config of topic %r from ZooKeeper: %s", topic, exc)
-
-    def _purge(self, applied: list[str]) -> None:
-        now = self._wall_clock_ms()
-        for child in applied:
-            path = znodes.config_change_path(child)
-            with translate_errors(f"purging {path}"):
-                stat = self._zk.kazoo.exists(path)
-                if stat is None:
-                    continue
-                if now - stat.ctime <= self._expiration_ms:
-                    break  # in sequence order, so every later one is younger
-                # Another broker may have purged it first.
-                with contextlib.suppress(NoNodeError, BadVersionError):
-                    self._zk.kazoo.delete(path, version=stat.version)

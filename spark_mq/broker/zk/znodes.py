@@ -112,13 +112,19 @@ def config_change_path(name: str) -> str:
     return f"{CONFIG_CHANGES}/{name}"
 
 
-def config_change_sequence(name: str) -> int | None:
-    """The sequence number of notification ``name`` (``config_change_0000000012``: 12);
-    None for a child that is not a notification."""
-    digits = name.removeprefix(CONFIG_CHANGE_PREFIX)
+def sequence_number(prefix: str, name: str) -> int | None:
+    """The number of sequential znode ``name`` made as ``<prefix>`` (``config_change_`` and
+    ``config_change_0000000012``: 12); None for a name that is not ``<prefix><digits>``."""
+    digits = name.removeprefix(prefix)
     if digits == name or not digits.isdigit():
         return None
     return int(digits)
+
+
+def config_change_sequence(name: str) -> int | None:
+    """The sequence number of notification ``name`` (``config_change_0000000012``: 12);
+    None for a child that is not a notification."""
+    return sequence_number(CONFIG_CHANGE_PREFIX, name)
 
 
 T = TypeVar("T")
