@@ -37,6 +37,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from spark_mq.broker.acl.authorizer import AclAuthorizer
 from spark_mq.broker.acl.store import decode_entries, encode_entries, merge, remove
+from spark_mq.broker.zk.cas_retry import MAX_WRITE_ATTEMPTS, write_attempts
 from spark_mq.broker.zk.change_notifications import (
     CHANGE_EXPIRATION_MS,
     ChangeNotificationFollower,
@@ -64,7 +65,6 @@ CHANGE_PREFIX: Final = "acl_changes_"
 #: The notifications of literal and of prefixed resources' changes.
 LITERAL_SEQUENCE: Final = ChangeSequence(LITERAL_CHANGES, CHANGE_PREFIX)
 EXTENDED_SEQUENCE: Final = ChangeSequence(EXTENDED_CHANGES, CHANGE_PREFIX)
-MAX_WRITE_ATTEMPTS: Final = 10
 STORED_TYPES: Final = (
     ResourceType.TOPIC,
     ResourceType.GROUP,
@@ -169,7 +169,7 @@ class ZkAclStore:
         pattern: ResourcePattern,
         change: Callable[[frozenset[AccessControlEntry]], frozenset[AccessControlEntry]],
     ) -> None:
-        for _attempt in range(MAX_WRITE_ATTEMPTS):
+        for _attempt in write_attempts():
             current, version = read_resource(self._zk, pattern)
             wanted = change(current)
             if wanted == current:

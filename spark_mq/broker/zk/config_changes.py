@@ -39,6 +39,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from spark_mq.errors import ClusterError, SparkMQError, UnknownTopicOrPartitionError
 
 from . import znodes
+from .cas_retry import MAX_WRITE_ATTEMPTS, write_attempts
 from .change_notifications import (
     CHANGE_EXPIRATION_MS,
     ChangeNotificationFollower,
@@ -55,8 +56,6 @@ log = logging.getLogger(__name__)
 
 #: The notifications of every entity config change.
 CONFIG_CHANGES: Final = ChangeSequence(znodes.CONFIG_CHANGES, znodes.CONFIG_CHANGE_PREFIX)
-#: How many times a write that lost a compare-and-set race is tried again.
-MAX_WRITE_ATTEMPTS: Final = 10
 
 #: ``update(current overrides) -> new overrides``; raises to refuse the change.
 OverridesUpdate = Callable[[Mapping[str, str]], Mapping[str, str]]
@@ -95,7 +94,7 @@ def change_topic_config(
     what = f"changing the config of topic {topic}"
     config_path = znodes.topic_config_path(topic)
     notification = znodes.ConfigChangeNotification(znodes.TOPIC_ENTITY, topic).encode()
-    for _attempt in range(MAX_WRITE_ATTEMPTS):
+    for _attempt in write_attempts():
         assignment = zk.get(znodes.topic_path(topic))
         if assignment is None:
             raise _unknown_topic(topic)

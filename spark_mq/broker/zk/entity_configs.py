@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from spark_mq.errors import ClusterError, CorruptZnodeError
 
 from . import znodes
+from .cas_retry import MAX_WRITE_ATTEMPTS, write_attempts
 from .client import ZkClient, translate_errors
-
-#: Compare-and-set attempts before a write gives up on a race it keeps losing.
-MAX_WRITE_ATTEMPTS: Final = 10
 
 
 def decode_config(path: str, data: bytes | None) -> dict[str, Any]:
@@ -57,7 +55,7 @@ def alter_entity_config(
     ``change`` may be called once per attempt. ClusterError (naming ``what``) when ZooKeeper
     refuses the write for another reason or the race is lost :data:`MAX_WRITE_ATTEMPTS`
     times."""
-    for _attempt in range(MAX_WRITE_ATTEMPTS):
+    for _attempt in write_attempts():
         found = zk.get(path)
         current = None if found is None else decode_config(path, found[0]) if found[0] else {}
         data = encode_config(change(current))
