@@ -126,6 +126,8 @@ class LeaderIsrState:
     def ready_to_join(self, high_watermark: int, epoch_start_offset: int) -> frozenset[int]:
         """Followers outside the ISR whose log end reached the high watermark and the start
         of the leader's current epoch."""
+        if self.isr.issuperset(self.followers):
+            return frozenset()  # every follower is in sync: the common case, at every fetch
         return frozenset(
             b
             for b, f in self.followers.items()

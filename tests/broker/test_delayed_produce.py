@@ -67,3 +67,42 @@ def test_an_unanswered_wait_times_out_and_leaves_nothing_behind() -> None:
         assert purgatory.advance("a", 100) == 0
 
     asyncio.run(scenario())
+
+
+def test_one_request_waits_for_all_its_partitions_and_gets_an_error_per_partition() -> None:
+    """A request's delayed produce completes when no partition is pending: one replicated,
+    one aborted (leadership lost), one timed out, each with its own outcome."""
+
+    async def scenario() -> None:
+        purgatory = ProducePurgatory()
+        waiting = asyncio.create_task(
+            purgatory.wait_all({"a": 10, "b": 10, "c": 10}, timeout_s=0.3)
+        )
+        await asyncio.sleep(0)
+        assert purgatory.waiting() == 3
+        assert purgatory.advance("a", 10) == 1
+        assert purgatory.abort("b", NotLeaderOrFollowerError("leadership moved")) == 1
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # "c" is still pending
+        errors = await waiting
+        assert set(errors) == {"b", "c"}
+        assert isinstance(errors["b"], NotLeaderOrFollowerError)
+        assert isinstance(errors["c"], RequestTimedOutError)
+        assert purgatory.waiting() == 0
+        assert purgatory.advance("c", 100) == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_request_leaves_no_wait_behind() -> None:
+    async def scenario() -> None:
+        purgatory = ProducePurgatory()
+        waiting = asyncio.create_task(purgatory.wait_all({"a": 10, "b": 5}, timeout_s=5))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert purgatory.waiting() == 0
+        assert purgatory.advance("a", 100) == 0
+
+    asyncio.run(scenario())

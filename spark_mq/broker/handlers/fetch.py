@@ -23,9 +23,9 @@ A fetch with ``replica_id`` >= 0 is a follower's (Kafka's replica fetch): it is 
 a connection authenticated as that broker (AuthenticateBroker), and only for partitions the
 broker is a replica of; it reads up to the log end instead of the high watermark, and each
 of its partitions tells the leader where the follower's log ends
-(:meth:`~spark_mq.broker.partition.Partition.update_follower`), which may move the high
-watermark. A client's fetch with ``replica_id`` set is refused whole with
-CLUSTER_AUTHORIZATION_FAILED.
+(:meth:`~spark_mq.broker.partition.Partition.update_follower`, in the fetch's first pass
+only: the offsets are the same in every pass), which may move the high watermark. A
+client's fetch with ``replica_id`` set is refused whole with CLUSTER_AUTHORIZATION_FAILED.
 
 Nothing here checks CRCs or decodes bodies: the consumer does (``check.crcs``), as in Kafka,
 so the bytes before a corrupt batch reach it and it can return their records before it
@@ -118,7 +118,14 @@ class _Pass:
         self.ranges = []
 
 
-def _read_pass(core: BrokerCore, request: FetchRequest, isolation: FetchIsolation) -> _Pass:
+def _read_pass(
+    core: BrokerCore, request: FetchRequest, isolation: FetchIsolation, *, first: bool
+) -> _Pass:
+    """Read every partition once. A follower's fetch offsets are its log ends: the first
+    pass records them (which may move the high watermark, or let the follower back into the
+    ISR); a later pass of the same fetch has nothing new to record, since the offsets have
+    not changed and the high watermark only moves up."""
+    follower = first and request.replica_id >= 0
     out = _Pass()
     remaining = request.max_bytes
     for topic in request.topics:
@@ -134,19 +141,14 @@ def _read_pass(core: BrokerCore, request: FetchRequest, isolation: FetchIsolatio
                 # consumer to refresh metadata. On one node every partition leads.
                 part.require_leader()
                 part.check_leader_epoch(fp.current_leader_epoch)
-                if request.replica_id >= 0 and part.update_follower(
-                    request.replica_id, fp.fetch_offset
-                ):
-                    # The high watermark moved: acks=all producers and consumers waiting for
-                    # it go on.
-                    core.replicas.notify([part])
-                if (
-                    request.replica_id >= 0
-                    and core.isr_changes is not None
-                    and part.wants_isr_expansion()
-                ):
-                    # A follower caught up: propose it back into the ISR now (KIP-497).
-                    core.isr_changes.wake()
+                if follower:
+                    if part.update_follower(request.replica_id, fp.fetch_offset):
+                        # The high watermark moved: acks=all producers and consumers
+                        # waiting for it go on.
+                        core.replicas.notify([part])
+                    if core.isr_changes is not None and part.wants_isr_expansion():
+                        # A follower caught up: propose it back into the ISR now (KIP-497).
+                        core.isr_changes.wake()
                 first_data = out.total_bytes == 0
                 limit = max(0, min(fp.partition_max_bytes, remaining))
                 info = part.log.read(
@@ -275,8 +277,10 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest, _: memoryview
         request.max_bytes = quota_bytes
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, request.max_wait_ms) / 1000
+    first = True
     while True:
-        result = _read_pass(core, request, isolation)
+        result = _read_pass(core, request, isolation, first=first)
+        first = False
         wait_s = deadline - loop.time()
         done = result.total_bytes >= request.min_bytes or result.failed or wait_s <= 0
         # A closing broker answers with what it has instead of waiting.

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import struct
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Final
 
 from spark_mq.broker.context import RequestContext, Response
@@ -236,36 +237,32 @@ async def _wait_for_replication(core: BrokerCore, jobs: list[_Job], timeout_s: f
     high watermark passed them), then check ``min.insync.replicas`` again.
 
     A job whose records are already below the high watermark (one node, or an ISR of the
-    leader alone) is checked at once, without a task: most requests then answer in the
-    same turn of the event loop as their append. Only jobs that must wait are awaited,
-    together."""
+    leader alone) is checked at once: such a request answers in the same turn of the event
+    loop as its append. The others wait in the purgatory together, as one delayed produce
+    (a partition named twice waits for the later of its two batches)."""
+    required: dict[Hashable, int] = {}
     waiting: list[_Job] = []
     for job in jobs:
         part = job.appended
         if part is None or job.error is not None:
             continue
         if part.high_watermark < job.end_offset:
+            key = (job.topic, job.partition)
+            required[key] = max(required.get(key, -1), job.end_offset)
             waiting.append(job)
         else:
             _check_replicas_after_append(job, part)
-
-    async def wait(job: _Job) -> None:
-        part = job.appended
-        assert part is not None
-        try:
-            await core.replicas.purgatory.wait(
-                (job.topic, job.partition), job.end_offset, timeout_s
-            )
-        except TYPED_ERRORS as exc:
-            job.error = error_of(exc, f"produce to {job.topic}-{job.partition}")
+    if not waiting:
+        return
+    errors = await core.replicas.purgatory.wait_all(required, timeout_s)
+    for job in waiting:
+        error = errors.get((job.topic, job.partition))
+        if error is not None:
+            job.error = error_of(error, f"produce to {job.topic}-{job.partition}")
             job.result = None
-            return
-        _check_replicas_after_append(job, part)
-
-    if len(waiting) == 1:
-        await wait(waiting[0])
-    elif waiting:
-        await asyncio.gather(*(wait(job) for job in waiting))
+        else:
+            assert job.appended is not None
+            _check_replicas_after_append(job, job.appended)
 
 
 def _check_replicas_after_append(job: _Job, part: Partition) -> None:
