@@ -3,6 +3,8 @@ ClientQuotaManager gives (broker/quotas/entity.py, manager.py), with an injected
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from spark_mq.broker.quotas.entity import DEFAULT, MetricKey, QuotaEntity, filter_matcher
@@ -122,6 +124,31 @@ def test_no_quota_means_no_work() -> None:
 def test_max_value_in_window_is_the_quota_over_the_counted_windows() -> None:
     m = manager({QuotaEntity(None, DEFAULT): {"consumer_byte_rate": 1000.0}})
     assert m.max_value_in_window(QuotaType.FETCH, "User:u", "u", "c") == 10_000
+
+
+def test_max_value_in_window_of_a_huge_quota_is_the_wires_bound() -> None:
+    # 1e308 is finite and accepted; times the counted windows it overflows to infinity.
+    m = manager({QuotaEntity(None, DEFAULT): {"consumer_byte_rate": 1e308}})
+    assert m.max_value_in_window(QuotaType.FETCH, "User:u", "u", "c") == 2**31 - 1
+
+
+@pytest.mark.parametrize("bad", [0.0, -5.0, math.nan, math.inf])
+def test_a_stored_value_no_quota_can_be_is_ignored(
+    bad: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A znode or file edited by hand: the value is left out with a warning, the entity's
+    # other keys and other entities still apply.
+    clock = Clock()
+    m = manager(
+        {QuotaEntity(None, "c"): {P: bad, "consumer_byte_rate": 1000.0}},
+        monotonic_ms=clock,
+    )
+    assert m.quota(QuotaType.PRODUCE, "User:u", "u", "c") is None
+    assert m.record(QuotaType.PRODUCE, "User:u", "u", "c", 10**9) == 0
+    assert m.record(QuotaType.FETCH, "User:u", "u", "c", 20_000) == 10_000
+    assert "producer_byte_rate" in caplog.text and "ignored" in caplog.text
+    m.update_configs({QuotaEntity(None, "c"): {P: bad}})
+    assert not m.enabled
 
 
 def test_idle_sensors_are_dropped() -> None:
