@@ -16,8 +16,9 @@ The token is kept in ``DIR/embedded-token.json`` (mode 0600, replaced atomically
 Only the broker that owns DIR creates it (the first time a listener is asked for), so two
 writers never race; it is kept across restarts, so an executor holding it still
 authenticates with the broker that replaces a dead one. Whoever can read the file (the
-directory's owner) can connect: delete it to revoke the token, and the next listener
-opened makes a new one. The HMAC is random (``secrets.token_urlsafe``), not derived from a
+directory's owner) can connect: delete it to revoke the token. A running broker refuses it
+from the next connection on (:class:`TokenKeeper`), and makes a new one when a driver next
+asks for a listener. The HMAC is random (``secrets.token_urlsafe``), not derived from a
 master key as Kafka's is: there is one token per directory and nothing to derive it from.
 
 The broker never keeps the HMAC in a SCRAM credential's place: it derives one credential
@@ -30,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import getpass
 import json
+import logging
 import os
 import secrets
 from pathlib import Path
@@ -38,6 +40,8 @@ from typing import Final
 from spark_mq.errors import CorruptCheckpointError
 from spark_mq.scram import SCRAM_HASHES, ScramCredential
 from spark_mq.storage.checkpoint_file import atomic_write_bytes
+
+logger = logging.getLogger(__name__)
 
 TOKEN_FILE: Final = "embedded-token.json"
 FILE_VERSION: Final = 1
@@ -135,6 +139,49 @@ class TokenCredentials:
     @classmethod
     def of(cls, token: EmbeddedToken) -> TokenCredentials:
         return cls(token.token_id, token.owner, token.credentials())
+
+
+#: What a token listener checks against when the directory has no readable token (deleted
+#: to revoke it, or corrupt): no token id matches, so every connection is refused.
+REVOKED: Final = TokenCredentials("", "", {})
+
+
+class TokenKeeper:
+    """The credentials a token listener checks new connections against, kept in step with
+    ``DIR/embedded-token.json``: deleting the file revokes the token for every connection
+    accepted after, and a new token (the next OpenTokenListener makes one) is taken up at
+    once, without a broker restart. Connections already authenticated keep going, as a
+    Kafka connection does when its delegation token is cancelled (until it re-authenticates).
+
+    :meth:`current` runs at every accept on the event loop: one ``stat`` of the file; the
+    file is read and the SCRAM credentials derived (PBKDF2, a few milliseconds) only when
+    the file changed (another inode, size or modification time).
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self._path = Path(root) / TOKEN_FILE
+        self._root = Path(root)
+        self._seen: tuple[int, int, int, int] | None = None
+        self._credentials = REVOKED
+
+    def current(self) -> TokenCredentials:
+        """The token's credentials as the file now holds them; :data:`REVOKED` if there is
+        no readable token."""
+        try:
+            st = os.stat(self._path)
+        except OSError:  # gone (revoked), or unreadable: nothing authenticates
+            self._seen, self._credentials = None, REVOKED
+            return REVOKED
+        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if seen != self._seen:
+            try:
+                token = EmbeddedToken.read(self._root)
+            except (CorruptCheckpointError, OSError) as exc:
+                logger.warning("token listener: refusing every connection: %s", exc)
+                token = None
+            self._credentials = REVOKED if token is None else TokenCredentials.of(token)
+            self._seen = seen
+        return self._credentials
 
 
 def _os_user() -> str:

@@ -37,7 +37,7 @@ from spark_mq.broker.config import advertised
 from spark_mq.broker.connection import RECEIVE_BUFFER_BYTES, Connection
 from spark_mq.broker.connection_quotas import ConnectionQuotas, open_file_limit
 from spark_mq.broker.core import BrokerCore
-from spark_mq.broker.embedded_token import EmbeddedToken, TokenCredentials
+from spark_mq.broker.embedded_token import EmbeddedToken, TokenKeeper
 from spark_mq.broker.listeners import Listener
 from spark_mq.broker.request_memory import FrameBufferPool, RequestMemoryPool
 from spark_mq.protocol.address import BrokerAddress
@@ -111,6 +111,8 @@ class BrokerServer:
         self._servers: list[asyncio.Server] = []
         #: The token listeners opened for Spark executors, by host (OpenTokenListener).
         self.token_listeners: dict[str, BrokerAddress] = {}
+        #: The directory token's credentials those listeners check (made with the first).
+        self._token_keeper: TokenKeeper | None = None
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -197,23 +199,23 @@ class BrokerServer:
         ephemeral port, where only the token of ``root`` authenticates (OpenTokenListener,
         docs/security.md "The embedded broker's token"). Its connections count against the
         connection limits as any other."""
+        # Made again if it was deleted (revoked) since: the driver reads it back from the
+        # file, and the keeper gives the listeners the new one from their next accept.
+        await asyncio.to_thread(EmbeddedToken.load_or_create, root)
         if host in self.token_listeners:
             return self.token_listeners[host]
-        token = await asyncio.to_thread(EmbeddedToken.load_or_create, root)
-        credentials = await asyncio.to_thread(TokenCredentials.of, token)
+        keeper = self._token_keeper
+        if keeper is None:
+            keeper = self._token_keeper = TokenKeeper(root)
         sock = _bind_tcp(host, 0)
         address = BrokerAddress(host=host, port=sock.getsockname()[1])
-        server = await asyncio.get_running_loop().create_server(
-            functools.partial(
-                Connection,
-                self,
-                address,
-                True,
-                listener_name=TOKEN_LISTENER,
-                token=credentials,
-            ),
-            sock=sock,
-        )
+
+        def accept() -> Connection:
+            return Connection(
+                self, address, True, listener_name=TOKEN_LISTENER, token=keeper.current()
+            )
+
+        server = await asyncio.get_running_loop().create_server(accept, sock=sock)
         self._servers.append(server)
         self.token_listeners[host] = address
         logger.info(

@@ -87,3 +87,24 @@ def test_a_host_the_broker_cannot_bind_is_a_config_error(directory: Path) -> Non
 
     with pytest.raises(ConfigError, match="cannot listen"):
         open_token_listener(directory, "192.0.2.77")  # TEST-NET-1: not this host's
+
+
+def test_deleting_the_token_revokes_it_and_the_next_query_gets_a_new_one(
+    directory: Path,
+) -> None:
+    _, tcp, token = open_token_listener(directory, "127.0.0.1")
+    with _admin(tcp, Password(token.jaas_config())) as admin:
+        admin.create_topic("before", partitions=1)
+    (directory / TOKEN_FILE).unlink()
+    # Revoked for every new connection at once, with the broker still running.
+    refused = pytest.raises(AuthenticationError, match="accepts only its log directory's token")
+    with refused, _admin(tcp, Password(token.jaas_config())) as admin:
+        admin.list_topics()
+    # The next query's driver gets a new token on the same listener, and only it works.
+    _, again, fresh = open_token_listener(directory, "127.0.0.1")
+    assert again == tcp and fresh.token_id != token.token_id
+    assert (directory / TOKEN_FILE).stat().st_mode & 0o777 == 0o600
+    with _admin(tcp, Password(fresh.jaas_config())) as admin:
+        assert "before" in admin.list_topics()
+    with refused, _admin(tcp, Password(token.jaas_config())) as admin:
+        admin.list_topics()
