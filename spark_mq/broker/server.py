@@ -29,6 +29,7 @@ import functools
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -199,9 +200,15 @@ class BrokerServer:
         ephemeral port, where only the token of ``root`` authenticates (OpenTokenListener,
         docs/security.md "The embedded broker's token"). Its connections count against the
         connection limits as any other."""
-        # Made again if it was deleted (revoked) since: the driver reads it back from the
-        # file, and the keeper gives the listeners the new one from their next accept.
-        await asyncio.to_thread(EmbeddedToken.load_or_create, root)
+        # Renewed (this request is the owner's), or made again if it was deleted (revoked)
+        # or expired: the driver reads it back from the file, and the keeper gives the
+        # listeners the new one from their next accept.
+        await asyncio.to_thread(
+            EmbeddedToken.issue_or_renew,
+            root,
+            self.core.config.sasl.delegation_token_expiry_time_ms,
+            time.time_ns() // 1_000_000,
+        )
         if host in self.token_listeners:
             return self.token_listeners[host]
         keeper = self._token_keeper

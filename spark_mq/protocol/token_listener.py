@@ -6,7 +6,8 @@ the broker checks the peer), by :func:`spark_mq.broker.local.open_token_listener
 broker opens, or finds already open, a ``SASL_PLAINTEXT`` listener on ``host`` (the address
 executors reach the driver's host by) with an ephemeral port, on which only the directory's
 token authenticates (SCRAM with ``tokenauth=true``, :mod:`spark_mq.broker.embedded_token`),
-makes the token if the directory has none, and answers with the address bound. The token
+makes the token if the directory has none or it expired, renews it otherwise, and answers
+with the address bound. The token
 itself is not in the answer: the driver reads it from ``DIR/embedded-token.json``.
 
 Errors: ``CLUSTER_AUTHORIZATION_FAILED`` (31) from any peer but the Unix socket's, or from a
