@@ -44,8 +44,10 @@ def test_only_the_directorys_token_opens_the_listener(directory: Path) -> None:
     assert unix.unix_path is not None and tcp.host == "127.0.0.1" and tcp.port > 0
     assert (directory / TOKEN_FILE).stat().st_mode & 0o777 == 0o600
     assert token.hmac not in repr(token)
-    # Asked again: the same listener and token.
+    # Asked again: the same listener and token, and broker.json is not written again.
+    listed = (directory / "broker.json").stat().st_mtime_ns
     assert open_token_listener(directory, "127.0.0.1")[1:] == (tcp, token)
+    assert (directory / "broker.json").stat().st_mtime_ns == listed
     assert json.loads((directory / "broker.json").read_text())["token_listeners"] == [str(tcp)]
     for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
         with _admin(tcp, Password(token.jaas_config()), mechanism) as admin:
