@@ -58,6 +58,7 @@ from spark_mq.client.sasl import Password
 from spark_mq.datasource.connection import PATH_OPTION, lookup
 from spark_mq.errors import ConfigError, ExecutorEndpointError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.token_listener import is_wildcard
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,13 @@ def parse_executor_endpoint(options: Mapping[str, str]) -> tuple[EndpointMode, s
             raise ConfigError(
                 f"option {HOST_OPTION}={host!r} is not a host name or address: give the "
                 "address executors reach the driver by (spark.driver.host)",
+                key=HOST_OPTION,
+                value=host,
+            )
+        if is_wildcard(host):
+            raise ConfigError(
+                f"option {HOST_OPTION}={host!r} is a wildcard address, which executors "
+                "cannot dial: give the address they reach the driver by (spark.driver.host)",
                 key=HOST_OPTION,
                 value=host,
             )

@@ -90,6 +90,11 @@ def test_a_host_the_broker_cannot_bind_is_a_config_error(directory: Path) -> Non
 
     with pytest.raises(ConfigError, match="cannot listen"):
         open_token_listener(directory, "192.0.2.77")  # TEST-NET-1: not this host's
+    # A wildcard binds, but executors cannot dial it: refused before anything opens.
+    for wildcard in ("0.0.0.0", "::"):
+        with pytest.raises(ConfigError, match="wildcard"):
+            open_token_listener(directory, wildcard)
+    assert json.loads((directory / "broker.json").read_text())["token_listeners"] == []
 
 
 def test_deleting_the_token_revokes_it_and_the_next_query_gets_a_new_one(
