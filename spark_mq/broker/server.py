@@ -114,6 +114,7 @@ class BrokerServer:
         self.token_listeners: dict[str, BrokerAddress] = {}
         #: The directory token's credentials those listeners check (made with the first).
         self._token_keeper: TokenKeeper | None = None
+        self._token_lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -200,6 +201,12 @@ class BrokerServer:
         ephemeral port, where only the token of ``root`` authenticates (OpenTokenListener,
         docs/security.md "The embedded broker's token"). Its connections count against the
         connection limits as any other."""
+        # One at a time: two drivers asking for a new host at once would otherwise both
+        # bind it, and one listener would be left open and unlisted.
+        async with self._token_lock:
+            return await self._open_token_listener(host, root)
+
+    async def _open_token_listener(self, host: str, root: Path) -> BrokerAddress:
         # Renewed (this request is the owner's), or made again if it was deleted (revoked)
         # or expired: the driver reads it back from the file, and the keeper gives the
         # listeners the new one from their next accept.
@@ -209,11 +216,13 @@ class BrokerServer:
             self.core.config.sasl.delegation_token_expiry_time_ms,
             time.time_ns() // 1_000_000,
         )
-        if host in self.token_listeners:
-            return self.token_listeners[host]
         keeper = self._token_keeper
         if keeper is None:
             keeper = self._token_keeper = TokenKeeper(root)
+        # Derived here, off the event loop (PBKDF2, some 15 ms), rather than at an accept.
+        await asyncio.to_thread(keeper.current)
+        if host in self.token_listeners:
+            return self.token_listeners[host]
         sock = _bind_tcp(host, 0)
         address = BrokerAddress(host=host, port=sock.getsockname()[1])
 

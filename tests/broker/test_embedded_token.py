@@ -187,3 +187,13 @@ def test_an_expired_token_is_refused_until_a_driver_asks_again(directory: Path) 
     assert again == tcp and fresh.token_id != token.token_id
     with _admin(tcp, Password(fresh.jaas_config())) as admin:
         assert admin.list_topics() == ["t"]
+
+
+def test_drivers_asking_at_once_share_one_listener(directory: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    ensure_broker(directory)
+    with ThreadPoolExecutor(4) as pool:
+        opened = list(pool.map(lambda _: open_token_listener(directory, "127.0.0.1"), range(4)))
+    assert len({tcp for _, tcp, _ in opened}) == 1
+    assert len({token.token_id for _, _, token in opened}) == 1
