@@ -163,8 +163,16 @@ def test_idle_sensors_are_dropped() -> None:
 
 
 def test_entity_paths_round_trip_and_sanitize() -> None:
-    for entity in [*LEVELS, QuotaEntity("a/b c", "x%y")]:
+    for entity in [
+        *LEVELS,
+        QuotaEntity("a/b c", "x%y"),
+        QuotaEntity("..", "."),
+        QuotaEntity("..."),
+    ]:
         assert QuotaEntity.from_path(entity.path) == entity
+    # ZooKeeper refuses "." and ".." as a path component.
+    assert QuotaEntity(None, "..").path == "clients/%2E%2E"
+    assert QuotaEntity(".", "c").path == "users/%2E/clients/c"
     assert QuotaEntity("a/b", "c").path == "users/a%2Fb/clients/c"
     assert QuotaEntity(DEFAULT, None).path == "users/<default>"
     with pytest.raises(ValueError, match="not a quota entity path"):
