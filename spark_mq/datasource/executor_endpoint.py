@@ -29,6 +29,9 @@ On the token listener a connection proves the directory's token with SASL SCRAM-
 ``tokenauth=true`` (:mod:`spark_mq.broker.embedded_token`), as a Kafka client proves a
 delegation token; the token travels inside the endpoint as a
 :class:`~spark_mq.client.sasl.Password`, so it never shows in a printed plan or option.
+Resolving renews the token (it expires ``delegation.token.expiry.time.ms``, 24 hours by
+default, after the last renewal): a stream renews it at every micro-batch, a batch query
+when it is planned.
 
 Before its clients open, a task checks that the endpoint answers (one ApiVersions round trip,
 at most :data:`REACH_TIMEOUT_S` per address). If none does it fails with
