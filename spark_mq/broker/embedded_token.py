@@ -116,9 +116,18 @@ class EmbeddedToken:
     ) -> EmbeddedToken:
         """The token of ``root``, renewed to expire ``lifetime_ms`` from ``now_ms`` when less
         than half of that is left (or more than all of it: the lifetime was shortened);
-        a new one if there is none or it expired. Written with mode 0600. Only the broker
-        that owns ``root`` calls this."""
+        a new one if there is none, it expired, or the file can be read by others than its
+        owner (group or other bits set: copied, restored or chmod-ed; whoever could read it
+        may hold it). Written with mode 0600. Only the broker that owns ``root`` calls
+        this."""
         found = cls.read(root)
+        if found is not None and _exposed(Path(root) / TOKEN_FILE):
+            logger.warning(
+                "%s can be read by others than its owner: replaced by a new token (mode 0600); "
+                "connections holding the old one are refused",
+                Path(root) / TOKEN_FILE,
+            )
+            found = None
         if found is not None and not found.expired(now_ms):
             left_ms = found.expiry_ms - now_ms
             if lifetime_ms / 2 <= left_ms <= lifetime_ms:
@@ -241,6 +250,13 @@ class TokenKeeper:
                 )
             return REVOKED
         return self._credentials
+
+
+def _exposed(path: Path) -> bool:
+    try:
+        return bool(os.stat(path).st_mode & 0o077)
+    except FileNotFoundError:
+        return False
 
 
 def _os_user() -> str:

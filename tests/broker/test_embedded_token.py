@@ -144,9 +144,18 @@ def test_a_token_is_renewed_when_half_its_lifetime_is_gone_and_replaced_once_exp
     assert fresh.token_id != first.token_id and fresh.hmac != first.hmac
 
 
+def test_a_token_file_others_can_read_is_replaced(tmp_path: Path) -> None:
+    first = EmbeddedToken.issue_or_renew(tmp_path, DAY_MS, now_ms=1_000)
+    (tmp_path / TOKEN_FILE).chmod(0o640)
+    fresh = EmbeddedToken.issue_or_renew(tmp_path, DAY_MS, now_ms=2_000)
+    assert fresh.token_id != first.token_id
+    assert (tmp_path / TOKEN_FILE).stat().st_mode & 0o777 == 0o600
+
+
 def test_a_token_file_without_an_expiry_is_renewed_at_the_next_request(tmp_path: Path) -> None:
     old = {"version": 1, "token_id": "i" * 22, "hmac": "h" * 43, "owner": "alice"}
     (tmp_path / TOKEN_FILE).write_text(json.dumps(old))
+    (tmp_path / TOKEN_FILE).chmod(0o600)
     token = EmbeddedToken.issue_or_renew(tmp_path, DAY_MS, now_ms=5)
     assert (token.token_id, token.hmac, token.expiry_ms) == ("i" * 22, "h" * 43, 5 + DAY_MS)
 
