@@ -121,10 +121,10 @@ class EmbeddedToken:
         may hold it). Written with mode 0600. Only the broker that owns ``root`` calls
         this."""
         found = cls.read(root)
-        if found is not None and _exposed(Path(root) / TOKEN_FILE):
+        if found is not None and _exposed_and_fixable(Path(root) / TOKEN_FILE):
             logger.warning(
-                "%s can be read by others than its owner: replaced by a new token (mode 0600); "
-                "connections holding the old one are refused",
+                "%s could be read by others than its owner: replaced by a new token (mode "
+                "0600); connections holding the old one are refused",
                 Path(root) / TOKEN_FILE,
             )
             found = None
@@ -252,11 +252,30 @@ class TokenKeeper:
         return self._credentials
 
 
-def _exposed(path: Path) -> bool:
+def _exposed_and_fixable(path: Path) -> bool:
+    """Whether ``path`` had group or other permission bits that a chmod to 0600 removed. A
+    filesystem that does not keep permissions (some network and FUSE mounts report every
+    file as 0777) is not "fixable": replacing the token there at every request would fail
+    the tasks of every other query holding it, so it is only warned about, once."""
     try:
-        return bool(os.stat(path).st_mode & 0o077)
-    except FileNotFoundError:
+        if not os.stat(path).st_mode & 0o077:
+            return False
+        os.chmod(path, 0o600)
+        fixed = not os.stat(path).st_mode & 0o077
+    except OSError:
         return False
+    if not fixed and path not in _MODES_IGNORED:
+        _MODES_IGNORED.add(path)
+        logger.warning(
+            "%s: this filesystem does not keep file permissions, so the token may be read by "
+            "other users of the host; keep the log directory on a local filesystem",
+            path,
+        )
+    return fixed
+
+
+#: Token files on filesystems that ignore chmod, already warned about (one broker, one).
+_MODES_IGNORED: set[Path] = set()
 
 
 def _os_user() -> str:

@@ -152,6 +152,19 @@ def test_a_token_file_others_can_read_is_replaced(tmp_path: Path) -> None:
     assert (tmp_path / TOKEN_FILE).stat().st_mode & 0o777 == 0o600
 
 
+def test_a_token_on_a_filesystem_that_ignores_chmod_is_kept_and_warned_about_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = EmbeddedToken.issue_or_renew(tmp_path, DAY_MS, now_ms=1_000)
+    (tmp_path / TOKEN_FILE).chmod(0o644)
+    # As a mount that reports every file 0644 whatever chmod does: replacing the token at
+    # every request would fail every other query's tasks.
+    monkeypatch.setattr("os.chmod", lambda *_args, **_kw: None)
+    for now_ms in (2_000, 3_000):
+        assert EmbeddedToken.issue_or_renew(tmp_path, DAY_MS, now_ms=now_ms) == first
+    assert caplog.text.count("does not keep file permissions") == 1
+
+
 def test_a_token_file_without_an_expiry_is_renewed_at_the_next_request(tmp_path: Path) -> None:
     old = {"version": 1, "token_id": "i" * 22, "hmac": "h" * 43, "owner": "alice"}
     (tmp_path / TOKEN_FILE).write_text(json.dumps(old))
