@@ -355,13 +355,16 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         if not broker.in_cluster:
             # A single node may open token listeners for Spark executors (OpenTokenListener);
             # broker.json lists them too, for `spark-mq broker status`.
+            # The file as last written: a listener already open (every micro-batch asks
+            # again) rewrites nothing.
+            written = [endpoint]
+
             async def open_for_executors(host: str) -> BrokerAddress:
                 address = await server.open_token_listener(host, root)
                 listed = tuple(str(a) for a in server.token_listeners.values())
-                if listed != endpoint.token_listeners:
-                    await asyncio.to_thread(
-                        dataclasses.replace(endpoint, token_listeners=listed).write, root
-                    )
+                if listed != written[0].token_listeners:
+                    written[0] = dataclasses.replace(written[0], token_listeners=listed)
+                    await asyncio.to_thread(written[0].write, root)
                 return address
 
             core.open_token_listener = open_for_executors

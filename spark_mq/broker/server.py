@@ -29,6 +29,7 @@ import functools
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -37,7 +38,7 @@ from spark_mq.broker.config import advertised
 from spark_mq.broker.connection import RECEIVE_BUFFER_BYTES, Connection
 from spark_mq.broker.connection_quotas import ConnectionQuotas, open_file_limit
 from spark_mq.broker.core import BrokerCore
-from spark_mq.broker.embedded_token import EmbeddedToken, TokenCredentials
+from spark_mq.broker.embedded_token import EmbeddedToken, TokenKeeper
 from spark_mq.broker.listeners import Listener
 from spark_mq.broker.request_memory import FrameBufferPool, RequestMemoryPool
 from spark_mq.protocol.address import BrokerAddress
@@ -111,6 +112,9 @@ class BrokerServer:
         self._servers: list[asyncio.Server] = []
         #: The token listeners opened for Spark executors, by host (OpenTokenListener).
         self.token_listeners: dict[str, BrokerAddress] = {}
+        #: The directory token's credentials those listeners check (made with the first).
+        self._token_keeper: TokenKeeper | None = None
+        self._token_lock = asyncio.Lock()
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -197,23 +201,37 @@ class BrokerServer:
         ephemeral port, where only the token of ``root`` authenticates (OpenTokenListener,
         docs/security.md "The embedded broker's token"). Its connections count against the
         connection limits as any other."""
+        # One at a time: two drivers asking for a new host at once would otherwise both
+        # bind it, and one listener would be left open and unlisted.
+        async with self._token_lock:
+            return await self._open_token_listener(host, root)
+
+    async def _open_token_listener(self, host: str, root: Path) -> BrokerAddress:
+        # Renewed (this request is the owner's), or made again if it was deleted (revoked)
+        # or expired: the driver reads it back from the file, and the keeper gives the
+        # listeners the new one from their next accept.
+        await asyncio.to_thread(
+            EmbeddedToken.issue_or_renew,
+            root,
+            self.core.config.sasl.delegation_token_expiry_time_ms,
+            time.time_ns() // 1_000_000,
+        )
+        keeper = self._token_keeper
+        if keeper is None:
+            keeper = self._token_keeper = TokenKeeper(root)
+        # Derived here, off the event loop (PBKDF2, some 15 ms), rather than at an accept.
+        await asyncio.to_thread(keeper.current)
         if host in self.token_listeners:
             return self.token_listeners[host]
-        token = await asyncio.to_thread(EmbeddedToken.load_or_create, root)
-        credentials = await asyncio.to_thread(TokenCredentials.of, token)
         sock = _bind_tcp(host, 0)
         address = BrokerAddress(host=host, port=sock.getsockname()[1])
-        server = await asyncio.get_running_loop().create_server(
-            functools.partial(
-                Connection,
-                self,
-                address,
-                True,
-                listener_name=TOKEN_LISTENER,
-                token=credentials,
-            ),
-            sock=sock,
-        )
+
+        def accept() -> Connection:
+            return Connection(
+                self, address, True, listener_name=TOKEN_LISTENER, token=keeper.current()
+            )
+
+        server = await asyncio.get_running_loop().create_server(accept, sock=sock)
         self._servers.append(server)
         self.token_listeners[host] = address
         logger.info(

@@ -205,8 +205,16 @@ def quotas_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Whole numbers up to this are printed without a fraction; past it a float's digits are
+#: not the number's (1e308 would print as 309 digits, most of them noise).
+_EXACT_INTEGER_BOUND = 2**53
+
+
 def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
+    value = float(value)
+    return (
+        str(int(value)) if value.is_integer() and abs(value) <= _EXACT_INTEGER_BOUND else str(value)
+    )
 
 
 def _entity_doc(entity: ClientQuotaEntity) -> dict[str, str]:

@@ -29,6 +29,9 @@ On the token listener a connection proves the directory's token with SASL SCRAM-
 ``tokenauth=true`` (:mod:`spark_mq.broker.embedded_token`), as a Kafka client proves a
 delegation token; the token travels inside the endpoint as a
 :class:`~spark_mq.client.sasl.Password`, so it never shows in a printed plan or option.
+Resolving renews the token (it expires ``delegation.token.expiry.time.ms``, 24 hours by
+default, after the last renewal): a stream renews it at every micro-batch, a batch query
+when it is planned.
 
 Before its clients open, a task checks that the endpoint answers (one ApiVersions round trip,
 at most :data:`REACH_TIMEOUT_S` per address). If none does it fails with
@@ -58,6 +61,7 @@ from spark_mq.client.sasl import Password
 from spark_mq.datasource.connection import PATH_OPTION, lookup
 from spark_mq.errors import ConfigError, ExecutorEndpointError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
+from spark_mq.protocol.token_listener import is_wildcard
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +97,13 @@ def parse_executor_endpoint(options: Mapping[str, str]) -> tuple[EndpointMode, s
             raise ConfigError(
                 f"option {HOST_OPTION}={host!r} is not a host name or address: give the "
                 "address executors reach the driver by (spark.driver.host)",
+                key=HOST_OPTION,
+                value=host,
+            )
+        if is_wildcard(host):
+            raise ConfigError(
+                f"option {HOST_OPTION}={host!r} is a wildcard address, which executors "
+                "cannot dial: give the address they reach the driver by (spark.driver.host)",
                 key=HOST_OPTION,
                 value=host,
             )

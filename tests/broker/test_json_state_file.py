@@ -99,9 +99,15 @@ def test_the_files_that_share_it_keep_their_bytes(tmp_path: Path) -> None:
     ).encode()
     credentials.write_user("bob", {})
     assert (tmp_path / CREDENTIALS_FILE).read_bytes() == b'{"users": {}, "version": 1}'
-    token = EmbeddedToken.load_or_create(tmp_path)
+    token = EmbeddedToken.issue_or_renew(tmp_path, lifetime_ms=60_000, now_ms=1_000)
     assert (tmp_path / TOKEN_FILE).read_bytes() == json.dumps(
-        {"version": 1, "token_id": token.token_id, "hmac": token.hmac, "owner": token.owner}
+        {
+            "version": 1,
+            "token_id": token.token_id,
+            "hmac": token.hmac,
+            "owner": token.owner,
+            "expiry_ms": 61_000,
+        }
     ).encode()
     assert EmbeddedToken.read(tmp_path) == token
     (tmp_path / TOKEN_FILE).write_text('{"version": 1, "token_id": "", "hmac": "h", "owner": "o"}')

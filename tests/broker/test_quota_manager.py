@@ -3,6 +3,8 @@ ClientQuotaManager gives (broker/quotas/entity.py, manager.py), with an injected
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from spark_mq.broker.quotas.entity import DEFAULT, MetricKey, QuotaEntity, filter_matcher
@@ -124,6 +126,31 @@ def test_max_value_in_window_is_the_quota_over_the_counted_windows() -> None:
     assert m.max_value_in_window(QuotaType.FETCH, "User:u", "u", "c") == 10_000
 
 
+def test_max_value_in_window_of_a_huge_quota_is_the_wires_bound() -> None:
+    # 1e308 is finite and accepted; times the counted windows it overflows to infinity.
+    m = manager({QuotaEntity(None, DEFAULT): {"consumer_byte_rate": 1e308}})
+    assert m.max_value_in_window(QuotaType.FETCH, "User:u", "u", "c") == 2**31 - 1
+
+
+@pytest.mark.parametrize("bad", [0.0, -5.0, math.nan, math.inf])
+def test_a_stored_value_no_quota_can_be_is_ignored(
+    bad: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A znode or file edited by hand: the value is left out with a warning, the entity's
+    # other keys and other entities still apply.
+    clock = Clock()
+    m = manager(
+        {QuotaEntity(None, "c"): {P: bad, "consumer_byte_rate": 1000.0}},
+        monotonic_ms=clock,
+    )
+    assert m.quota(QuotaType.PRODUCE, "User:u", "u", "c") is None
+    assert m.record(QuotaType.PRODUCE, "User:u", "u", "c", 10**9) == 0
+    assert m.record(QuotaType.FETCH, "User:u", "u", "c", 20_000) == 10_000
+    assert "producer_byte_rate" in caplog.text and "ignored" in caplog.text
+    m.update_configs({QuotaEntity(None, "c"): {P: bad}})
+    assert not m.enabled
+
+
 def test_idle_sensors_are_dropped() -> None:
     clock = Clock()
     m = manager({QuotaEntity(None, DEFAULT): {P: 1000.0}}, monotonic_ms=clock)
@@ -136,8 +163,16 @@ def test_idle_sensors_are_dropped() -> None:
 
 
 def test_entity_paths_round_trip_and_sanitize() -> None:
-    for entity in [*LEVELS, QuotaEntity("a/b c", "x%y")]:
+    for entity in [
+        *LEVELS,
+        QuotaEntity("a/b c", "x%y"),
+        QuotaEntity("..", "."),
+        QuotaEntity("..."),
+    ]:
         assert QuotaEntity.from_path(entity.path) == entity
+    # ZooKeeper refuses "." and ".." as a path component.
+    assert QuotaEntity(None, "..").path == "clients/%2E%2E"
+    assert QuotaEntity(".", "c").path == "users/%2E/clients/c"
     assert QuotaEntity("a/b", "c").path == "users/a%2Fb/clients/c"
     assert QuotaEntity(DEFAULT, None).path == "users/<default>"
     with pytest.raises(ValueError, match="not a quota entity path"):

@@ -61,3 +61,9 @@ def test_the_measured_span_is_padded_to_the_minimum_then_grows() -> None:
     # Past the minimum the span is the time since the oldest sample, and the rate falls.
     assert rate.window_ms(10_900) == 10_900
     assert rate.measure(10_900) < rate.measure(10_000)
+
+
+def test_a_tiny_quota_throttles_at_most_the_bound() -> None:
+    # 5e-324 is a positive quota the APIs accept; the excess over it is an infinite float,
+    # which must still come out as the bound rather than raise.
+    assert throttle_time_ms(100.0, 5e-324, 10_000, 11_000) == 11_000

@@ -87,3 +87,14 @@ def test_defaults_are_named_with_entity_default(cli: Any, mq_path: str) -> None:
         "quotas", "alter", "--path", mq_path, *entity, "--delete-config", "producer_byte_rate"
     )
     assert done.code == 0, done.err
+
+
+def test_quota_values_print_as_kafka_shows_them() -> None:
+    from spark_mq.cli.quotas import _number
+
+    assert [_number(v) for v in (1048576.0, 25.5, 1e308, 5e-324)] == [
+        "1048576",
+        "25.5",
+        "1e+308",
+        "5e-324",
+    ]

@@ -80,6 +80,17 @@ def test_quotas_altered_through_a_broker_are_kept_as_kafka_keeps_them(
     assert znode_config(zk_module_connect, "/config/users/quinn/clients/etl%2Fjob") == {
         "consumer_byte_rate": "4096"
     }
+    # ZooKeeper refuses ".." as a path component: the name is encoded in full.
+    dots = ClientQuotaEntity(client_id="..")
+    with Admin(bootstrap_servers=bootstrap(cluster)) as admin:
+        admin.alter_client_quotas([ClientQuotaAlteration(dots, {"producer_byte_rate": 512})])
+        assert admin.describe_client_quotas()[dots] == {"producer_byte_rate": 512.0}
+    assert znode_config(zk_module_connect, "/config/clients/%2E%2E") == {
+        "producer_byte_rate": "512"
+    }
+    with Admin(bootstrap_servers=bootstrap(cluster)) as admin:
+        admin.alter_client_quotas([ClientQuotaAlteration(dots, {"producer_byte_rate": None})])
+        assert dots not in admin.describe_client_quotas()
 
 
 def test_a_quota_written_into_zookeeper_is_applied_by_the_broker(

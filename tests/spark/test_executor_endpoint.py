@@ -190,6 +190,8 @@ def test_the_executor_endpoint_checks_its_address_before_any_client_opens(
         ({"path": "/d", "executor.endpoint": "ssh"}, "use auto, unix or tcp"),
         ({"path": "/d", "executor.endpoint": "unix", "executor.endpoint.host": "h"}, "opens"),
         ({"path": "/d", "executor.endpoint.host": "a b"}, "not a host name"),
+        ({"path": "/d", "executor.endpoint.host": "0.0.0.0"}, "wildcard"),
+        ({"path": "/d", "executor.endpoint.host": "[::]"}, "wildcard"),
         ({"bootstrap.servers": "h:1", "executor.endpoint": "tcp"}, "for the embedded broker"),
     ],
 )

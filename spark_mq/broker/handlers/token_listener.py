@@ -14,7 +14,11 @@ import logging
 from spark_mq.broker.connection_quotas import UNIX_PEER
 from spark_mq.broker.context import RequestContext, Response
 from spark_mq.protocol.error_codes import ErrorCode
-from spark_mq.protocol.token_listener import OpenTokenListenerRequest, OpenTokenListenerResponse
+from spark_mq.protocol.token_listener import (
+    OpenTokenListenerRequest,
+    OpenTokenListenerResponse,
+    is_wildcard,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +44,15 @@ async def handle_open_token_listener(
     host = request.host.strip()
     if not host:
         return _refused(request, ErrorCode.INVALID_REQUEST, "give the host to listen on")
+    if is_wildcard(host):
+        # The address is also the one executors dial; a wildcard reaches no broker from
+        # another host (Kafka refuses it in advertised.listeners for the same reason).
+        return _refused(
+            request,
+            ErrorCode.INVALID_REQUEST,
+            f"{host!r} is a wildcard address, which executors cannot dial: give an address "
+            "of this host that they reach (spark.driver.host)",
+        )
     try:
         address = await opener(host)
     except OSError as exc:

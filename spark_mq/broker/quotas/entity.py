@@ -22,7 +22,9 @@ them.
 
 Entity paths (``users/alice/clients/c1``) are how ZooKeeper and the log directory's file
 name an entity; names are URL-encoded in them as Kafka's Sanitizer does, so a ``/`` in a
-client id cannot be mistaken for the path's. A name equal to ``<default>`` is refused.
+client id cannot be mistaken for the path's; a name that is ``.`` or ``..`` has its dots
+encoded too (``%2E``), since ZooKeeper refuses such a path component. A name equal to
+``<default>`` is refused.
 """
 
 from __future__ import annotations
@@ -128,7 +130,13 @@ class QuotaEntity:
 
 def _sanitize(name: str | None) -> str:
     assert name is not None
-    return DEFAULT if name == DEFAULT else urllib.parse.quote(name, safe="")
+    if name == DEFAULT:
+        return DEFAULT
+    if name in (".", ".."):
+        # Percent-encoding leaves dots alone, and ZooKeeper refuses a path component that
+        # is "." or ".." (kazoo raises ValueError): encoded in full, they decode the same.
+        return name.replace(".", "%2E")
+    return urllib.parse.quote(name, safe="")
 
 
 def _desanitize(text: str) -> str:

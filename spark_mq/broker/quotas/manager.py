@@ -30,6 +30,8 @@ which readers see atomically.
 from __future__ import annotations
 
 import enum
+import logging
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Final
@@ -39,8 +41,12 @@ from spark_mq.protocol.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQ
 from .entity import MetricKey, QuotaConfigs, QuotaEntity, metric_key, precedence
 from .rate import QuotaWindow, Rate, throttle_time_ms
 
+logger = logging.getLogger(__name__)
+
 #: A sensor idle this long is dropped (Kafka's InactiveSensorExpirationTimeSeconds).
 SENSOR_EXPIRY_MS: Final = 3600 * 1000
+#: The most a fetch may be given under a quota: the wire's max_bytes is an int32.
+MAX_FETCH_BYTES: Final = 2**31 - 1
 #: How often idle sensors are looked for.
 SWEEP_INTERVAL_MS: Final = 60 * 1000
 
@@ -85,8 +91,26 @@ class ClientQuotaManager:
     # -- configuration ------------------------------------------------------------------------
 
     def update_configs(self, configs: QuotaConfigs) -> None:
-        """Make ``configs`` the quotas in force (any thread)."""
-        fresh = {e: dict(v) for e, v in configs.items() if v}
+        """Make ``configs`` the quotas in force (any thread). A value no quota can be (zero,
+        negative, NaN, infinite) is left out with a warning: the APIs and the command line
+        refuse one, but a znode or file edited by hand can hold it, and the throttle math
+        would divide by it (zero), throttle by a negative time, or mute every client."""
+        fresh: dict[QuotaEntity, dict[str, float]] = {}
+        for entity, values in configs.items():
+            kept = {}
+            for key, value in values.items():
+                if 0 < value < math.inf:  # NaN fails both comparisons
+                    kept[key] = value
+                else:
+                    logger.warning(
+                        "client quota %s=%r of %s ignored: a quota must be a positive number; "
+                        "set it again with spark-mq quotas alter (or delete the key)",
+                        key,
+                        value,
+                        entity,
+                    )
+            if kept:
+                fresh[entity] = kept
         self._configs = fresh
         self._sensors = {}
         self._resolved = {}
@@ -146,7 +170,10 @@ class ClientQuotaManager:
         found = self.quota(kind, principal, user, client_id)
         if found is None:
             return -1
-        return max(1, int(found[0] * (self.window.samples - 1) * self.window.window_ms / 1000))
+        # Bounded as Kafka's (a Scala toInt saturates): a huge quota (1e308 is finite) would
+        # make the float infinite, and int() of infinity raises inside every fetch.
+        most = found[0] * (self.window.samples - 1) * self.window.window_ms / 1000
+        return max(1, int(min(most, float(MAX_FETCH_BYTES))))
 
     def rate(self, kind: QuotaType, who: MetricKey) -> float:
         """The measured rate of a sensor (0 if it has none), for tests and tools."""

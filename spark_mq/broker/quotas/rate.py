@@ -97,4 +97,6 @@ def throttle_time_ms(rate: float, quota: float, window_ms: float, max_throttle_m
     """How long a client measured at ``rate`` against ``quota`` waits (0 within it)."""
     if rate <= quota:
         return 0
-    return min(max_throttle_ms, round((rate - quota) / quota * window_ms))
+    # Clamped before it becomes an int: a tiny quota (5e-324 is positive) makes the float
+    # infinite, and round() of infinity raises instead of throttling.
+    return round(min(float(max_throttle_ms), (rate - quota) / quota * window_ms))

@@ -382,7 +382,8 @@ class SaslServerSession:
                 "listener accepts only its log directory's token (SCRAM with tokenauth=true), "
                 "and this is not it, or the proof is wrong; the connection is closed. The "
                 "token is handed to executors by the Spark driver; a token deleted or "
-                "replaced since (DIR/embedded-token.json) is refused",
+                "replaced since (DIR/embedded-token.json), or expired (no query asked for "
+                "the listener within delegation.token.expiry.time.ms), is refused",
                 mechanism=self.mechanism,
                 user=self.user,
             )

@@ -138,6 +138,18 @@ class SaslConfig(Config):
         check=between(0, 2**63 - 1),
     )
 
+    delegation_token_expiry_time_ms: int = setting(
+        "delegation.token.expiry.time.ms",
+        86_400_000,
+        "Kafka's key and default (24 hours): an embedded broker's token (the one its token "
+        "listener for Spark executors accepts) expires this long after it was made or last "
+        "renewed; every request for the listener (a Spark driver planning a batch or "
+        "creating a writer) renews it. Raise it for batch jobs whose tasks still connect "
+        "longer than this after the job was planned.",
+        parse=parse_int,
+        check=between(1, 2**63 - 1),
+    )
+
     sasl_mechanism_inter_broker_protocol: str = setting(
         "sasl.mechanism.inter.broker.protocol",
         "SCRAM-SHA-512",
