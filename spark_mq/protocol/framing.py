@@ -81,14 +81,19 @@ class ResponseFrame:
     records: memoryview
 
 
-def frame_size(prefix: bytes | bytearray | memoryview, max_frame_bytes: int) -> int:
-    """Decode and check the 4-byte size prefix of a frame."""
+def frame_size(
+    prefix: bytes | bytearray | memoryview,
+    max_frame_bytes: int,
+    setting: str = "socket.request.max.bytes",
+) -> int:
+    """Decode and check the 4-byte size prefix of a frame against ``max_frame_bytes`` (the
+    value of ``setting``, which the error names)."""
     if len(prefix) != SIZE.size:
         raise CorruptFrameError(f"a frame prefix is {SIZE.size} bytes, got {len(prefix)}")
     size: int = SIZE.unpack(prefix)[0]
     if size < 0 or size > max_frame_bytes:
         raise CorruptFrameError(
-            f"frame size {size} is outside 0..{max_frame_bytes} (socket.request.max.bytes); "
+            f"frame size {size} is outside 0..{max_frame_bytes} ({setting}); "
             "the peer is not speaking the spark_mq protocol or sent a frame too large"
         )
     return size

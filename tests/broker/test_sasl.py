@@ -327,6 +327,30 @@ def test_users_are_described_removed_and_kept_across_a_restart(tmp_path: Path) -
     assert (tmp_path / "mq" / "scram-credentials.json").stat().st_mode & 0o077 == 0
 
 
+def test_unauthenticated_large_frames_close_at_once_and_stall_no_one(broker: SaslBroker) -> None:
+    """Before authentication a frame may be at most sasl.server.max.receive.size (512 KiB):
+    peers that announce 64 MB frames and send nothing more are closed at once, instead of
+    holding the queued.max.request.bytes pool (256 MB) until the read timeout while every
+    other client waits. After authenticating, a 600 KB record goes through."""
+    peers = [broker.raw() for _ in range(6)]
+    try:
+        for sock in peers:
+            sock.sendall(SIZE.pack(64 * 1024 * 1024))
+        for sock in peers:
+            sock.settimeout(3)
+            assert closed(sock), "an unauthenticated 64 MB size prefix was not refused"
+    finally:
+        for sock in peers:
+            sock.close()
+    assert "sasl.server.max.receive.size" in broker.log()
+    broker.add_user("big", "big-pw")
+    config = broker.client_config("SCRAM-SHA-256", "big", "big-pw")
+    started = time.monotonic()
+    with Producer(**config, max_request_size=2 * 1024 * 1024) as producer:
+        producer.send("t-big-frames", b"x" * 600_000).get(30)
+    assert time.monotonic() - started < 10
+
+
 def test_fuzzed_exchanges_never_crash_the_broker(broker: SaslBroker) -> None:
     rng = random.Random(33)
     seed_note = "seed 33"

@@ -138,6 +138,18 @@ class SaslConfig(Config):
         check=between(0, 2**63 - 1),
     )
 
+    sasl_server_max_receive_size: int = setting(
+        "sasl.server.max.receive.size",
+        524_288,
+        "Kafka's key and default (512 KiB): on a SASL listener, the largest frame a "
+        "connection may send before it has authenticated. A larger size prefix closes the "
+        "connection at once, so unauthenticated peers cannot hold the queued.max.request.bytes "
+        "memory pool (a size prefix reserves its frame's bytes there) and stall every other "
+        "client.",
+        parse=parse_int,
+        check=between(1024, 2**31 - 1),
+    )
+
     delegation_token_expiry_time_ms: int = setting(
         "delegation.token.expiry.time.ms",
         86_400_000,
