@@ -108,3 +108,26 @@ def test_users_reach_every_broker(cluster: LocalCluster, zk_module_connect: str)
     for path in cluster.directory.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert PASSWORD.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize("user", ["svc/etl", "..", "a%2Fb"])
+def test_user_names_that_need_encoding_reach_every_broker(
+    cluster: LocalCluster, zk_module_connect: str, user: str
+) -> None:
+    """A user name with "/", ".." or a "%" is sanitized in its znode's path and in the
+    change notification alike (Kafka's Sanitizer), so every broker applies it at once, not
+    only at its next full reload."""
+    first = cluster.state["brokers"]["1"]
+    with Admin(bootstrap_servers=f"{first['host']}:{first['port']}") as admin:
+        admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion(user, "SCRAM-SHA-256", PASSWORD)]
+        )
+    for broker_id in (1, 2):
+        wait_for(
+            lambda b=broker_id: mechanisms_on(cluster, b, user) == ["SCRAM-SHA-256"],
+            timeout_s=5,
+        )
+    with Admin(bootstrap_servers=f"{first['host']}:{first['port']}") as admin:
+        admin.alter_user_scram_credentials([UserScramCredentialDeletion(user, "SCRAM-SHA-256")])
+    for broker_id in (1, 2):
+        wait_for(lambda b=broker_id: mechanisms_on(cluster, b, user) == [], timeout_s=5)

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
+from spark_mq.broker.zk.znodes import desanitize_entity_name, sanitize_entity_name
 from spark_mq.errors import InvalidRequestError
 from spark_mq.protocol.quotas import (
     CLIENT_ID,
@@ -130,17 +130,11 @@ class QuotaEntity:
 
 def _sanitize(name: str | None) -> str:
     assert name is not None
-    if name == DEFAULT:
-        return DEFAULT
-    if name in (".", ".."):
-        # Percent-encoding leaves dots alone, and ZooKeeper refuses a path component that
-        # is "." or ".." (kazoo raises ValueError): encoded in full, they decode the same.
-        return name.replace(".", "%2E")
-    return urllib.parse.quote(name, safe="")
+    return DEFAULT if name == DEFAULT else sanitize_entity_name(name)
 
 
 def _desanitize(text: str) -> str:
-    return DEFAULT if text == DEFAULT else urllib.parse.unquote(text)
+    return DEFAULT if text == DEFAULT else desanitize_entity_name(text)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -24,7 +24,6 @@ ZooKeeper.
 from __future__ import annotations
 
 import logging
-import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,7 +44,7 @@ log = logging.getLogger(__name__)
 
 
 def user_znode(user: str) -> str:
-    return f"{znodes.CONFIG_USERS}/{urllib.parse.quote(user, safe='')}"
+    return f"{znodes.CONFIG_USERS}/{znodes.sanitize_entity_name(user)}"
 
 
 def read_user(zk: ZkClient, user: str) -> dict[str, ScramCredential]:
@@ -69,7 +68,7 @@ class ZkCredentialBackend:
     def load(self) -> dict[str, dict[str, ScramCredential]]:
         out = {}
         for child in self._zk.children(znodes.CONFIG_USERS):
-            user = urllib.parse.unquote(child)
+            user = znodes.desanitize_entity_name(child)
             try:
                 creds = read_user(self._zk, user)
             except CorruptZnodeError as exc:
@@ -89,7 +88,10 @@ class ZkCredentialBackend:
         alter_entity_config(
             self._zk,
             user_znode(user),
-            znodes.ConfigChangeNotification(znodes.USER_ENTITY, user).encode(),
+            # The name as in the znode's path (Kafka's): a notification names a path.
+            znodes.ConfigChangeNotification(
+                znodes.USER_ENTITY, znodes.sanitize_entity_name(user)
+            ).encode(),
             change,
             f"writing the SCRAM credentials of user {user!r}",
         )
@@ -104,6 +106,8 @@ class UserCredentialSync:
         self._store = store
 
     def apply(self, name: str) -> None:
+        """Apply the user a notification names (sanitized, as in its znode's path)."""
+        name = znodes.desanitize_entity_name(name)
         try:
             creds: Mapping[str, ScramCredential] = read_user(self._zk, name)
         except CorruptZnodeError as exc:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Final, Generic, TypeVar, overload
 
@@ -512,6 +513,21 @@ class TopicConfigOverrides:
 TOPIC_ENTITY: Final = "topics"
 #: Kafka's entity type of user configs (SCRAM credentials, quotas).
 USER_ENTITY: Final = "users"
+
+
+def sanitize_entity_name(name: str) -> str:
+    """A user or client id as one path component of its config znode and in its change
+    notification (Kafka's Sanitizer): percent-encoded, so that "/" and the like cannot
+    change the path, with the dots of "." and ".." encoded too (percent-encoding leaves dots
+    alone, and ZooKeeper refuses those two components). :func:`desanitize_entity_name`
+    undoes it."""
+    if name in (".", ".."):
+        return name.replace(".", "%2E")
+    return urllib.parse.quote(name, safe="")
+
+
+def desanitize_entity_name(text: str) -> str:
+    return urllib.parse.unquote(text)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
