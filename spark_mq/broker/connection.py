@@ -50,9 +50,7 @@ segment file to the socket, TCP or Unix; partial sends and EAGAIN are handled by
 smaller one is read with one ``pread`` and written, which is cheaper than pausing the
 transport for a sendfile. A range that comes up short (the file was truncated under the
 reader) would leave the client with a frame shorter than announced, so the connection is
-closed. File ranges are closed on every path. On TCP such a response is written corked
-(``TCP_CORK``), so that its head and ranges leave in full segments instead of a small packet
-for the head and a partial one at each range's end.
+closed. File ranges are closed on every path.
 
 Threads: everything here runs on the event loop thread.
 """
@@ -156,10 +154,6 @@ def peer_user(sock: Any) -> str | None:
         return str(uid)  # a user with no passwd entry (a container's): its uid
 
 
-#: Linux's TCP_CORK (None elsewhere: responses are then written uncorked).
-_TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)
-
-
 def tune_socket(sock: Any) -> None:
     """``TCP_NODELAY`` on TCP, a large send buffer on every stream socket (best effort)."""
     if sock is None:
@@ -220,7 +214,6 @@ class Connection(asyncio.BufferedProtocol):
         self._memory = server.memory
         self._transport: asyncio.Transport | None = None
         self._fd = -1  # the socket's descriptor, for sendfile
-        self._tcp_sock: Any = None  # the socket when it is TCP (TCP_CORK around sendfile)
         self._sendfile_ok = True  # False on TLS: sendfile would skip the encryption
         #: Counted by the server's ConnectionQuotas (released when the connection ends).
         self.admitted = False
@@ -280,8 +273,6 @@ class Connection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         tune_socket(sock)
         self._fd = sock.fileno() if sock is not None else -1
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            self._tcp_sock = sock
         if self._tls is not None:
             # Nothing is read until start_tls takes the transport over: the first bytes are
             # the client's TLS hello, not a frame.
@@ -732,11 +723,9 @@ class Connection(asyncio.BufferedProtocol):
         return True
 
     async def _send(self, correlation_id: int, response: Response) -> bool:
-        corked = False
         try:
             if response.silent:
                 return not response.close_connection
-            corked = self._cork(response)
             head, body = encode_response(
                 response.body, correlation_id=correlation_id, records_len=response.records_size
             )
@@ -758,33 +747,7 @@ class Connection(asyncio.BufferedProtocol):
                     return False
             return not response.close_connection
         finally:
-            if corked:
-                self._uncork()
             response.close()
-
-    def _cork(self, response: Response) -> bool:
-        """Hold partial TCP segments (``TCP_CORK``) while a response with records to
-        ``sendfile`` is written: its head and each range would otherwise go out as packets
-        of their own (the head alone is one), and every packet costs the sender's kernel and
-        wakes the reader. :meth:`_uncork` sends what is held. Whether it corked."""
-        sock = self._tcp_sock
-        if sock is None or _TCP_CORK is None or not self._sendfile_ok or self._lost:
-            return False
-        if not any(
-            not isinstance(item, bytes) and item.size >= SENDFILE_MIN_BYTES
-            for item in response.records
-        ):
-            return False
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1)
-        except OSError:
-            return False
-        return True
-
-    def _uncork(self) -> None:
-        self._flush()
-        with contextlib.suppress(OSError):
-            self._tcp_sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 0)
 
     async def _sendfile(self, item: FileRange) -> bool:
         """Send a file range after everything queued; False if it came up short."""
