@@ -70,8 +70,9 @@ def test_retention_says_which_partition_offsets_and_rule(start_broker: Any) -> N
         admin.create_topic(
             "old", partitions=1, config={"segment.bytes": "2000", "retention.bytes": "3000"}
         )
+    # Batches of 20 small records (about 300 bytes each): several 2,000-byte segments.
     with Producer(bootstrap_servers=servers, linger_ms=60_000) as producer:
-        for batch in range(6):
+        for batch in range(24):
             for i in range(20):
                 producer.send("old", value=b"x%04d" % (batch * 20 + i), partition=0)
             producer.flush()
@@ -97,7 +98,7 @@ def test_the_cleaner_logs_at_info_only_when_it_cleaned(start_broker: Any) -> Non
             },
         )
     with Producer(bootstrap_servers=servers, linger_ms=60_000) as producer:
-        for batch in range(6):
+        for batch in range(24):
             for i in range(20):
                 producer.send("keys", key=b"k%d" % (i % 3), value=b"v%d" % batch, partition=0)
             producer.flush()
