@@ -12,7 +12,8 @@ The plan is Kafka's JSON: ``{"version":1,"partitions":[{"topic":"t","partition":
 each partition whether it is still moving, done, or done but not as planned (exit status 1);
 ``--verify --wait`` first waits until none of the plan's partitions is moving, showing on a
 terminal (or with ``--progress``) a progress bar of the bytes the new replicas have copied,
-with rate and ETA; piped or with ``--json`` it waits quietly.
+with rate and ETA; piped or with ``--json`` it waits quietly. ``--timeout-ms`` bounds the wait:
+past it the command fails naming the partitions still moving and the brokers adding them.
 ``--cancel`` cancels the plan's partitions still moving, which go back to their replicas
 before the move. ``--generate`` proposes a plan that spreads the topics' partitions over the
 given brokers with the replica assignment of topic creation (racks are not considered).
@@ -40,7 +41,7 @@ from spark_mq.client.reassignments import (
     parse_topics_to_move_json,
     plan_json,
 )
-from spark_mq.errors import SparkMQError, UsageError
+from spark_mq.errors import RequestTimedOutError, SparkMQError, UsageError
 
 #: How often ``--verify --wait`` looks at the moves.
 WAIT_POLL_S = 0.5
@@ -69,6 +70,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--wait",
         action="store_true",
         help="with --verify: wait until no partition of the plan is moving, then verify",
+    )
+    p.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="with --wait: give up after this long if partitions are still moving, naming them "
+        "and the brokers that must copy them (default: wait as long as it takes)",
     )
     p.add_argument(
         "--progress",
@@ -102,6 +111,8 @@ def cluster_reassign_partitions(args: argparse.Namespace) -> int:
         return _generate(args)
     if args.wait and not args.verify:
         raise CliUsageError("--wait goes with --verify (start the moves with --execute first)")
+    if args.timeout_ms is not None and (not args.wait or args.timeout_ms <= 0):
+        raise CliUsageError("--timeout-ms goes with --verify --wait and must be above 0")
     text, source = _read(args.reassignment_json_file, "--reassignment-json-file")
     plan = parse_plan_json(text, source)
     with admin_client(args) as admin:
@@ -109,7 +120,8 @@ def cluster_reassign_partitions(args: argparse.Namespace) -> int:
             return _execute(admin, args, plan)
         if args.verify:
             if args.wait:
-                _wait(admin, plan, enabled=progress_wanted(args))
+                timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
+                _wait(admin, plan, enabled=progress_wanted(args), timeout_s=timeout_s)
             return _verify(admin, args, plan)
         return _cancel(admin, args, plan)
 
@@ -182,10 +194,19 @@ def _replica_sizes(admin: Admin, brokers: set[int]) -> dict[tuple[int, TopicPart
     return sizes
 
 
-def _wait(admin: Admin, plan: dict[TopicPartition, list[int]], *, enabled: bool) -> None:
-    """Wait until no partition of ``plan`` is moving. The bar's total is what the new
-    replicas had to copy when the wait began (each moving partition's leader size, once per
-    replica it adds); a replica counts up to that size, a finished move as all of it."""
+def _wait(
+    admin: Admin,
+    plan: dict[TopicPartition, list[int]],
+    *,
+    enabled: bool,
+    timeout_s: float | None = None,
+) -> None:
+    """Wait until no partition of ``plan`` is moving; RequestTimedOutError naming those
+    still moving (and the brokers adding them) after ``timeout_s``. The bar's total is what
+    the new replicas had to copy when the wait began (each moving partition's leader size,
+    once per replica it adds); a replica counts up to that size, a finished move as all of
+    it."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     ongoing = admin.list_partition_reassignments(list(plan))
     leaders: dict[TopicPartition, int] = {}
     for topic in sorted({tp.topic for tp in ongoing}):
@@ -211,6 +232,16 @@ def _wait(admin: Admin, plan: dict[TopicPartition, list[int]], *, enabled: bool)
             bar.update(copied)
             if not ongoing:
                 return
+            if timeout_s is not None and deadline is not None and time.monotonic() >= deadline:
+                moving = ", ".join(
+                    f"{tp} (adding replicas on brokers {sorted(move.adding_replicas)})"
+                    for tp, move in sorted(ongoing.items())
+                )
+                raise RequestTimedOutError(
+                    f"after {timeout_s * 1000:.0f} ms (--timeout-ms) still moving: {moving}. "
+                    "Each broker adding a replica must be running to copy it; run --verify "
+                    "--wait again to go on waiting, or --cancel to go back"
+                )
             time.sleep(WAIT_POLL_S)
             ongoing = admin.list_partition_reassignments(list(plan))
             sizes = _replica_sizes(admin, {b for m in ongoing.values() for b in m.adding_replicas})

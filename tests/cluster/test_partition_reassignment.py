@@ -291,6 +291,10 @@ def test_verify_wait_shows_the_bytes_copied_then_the_result(
     try:
         assert main([*base, "--execute"]) == 0
         capsys.readouterr()
+        # A bounded wait gives up while the newcomer is paused, naming what still moves.
+        assert main([*base, "--verify", "--wait", "--timeout-ms", "300"]) != 0
+        _, err = capsys.readouterr()
+        assert f"still moving: {topic}-0 (adding replicas on brokers [{newcomer}])" in err, err
         back.start()
         assert main([*base, "--verify", "--wait", "--progress"]) == 0
     finally:
