@@ -36,6 +36,10 @@ class Response:
     close_connection: bool = False
     #: Send nothing (with ``close_connection``: how an acks=0 produce reports a failure).
     silent: bool = False
+    #: Called with the throttle time the request earned from its client's quotas (0: none)
+    #: once it is known, before anything is written (a consumer's fetch answers with no
+    #: records when throttled, as Kafka's: :mod:`spark_mq.broker.handlers.fetch`).
+    before_send: Callable[[int], None] | None = None
 
     @property
     def records_size(self) -> int:

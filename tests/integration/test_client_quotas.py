@@ -27,7 +27,7 @@ from spark_mq.client.quota_admin import (
     filter_exact,
 )
 from spark_mq.errors import InvalidRequestError
-from spark_mq.protocol import metadata, produce
+from spark_mq.protocol import fetch, metadata, produce
 from spark_mq.storage.record_batch import encode_batch
 
 MIB = 1024 * 1024
@@ -212,3 +212,35 @@ def test_request_percentage_throttles_a_client_that_keeps_the_broker_busy(
                 throttled = reply.body.throttle_time_ms
                 break
     assert 0 < throttled <= 1000  # at most one window
+
+
+def test_a_fetch_throttled_by_request_percentage_carries_no_records(
+    start_broker: Any, raw_connect: Any
+) -> None:
+    """Kafka answers any throttled fetch without data, whichever quota throttled it: a
+    consumer over its request_percentage (not its byte rate) gets its throttle time and no
+    records, and fetches them again once the time has passed."""
+    broker = start_broker(overrides=QUOTA_WINDOWS)
+    with raw_connect(broker.address) as conn:
+        conn.create_topic("busy")
+        conn.produce("busy", 0, encode_batch(pa.array([b"r%03d" % i for i in range(100)])))
+        set_quota(broker, ClientQuotaEntity(client_id="raw-test"), request_percentage=1)
+        request = fetch.FetchRequest(
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=1024 * 1024,
+            topics=[fetch.FetchTopic("busy", [fetch.FetchPartition(0, 0, 1024 * 1024)])],
+            isolation_level=fetch.READ_UNCOMMITTED,
+        )
+        with_data = 0
+        for _ in range(5000):
+            reply = conn.call(request)
+            if reply.body.throttle_time_ms:
+                break
+            with_data += len(reply.records) > 0
+        else:
+            pytest.fail("5,000 fetches back to back were never throttled at 1% of a handler")
+    assert with_data > 0
+    (answer,) = reply.body.topics[0].partitions
+    assert answer.error_code == 0 and answer.records_size == 0
+    assert len(reply.records) == 0

@@ -235,13 +235,36 @@ def _throttled(ctx: RequestContext, result: _Pass) -> bool:
     answer with no data and the client fetches them again after the throttle time)."""
     if not quotas.record(ctx, QuotaType.FETCH, result.total_bytes):
         return False
+    _take_back(ctx, result)
+    return True
+
+
+def _take_back(ctx: RequestContext, result: _Pass) -> None:
+    """Answer ``result`` with no records: its bytes leave the consumer's rate."""
     quotas.unrecord(ctx, QuotaType.FETCH, result.total_bytes)
     result.close()
     for topic in result.topics:
         for p in topic.partitions:
             p.records_size = 0
             p.aborted_transactions = None if p.aborted_transactions is None else []
-    return True
+
+
+def _quota_response(ctx: RequestContext, result: _Pass) -> Response:
+    """A consumer's fetch within its byte rate. Whether another quota (its
+    request_percentage) throttles it is known only once the request's time is recorded, just
+    before the answer is written: then it carries no records either (Kafka answers any
+    throttled fetch without data), else its bytes are counted as sent."""
+    response = Response(FetchResponse(error_code=0, topics=result.topics), result.ranges)
+
+    def before_send(throttle_ms: int) -> None:
+        if throttle_ms:
+            _take_back(ctx, result)
+            response.records = []
+        else:
+            _count_sent(ctx.core, result.topics, replica=False)
+
+    response.before_send = before_send
+    return response
 
 
 async def handle_fetch(ctx: RequestContext, request: FetchRequest, _: memoryview) -> Response:
@@ -285,8 +308,10 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest, _: memoryview
         done = result.total_bytes >= request.min_bytes or result.failed or wait_s <= 0
         # A closing broker answers with what it has instead of waiting.
         if done or core.replicas.closing:
-            if quota_bytes >= 0 and _throttled(ctx, result):
-                return Response(FetchResponse(0, result.topics, ctx.timing.throttle_ms))
+            if request.replica_id < 0 and quotas.measured(ctx):
+                if _throttled(ctx, result):
+                    return Response(FetchResponse(0, result.topics, ctx.timing.throttle_ms))
+                return _quota_response(ctx, result)
             _count_sent(core, result.topics, replica=request.replica_id >= 0)
             return Response(FetchResponse(error_code=0, topics=result.topics), result.ranges)
         result.close()

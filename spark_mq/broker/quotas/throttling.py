@@ -26,6 +26,12 @@ def _who(ctx: RequestContext) -> tuple[str, str, str] | None:
     return str(principal), principal.name, ctx.header.client_id or ""
 
 
+def measured(ctx: RequestContext) -> bool:
+    """Whether the request's client is measured against quotas at all (a client's request
+    while any quota is configured)."""
+    return _who(ctx) is not None
+
+
 def record(ctx: RequestContext, kind: QuotaType, value: float) -> int:
     """Record ``value`` against the client's ``kind`` quota; its throttle time (ms), also
     noted in the request's timing for the connection."""
@@ -59,6 +65,8 @@ def throttle_of(ctx: RequestContext, response: Response | None, handling_s: floa
     # Percent-seconds: a rate of them per second is a percentage of one handler's time.
     record(ctx, QuotaType.REQUEST, local_s * 100)
     throttle = ctx.timing.throttle_ms
+    if response is not None and response.before_send is not None:
+        response.before_send(throttle)
     if throttle and response is not None and hasattr(response.body, "throttle_time_ms"):
         response.body.throttle_time_ms = max(throttle, response.body.throttle_time_ms)
     return throttle
