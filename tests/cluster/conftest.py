@@ -4,6 +4,9 @@ server are skipped and say how to install it; nothing stands in for it.
 
 Each test gets its own chroot (``127.0.0.1:PORT/t-<hex>``), so tests share the server but
 never see each other's znodes.
+
+``start_cluster`` / ``start_module_cluster`` start a LocalCluster of a test or of a module,
+and ``cluster_pki`` issues the certificates of a TLS cluster (cluster_fixtures.py).
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ import os
 import random
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_fixtures import ClusterFactory, ClusterPki
 from kazoo.client import KazooClient
 
 from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
@@ -56,6 +61,31 @@ def zk_connect(zookeeper: ZooKeeperServer) -> str:
 def zk_module_connect(zookeeper: ZooKeeperServer) -> str:
     """A connect string with a chroot of this module's own (for a cluster its tests share)."""
     return new_chroot(zookeeper)
+
+
+@pytest.fixture
+def start_cluster(tmp_path: Path, zk_connect: str) -> Iterator[ClusterFactory]:
+    """``start_cluster(brokers, ...)``: a started LocalCluster of this test, stopped after it."""
+    factory = ClusterFactory(tmp_path, zk_connect)
+    yield factory
+    factory.stop()
+
+
+@pytest.fixture(scope="module")
+def start_module_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, zk_module_connect: str
+) -> Iterator[ClusterFactory]:
+    """``start_module_cluster(brokers, ...)``: a started LocalCluster the module's tests share,
+    stopped after the last of them."""
+    factory = ClusterFactory(tmp_path_factory.mktemp(request.module.__name__), zk_module_connect)
+    yield factory
+    factory.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster_pki(tmp_path_factory: pytest.TempPathFactory) -> ClusterPki:
+    """A CA with a broker and a client certificate, for a module's TLS cluster."""
+    return ClusterPki.issue(tmp_path_factory.mktemp("pki"))
 
 
 def _expire_session(connect: str, session: tuple[int, bytes]) -> None:

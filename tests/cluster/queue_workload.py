@@ -21,17 +21,14 @@ import threading
 import time
 from collections.abc import Iterable
 
+from cluster_fixtures import SHORT_SESSION_MS, replica_properties
+
 from spark_mq import Consumer, Producer, TopicPartition
 
 #: The fault tests' brokers: a killed broker's session ends soon, and followers notice a
 #: dead leader and leave the ISR within seconds, so five bounces fit in a CI run.
-SESSION_TIMEOUT_MS = 4000
-FAULT_BROKER_PROPERTIES = {
-    "replica.lag.time.max.ms": "3000",
-    "replica.fetch.wait.max.ms": "200",
-    "replica.fetch.backoff.ms": "200",
-    "replica.socket.timeout.ms": "3000",
-}
+SESSION_TIMEOUT_MS = SHORT_SESSION_MS
+FAULT_BROKER_PROPERTIES = replica_properties(lag_time_max_ms=3000, socket_timeout_ms=3000)
 
 #: A read or an acknowledgement: (partition, offset, record number).
 Placed = tuple[int, int, int]

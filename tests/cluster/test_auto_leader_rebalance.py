@@ -6,9 +6,9 @@ leaderships back by itself once it is in the ISR again."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
+from cluster_fixtures import ClusterFactory, replica_properties
 from waiting import wait_for
 
 from spark_mq import Admin
@@ -20,26 +20,18 @@ TOPIC = "balanced"
 
 
 @pytest.fixture
-def cluster(zk_connect: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("rebalance") / "c",
+def cluster(start_cluster: ClusterFactory) -> LocalCluster:
+    return start_cluster(
         3,
-        zookeeper=zk_connect,
         session_timeout_ms=6000,
         broker_properties={
-            "replica.lag.time.max.ms": "2000",
-            "replica.fetch.wait.max.ms": "100",
-            "replica.fetch.backoff.ms": "100",
+            **replica_properties(fetch_wait_max_ms=100, fetch_backoff_ms=100),
             "controlled.shutdown.retry.backoff.ms": "300",
             "auto.leader.rebalance.enable": "true",
             "leader.imbalance.check.interval.seconds": "1",
             "leader.imbalance.per.broker.percentage": "10",
         },
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
 
 
 def _leaders(cluster: LocalCluster) -> dict[int, tuple[int, int, tuple[int, ...]]]:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
+from cluster_fixtures import ClusterFactory, broker_address, replica_properties
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_for
 
@@ -31,7 +31,6 @@ from spark_mq.client.descriptions import PartitionDescription
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.cluster.zookeeper_server import free_loopback_port
 from spark_mq.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.api_versions import ApiVersionsRequest
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
@@ -43,29 +42,10 @@ SESSION_TIMEOUT_MS = 4000
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("following") / "c",
-        3,
-        zookeeper=zk_module_connect,
-        session_timeout_ms=SESSION_TIMEOUT_MS,
-        broker_properties={
-            "replica.lag.time.max.ms": "2000",
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "200",
-        },
+def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
+    return start_module_cluster(
+        3, session_timeout_ms=SESSION_TIMEOUT_MS, broker_properties=replica_properties()
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
-
-
-def _address(cluster: LocalCluster, broker_id: int) -> BrokerAddress:
-    entry = cluster.state["brokers"][str(broker_id)]
-    return BrokerAddress(entry["host"], int(entry["port"]))
 
 
 def _dead_server() -> str:
@@ -94,7 +74,7 @@ def _create(cluster: LocalCluster, topic: str, partitions: int = 3) -> list[Part
 
 def _leader_told_by(cluster: LocalCluster, broker_id: int, topic: str, partition: int) -> int:
     """The leader of ``topic``'s ``partition`` in ``broker_id``'s Metadata answer."""
-    conn = BrokerConnection(_address(cluster, broker_id))
+    conn = BrokerConnection(broker_address(cluster, broker_id))
     conn.connect()
     try:
         answer: MetadataResponse = conn.request(MetadataRequest([topic]), timeout_s=10)
@@ -232,7 +212,7 @@ def test_bootstrap_skips_dead_servers_and_the_node_map_follows_the_live_brokers(
             _restore(cluster, victim)
         # A broker that comes back is in the node map again, where it listens now.
         client.refresh([])
-        assert client.nodes()[victim] == _address(cluster, victim)
+        assert client.nodes()[victim] == broker_address(cluster, victim)
     finally:
         client.close()
 
@@ -271,7 +251,7 @@ def test_a_request_to_a_broker_looks_up_where_it_listens_now(cluster: LocalClust
         # The broker restarts and listens on another port (it moved).
         cluster.kill(victim)
         _restore(cluster, victim, new_port=True)
-        now = _address(cluster, victim)
+        now = broker_address(cluster, victim)
         assert now != old
         with Admin(bootstrap_servers=cluster.broker_server(live)) as admin:
             wait_for(
@@ -375,7 +355,7 @@ def test_describe_shows_the_layout_and_the_partitions_a_killed_broker_leaves(
         (document,) = json.loads(describe("single", "--unavailable-partitions", "--json"))
         assert [(p["partition"], p["leader"]) for p in document["partitions"]] == [(0, -1)]
         # Metadata answers the partition without a leader, and says to retry.
-        conn = BrokerConnection(_address(cluster, survivor))
+        conn = BrokerConnection(broker_address(cluster, survivor))
         conn.connect()
         try:
             answer: MetadataResponse = conn.request(MetadataRequest(["single"]), timeout_s=10)

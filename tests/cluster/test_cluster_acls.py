@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
+from cluster_fixtures import ClusterFactory, request_to
 from kazoo.client import KazooClient
 from waiting import wait_for
 
@@ -31,9 +31,7 @@ from spark_mq.client.acl_admin import (
     ResourcePattern,
     ResourceType,
 )
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
 
@@ -44,44 +42,27 @@ PROPAGATION_S = 10.0
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("acls") / "c",
+def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
+    return start_module_cluster(
         3,
-        zookeeper=zk_module_connect,
         broker_properties={
             "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
             "allow.everyone.if.no.acl.found": "true",
         },
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
-
-
-def _address(cluster: LocalCluster, broker_id: int) -> BrokerAddress:
-    entry = cluster.state["brokers"][str(broker_id)]
-    return BrokerAddress(entry["host"], int(entry["port"]))
 
 
 def _topic_code(cluster: LocalCluster, broker_id: int, topic: str) -> int:
     """The error code of ``topic`` in ``broker_id``'s Metadata answer to ANONYMOUS."""
-    conn = BrokerConnection(_address(cluster, broker_id))
-    conn.connect()
-    try:
-        answer: MetadataResponse = conn.request(MetadataRequest([topic]), timeout_s=10)
-    finally:
-        conn.close()
+    answer: MetadataResponse = request_to(
+        cluster, broker_id, MetadataRequest([topic]), timeout_s=10
+    )
     (found,) = answer.topics
     return found.error_code
 
 
 def _admin_of(cluster: LocalCluster, broker_id: int) -> Admin:
-    address = _address(cluster, broker_id)
-    return Admin(bootstrap_servers=f"{address.host}:{address.port}")
+    return Admin(bootstrap_servers=cluster.broker_server(broker_id))
 
 
 def _all_brokers_answer(cluster: LocalCluster, topic: str, code: int) -> float:

@@ -9,9 +9,9 @@ it (DescribeClientQuotas answers from its own store)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
+from cluster_fixtures import ClusterFactory
 from kazoo.client import KazooClient
 from waiting import wait_for
 
@@ -24,14 +24,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("quotas") / "c", 1, zookeeper=zk_module_connect)
-    try:
-        yield local.start()
-    finally:
-        local.stop()
+def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
+    return start_module_cluster(1)
 
 
 def bootstrap(cluster: LocalCluster) -> str:

@@ -9,10 +9,9 @@ dropped connection), while the killed broker's partitions show as under-replicat
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from cluster_fixtures import SHORT_SESSION_MS, ClusterFactory
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
@@ -30,12 +29,8 @@ RECORDS = 20
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, zk_connect: str) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path / "c", 3, zookeeper=zk_connect, session_timeout_ms=4000)
-    try:
-        yield local.start()
-    finally:
-        local.stop()
+def cluster(start_cluster: ClusterFactory) -> LocalCluster:
+    return start_cluster(3, session_timeout_ms=SHORT_SESSION_MS)
 
 
 def _describe(capsys: pytest.CaptureFixture[str], server: str, *args: str) -> str:

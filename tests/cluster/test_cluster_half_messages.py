@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
+from cluster_fixtures import ClusterFactory, connect_to, replica_properties
 from waiting import wait_for
 
 from spark_mq import (
@@ -31,12 +31,10 @@ from spark_mq.broker.half.records import HalfRecord, decode_record
 from spark_mq.cli import main
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import AdminConfig
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.client.half_coordinator import HalfCoordinator
 from spark_mq.client.half_messages import TransactionalMessage, list_half_messages
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.errors import HalfMessageNotFoundError
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.half_messages import ListHalfMessagesRequest, SendHalfMessageRequest
 from spark_mq.protocol.produce import ProducePartition, ProduceRequest, ProduceTopic
@@ -55,18 +53,12 @@ UNKNOWN = LocalTransactionState.UNKNOWN
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("half") / "c",
+def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
+    return start_module_cluster(
         3,
-        zookeeper=zk_module_connect,
         session_timeout_ms=SESSION_TIMEOUT_MS,
         broker_properties={
-            "replica.lag.time.max.ms": "2000",
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "200",
+            **replica_properties(),
             # Checks every half second, the first one half a second after a send, and a
             # message is discarded after three unanswered ones.
             "transaction.check.interval.ms": "500",
@@ -77,10 +69,6 @@ def cluster(
             "transaction.half.op.retention.ms": str(RETENTION_MS),
         },
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
 
 
 class Ledger:
@@ -217,9 +205,7 @@ def _write_real_record(cluster: LocalCluster, topic: str, partition: int, half: 
         )
     )
     leader = _leaders(cluster, topic)[partition]
-    host, _, port = cluster.broker_server(leader).rpartition(":")
-    conn = BrokerConnection(BrokerAddress(host, int(port)))
-    conn.connect()
+    conn = connect_to(cluster, leader)
     try:
         request = ProduceRequest(
             acks=-1,
@@ -268,9 +254,7 @@ def test_commit_and_rollback_write_each_committed_record_once_on_its_leader(
     assert set(_leaders(cluster, "pay").values()) - {coordinator}
     # Another broker does not serve the group: NOT_COORDINATOR, and nothing stored there.
     other = next(b for b in cluster.broker_ids if b != coordinator)
-    host, _, port = cluster.broker_server(other).rpartition(":")
-    conn = BrokerConnection(BrokerAddress(host, int(port)))
-    conn.connect()
+    conn = connect_to(cluster, other)
     try:
         send = SendHalfMessageRequest("basic", "elsewhere", "pay", 0, None, b"x")
         assert conn.request(send, timeout_s=10).error_code == ErrorCode.NOT_COORDINATOR

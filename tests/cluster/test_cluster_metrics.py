@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import re
 import urllib.request
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+from cluster_fixtures import ClusterFactory, connect_to, replica_properties
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_for
 
@@ -37,7 +37,6 @@ from spark_mq.broker.zk.partition_states import (
 )
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.produce import ProducePartition, ProduceRequest, ProduceTopic
 from spark_mq.storage.record_batch import encode_batch
 
@@ -52,24 +51,14 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("cluster-metrics") / "c",
+def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
+    return start_module_cluster(
         3,
-        zookeeper=zk_module_connect,
         session_timeout_ms=SESSION_TIMEOUT_MS,
-        broker_properties={
-            "replica.lag.time.max.ms": str(LAG_TIME_MAX_MS),
-            "replica.fetch.wait.max.ms": "100",
-            "replica.fetch.backoff.ms": "100",
-        },
+        broker_properties=replica_properties(
+            lag_time_max_ms=LAG_TIME_MAX_MS, fetch_wait_max_ms=100, fetch_backoff_ms=100
+        ),
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
 
 
 def scrape(cluster: LocalCluster, broker_id: int) -> Samples:
@@ -105,9 +94,7 @@ def isr(zk: ZkClient, topic: str) -> set[int]:
 def send_produce(cluster: LocalCluster, broker_id: int, topic: str) -> BrokerConnection:
     """Send an acks=all produce of one record and leave its answer unread (the caller
     closes the connection)."""
-    entry = cluster.state["brokers"][str(broker_id)]
-    conn = BrokerConnection(BrokerAddress(host=entry["host"], port=entry["port"]))
-    conn.connect()
+    conn = connect_to(cluster, broker_id)
     records = encode_batch(pa.array([b"waiting for every in-sync replica"]))
     body = ProduceRequest(-1, 20_000, [ProduceTopic(topic, [ProducePartition(0, len(records))])])
     conn.send(body, records=[records])

@@ -24,13 +24,12 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_fixtures import SHORT_SESSION_MS, ClusterFactory, ClusterPki, replica_properties
 from kazoo.client import KazooClient
 from prometheus_client.parser import text_string_to_metric_families
-from tls_certs import TestCa
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition, UserScramCredentialUpsertion
@@ -47,37 +46,18 @@ APP_PASSWORD = "App-Secret-77c1"
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("sasl-pki")
-    ca = TestCa.create(root / "ca")
-    broker = ca.issue(root, "broker", hosts=("127.0.0.1", "localhost"))
-    return {"ca": ca.cert, "broker_cert": broker.cert, "broker_key": broker.key}
-
-
-@pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory, pki: dict[str, Path]
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("sasl-ssl") / "c",
+def cluster(start_module_cluster: ClusterFactory, cluster_pki: ClusterPki) -> LocalCluster:
+    return start_module_cluster(
         3,
-        zookeeper=zk_module_connect,
-        session_timeout_ms=4000,
+        session_timeout_ms=SHORT_SESSION_MS,
         listener_name="SASL_SSL",
         broker_properties={
-            "ssl.certificate.location": str(pki["broker_cert"]),
-            "ssl.key.location": str(pki["broker_key"]),
-            "ssl.ca.location": str(pki["ca"]),
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "200",
+            **cluster_pki.broker_properties(),
+            **replica_properties(lag_time_max_ms=None),
             # Sessions of 2 s: the brokers' own connections re-authenticate throughout.
             "connections.max.reauth.ms": "2000",
         },
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
 
 
 def broker_password(cluster: LocalCluster) -> str:

@@ -8,16 +8,14 @@ reads the users at start-up. What each broker holds is asked of that broker itse
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
+from cluster_fixtures import ClusterFactory, request_to
 from kazoo.client import KazooClient
 from waiting import wait_for
 
 from spark_mq import Admin, UserScramCredentialDeletion, UserScramCredentialUpsertion
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.sasl import (
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
@@ -29,26 +27,14 @@ PASSWORD = "Cluster-Secret-5d1e"
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("users") / "c", 2, zookeeper=zk_module_connect)
-    try:
-        yield local.start()
-    finally:
-        local.stop()
+def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
+    return start_module_cluster(2)
 
 
 def mechanisms_on(cluster: LocalCluster, broker_id: int, user: str) -> list[str]:
-    entry = cluster.state["brokers"][str(broker_id)]
-    conn = BrokerConnection(BrokerAddress(entry["host"], int(entry["port"])))
-    try:
-        conn.connect()
-        response: DescribeUserScramCredentialsResponse = conn.request(
-            DescribeUserScramCredentialsRequest([user])
-        )
-    finally:
-        conn.close()
+    response: DescribeUserScramCredentialsResponse = request_to(
+        cluster, broker_id, DescribeUserScramCredentialsRequest([user])
+    )
     (result,) = response.results
     return [info.mechanism for info in result.credential_infos]
 

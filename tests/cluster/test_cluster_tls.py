@@ -11,12 +11,10 @@ One cluster is shared by the tests of this module."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from tls_certs import TestCa
+from cluster_fixtures import SHORT_SESSION_MS, ClusterFactory, ClusterPki, replica_properties
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
@@ -27,51 +25,25 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("cluster-pki")
-    ca = TestCa.create(root / "ca")
-    broker = ca.issue(root, "broker", hosts=("127.0.0.1", "localhost"))
-    client = ca.issue(root, "app", subject_extra=(("O", "spark_mq"),), hosts=())
-    return {
-        "ca": ca.cert,
-        "broker_cert": broker.cert,
-        "broker_key": broker.key,
-        "client_cert": client.cert,
-        "client_key": client.key,
-    }
-
-
-@pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory, pki: dict[str, Path]
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("tls") / "c",
+def cluster(start_module_cluster: ClusterFactory, cluster_pki: ClusterPki) -> LocalCluster:
+    return start_module_cluster(
         3,
-        zookeeper=zk_module_connect,
-        session_timeout_ms=4000,
+        session_timeout_ms=SHORT_SESSION_MS,
         listener_name="SSL",
         broker_properties={
-            "ssl.certificate.location": str(pki["broker_cert"]),
-            "ssl.key.location": str(pki["broker_key"]),
-            "ssl.ca.location": str(pki["ca"]),
+            **cluster_pki.broker_properties(),
             "ssl.client.auth": "required",
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "200",
+            **replica_properties(lag_time_max_ms=None),
         },
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
 
 
-def client(pki: dict[str, Path]) -> dict[str, Any]:
+def client(pki: ClusterPki) -> dict[str, Any]:
     return {
         "security.protocol": "SSL",
-        "ssl.ca.location": str(pki["ca"]),
-        "ssl.certificate.location": str(pki["client_cert"]),
-        "ssl.key.location": str(pki["client_key"]),
+        "ssl.ca.location": str(pki.ca),
+        "ssl.certificate.location": str(pki.client.cert),
+        "ssl.key.location": str(pki.client.key),
     }
 
 
@@ -90,24 +62,26 @@ def test_registration_lists_the_ssl_endpoint(cluster: LocalCluster) -> None:
         ]
 
 
-def test_acks_all_replicates_over_tls(cluster: LocalCluster, pki: dict[str, Path]) -> None:
+def test_acks_all_replicates_over_tls(cluster: LocalCluster, cluster_pki: ClusterPki) -> None:
     servers = cluster.bootstrap_servers
-    with Admin(bootstrap_servers=servers, config=client(pki)) as admin:
+    with Admin(bootstrap_servers=servers, config=client(cluster_pki)) as admin:
         admin.create_topic("secure", partitions=1, replication_factor=3)
         wait_for(lambda: _isr_size(admin, "secure") == 3, timeout_s=30)
     values = [f"record-{i}".encode() for i in range(200)]
-    with Producer(bootstrap_servers=servers, acks="all", config=client(pki)) as producer:
+    with Producer(bootstrap_servers=servers, acks="all", config=client(cluster_pki)) as producer:
         futures = [producer.send("secure", v) for v in values]
         producer.flush()
         assert [f.get(30).offset for f in futures] == list(range(200))
-    with Admin(bootstrap_servers=servers, config=client(pki)) as admin:
+    with Admin(bootstrap_servers=servers, config=client(cluster_pki)) as admin:
         described = admin.describe_topic("secure").partitions[0]
     # acks=all with a full ISR: every follower fetched the records over TLS.
     assert len(described.isr) == 3
     leader = described.leader
     cluster.stop_broker(leader)
     try:
-        with Admin(bootstrap_servers=cluster.bootstrap_servers, config=client(pki)) as admin:
+        with Admin(
+            bootstrap_servers=cluster.bootstrap_servers, config=client(cluster_pki)
+        ) as admin:
             wait_for(
                 lambda: admin.describe_topic("secure").partitions[0].leader not in (-1, leader),
                 timeout_s=30,
@@ -116,7 +90,7 @@ def test_acks_all_replicates_over_tls(cluster: LocalCluster, pki: dict[str, Path
         with Consumer(
             bootstrap_servers=cluster.bootstrap_servers,
             auto_offset_reset="earliest",
-            config=client(pki),
+            config=client(cluster_pki),
         ) as consumer:
             consumer.assign([TopicPartition("secure", 0)])
             deadline = time.monotonic() + 30
@@ -128,8 +102,10 @@ def test_acks_all_replicates_over_tls(cluster: LocalCluster, pki: dict[str, Path
         cluster.start_broker(leader)
 
 
-def test_client_without_certificate_is_refused(cluster: LocalCluster, pki: dict[str, Path]) -> None:
-    no_cert = {"security.protocol": "SSL", "ssl.ca.location": str(pki["ca"])}
+def test_client_without_certificate_is_refused(
+    cluster: LocalCluster, cluster_pki: ClusterPki
+) -> None:
+    no_cert = {"security.protocol": "SSL", "ssl.ca.location": str(cluster_pki.ca)}
     started = time.monotonic()
     with (
         pytest.raises(SslAuthenticationError),

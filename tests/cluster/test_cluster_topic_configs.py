@@ -13,14 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cluster_fixtures import SHORT_SESSION_MS, ClusterFactory, request_to
 from kazoo.client import KazooClient
 from waiting import wait_for
 
 from spark_mq import Admin
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.errors import SparkMQError, UnknownTopicOrPartitionError
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.admin import RESOURCE_TOPIC, AlterConfigsRequest, AlterConfigsResource
 from spark_mq.storage.topic_metadata import TopicMetadata
 
@@ -45,20 +44,9 @@ def zk_root(zk_module_connect: str) -> Iterator[KazooClient]:
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    tmp_path_factory: pytest.TempPathFactory, zk_module_connect: str
-) -> Iterator[LocalCluster]:
+def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
     # One cluster for the module: each test uses topics of its own.
-    local = LocalCluster(
-        tmp_path_factory.mktemp("cfg") / "c",
-        3,
-        zookeeper=zk_module_connect,
-        session_timeout_ms=4000,
-    )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
+    return start_module_cluster(3, session_timeout_ms=SHORT_SESSION_MS)
 
 
 def _admin(cluster: LocalCluster, broker_id: int) -> Admin:
@@ -188,14 +176,10 @@ def test_bad_changes_are_refused_as_on_a_single_node(
             admin.alter_configs("t2", change)
         assert (type(refused.value), str(refused.value)) == (error_type, message), change
     # validate_only checks a good change and writes nothing either.
-    host_and_port = cluster.broker_server(others[1]).rsplit(":", 1)
-    conn = BrokerConnection(BrokerAddress(host_and_port[0], int(host_and_port[1])))
-    conn.connect()
-    try:
-        resource = AlterConfigsResource(RESOURCE_TOPIC, "t2", {"retention.ms": "5000"})
-        answer = conn.request(AlterConfigsRequest([resource], validate_only=True), timeout_s=30)
-    finally:
-        conn.close()
+    resource = AlterConfigsResource(RESOURCE_TOPIC, "t2", {"retention.ms": "5000"})
+    answer = request_to(
+        cluster, others[1], AlterConfigsRequest([resource], validate_only=True), timeout_s=30
+    )
     assert [r.error_code for r in answer.results] == [0]
     # Nothing was written: no override, no notification.
     assert json.loads(zk_root.get("/config/topics/t2")[0])["config"] == {"retention.ms": "3600000"}

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 import pytest
+from cluster_fixtures import ClusterFactory, replica_properties
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
@@ -44,35 +45,27 @@ BROKERS = (1, 2, 3)
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
+def cluster(start_module_cluster: ClusterFactory) -> Iterator[LocalCluster]:
     before = os.environ.get(ENV)
     if "txn.before_delivery" in POINTS:
         # Inherited by every broker process, restarts included; it fires only for the
         # decisions of CRASH_OWNER.
         os.environ[ENV] = f"txn.before_delivery@{CRASH_OWNER}"
-    local = LocalCluster(
-        tmp_path_factory.mktemp("two-phase") / "c",
-        3,
-        zookeeper=zk_module_connect,
-        session_timeout_ms=SESSION_TIMEOUT_MS,
-        broker_properties={
-            "replica.lag.time.max.ms": "2000",
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "200",
-            "transaction.state.log.num.partitions": "6",
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
-        },
-    )
     try:
-        local.start()
+        local = start_module_cluster(
+            3,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            broker_properties={
+                **replica_properties(),
+                "transaction.state.log.num.partitions": "6",
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+            },
+        )
         with Admin(bootstrap_servers=local.bootstrap_servers) as admin:
             admin.create_topic(TOPIC, partitions=3, replication_factor=3)
         _wait_in_sync(local)
         yield local
     finally:
-        local.stop()
         if before is None:
             os.environ.pop(ENV, None)
         else:

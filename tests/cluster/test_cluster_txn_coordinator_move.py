@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 
 import pytest
+from cluster_fixtures import SHORT_SESSION_MS, ClusterFactory, replica_properties
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
@@ -36,24 +36,16 @@ TOPIC = "moved"
 
 
 @pytest.fixture
-def cluster(tmp_path: pytest.TempPathFactory, zk_connect: str) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path / "c",  # type: ignore[operator]
+def cluster(start_cluster: ClusterFactory) -> LocalCluster:
+    return start_cluster(
         3,
-        zookeeper=zk_connect,
-        session_timeout_ms=4000,
+        session_timeout_ms=SHORT_SESSION_MS,
         broker_properties={
-            "replica.lag.time.max.ms": "2000",
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "200",
+            **replica_properties(),
             # The move, not a timeout, must be what ends the transaction.
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "60000",
         },
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
 
 
 def _producer(cluster: LocalCluster, transactional_id: str, timeout: float = 30) -> Producer:

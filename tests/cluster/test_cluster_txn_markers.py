@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 
 import pytest
+from cluster_fixtures import ClusterFactory, replica_properties, request_to
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
@@ -25,10 +25,8 @@ from spark_mq.broker.txn.state_topic import partition_for
 from spark_mq.broker.zk import znodes
 from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
 from spark_mq.broker.zk.partition_states import create_topic
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.errors import SparkMQError
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.groups import FindCoordinatorRequest, FindCoordinatorResponse
 
 pytestmark = pytest.mark.slow
@@ -37,18 +35,12 @@ SESSION_TIMEOUT_MS = 4000
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("txn-markers") / "c",
+def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
+    return start_module_cluster(
         3,
-        zookeeper=zk_module_connect,
         session_timeout_ms=SESSION_TIMEOUT_MS,
         broker_properties={
-            "replica.lag.time.max.ms": "10000",
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "200",
+            **replica_properties(lag_time_max_ms=10_000),
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "60000",
             # One replica of each __transaction_state partition (its coordinator's): the
             # coordinator's own decisions then wait for no other broker, so what these tests
@@ -56,10 +48,6 @@ def cluster(
             "transaction.state.log.replication.factor": "1",
         },
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
 
 
 def _transactional_id(cluster: LocalCluster, prefix: str) -> str:
@@ -89,15 +77,9 @@ def _transactional_id(cluster: LocalCluster, prefix: str) -> str:
 
 def _coordinator_of(cluster: LocalCluster, transactional_id: str) -> int:
     """Which broker broker 1 names as the coordinator of ``transactional_id``."""
-    entry = cluster.state["brokers"]["1"]
-    conn = BrokerConnection(BrokerAddress(entry["host"], int(entry["port"])))
-    conn.connect()
-    try:
-        answer: FindCoordinatorResponse = conn.request(
-            FindCoordinatorRequest(transactional_id, 1), timeout_s=10
-        )
-    finally:
-        conn.close()
+    answer: FindCoordinatorResponse = request_to(
+        cluster, 1, FindCoordinatorRequest(transactional_id, 1), timeout_s=10
+    )
     return answer.node_id
 
 

@@ -20,10 +20,10 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cluster_fixtures import ClusterFactory, broker_address, replica_properties
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
@@ -35,7 +35,6 @@ from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.errors import ElectionNotNeededError
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.controller import ControlledShutdownRequest
 from spark_mq.protocol.error_codes import ErrorCode
 
@@ -45,31 +44,21 @@ TOPIC = "moves"
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("shutdown") / "c",
+def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
+    local = start_module_cluster(
         3,
-        zookeeper=zk_module_connect,
         session_timeout_ms=6000,
         broker_properties={
-            "replica.lag.time.max.ms": "2000",
-            "replica.fetch.wait.max.ms": "100",
-            "replica.fetch.backoff.ms": "100",
+            **replica_properties(fetch_wait_max_ms=100, fetch_backoff_ms=100),
             "controlled.shutdown.retry.backoff.ms": "300",
             "auto.leader.rebalance.enable": "false",
         },
     )
-    try:
-        local.start()
-        with Admin(bootstrap_servers=local.bootstrap_servers) as admin:
-            admin.create_topic(
-                TOPIC, partitions=3, replication_factor=3, config={"min.insync.replicas": "2"}
-            )
-        yield local
-    finally:
-        local.stop()
+    with Admin(bootstrap_servers=local.bootstrap_servers) as admin:
+        admin.create_topic(
+            TOPIC, partitions=3, replication_factor=3, config={"min.insync.replicas": "2"}
+        )
+    return local
 
 
 def _states(zk: ZkClient) -> dict[int, znodes.PartitionState]:
@@ -276,8 +265,7 @@ def test_a_controlled_shutdown_with_a_stale_broker_epoch_is_refused(
     secret = zk.get(znodes.INTER_BROKER_SECRET)
     assert secret is not None
     before = _states(zk)
-    entry = cluster.state["brokers"][str(controller)]
-    conn = BrokerConnection(BrokerAddress(entry["host"], int(entry["port"])))
+    conn = BrokerConnection(broker_address(cluster, controller))
     try:
         authenticate_as_broker(
             conn, broker_id=other, broker_epoch=epoch, secret=secret[0].decode(), timeout_s=10

@@ -6,18 +6,14 @@ the group's internal topic can be created with the cluster's own replication fac
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
+from cluster_fixtures import SHORT_SESSION_MS, ClusterFactory, request_to
 from waiting import wait_for
 
 from spark_mq.broker.zk import znodes
 from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
 from spark_mq.broker.zk.partition_states import read_partition_state, read_topic_assignment
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.admin import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from spark_mq.protocol.groups import FindCoordinatorRequest, FindCoordinatorResponse
 
@@ -25,22 +21,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, zk_connect: str) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path / "c", 3, zookeeper=zk_connect, session_timeout_ms=4000)
-    try:
-        yield local.start()
-    finally:
-        local.stop()
-
-
-def _request(cluster: LocalCluster, broker_id: int, request: object) -> object:
-    entry = cluster.state["brokers"][str(broker_id)]
-    conn = BrokerConnection(BrokerAddress(host=entry["host"], port=entry["port"]))
-    conn.connect()
-    try:
-        return conn.request(request, timeout_s=60)  # type: ignore[arg-type]
-    finally:
-        conn.close()
+def cluster(start_cluster: ClusterFactory) -> LocalCluster:
+    return start_cluster(3, session_timeout_ms=SHORT_SESSION_MS)
 
 
 def test_controller_failover_moves_the_dead_brokers_leaderships(
@@ -53,7 +35,7 @@ def test_controller_failover_moves_the_dead_brokers_leaderships(
         old_epoch = cluster.controller_epoch()
         assert old_controller is not None and old_epoch is not None
         other = next(b for b in cluster.broker_ids if b != old_controller)
-        created = _request(cluster, other, CreateTopicsRequest([CreatableTopic("t", 6, 3)]))
+        created = request_to(cluster, other, CreateTopicsRequest([CreatableTopic("t", 6, 3)]))
         assert isinstance(created, CreateTopicsResponse)
         assert created.topics[0].error_code == 0, created.topics[0].error_message
         before = {p: read_partition_state(zk, "t", p) for p in range(6)}
@@ -81,13 +63,13 @@ def test_controller_failover_moves_the_dead_brokers_leaderships(
 
         # LocalCluster set offsets.topic.replication.factor to 3: with two brokers live the
         # coordinator is not available, and says what is missing.
-        answer = _request(cluster, other, FindCoordinatorRequest("g"))
+        answer = request_to(cluster, other, FindCoordinatorRequest("g"))
         assert isinstance(answer, FindCoordinatorResponse)
         assert answer.error_code == 15 and "1 more broker must be running" in (
             answer.error_message or ""
         )
         cluster.start_broker(old_controller)
-        answer = _request(cluster, other, FindCoordinatorRequest("g"))
+        answer = request_to(cluster, other, FindCoordinatorRequest("g"))
         # Created now: COORDINATOR_NOT_AVAILABLE until the controller elected its leaders.
         assert isinstance(answer, FindCoordinatorResponse) and answer.error_code in (0, 15)
         offsets = read_topic_assignment(zk, "__consumer_offsets")
@@ -96,7 +78,7 @@ def test_controller_failover_moves_the_dead_brokers_leaderships(
         wait_for(lambda: zk.get(znodes.partition_state_path("__consumer_offsets", 0)), 60)
 
         def coordinator_known() -> bool:
-            found = _request(cluster, other, FindCoordinatorRequest("g"))
+            found = request_to(cluster, other, FindCoordinatorRequest("g"))
             return isinstance(found, FindCoordinatorResponse) and found.error_code == 0
 
         wait_for(coordinator_known, timeout_s=60)

@@ -26,9 +26,9 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from collections.abc import Iterator
 
 import pytest
+from cluster_fixtures import ClusterFactory
 from queue_workload import (
     FAULT_BROKER_PROPERTIES,
     SESSION_TIMEOUT_MS,
@@ -51,20 +51,10 @@ BOUNCES = 5
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("bounces") / "c",
-        3,
-        zookeeper=zk_module_connect,
-        session_timeout_ms=SESSION_TIMEOUT_MS,
-        broker_properties=FAULT_BROKER_PROPERTIES,
+def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
+    return start_module_cluster(
+        3, session_timeout_ms=SESSION_TIMEOUT_MS, broker_properties=FAULT_BROKER_PROPERTIES
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
 
 
 @dataclasses.dataclass

@@ -23,9 +23,10 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
+from cluster_fixtures import ClusterFactory
 from queue_workload import FAULT_BROKER_PROPERTIES, SESSION_TIMEOUT_MS, NumberedProducer
 from waiting import wait_for
 
@@ -46,13 +47,9 @@ TXN_TOPIC = "__transaction_state"
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("coordinator-bounces") / "c",
+def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
+    return start_module_cluster(
         3,
-        zookeeper=zk_module_connect,
         session_timeout_ms=SESSION_TIMEOUT_MS,
         broker_properties={
             **FAULT_BROKER_PROPERTIES,
@@ -62,10 +59,6 @@ def cluster(
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
         },
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
 
 
 def _leader(zk: ZkClient, topic: str, partition: int) -> tuple[int, int]:

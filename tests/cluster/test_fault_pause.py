@@ -23,11 +23,11 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from cluster_fixtures import ClusterFactory, connect_to, replica_properties
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, TopicPartition
@@ -36,7 +36,6 @@ from spark_mq.broker.zk.partition_states import read_partition_state
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.errors import NetworkError
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.produce import (
     ProducePartition,
@@ -54,33 +53,17 @@ TOPIC = "paused"
 
 
 @pytest.fixture
-def cluster(zk_connect: str, tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path / "c",
+def cluster(start_cluster: ClusterFactory) -> LocalCluster:
+    return start_cluster(
         3,
-        zookeeper=zk_connect,
         session_timeout_ms=SESSION_TIMEOUT_MS,
-        broker_properties={
+        broker_properties=replica_properties(
             # Longer than the followers' short freeze: they stay in the ISR through it.
-            "replica.lag.time.max.ms": "6000",
-            "replica.fetch.wait.max.ms": str(FETCH_WAIT_MAX_MS),
-            "replica.fetch.backoff.ms": "200",
-            "replica.socket.timeout.ms": "2000",
-        },
+            lag_time_max_ms=6000,
+            fetch_wait_max_ms=FETCH_WAIT_MAX_MS,
+            socket_timeout_ms=2000,
+        ),
     )
-    try:
-        yield local.start()
-    finally:
-        for broker_id in local.broker_ids:
-            local.resume(broker_id)
-        local.stop()
-
-
-def _connect(cluster: LocalCluster, broker_id: int) -> BrokerConnection:
-    entry = cluster.state["brokers"][str(broker_id)]
-    conn = BrokerConnection(BrokerAddress(host=entry["host"], port=entry["port"]))
-    conn.connect()
-    return conn
 
 
 def _send_produce(
@@ -110,7 +93,7 @@ def _answer(conn: BrokerConnection, timeout_s: float = 30) -> tuple[int, int] | 
 def _produce(
     cluster: LocalCluster, broker_id: int, partition: int, values: list[bytes], *, acks: int
 ) -> tuple[int, int]:
-    conn = _connect(cluster, broker_id)
+    conn = connect_to(cluster, broker_id)
     try:
         _send_produce(conn, partition, values, acks=acks)
         answer = _answer(conn)
@@ -167,7 +150,7 @@ def test_a_paused_leader_acknowledges_nothing_and_loses_its_divergent_tail(
         wait_for(lambda: _produce(cluster, leader, partition, committed[:1], acks=-1)[0] == 0)
         code, _ = _produce(cluster, leader, partition, committed[1:], acks=-1)
         assert code == 0
-        conn = _connect(cluster, leader)  # opened now: the frozen leader accepts nothing new
+        conn = connect_to(cluster, leader)  # opened now: the frozen leader accepts nothing new
 
         # 1. The divergent tail: the followers' parked fetches are answered (empty) while they
         # are frozen, so the tail written next reaches no follower before the leader freezes.

@@ -13,18 +13,15 @@ other finishes the work, and what is committed at the end is what was acknowledg
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from cluster_fixtures import ClusterFactory, replica_properties, request_to
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
 from spark_mq.broker.coordinator_topic import coordinator_partition
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.errors import CommitFailedError, UnknownTopicOrPartitionError
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.groups import FindCoordinatorRequest, FindCoordinatorResponse
 
 pytestmark = pytest.mark.slow
@@ -39,37 +36,25 @@ RECORDS = 80
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, zk_connect: str) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path / "c",
+def cluster(start_cluster: ClusterFactory) -> LocalCluster:
+    return start_cluster(
         3,
-        zookeeper=zk_connect,
         session_timeout_ms=SESSION_TIMEOUT_MS,
         broker_properties={
             "offsets.topic.replication.factor": "3",
             "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
             "group.initial.rebalance.delay.ms": "0",
             "group.min.session.timeout.ms": "1000",
-            "replica.lag.time.max.ms": "2000",
-            "replica.fetch.wait.max.ms": "100",
-            "replica.fetch.backoff.ms": "200",
+            **replica_properties(fetch_wait_max_ms=100),
         },
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
 
 
 def _find_coordinator(cluster: LocalCluster, broker_id: int) -> FindCoordinatorResponse:
-    entry = cluster.state["brokers"][str(broker_id)]
-    conn = BrokerConnection(BrokerAddress(entry["host"], int(entry["port"])))
-    conn.connect()
-    try:
-        answer: FindCoordinatorResponse = conn.request(FindCoordinatorRequest(GROUP), timeout_s=10)
-        return answer
-    finally:
-        conn.close()
+    answer: FindCoordinatorResponse = request_to(
+        cluster, broker_id, FindCoordinatorRequest(GROUP), timeout_s=10
+    )
+    return answer
 
 
 def _consumer(cluster: LocalCluster, client_id: str) -> Consumer:

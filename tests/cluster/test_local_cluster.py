@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cluster_fixtures import ClusterFactory
 from waiting import wait_for
 
 from spark_mq.cli.cluster import _status as cluster_status_of
@@ -38,30 +38,11 @@ def _process_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-@pytest.fixture
-def cluster_of(tmp_path: Path, zk_connect: str) -> Iterator[Callable[[int], LocalCluster]]:
-    made: list[LocalCluster] = []
-
-    def make(brokers: int) -> LocalCluster:
-        cluster = LocalCluster(
-            tmp_path / "cluster",
-            brokers,
-            zookeeper=zk_connect,
-            session_timeout_ms=SESSION_TIMEOUT_MS,
-        )
-        made.append(cluster)
-        return cluster.start()
-
-    yield make
-    for cluster in made:
-        cluster.stop()
-
-
 def test_cluster_json_names_every_running_broker_and_follows_stops_and_starts(
-    tmp_path: Path, zk_connect: str, cluster_of: Callable[[int], LocalCluster]
+    zk_connect: str, start_cluster: ClusterFactory
 ) -> None:
-    cluster = cluster_of(2)
-    state = json.loads((tmp_path / "cluster" / "cluster.json").read_text())
+    cluster = start_cluster(2, session_timeout_ms=SESSION_TIMEOUT_MS)
+    state = json.loads((cluster.directory / "cluster.json").read_text())
     assert set(state) == {"zookeeper", "zookeeper_pid", "bootstrap_servers", "brokers"}
     assert state["zookeeper"] == zk_connect
     assert state["zookeeper_pid"] is None  # a ZooKeeper it did not start
@@ -78,7 +59,7 @@ def test_cluster_json_names_every_running_broker_and_follows_stops_and_starts(
             "127.0.0.1",
             registered[broker_id].endpoint().port,
         )
-        assert entry["log_dir"] == str(tmp_path / "cluster" / f"broker-{key}" / "logs")
+        assert entry["log_dir"] == str(cluster.directory / f"broker-{key}" / "logs")
         assert (Path(entry["log_dir"]) / "broker.meta.json").exists()
     ports = [state["brokers"][k]["port"] for k in ("1", "2")]
     assert state["bootstrap_servers"] == f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"
@@ -98,13 +79,13 @@ def test_cluster_json_names_every_running_broker_and_follows_stops_and_starts(
     # A clean stop: the registration goes at once (the session is closed, not expired).
     cluster.stop_broker(2)
     assert 2 not in cluster.registered_brokers()
-    state = json.loads((tmp_path / "cluster" / "cluster.json").read_text())
+    state = json.loads((cluster.directory / "cluster.json").read_text())
     assert state["brokers"]["2"]["pid"] is None and state["brokers"]["2"]["port"] is None
     assert state["bootstrap_servers"] == f"127.0.0.1:{ports[0]}"
     assert not process_is(pid2, str(cluster.properties_path(2)))
 
     cluster.start_broker(2)
-    state = json.loads((tmp_path / "cluster" / "cluster.json").read_text())
+    state = json.loads((cluster.directory / "cluster.json").read_text())
     assert state["brokers"]["2"]["pid"] not in (None, pid2)
     assert state["brokers"]["2"]["port"] == cluster.registered_brokers()[2].endpoint().port
     # Back where it listened before: the bootstrap servers printed at start stay valid.
@@ -112,16 +93,16 @@ def test_cluster_json_names_every_running_broker_and_follows_stops_and_starts(
 
     cluster.stop()
     assert cluster.registered_brokers() == {}
-    state = json.loads((tmp_path / "cluster" / "cluster.json").read_text())
+    state = json.loads((cluster.directory / "cluster.json").read_text())
     assert all(entry["pid"] is None for entry in state["brokers"].values())
     assert state["bootstrap_servers"] == ""
 
 
 @pytest.mark.slow
 def test_killing_the_controller_elects_another_after_its_session_expires(
-    cluster_of: Callable[[int], LocalCluster],
+    start_cluster: ClusterFactory,
 ) -> None:
-    cluster = cluster_of(3)
+    cluster = start_cluster(3, session_timeout_ms=SESSION_TIMEOUT_MS)
     old = cluster.controller_id()
     epoch = cluster.controller_epoch()
     assert old is not None and epoch is not None

@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cluster_fixtures import SHORT_SESSION_MS, ClusterFactory, replica_properties
 from waiting import wait_for
 
 from spark_mq import Admin, Consumer, Producer, TopicPartition
@@ -40,24 +40,12 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("reassignment") / "c",
+def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
+    return start_module_cluster(
         3,
-        zookeeper=zk_module_connect,
-        session_timeout_ms=4000,
-        broker_properties={
-            "replica.lag.time.max.ms": "5000",
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "200",
-        },
+        session_timeout_ms=SHORT_SESSION_MS,
+        broker_properties=replica_properties(lag_time_max_ms=5000),
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
 
 
 def _admin(cluster: LocalCluster) -> Admin:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import struct
 import urllib.request
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+from cluster_fixtures import ClusterFactory, connect_to, replica_properties, request_to
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_for
 
@@ -25,9 +25,7 @@ from spark_mq.broker.zk.broker_registration import read_live_brokers
 from spark_mq.broker.zk.client import ZkClient
 from spark_mq.broker.zk.partition_states import read_partition_state
 from spark_mq.client.broker_auth import authenticate_as_broker
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.admin import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from spark_mq.protocol.controller import (
     AlterPartitionRequest,
@@ -52,47 +50,21 @@ _BATCH_HEAD = struct.Struct(">qii")
 
 
 @pytest.fixture(scope="module")
-def cluster(
-    zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("replication") / "c",
+def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
+    return start_module_cluster(
         3,
-        zookeeper=zk_module_connect,
         # Longer than the lag time, so that a paused follower leaves the ISR by its
         # leader's proposal before its ZooKeeper session expires.
         session_timeout_ms=10_000,
-        broker_properties={
-            "replica.lag.time.max.ms": str(LAG_TIME_MAX_MS),
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "200",
-            "replica.socket.timeout.ms": "3000",
-        },
+        broker_properties=replica_properties(
+            lag_time_max_ms=LAG_TIME_MAX_MS, socket_timeout_ms=3000
+        ),
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
-
-
-def connect(cluster: LocalCluster, broker_id: int) -> BrokerConnection:
-    entry = cluster.state["brokers"][str(broker_id)]
-    conn = BrokerConnection(BrokerAddress(host=entry["host"], port=entry["port"]))
-    conn.connect()
-    return conn
-
-
-def request(cluster: LocalCluster, broker_id: int, body: object) -> object:
-    conn = connect(cluster, broker_id)
-    try:
-        return conn.request(body, timeout_s=60)  # type: ignore[arg-type]
-    finally:
-        conn.close()
 
 
 def create_topic(cluster: LocalCluster, zk: ZkClient, topic: str, config: dict[str, str]) -> int:
     """Create ``topic`` (1 partition, RF 3) and return its leader once elected."""
-    created = request(
+    created = request_to(
         cluster,
         cluster.broker_ids[0],
         CreateTopicsRequest([CreatableTopic(topic, 1, 3, configs=config)]),
@@ -119,7 +91,7 @@ def produce(
     body = ProduceRequest(
         acks, timeout_ms, [ProduceTopic(topic, [ProducePartition(0, len(records))])]
     )
-    conn = connect(cluster, broker_id)
+    conn = connect_to(cluster, broker_id)
     try:
         conn.send(body, records=[records])
         received = conn.receive(30)
@@ -175,7 +147,7 @@ def test_a_client_may_not_fetch_as_a_replica(cluster: LocalCluster, zk: ZkClient
         [FetchTopic("guarded", [FetchPartition(0, 0, 1 << 20)])],
         replica_id=follower,
     )
-    response = request(cluster, leader, body)
+    response = request_to(cluster, leader, body)
     assert isinstance(response, FetchResponse)
     answer = response.topics[0].partitions[0]
     assert answer.error_code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
@@ -312,7 +284,7 @@ def test_the_controller_refuses_stale_isr_proposals(cluster: LocalCluster, zk: Z
     assert controller is not None
     registration = read_live_brokers(zk)[leader]
     secret = zk.kazoo.get("/spark_mq/inter_broker_secret")[0].decode()
-    conn = connect(cluster, controller)
+    conn = connect_to(cluster, controller)
     try:
         authenticate_as_broker(conn, broker_id=leader, broker_epoch=registration[1], secret=secret)
         state = current.value

@@ -24,18 +24,22 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from cluster_fixtures import (
+    SHORT_SESSION_MS,
+    ClusterFactory,
+    connect_to,
+    replica_properties,
+    request_to,
+)
 from waiting import wait_for
 
 from spark_mq.broker.zk.client import ZkClient
 from spark_mq.broker.zk.partition_states import read_partition_state
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.admin import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.produce import (
@@ -55,43 +59,20 @@ Batch = tuple[int, int, int, tuple[bytes, ...]]  # base offset, next offset, epo
 
 
 @pytest.fixture
-def cluster(zk_connect: str, tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path / "c",
+def cluster(start_cluster: ClusterFactory) -> LocalCluster:
+    # A short session: a killed broker is noticed soon.
+    return start_cluster(
         2,
-        zookeeper=zk_connect,
-        # ZooKeeper's smallest session (two ticks): a killed broker is noticed soon.
-        session_timeout_ms=4000,
-        broker_properties={
-            "replica.lag.time.max.ms": "2000",
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "200",
-            "replica.socket.timeout.ms": "3000",
-        },
+        session_timeout_ms=SHORT_SESSION_MS,
+        broker_properties=replica_properties(socket_timeout_ms=3000),
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
-
-
-def request(cluster: LocalCluster, broker_id: int, body: object) -> object:
-    entry = cluster.state["brokers"][str(broker_id)]
-    conn = BrokerConnection(BrokerAddress(host=entry["host"], port=entry["port"]))
-    conn.connect()
-    try:
-        return conn.request(body, timeout_s=60)  # type: ignore[arg-type]
-    finally:
-        conn.close()
 
 
 def produce(cluster: LocalCluster, broker_id: int, values: list[bytes], *, acks: int) -> int:
     """Produce one batch to partition 0; the error code."""
     records = encode_batch(pa.array(values, pa.binary()))
     body = ProduceRequest(acks, 5000, [ProduceTopic(TOPIC, [ProducePartition(0, len(records))])])
-    entry = cluster.state["brokers"][str(broker_id)]
-    conn = BrokerConnection(BrokerAddress(host=entry["host"], port=entry["port"]))
-    conn.connect()
+    conn = connect_to(cluster, broker_id)
     try:
         conn.send(body, records=[records])
         received = conn.receive(30)
@@ -159,7 +140,7 @@ def log_batches(cluster: LocalCluster, broker_id: int) -> list[Batch]:
 
 
 def test_double_failover_divergence_is_truncated_away(cluster: LocalCluster, zk: ZkClient) -> None:
-    created = request(
+    created = request_to(
         cluster,
         cluster.broker_ids[0],
         CreateTopicsRequest(

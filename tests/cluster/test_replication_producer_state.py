@@ -15,18 +15,20 @@ batches, which a client's own retry cannot be made to send on demand.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pyarrow as pa
 import pytest
+from cluster_fixtures import (
+    SHORT_SESSION_MS,
+    ClusterFactory,
+    connect_to,
+    replica_properties,
+    request_to,
+)
 from waiting import wait_for
 
 from spark_mq.broker.zk.client import ZkClient
 from spark_mq.broker.zk.partition_states import read_partition_state
-from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.admin import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
 from spark_mq.protocol.error_codes import ErrorCode
 from spark_mq.protocol.produce import (
@@ -45,45 +47,19 @@ TOPIC = "idempotent"
 
 
 @pytest.fixture
-def cluster(zk_connect: str, tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path / "c",
+def cluster(start_cluster: ClusterFactory) -> LocalCluster:
+    # A short session: the killed leader is noticed soon.
+    return start_cluster(
         3,
-        zookeeper=zk_connect,
-        # ZooKeeper's smallest session (two ticks): the killed leader is noticed soon.
-        session_timeout_ms=4000,
-        broker_properties={
-            "replica.lag.time.max.ms": "2000",
-            "replica.fetch.wait.max.ms": "200",
-            "replica.fetch.backoff.ms": "200",
-            "replica.socket.timeout.ms": "3000",
-        },
+        session_timeout_ms=SHORT_SESSION_MS,
+        broker_properties=replica_properties(socket_timeout_ms=3000),
     )
-    try:
-        yield local.start()
-    finally:
-        local.stop()
-
-
-def connect(cluster: LocalCluster, broker_id: int) -> BrokerConnection:
-    entry = cluster.state["brokers"][str(broker_id)]
-    conn = BrokerConnection(BrokerAddress(host=entry["host"], port=entry["port"]))
-    conn.connect()
-    return conn
-
-
-def request(cluster: LocalCluster, broker_id: int, body: object) -> object:
-    conn = connect(cluster, broker_id)
-    try:
-        return conn.request(body, timeout_s=60)  # type: ignore[arg-type]
-    finally:
-        conn.close()
 
 
 def produce(cluster: LocalCluster, broker_id: int, batch: bytes) -> ProducePartitionResponse:
     """Send ``batch`` to partition 0 with acks=all; the partition's answer."""
     body = ProduceRequest(-1, 5000, [ProduceTopic(TOPIC, [ProducePartition(0, len(batch))])])
-    conn = connect(cluster, broker_id)
+    conn = connect_to(cluster, broker_id)
     try:
         conn.send(body, records=[batch])
         received = conn.receive(30)
@@ -97,7 +73,7 @@ def produce(cluster: LocalCluster, broker_id: int, batch: bytes) -> ProduceParti
 def test_a_new_leader_deduplicates_a_retry_and_takes_the_next_sequence(
     cluster: LocalCluster, zk: ZkClient
 ) -> None:
-    created = request(
+    created = request_to(
         cluster,
         cluster.broker_ids[0],
         CreateTopicsRequest([CreatableTopic(TOPIC, 1, 3, configs={"min.insync.replicas": "2"})]),
@@ -108,7 +84,7 @@ def test_a_new_leader_deduplicates_a_retry_and_takes_the_next_sequence(
     first = read_partition_state(zk, TOPIC, 0)
     assert first is not None
     leader = first.value.leader
-    ids = request(cluster, leader, InitProducerIdRequest())
+    ids = request_to(cluster, leader, InitProducerIdRequest())
     assert isinstance(ids, InitProducerIdResponse)
     assert ids.error_code == 0, ids.error_message
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from cluster_fixtures import ClusterFactory, broker_address
 from kazoo.client import KazooClient
 from waiting import wait_for
 
@@ -18,7 +19,6 @@ from spark_mq.broker.zk import znodes
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import LocalCluster
-from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.controller import (
     UpdateMetadataBroker,
     UpdateMetadataEndpoint,
@@ -40,9 +40,8 @@ class Broker:
     cluster's inter-broker secret, its broker epoch and the elected controller's epoch."""
 
     def __init__(self, cluster: LocalCluster, zk: KazooClient) -> None:
-        entry = cluster.state["brokers"]["1"]
-        self.address = BrokerAddress(entry["host"], int(entry["port"]))
-        self.server = f"{entry['host']}:{entry['port']}"
+        self.address = broker_address(cluster, 1)
+        self.server = cluster.broker_server(1)
         self.zk = zk
 
     @property
@@ -88,22 +87,15 @@ class Broker:
 
 
 @pytest.fixture(scope="module")
-def broker(zk_module_connect: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+def broker(start_module_cluster: ClusterFactory, zk_module_connect: str) -> Iterator[Broker]:
+    local = start_module_cluster(1, session_timeout_ms=6000)
     zk = KazooClient(hosts=zk_module_connect)
     zk.start(timeout=10)
-    local = LocalCluster(
-        tmp_path_factory.mktemp("update-metadata") / "c",
-        1,
-        zookeeper=zk_module_connect,
-        session_timeout_ms=6000,
-    )
     try:
-        local.start()
         wait_for(lambda: local.controller_id() == 1, timeout_s=30)
         wait_for(lambda: zk.exists(znodes.INTER_BROKER_SECRET) is not None, timeout_s=30)
         yield Broker(local, zk)
     finally:
-        local.stop()
         zk.stop()
         zk.close()
 
