@@ -3,7 +3,7 @@
 Two fixtures of tests/cluster/conftest.py hand out a :class:`ClusterFactory`:
 
 - ``start_module_cluster(brokers, ...)``: a cluster the tests of one module share, in a
-  directory and a ZooKeeper chroot of the module's own, stopped after its last test. Modules
+  directory and a ZooKeeper chroot of the module's own, killed after its last test. Modules
   whose tests each use topics of their own take this one: a start per module, not per test.
 - ``start_cluster(brokers, ...)``: a cluster of one test (its ``tmp_path`` and chroot), for
   tests that leave brokers killed, paused or moved in a way the next test must not inherit.
@@ -16,6 +16,10 @@ up front, an environment variable its brokers inherit)::
     def cluster(start_module_cluster: ClusterFactory) -> LocalCluster:
         return start_module_cluster(3, broker_properties=replica_properties())
 
+Tests of what a broker does without LocalCluster around it (the controller, the replica
+fetcher, inter-broker authentication) start broker processes by hand, as an operator would,
+with the conftest fixture ``spawn_broker(broker_id, *overrides)`` (a :class:`BrokerProcesses`).
+
 Tests that speak the protocol to one broker of a cluster (a request a client would not send,
 or a client's request to a broker it would not pick) reach it with :func:`broker_address`,
 :func:`connect_to` and :func:`request_to`.
@@ -27,13 +31,17 @@ real ZooKeeper server.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 from tls_certs import Issued, TestCa
+from waiting import wait_for
 
+from spark_mq.broker.dir_files import Endpoint
 from spark_mq.client.connection import BrokerConnection
 from spark_mq.cluster.local_cluster import DEFAULT_SESSION_TIMEOUT_MS, LocalCluster
 from spark_mq.errors import LocalClusterError
@@ -99,7 +107,7 @@ class ClusterPki:
 
 class ClusterFactory:
     """Starts one LocalCluster in ``root / "c"`` against ZooKeeper ``zookeeper`` (a connect
-    string with a chroot of its own) when called, and stops it at :meth:`stop`.
+    string with a chroot of its own) when called, and kills its brokers at :meth:`stop`.
 
     One cluster per factory: a second one would register the same broker ids in the same
     chroot, which ZooKeeper refuses.
@@ -137,15 +145,18 @@ class ClusterFactory:
         return self._cluster.start()
 
     def stop(self) -> None:
-        """Stop the cluster, if one was started: every broker, paused ones included."""
+        """Kill the cluster's brokers, if a cluster was started (paused ones too)."""
         cluster, self._cluster = self._cluster, None
         if cluster is None:
             return
-        # A test that failed while a broker was paused leaves it stopped by the kernel; if it
-        # is the controller, the others' controlled shutdowns would wait on it. Resuming a
-        # running or dead broker does nothing.
+        # Its directory and ZooKeeper chroot are thrown away after the test, so nothing needs
+        # the clean, controlled shutdown of LocalCluster.stop(): that asks the controller to
+        # move leaderships first (up to broker.shutdown.timeout.ms when it is gone or paused)
+        # and took a second or more a module, against a few milliseconds for SIGKILL.
         for broker_id in cluster.broker_ids:
-            cluster.resume(broker_id)
+            cluster.kill(broker_id)
+        # With no broker left to stop, this only closes its ZooKeeper session and records in
+        # cluster.json that nothing runs.
         cluster.stop()
 
 
@@ -172,3 +183,52 @@ def request_to(
         return conn.request(body, timeout_s=timeout_s)
     finally:
         conn.close()
+
+
+class BrokerProcesses:
+    """Broker processes of one test's cluster, each started as an operator would start one:
+    ``python -m spark_mq.broker --log-dir ROOT/b<id>`` with ``zookeeper.connect``,
+    ``broker.id``, a listener on an ephemeral port and the test's own ``--override``s. Each
+    one's output goes to ``ROOT/b<id>.out``. :meth:`stop` kills them (SIGKILL): the test's
+    directory and ZooKeeper chroot are thrown away after it, so a clean shutdown would only
+    cost time.
+    """
+
+    def __init__(self, root: Path, zookeeper: str, *, session_timeout_ms: int = 6000) -> None:
+        self._root = root
+        self._zookeeper = zookeeper
+        self._session_timeout_ms = session_timeout_ms
+        self._started: list[subprocess.Popen[bytes]] = []
+
+    def __call__(self, broker_id: int, *overrides: str) -> tuple[subprocess.Popen[bytes], Path]:
+        """Start broker ``broker_id``; the process and its log directory (its port, once it
+        listens: :func:`listening_port`)."""
+        log_dir = self._root / f"b{broker_id}"
+        args = [sys.executable, "-m", "spark_mq.broker", "--log-dir", str(log_dir)]
+        for item in (
+            f"zookeeper.connect={self._zookeeper}",
+            f"zookeeper.session.timeout.ms={self._session_timeout_ms}",
+            f"broker.id={broker_id}",
+            "listeners=PLAINTEXT://127.0.0.1:0",
+            *overrides,
+        ):
+            args += ["--override", item]
+        with (self._root / f"b{broker_id}.out").open("wb") as out:
+            process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        self._started.append(process)
+        return process, log_dir
+
+    def stop(self) -> None:
+        for process in self._started:
+            process.kill()
+        for process in self._started:
+            process.wait()
+        self._started.clear()
+
+
+def listening_port(log_dir: Path, timeout_s: float = 60) -> int:
+    """The port of the broker serving ``log_dir``, once it listens (its ``broker.json``)."""
+    wait_for(lambda: Endpoint.read(log_dir) is not None, timeout_s=timeout_s)
+    endpoint = Endpoint.read(log_dir)
+    assert endpoint is not None and endpoint.port, f"{log_dir}: broker.json names no port"
+    return endpoint.port

@@ -6,7 +6,8 @@ Each test gets its own chroot (``127.0.0.1:PORT/t-<hex>``), so tests share the s
 never see each other's znodes.
 
 ``start_cluster`` / ``start_module_cluster`` start a LocalCluster of a test or of a module,
-and ``cluster_pki`` issues the certificates of a TLS cluster (cluster_fixtures.py).
+``spawn_broker`` broker processes by hand, and ``cluster_pki`` issues the certificates of a
+TLS cluster (cluster_fixtures.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_fixtures import ClusterFactory, ClusterPki
+from cluster_fixtures import BrokerProcesses, ClusterFactory, ClusterPki
 from kazoo.client import KazooClient
 
 from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
@@ -65,7 +66,7 @@ def zk_module_connect(zookeeper: ZooKeeperServer) -> str:
 
 @pytest.fixture
 def start_cluster(tmp_path: Path, zk_connect: str) -> Iterator[ClusterFactory]:
-    """``start_cluster(brokers, ...)``: a started LocalCluster of this test, stopped after it."""
+    """``start_cluster(brokers, ...)``: a started LocalCluster of this test, killed after it."""
     factory = ClusterFactory(tmp_path, zk_connect)
     yield factory
     factory.stop()
@@ -76,10 +77,19 @@ def start_module_cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, zk_module_connect: str
 ) -> Iterator[ClusterFactory]:
     """``start_module_cluster(brokers, ...)``: a started LocalCluster the module's tests share,
-    stopped after the last of them."""
+    killed after the last of them."""
     factory = ClusterFactory(tmp_path_factory.mktemp(request.module.__name__), zk_module_connect)
     yield factory
     factory.stop()
+
+
+@pytest.fixture
+def spawn_broker(tmp_path: Path, zk_connect: str) -> Iterator[BrokerProcesses]:
+    """``spawn_broker(broker_id, *overrides)``: a broker process of this test's cluster and
+    its log directory; killed after the test."""
+    processes = BrokerProcesses(tmp_path, zk_connect)
+    yield processes
+    processes.stop()
 
 
 @pytest.fixture(scope="module")

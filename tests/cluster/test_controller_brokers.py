@@ -15,16 +15,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
+from cluster_fixtures import BrokerProcesses, listening_port
 from waiting import wait_for
 
 from spark_mq.broker.controller.controller import Controller, ControllerConfig
-from spark_mq.broker.dir_files import Endpoint
 from spark_mq.broker.zk import znodes
 from spark_mq.broker.zk.client import ZkClient
 from spark_mq.broker.zk.controller_election import register_controller_and_increment_epoch
@@ -49,51 +46,9 @@ from spark_mq.protocol.groups import (
     FindCoordinatorResponse,
 )
 
-Spawn = Callable[..., tuple[subprocess.Popen[bytes], Path]]
-
-
-@pytest.fixture
-def spawn(tmp_path: Path, zk_connect: str) -> Iterator[Spawn]:
-    """``spawn(broker_id, *overrides)``: a broker process of this test's cluster; returns it
-    and its log directory (its log lines go to ``<dir>.out``)."""
-    made: list[subprocess.Popen[bytes]] = []
-
-    def start(broker_id: int, *overrides: str) -> tuple[subprocess.Popen[bytes], Path]:
-        log_dir = tmp_path / f"b{broker_id}"
-        args = [sys.executable, "-m", "spark_mq.broker", "--log-dir", str(log_dir)]
-        for item in (
-            f"zookeeper.connect={zk_connect}",
-            "zookeeper.session.timeout.ms=6000",
-            f"broker.id={broker_id}",
-            "listeners=PLAINTEXT://127.0.0.1:0",
-            *overrides,
-        ):
-            args += ["--override", item]
-        out = (tmp_path / f"b{broker_id}.out").open("wb")
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-        made.append(process)
-        return process, log_dir
-
-    yield start
-    for process in made:
-        process.terminate()
-    for process in made:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _port(log_dir: Path) -> int:
-    wait_for(lambda: Endpoint.read(log_dir) is not None, timeout_s=60)
-    endpoint = Endpoint.read(log_dir)
-    assert endpoint is not None and endpoint.port
-    return endpoint.port
-
 
 def test_the_controller_reaches_every_broker_process_authenticated(
-    clients: Callable[[], ZkClient], spawn: Spawn
+    clients: Callable[[], ZkClient], spawn_broker: BrokerProcesses
 ) -> None:
     zk = clients()
     secret = get_or_create_inter_broker_secret(zk)
@@ -103,7 +58,7 @@ def test_the_controller_reaches_every_broker_process_authenticated(
     controller.start()
     try:
         for broker_id in (1, 2):
-            spawn(broker_id)
+            spawn_broker(broker_id)
 
         def answered(broker_id: int) -> set[str]:
             return {a.api for a in list(controller.responses) if a.broker_id == broker_id}
@@ -124,11 +79,11 @@ def test_the_controller_reaches_every_broker_process_authenticated(
 
 
 def test_a_one_broker_cluster_creates_topics_through_its_controller(
-    clients: Callable[[], ZkClient], spawn: Spawn
+    clients: Callable[[], ZkClient], spawn_broker: BrokerProcesses
 ) -> None:
     zk = clients()
-    _process, log_dir = spawn(1)
-    conn = BrokerConnection(BrokerAddress(host="127.0.0.1", port=_port(log_dir)))
+    _process, log_dir = spawn_broker(1)
+    conn = BrokerConnection(BrokerAddress(host="127.0.0.1", port=listening_port(log_dir)))
     conn.connect()
     try:
         created: CreateTopicsResponse = conn.request(
@@ -166,11 +121,11 @@ def test_a_one_broker_cluster_creates_topics_through_its_controller(
 
 
 def test_find_coordinator_with_too_few_brokers_for_the_offsets_topic_names_the_setting(
-    clients: Callable[[], ZkClient], spawn: Spawn, tmp_path: Path
+    clients: Callable[[], ZkClient], spawn_broker: BrokerProcesses, tmp_path: Path
 ) -> None:
     zk = clients()
-    _process, log_dir = spawn(1)  # offsets.topic.replication.factor: Kafka's default, 3
-    conn = BrokerConnection(BrokerAddress(host="127.0.0.1", port=_port(log_dir)))
+    _process, log_dir = spawn_broker(1)  # offsets.topic.replication.factor: Kafka's default, 3
+    conn = BrokerConnection(BrokerAddress(host="127.0.0.1", port=listening_port(log_dir)))
     conn.connect()
     try:
         answer: FindCoordinatorResponse = conn.request(FindCoordinatorRequest("g"), timeout_s=30)
@@ -199,13 +154,13 @@ def test_find_coordinator_with_too_few_brokers_for_the_offsets_topic_names_the_s
 
 
 def test_find_coordinator_creates_the_offsets_topic_in_the_cluster(
-    clients: Callable[[], ZkClient], spawn: Spawn
+    clients: Callable[[], ZkClient], spawn_broker: BrokerProcesses
 ) -> None:
     zk = clients()
-    _process, log_dir = spawn(
+    _process, log_dir = spawn_broker(
         1, "offsets.topic.replication.factor=1", "offsets.topic.num.partitions=4"
     )
-    conn = BrokerConnection(BrokerAddress(host="127.0.0.1", port=_port(log_dir)))
+    conn = BrokerConnection(BrokerAddress(host="127.0.0.1", port=listening_port(log_dir)))
     conn.connect()
     answers: list[FindCoordinatorResponse] = []
     try:
@@ -230,14 +185,14 @@ def test_find_coordinator_creates_the_offsets_topic_in_the_cluster(
 
 
 def test_create_topics_times_out_while_no_controller_acts_and_completes_later(
-    clients: Callable[[], ZkClient], spawn: Spawn
+    clients: Callable[[], ZkClient], spawn_broker: BrokerProcesses
 ) -> None:
     zk = clients()
     secret = get_or_create_inter_broker_secret(zk)
     # Broker 100 holds /controller but does nothing yet: the broker process cannot win.
     epoch = register_controller_and_increment_epoch(zk, 100, 0)
-    _process, log_dir = spawn(1)
-    conn = BrokerConnection(BrokerAddress(host="127.0.0.1", port=_port(log_dir)))
+    _process, log_dir = spawn_broker(1)
+    conn = BrokerConnection(BrokerAddress(host="127.0.0.1", port=listening_port(log_dir)))
     conn.connect()
     try:
         created: CreateTopicsResponse = conn.request(

@@ -5,16 +5,12 @@ nobody."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cluster_fixtures import BrokerProcesses, listening_port
 from kazoo.client import KazooClient
-from waiting import wait_for
 
-from spark_mq.broker.dir_files import Endpoint
 from spark_mq.broker.local import ensure_broker, stop_broker
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.client.connection import BrokerConnection
@@ -31,30 +27,18 @@ from spark_mq.protocol.transactions import (
 
 
 @pytest.fixture
-def cluster_broker(tmp_path: Path, zk_connect: str) -> Iterator[tuple[BrokerAddress, str]]:
-    """One cluster broker; yields its address and the secret read from its ZooKeeper."""
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "spark_mq.broker", "--log-dir", str(tmp_path / "b1")),
-            *("--override", f"zookeeper.connect={zk_connect}"),
-            *("--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", "broker.id=1"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def cluster_broker(spawn_broker: BrokerProcesses, zk_connect: str) -> tuple[BrokerAddress, str]:
+    """One cluster broker: its address and the secret read from its ZooKeeper."""
+    _process, log_dir = spawn_broker(1)
+    port = listening_port(log_dir)
     zk = KazooClient(hosts=zk_connect)
     zk.start(timeout=10)
     try:
-        wait_for(lambda: Endpoint.read(tmp_path / "b1") is not None)
-        endpoint = Endpoint.read(tmp_path / "b1")
-        assert endpoint is not None and endpoint.port
         secret = zk.get("/spark_mq/inter_broker_secret")[0].decode()
-        yield BrokerAddress(host="127.0.0.1", port=endpoint.port), secret
     finally:
         zk.stop()
         zk.close()
-        process.kill()
-        process.wait()
+    return BrokerAddress(host="127.0.0.1", port=port), secret
 
 
 def _markers(conn: BrokerConnection) -> WriteTxnMarkersResponse:

@@ -9,17 +9,14 @@ only to its partition's replicas, and the fetcher here is broker 2."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from cluster_fixtures import BrokerProcesses, listening_port
 from kazoo.client import KazooClient
 from waiting import wait_for
 
-from spark_mq.broker.dir_files import Endpoint
 from spark_mq.broker.replica_fetcher import (
     BrokerIdentity,
     FetchState,
@@ -34,34 +31,21 @@ from spark_mq.storage.record_batch import encode_batch
 
 
 @pytest.fixture
-def leader(tmp_path: Path, zk_connect: str) -> Iterator[tuple[BrokerAddress, str, Path]]:
+def leader(spawn_broker: BrokerProcesses, zk_connect: str) -> tuple[BrokerAddress, str, Path]:
     """One cluster broker (id 1): its address, the inter-broker secret, its log directory."""
-    log_dir = tmp_path / "leader"
-    process = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "spark_mq.broker", "--log-dir", str(log_dir)),
-            *("--override", f"zookeeper.connect={zk_connect}"),
-            *("--override", "listeners=PLAINTEXT://127.0.0.1:0", "--override", "broker.id=1"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    _process, log_dir = spawn_broker(1)
+    port = listening_port(log_dir)
     zk = KazooClient(hosts=zk_connect)
     zk.start(timeout=10)
     try:
-        wait_for(lambda: Endpoint.read(log_dir) is not None)
-        endpoint = Endpoint.read(log_dir)
-        assert endpoint is not None and endpoint.port
         secret = zk.get("/spark_mq/inter_broker_secret")[0].decode()
         assignment = znodes.TopicAssignment({0: (1, 2)})
         zk.create(znodes.topic_path("r"), assignment.encode(), makepath=True)
         wait_for(lambda: zk.exists(znodes.partition_state_path("r", 0)) is not None)
-        yield BrokerAddress(host="127.0.0.1", port=endpoint.port), secret, log_dir
     finally:
         zk.stop()
         zk.close()
-        process.kill()
-        process.wait()
+    return BrokerAddress(host="127.0.0.1", port=port), secret, log_dir
 
 
 def _values(replica: PartitionLog) -> list[tuple[int, bytes]]:
