@@ -43,6 +43,8 @@ from spark_mq.client.reassignments import (
 )
 from spark_mq.errors import RequestTimedOutError, SparkMQError, UsageError
 
+#: How long ``--verify --wait`` waits for one broker's replica sizes in a poll.
+SIZE_POLL_TIMEOUT_MS = 2000
 #: How often ``--verify --wait`` looks at the moves.
 WAIT_POLL_S = 0.5
 
@@ -181,11 +183,13 @@ def _verify(admin: Admin, args: argparse.Namespace, plan: dict[TopicPartition, l
 
 def _replica_sizes(admin: Admin, brokers: set[int]) -> dict[tuple[int, TopicPartition], int]:
     """(broker, partition) to the bytes of that replica, from each broker's DescribeLogDirs;
-    a broker that does not answer (down: its move waits for it) has copied nothing yet."""
+    a broker that does not answer (down: its move waits for it) has copied nothing yet. Each
+    broker gets :data:`SIZE_POLL_TIMEOUT_MS` to answer, so that a stopped (paused) one does
+    not hold the progress, or --timeout-ms, for a whole request timeout."""
     sizes: dict[tuple[int, TopicPartition], int] = {}
     for broker in sorted(brokers):
         try:
-            described = admin.describe_log_dirs([broker])
+            described = admin.describe_log_dirs([broker], timeout_ms=SIZE_POLL_TIMEOUT_MS)
         except SparkMQError:
             continue
         for directory in described.get(broker, []):

@@ -242,13 +242,16 @@ class Admin:
         return reassignments.ongoing(response)
 
     def describe_log_dirs(
-        self, broker_ids: Sequence[int] | None = None
+        self, broker_ids: Sequence[int] | None = None, *, timeout_ms: int | None = None
     ) -> dict[int, list[LogDirDescription]]:
         """Each broker's log directory (of ``broker_ids``, or every live broker): the size
         in bytes of every replica it holds and the space of its file system
-        (DescribeLogDirs, Kafka's ``describeLogDirs``)."""
+        (DescribeLogDirs, Kafka's ``describeLogDirs``). ``timeout_ms`` bounds each broker's
+        answer (Kafka's ``DescribeLogDirsOptions.timeoutMs``; default
+        ``default.api.timeout.ms``)."""
         self._check(None)
-        return describe_log_dirs(self._cluster, self.config.default_api_timeout_ms, broker_ids)
+        timeout = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        return describe_log_dirs(self._cluster, timeout, broker_ids)
 
     def list_topics(self) -> list[str]:
         """Names of every topic, sorted."""
