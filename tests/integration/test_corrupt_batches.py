@@ -152,8 +152,9 @@ def test_a_damaged_length_field_is_reported_not_skipped(tmp_path: Path) -> None:
     consumer silently skipped offsets 150-199. Now the fetch fails for the partition, naming
     the file and position, and a seek past the damage reads on."""
     directory = tmp_path / "mq"
-    # Two batches (about 4 KB) per segment: the damaged batch ends segment 100-199.
-    write_batches(directory, topic_config={"segment.bytes": "5000"})
+    # Two batches of 50 small records (varint bodies, about 550 bytes each) per segment: the
+    # damaged batch ends segment 100-199.
+    write_batches(directory, topic_config={"segment.bytes": "1400"})
     damage_length(directory, BAD)
     with Consumer(path=directory) as consumer:
         consumer.assign([TP])

@@ -65,7 +65,8 @@ def test_an_intact_directory_passes_with_its_indexes(tmp_path: Path, capsys: Any
     write_batches(
         directory,
         batches=8,
-        topic_config={"segment.bytes": "5000", "index.interval.bytes": "100"},
+        # Two batches of 50 small records (about 550 bytes each) per segment.
+        topic_config={"segment.bytes": "1400", "index.interval.bytes": "100"},
     )
     assert len(segment_files(directory)) == 4
 
