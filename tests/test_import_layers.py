@@ -32,6 +32,8 @@ LAYERS: dict[str, int] = {
     "version": 0,
     "rate_limited_log": 0,
     "crash_points": 0,
+    # Freezing long-lived objects for the garbage collector (broker, Spark workers).
+    "gc_freeze": 0,
     "storage": 1,
     "protocol": 1,
     "broker": 2,

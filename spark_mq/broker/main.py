@@ -53,7 +53,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from spark_mq.broker import gc_pauses
+from spark_mq import gc_freeze
 from spark_mq.broker.config import LOCAL_DEFAULTS, ServerConfig
 from spark_mq.broker.connection_quotas import open_file_limit, raise_open_file_limit
 from spark_mq.broker.core import BrokerCore
@@ -374,8 +374,8 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         core.transactions.start()
         core.half_messages.start()
         # Everything the broker keeps for its life exists now: later full collections skip it.
-        frozen = gc_pauses.freeze_long_lived()
-        logger.debug("froze %d long-lived objects (gc_pauses)", frozen)
+        frozen = gc_freeze.freeze_long_lived()
+        logger.debug("froze %d long-lived objects (gc_freeze)", frozen)
         return await server.wait_stop_requested()
     finally:
         if core.membership is not None and config.leadership.controlled_shutdown_enable:

@@ -17,7 +17,7 @@ import concurrent.futures
 import logging
 from collections.abc import Callable
 
-from spark_mq.broker import gc_pauses
+from spark_mq import gc_freeze
 from spark_mq.broker.config import BrokerConfig
 from spark_mq.errors import LogClosedError
 from spark_mq.storage.log_manager import LogManager
@@ -61,8 +61,8 @@ class Scheduler:
                 self.executor,
             ),
             ("flush", broker.log_flush_scheduler_interval_ms, self._flush_due, self.executor),
-            # Long-lived objects made while serving join the frozen ones (gc_pauses).
-            ("gc-freeze", gc_pauses.CHECK_INTERVAL_MS, gc_pauses.refreeze_if_grown, self.executor),
+            # Long-lived objects made while serving join the frozen ones (gc_freeze).
+            ("gc-freeze", gc_freeze.CHECK_INTERVAL_MS, gc_freeze.refreeze_if_grown, self.executor),
             (
                 "producer-expiry",
                 broker.producer_id_expiration_check_interval_ms,

@@ -29,17 +29,16 @@ only the transient objects of the task that froze can be in that position.
 
 from __future__ import annotations
 
-import gc
 import sys
-from typing import Final
+
+from spark_mq.gc_freeze import REFREEZE_MIN_OBJECTS, refreeze_if_grown
+from spark_mq.gc_freeze import freeze_long_lived as _freeze
+
+__all__ = ["PYSPARK_DAEMON", "REFREEZE_MIN_OBJECTS", "freeze_long_lived", "in_pyspark_worker"]
 
 #: The module pyspark runs its Python worker daemon as (``python -m pyspark.daemon``); every
 #: reused worker is a fork of it, so its ``__main__`` is that module.
 PYSPARK_DAEMON = "pyspark.daemon"
-
-#: Objects surviving in the oldest generation at a task's start that make a worker freeze
-#: again: modules imported since the last freeze, not a task's leftovers (a few dozen).
-REFREEZE_MIN_OBJECTS: Final = 10_000
 
 _frozen = False
 
@@ -51,18 +50,17 @@ def in_pyspark_worker() -> bool:
 
 
 def freeze_long_lived() -> bool:
-    """In a pyspark worker, freeze what the process holds now, the first time in the process
-    and again whenever :data:`REFREEZE_MIN_OBJECTS` long-lived objects have arrived since;
-    returns whether this call froze. Anywhere else (a driver, a notebook, a test calling a
-    reader directly) it does nothing. A forked child inherits the frozen objects and the
-    flag."""
+    """In a pyspark worker, freeze what the process holds now (:mod:`spark_mq.gc_freeze`),
+    the first time in the process and again whenever :data:`REFREEZE_MIN_OBJECTS` long-lived
+    objects have arrived since; returns whether this call froze. Anywhere else (a driver, a
+    notebook, a test calling a reader directly) it does nothing. A forked child inherits the
+    frozen objects and the flag."""
     global _frozen  # noqa: PLW0603 (one flag per process)
     if not in_pyspark_worker():
         return False
-    if _frozen and len(gc.get_objects(generation=2)) < REFREEZE_MIN_OBJECTS:
-        return False
+    if _frozen:
+        return refreeze_if_grown()
     # No lock: a second freeze from a racing thread would only repeat the work.
     _frozen = True
-    gc.collect()
-    gc.freeze()
+    _freeze()
     return True

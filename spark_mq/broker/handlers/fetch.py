@@ -229,16 +229,6 @@ def _refused(request: FetchRequest, error: Exception) -> Response:
     return Response(FetchResponse(error_code=0, topics=topics))
 
 
-def _throttled(ctx: RequestContext, result: _Pass) -> bool:
-    """Record the response's bytes against the consumer's quota. Over it, the response
-    carries no records (Kafka's: the bytes are taken back from the rate, the partitions
-    answer with no data and the client fetches them again after the throttle time)."""
-    if not quotas.record(ctx, QuotaType.FETCH, result.total_bytes):
-        return False
-    _take_back(ctx, result)
-    return True
-
-
 def _take_back(ctx: RequestContext, result: _Pass) -> None:
     """Answer ``result`` with no records: its bytes leave the consumer's rate."""
     quotas.unrecord(ctx, QuotaType.FETCH, result.total_bytes)
@@ -250,10 +240,13 @@ def _take_back(ctx: RequestContext, result: _Pass) -> None:
 
 
 def _quota_response(ctx: RequestContext, result: _Pass) -> Response:
-    """A consumer's fetch within its byte rate. Whether another quota (its
-    request_percentage) throttles it is known only once the request's time is recorded, just
-    before the answer is written: then it carries no records either (Kafka answers any
-    throttled fetch without data), else its bytes are counted as sent."""
+    """A consumer's fetch while quotas apply: its bytes are recorded against its byte rate
+    now, and its time against its request_percentage by the connection just before the
+    answer is written, which is when the request's throttle, from either quota, is known.
+    A throttled fetch then carries no records (Kafka's: the bytes are taken back from the
+    rate, the partitions answer with no data and the client fetches them again after the
+    throttle time); else its bytes are counted as sent."""
+    quotas.record(ctx, QuotaType.FETCH, result.total_bytes)
     response = Response(FetchResponse(error_code=0, topics=result.topics), result.ranges)
 
     def before_send(throttle_ms: int) -> None:
@@ -309,8 +302,6 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest, _: memoryview
         # A closing broker answers with what it has instead of waiting.
         if done or core.replicas.closing:
             if request.replica_id < 0 and quotas.measured(ctx):
-                if _throttled(ctx, result):
-                    return Response(FetchResponse(0, result.topics, ctx.timing.throttle_ms))
                 return _quota_response(ctx, result)
             _count_sent(core, result.topics, replica=request.replica_id >= 0)
             return Response(FetchResponse(error_code=0, topics=result.topics), result.ranges)
