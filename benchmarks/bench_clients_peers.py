@@ -41,6 +41,8 @@ REDIS_INSTALL_HINT = "apt-get install redis-server (and .venv/bin/pip install -e
 STAMP = struct.Struct(">q")
 #: The stamp of warm-up records, which latency readers skip.
 WARMUP_STAMP = STAMP.pack(0)
+#: The pacing tick of :func:`paced_send`.
+TICK_NS = 1_000_000
 
 #: The helper processes here run plain sockets and redis-py only, and are started before
 #: any thread exists in the benchmark process, so fork is safe and much cheaper than spawn.
@@ -284,10 +286,17 @@ def paced_send(
     """Call ``send(i, stamp)`` for ``warmup + n`` records at ``rate`` records/s.
 
     Time is cut into 1 ms ticks; each tick sends the records whose scheduled time has come
-    (about ``rate / 1000``), then calls ``after_tick`` (a pipeline execute, say). ``stamp`` is
-    the 8-byte CLOCK_MONOTONIC time of the send, or :data:`WARMUP_STAMP` for the first
-    ``warmup`` records (connections and buffers warming up: readers skip them); the caller
-    pads it to the record size. Returns the seconds the measured records took.
+    (about ``rate / 1000``), then calls ``after_tick`` (a pipeline execute, say), and sleeps
+    until the next tick (or until the next record's time, when records are further apart
+    than a tick). ``stamp`` is the 8-byte CLOCK_MONOTONIC time of the send, or
+    :data:`WARMUP_STAMP` for the first ``warmup`` records (connections and buffers warming
+    up: readers skip them); the caller pads it to the record size. Returns the seconds the
+    measured records took.
+
+    The sleep is to the tick, not to the next record: sleeping 100 us per record at 10,000
+    records/s cost this loop about 30 us of CPU per record in wake-ups alone (measured with
+    ``time.thread_time`` and a ``send`` that does nothing: 30 us against 5.6 us with ticks),
+    a third of a core taken from the processes being measured on a two-core machine.
     """
     mono = time.monotonic_ns
     total = warmup + n
@@ -304,10 +313,11 @@ def paced_send(
             send(i, WARMUP_STAMP if i < warmup else STAMP.pack(mono()))
             i += 1
         after_tick()
-        next_tick = t0 + int(i * interval_ns)
-        delay = (next_tick - mono()) / 1e9
+        next_record = t0 + int(i * interval_ns)
+        next_tick = t0 + ((now - t0) // TICK_NS + 1) * TICK_NS
+        delay = (max(next_record, next_tick) - mono()) / 1e9
         if delay > 0:
-            time.sleep(min(delay, 0.001))
+            time.sleep(delay)
     return (mono() - t_measured) / 1e9
 
 

@@ -46,6 +46,9 @@ def test_paced_send_keeps_order_and_stamps_every_record():
     assert stamps[:20] == [0] * 20  # warm-up records: readers skip them
     assert stamps[20] > 0 and stamps[20:] == sorted(stamps[20:])
     assert ticks and seconds > 0
+    # 220 records at 20,000/s take 11 ms: about 11 ticks of 1 ms, each sending some 20
+    # records, not a wake-up per record (a loaded machine only makes ticks fewer and fuller).
+    assert len(ticks) <= 30, len(ticks)
 
 
 def test_percentiles_in_ms():
