@@ -164,6 +164,7 @@ class ProducerBatch:
         "topic",
         "values",
         "wire",
+        "wire_size",
     )
 
     def __init__(self, topic: str, partition: int, created: float, max_size: int = 0) -> None:
@@ -185,6 +186,8 @@ class ProducerBatch:
         self.header: bytes | None = None
         self.body: list[Body] | None = None
         self.wire: list[Body] = []
+        #: The bytes of ``wire`` (0 until encoded).
+        self.wire_size = 0
         self.stamp: tuple[int, int, int] | None = None
         self.base_sequence: int | None = None
         self.attempts = 0
@@ -197,10 +200,6 @@ class ProducerBatch:
     @property
     def tp(self) -> TP:
         return (self.topic, self.partition)
-
-    @property
-    def wire_size(self) -> int:
-        return sum(memoryview(b).nbytes for b in self.wire)
 
     def encode(
         self,
@@ -238,6 +237,7 @@ class ProducerBatch:
         assert self.body is not None
         stamped = stamp_header(self.header, self.body, *stamp, transactional=transactional)
         self.wire = [stamped, *self.body]
+        self.wire_size = sum(memoryview(b).nbytes for b in self.wire)
         self.stamp = stamp
 
     def _encode_small(self, codec: str) -> tuple[bytearray, Body] | None:

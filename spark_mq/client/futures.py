@@ -38,6 +38,7 @@ RecordMetadata(topic='t', partition=0, offset=42, timestamp=1700000000000)
 
 from __future__ import annotations
 
+import _thread
 import bisect
 import functools
 import logging
@@ -90,6 +91,38 @@ class _Countdown:
             self._hook()
 
 
+class _Completion:
+    """A one-shot event: ``set()`` once, ``wait()`` from any thread. The sender makes one
+    per batch; a :class:`threading.Event` (a condition over a lock, a waiter list) costs
+    several times more to make and to set, on the thread that every record's latency waits
+    on. A lock held from the start is released by ``set()``; each waiter takes it and hands
+    it on at once, so every waiter wakes."""
+
+    __slots__ = ("_flag", "_lock")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._lock = _thread.allocate_lock()
+        self._lock.acquire()
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        """Mark it done (one thread sets, once; a second call does nothing)."""
+        if not self._flag:
+            self._flag = True
+            self._lock.release()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether it was set within ``timeout`` seconds (None: no limit)."""
+        if self._flag:
+            return True
+        if self._lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            self._lock.release()
+        return self._flag
+
+
 class BatchMetadata(NamedTuple):
     """Where one batch written by ``send_batch()`` landed: its first offset and size."""
 
@@ -125,7 +158,7 @@ class ProduceRequestResult:
         #: docstring), with ``_starts`` the index of each part's first record here.
         self.parts: list[ProduceRequestResult] | None = None
         self._starts: list[int] = []
-        self._done = threading.Event()
+        self._done = _Completion()
         self._record_hooks: list[tuple[int, RecordHook]] | None = None
         self._batch_hooks: list[BatchHook] | None = None
 

@@ -490,9 +490,10 @@ class Sender(threading.Thread):
             self._sleeping = False
         for conn in ready:
             if conn is None:
+                # One read empties it: wakeup() writes a byte only to a sleeping sender, so
+                # a few bytes at most wait here (a byte left over costs one spare turn).
                 with contextlib.suppress(BlockingIOError):
-                    while self._wake_r.recv(4096):
-                        pass
+                    self._wake_r.recv(4096)
                 continue
             try:
                 responses = conn.read_available()

@@ -12,7 +12,9 @@
  * a transactional batch when asked (read_committed filtering is done by the caller), or a
  * batch at or past end_offset. The caller handles that batch the slow way, which raises the
  * precise error for a corrupt one: this file never builds an error message for bad data.
- * parse_body() decodes one (decompressed) varint body.
+ * parse_body() decodes one (decompressed) varint body. encode_records() writes the varint body
+ * of a producer's small batch from its record lists (a record at a time in Python costs more
+ * than the rest of the batch's encoding).
  *
  * Memory: the output buffers grow with what was decoded, which is bounded by the input's size
  * (every length is checked against the bytes that remain before anything is copied), so a
@@ -526,19 +528,269 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nnL)", pos, count, next_offset);
 }
 
+/* ---- Encoding: a producer's small batch, from its record lists --------------------------- */
+
+static int uvarint_size(uint64_t u) {
+    int n = 1;
+    while (u > 0x7F) {
+        u >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint8_t *put_uvarint(uint8_t *p, uint64_t u) {
+    while (u > 0x7F) {
+        *p++ = (uint8_t)((u & 0x7F) | 0x80);
+        u >>= 7;
+    }
+    *p++ = (uint8_t)u;
+    return p;
+}
+
+static uint64_t zigzag(int64_t n) { return ((uint64_t)n << 1) ^ (uint64_t)(n >> 63); }
+
+/* A bytes-like field: data and length, or null (Py_None). Only bytes objects are taken
+ * without a buffer request; anything else goes through the buffer protocol. */
+typedef struct {
+    const uint8_t *data;
+    Py_ssize_t len; /* -1: null */
+    Py_buffer view;
+    int has_view;
+} Field;
+
+static int field_get(PyObject *obj, Field *f, const char *what) {
+    f->has_view = 0;
+    if (obj == Py_None) {
+        f->data = NULL;
+        f->len = -1;
+        return 0;
+    }
+    if (PyBytes_CheckExact(obj)) {
+        f->data = (const uint8_t *)PyBytes_AS_STRING(obj);
+        f->len = PyBytes_GET_SIZE(obj);
+        return 0;
+    }
+    if (PyObject_GetBuffer(obj, &f->view, PyBUF_SIMPLE) < 0) {
+        PyErr_Format(PyExc_TypeError, "a record's %s must be bytes or None, not %.100s", what,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    f->has_view = 1;
+    f->data = f->view.buf;
+    f->len = f->view.len;
+    return 0;
+}
+
+static void field_release(Field *f) {
+    if (f->has_view) PyBuffer_Release(&f->view);
+    f->has_view = 0;
+}
+
+static Py_ssize_t field_size(const Field *f) {
+    return f->len < 0 ? 1 : uvarint_size((uint64_t)f->len << 1) + f->len;
+}
+
+static uint8_t *put_field(uint8_t *p, const Field *f) {
+    if (f->len < 0) {
+        *p++ = 1; /* zigzag(-1) */
+        return p;
+    }
+    p = put_uvarint(p, (uint64_t)f->len << 1);
+    memcpy(p, f->data, (size_t)f->len);
+    return p + f->len;
+}
+
+/* One pass per record, twice: the first sizes the record (its length prefix comes first), the
+ * second writes it. Item i of keys/headers is None when the list itself is None. */
+static int record_pass(PyObject *ts_list, PyObject *keys, PyObject *values, PyObject *headers,
+                       PyObject *deltas, long long base_ts, Py_ssize_t i, uint8_t **out,
+                       const uint8_t *end, Py_ssize_t *size) {
+    long long ts = PyLong_AsLongLong(PyList_GET_ITEM(ts_list, i));
+    if (ts == -1 && PyErr_Occurred()) return -1;
+    long long ts_delta;
+    if (__builtin_sub_overflow(ts, base_ts, &ts_delta)) {
+        PyErr_Format(PyExc_OverflowError,
+                     "timestamps %lld and %lld are too far apart for a varint body", base_ts, ts);
+        return -1;
+    }
+    long long delta = i;
+    if (deltas != Py_None) {
+        delta = PyLong_AsLongLong(PyList_GET_ITEM(deltas, i));
+        if (delta == -1 && PyErr_Occurred()) return -1;
+    }
+    PyObject *hdrs = headers == Py_None ? Py_None : PyList_GET_ITEM(headers, i);
+    Field key, value;
+    if (field_get(keys == Py_None ? Py_None : PyList_GET_ITEM(keys, i), &key, "key") < 0)
+        return -1;
+    if (field_get(PyList_GET_ITEM(values, i), &value, "value") < 0) {
+        field_release(&key);
+        return -1;
+    }
+    int rc = -1;
+    Py_ssize_t nh = 0;
+    PyObject *hseq = NULL;
+    if (hdrs != Py_None) {
+        hseq = PySequence_Fast(hdrs, "a record's headers must be a list of (key, value) pairs");
+        if (hseq == NULL) goto done;
+        nh = PySequence_Fast_GET_SIZE(hseq);
+    }
+    Py_ssize_t inner = 1 + uvarint_size(zigzag(ts_delta)) + uvarint_size(zigzag(delta)) +
+                       field_size(&key) + field_size(&value) + uvarint_size((uint64_t)nh << 1);
+    uint8_t *p = NULL;
+    /* The first round sizes the headers; the second (when writing) writes the record. */
+    Py_ssize_t hbytes = 0;
+    for (int write = 0; write < (out != NULL ? 2 : 1); write++) {
+        if (write) {
+            Py_ssize_t whole = uvarint_size(zigzag(inner + hbytes)) + inner + hbytes;
+            if (whole > end - *out) {
+                PyErr_SetString(PyExc_RuntimeError,
+                                "encode_records: a record changed while it was encoded");
+                goto done;
+            }
+            p = put_uvarint(*out, zigzag(inner + hbytes));
+            *p++ = hdrs == Py_None ? 1 : 0; /* RECORD_NULL_HEADERS */
+            p = put_uvarint(p, zigzag(ts_delta));
+            p = put_uvarint(p, zigzag(delta));
+            p = put_field(p, &key);
+            p = put_field(p, &value);
+            p = put_uvarint(p, (uint64_t)nh << 1);
+        }
+        for (Py_ssize_t h = 0; h < nh; h++) {
+            PyObject *pair = PySequence_Fast_GET_ITEM(hseq, h);
+            if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                PyErr_SetString(PyExc_TypeError, "a record header must be a (key, value) tuple");
+                goto done;
+            }
+            Field hk, hv;
+            if (field_get(PyTuple_GET_ITEM(pair, 0), &hk, "header key") < 0) goto done;
+            if (hk.len < 0) {
+                PyErr_SetString(PyExc_TypeError, "a record header's key must not be None");
+                goto done;
+            }
+            if (field_get(PyTuple_GET_ITEM(pair, 1), &hv, "header value") < 0) {
+                field_release(&hk);
+                goto done;
+            }
+            if (write) {
+                p = put_field(p, &hk);
+                p = put_field(p, &hv);
+            } else {
+                hbytes += field_size(&hk) + field_size(&hv);
+            }
+            field_release(&hk);
+            field_release(&hv);
+        }
+    }
+    inner += hbytes;
+    *size = uvarint_size(zigzag(inner)) + inner;
+    if (out != NULL) *out = p;
+    rc = 0;
+done:
+    Py_XDECREF(hseq);
+    field_release(&key);
+    field_release(&value);
+    return rc;
+}
+
+/* encode_records(timestamps, keys, values, headers, offset_deltas, base_timestamp): the varint
+ * body of these records, as varint_records.encode_records writes it (keys, headers and
+ * offset_deltas lists or None; None deltas: 0, 1, 2, ...). */
+static PyObject *encode_records(PyObject *self, PyObject *args) {
+    PyObject *ts_list, *keys, *values, *headers, *deltas;
+    long long base_ts;
+    if (!PyArg_ParseTuple(args, "O!OO!OOL", &PyList_Type, &ts_list, &keys, &PyList_Type, &values,
+                          &headers, &deltas, &base_ts))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    if (PyList_GET_SIZE(ts_list) != n || (keys != Py_None && (!PyList_Check(keys) ||
+                                                             PyList_GET_SIZE(keys) != n)) ||
+        (headers != Py_None && (!PyList_Check(headers) || PyList_GET_SIZE(headers) != n)) ||
+        (deltas != Py_None && (!PyList_Check(deltas) || PyList_GET_SIZE(deltas) != n))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "encode_records: timestamps, keys, values, headers and offset deltas "
+                        "must be lists (or None) of one length");
+        return NULL;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t size;
+        if (record_pass(ts_list, keys, values, headers, deltas, base_ts, i, NULL, NULL, &size) <
+            0)
+            return NULL;
+        total += size;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    uint8_t *p = (uint8_t *)PyByteArray_AS_STRING(out);
+    const uint8_t *end = p + total;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t size;
+        if (record_pass(ts_list, keys, values, headers, deltas, base_ts, i, &p, end, &size) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    if (p != end) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_RuntimeError, "encode_records: a record changed while it was encoded");
+        return NULL;
+    }
+    return out;
+}
+
+/* Seek from pos to the first batch whose last offset is at or past target: (status, pos, size)
+ * with status 0 found (the batch's header is at pos; it may reach past the buffer), 1 the
+ * buffer ended first (pos: the first batch not wholly in it, or the end), 2 a batch length
+ * below the header size at pos (torn or corrupt framing: the caller stops there). Only the
+ * framing is read, as in walk(). */
+static PyObject *seek(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos;
+    long long target;
+    if (!PyArg_ParseTuple(args, "y*nL", &view, &pos, &target)) return NULL;
+    const uint8_t *buf = view.buf;
+    int status = 1;
+    int64_t size = 0;
+    while (view.len - pos >= HEADER_SIZE) {
+        size = (int64_t)be32(buf + pos + 8) + 12;
+        if (size < HEADER_SIZE) {
+            status = 2;
+            break;
+        }
+        int64_t last;
+        if (__builtin_add_overflow(be64(buf + pos), (int64_t)be32(buf + pos + 23), &last) ||
+            last >= target) {
+            status = 0;
+            break;
+        }
+        if (size > view.len - pos) break;
+        pos += (Py_ssize_t)size;
+        size = 0;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(inL)", status, pos, (long long)size);
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS,
      "walk(buf, pos, limit_bytes) -> (end_pos, batches, lastOffset + 1 of the last, or -1)"},
+    {"seek", seek, METH_VARARGS,
+     "seek(buf, pos, target_offset) -> (status: 0 found / 1 buffer ended / 2 bad length, "
+     "pos, batch size or 0)"},
     {"scan", scan, METH_VARARGS,
      "scan(buf, pos, start_offset, end_offset, verify_crc, stop_at_transactional) -> "
      "(stop_pos, reason, columns)"},
     {"parse_body", parse_body, METH_VARARGS,
      "parse_body(body, record_count, last_offset_delta, base_timestamp, max_timestamp, "
      "log_append_time) -> columns, or None if the body is corrupt"},
+    {"encode_records", encode_records, METH_VARARGS,
+     "encode_records(timestamps, keys, values, headers, offset_deltas, base_timestamp) -> "
+     "bytearray"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_varint_scan",
-                                    "Decoding varint record bodies in C.", -1, methods,
+                                    "Decoding (and encoding) varint record bodies in C.", -1, methods,
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__varint_scan(void) {

@@ -30,7 +30,7 @@ from typing import Final
 from spark_mq.errors import LogClosedError, LogDirectoryFullError, StorageError
 from spark_mq.storage import libc
 from spark_mq.storage.batch_decoder import peek_size, validate_batch
-from spark_mq.storage.batch_walk import walk_batches
+from spark_mq.storage.batch_walk import SEEK_BAD_LENGTH, SEEK_FOUND, seek_batch, walk_batches
 from spark_mq.storage.codecs import Bytes
 from spark_mq.storage.page_cache import DropBehind
 from spark_mq.storage.preallocation import Preallocation
@@ -243,6 +243,36 @@ class FileRecords:
                 return
             yield header, pos
             pos += size
+
+    def seek(self, offset: int, start_position: int = 0) -> tuple[BatchHeader, int] | None:
+        """The first batch from ``start_position`` whose last offset is at or past
+        ``offset``, and its position: the first that :meth:`headers` yields with
+        ``last_offset >= offset``, found by one call per ``SCAN_BLOCK_BYTES`` block
+        (:func:`~spark_mq.storage.batch_walk.seek_batch`) instead of a header object per
+        batch passed. None if there is none (or the walk stops first, as :meth:`headers`
+        does)."""
+        end = self._size_bytes
+        pos = start_position
+        while pos + HEADER_SIZE <= end:
+            block = self.read(pos, min(SCAN_BLOCK_BYTES, end - pos))
+            if len(block) < HEADER_SIZE:
+                return None
+            found = seek_batch(block, 0, offset)
+            if found.status == SEEK_BAD_LENGTH:
+                return None
+            if found.status == SEEK_FOUND:
+                at = pos + found.position
+                header = BatchHeader.unpack_from(block, found.position)
+                return (header, at) if at + header.size <= end else None
+            if found.size:
+                # A batch below the offset that reaches past the block: passed whole, if the
+                # file holds it whole.
+                if pos + found.position + found.size > end:
+                    return None
+                pos += found.position + found.size
+            else:
+                pos += found.position
+        return None
 
     def extent(
         self, start_position: int, end_position: int, max_bytes: int, min_one_message: bool

@@ -553,12 +553,8 @@ def encode_varint_batch_parts(
     records, which are lists already (converting a handful of records to Arrow and back costs
     more than encoding them). ``timestamps`` are int milliseconds; header keys str."""
     n = len(values)
-    if keys is None:
-        keys = [None] * n
-    header_lists: Sequence[Sequence[tuple[bytes, bytes | None]] | None]
-    if headers is None:
-        header_lists = [None] * n
-    else:
+    header_lists: Sequence[Sequence[tuple[bytes, bytes | None]] | None] | None = None
+    if headers is not None:
         header_lists = [
             None if row is None else [(k.encode(), v) for k, v in row] for row in headers
         ]
@@ -570,7 +566,6 @@ def encode_varint_batch_parts(
             keys,
             values,
             header_lists,
-            offset_deltas=range(n),
             base_timestamp=base_timestamp,
         )
     )

@@ -314,10 +314,8 @@ class LogSegment:
     def translate_offset(self, offset: int, starting_position: int = 0) -> BatchPosition | None:
         """The first batch whose last offset is >= ``offset``, or None if there is none."""
         start = max(self.offset_index.lookup(offset).position, starting_position)
-        for header, pos in self.records.headers(start):
-            if header.last_offset >= offset:
-                return BatchPosition(header, pos)
-        return None
+        found = self.records.seek(offset, start)
+        return None if found is None else BatchPosition(*found)
 
     def read(
         self,

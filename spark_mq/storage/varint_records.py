@@ -79,7 +79,7 @@ def c_extension() -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# Encoding (small batches: a few records, so plain Python)
+# Encoding (small batches: a producer's few records, in C when the extension is built)
 
 
 def _uvarint(out: bytearray, u: int) -> None:
@@ -109,16 +109,52 @@ def _bytes_field(out: bytearray, data: bytes | None) -> None:
 
 def encode_records(
     timestamps: Sequence[int],
+    keys: Sequence[bytes | None] | None,
+    values: Sequence[bytes | None],
+    headers: Sequence[Sequence[tuple[bytes, bytes | None]] | None] | None,
+    *,
+    offset_deltas: Sequence[int] | None = None,
+    base_timestamp: int,
+) -> bytearray:
+    """The varint body of these records (header keys already UTF-8 bytes; ``keys`` or
+    ``headers`` None: none at all; ``offset_deltas`` None: 0, 1, 2, ...). OverflowError
+    when two timestamps are further apart than an int64 (the Arrow body has no such limit:
+    an encoder asked for ``"auto"`` writes Arrow then).
+
+    In C when the extension is built and the sequences are lists (the producer's batches
+    are: about 0.2 us a record against 1.7 in Python), else in Python, byte for byte alike.
+    """
+    if (
+        _c is not None
+        and type(timestamps) is list
+        and type(values) is list
+        and (keys is None or type(keys) is list)
+        and (headers is None or type(headers) is list)
+        and (offset_deltas is None or type(offset_deltas) is list)
+    ):
+        encoded: bytearray = _c.encode_records(
+            timestamps, keys, values, headers, offset_deltas, base_timestamp
+        )
+        return encoded
+    return _encode_records_py(
+        timestamps,
+        [None] * len(values) if keys is None else keys,
+        values,
+        [None] * len(values) if headers is None else headers,
+        range(len(values)) if offset_deltas is None else offset_deltas,
+        base_timestamp,
+    )
+
+
+def _encode_records_py(  # noqa: PLR0917
+    timestamps: Sequence[int],
     keys: Sequence[bytes | None],
     values: Sequence[bytes | None],
     headers: Sequence[Sequence[tuple[bytes, bytes | None]] | None],
-    *,
     offset_deltas: Sequence[int],
     base_timestamp: int,
 ) -> bytearray:
-    """The varint body of these records (header keys already UTF-8 bytes). OverflowError
-    when two timestamps are further apart than an int64 (the Arrow body has no such limit:
-    an encoder asked for ``"auto"`` writes Arrow then)."""
+    """:func:`encode_records` in Python (the extension not built, or other sequences)."""
     body = bytearray()
     record = bytearray()
     for ts, key, value, hdrs, delta in zip(

@@ -547,3 +547,72 @@ def test_the_c_scan_allocates_safely_without_the_gil() -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+_records = st.lists(
+    st.tuples(
+        st.integers(min_value=-(2**62), max_value=2**62),
+        keys_or_values,
+        keys_or_values,
+        st.one_of(
+            st.none(),
+            st.lists(st.tuples(st.binary(max_size=8), keys_or_values), max_size=3),
+        ),
+        st.integers(min_value=0, max_value=2**31 - 1),
+    ),
+    max_size=70,
+)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None)
+@given(
+    records=_records,
+    no_keys=st.booleans(),
+    no_headers=st.booleans(),
+    no_deltas=st.booleans(),
+    base=st.integers(min_value=-(2**62), max_value=2**62),
+)
+def test_the_c_encoder_writes_what_the_python_encoder_writes(
+    records: list[Any], no_keys: bool, no_headers: bool, no_deltas: bool, base: int
+) -> None:
+    """Byte for byte, with keys, headers and offset deltas given or not (None: all null,
+    and 0, 1, 2, ...), and at timestamps far from the base (a varlong of up to 10 bytes)."""
+    n = len(records)
+    timestamps = [r[0] for r in records]
+    keys = None if no_keys else [r[1] for r in records]
+    values = [r[2] for r in records]
+    headers = None if no_headers else [r[3] for r in records]
+    deltas = None if no_deltas else [r[4] for r in records]
+    in_c = encode_records(
+        timestamps, keys, values, headers, offset_deltas=deltas, base_timestamp=base
+    )
+    in_python = varint_records._encode_records_py(
+        timestamps,
+        [None] * n if keys is None else keys,
+        values,
+        [None] * n if headers is None else headers,
+        range(n) if deltas is None else deltas,
+        base,
+    )
+    assert bytes(in_c) == bytes(in_python)
+
+
+@needs_c
+def test_the_c_encoder_refuses_what_the_python_encoder_refuses() -> None:
+    c = varint_records.c_extension()
+    # Timestamps too far apart for a varlong: the producer then writes an Arrow body.
+    with pytest.raises(OverflowError, match="too far apart"):
+        c.encode_records([2**63 - 1], None, [b"v"], None, None, -10)
+    with pytest.raises(OverflowError):
+        varint_records._encode_records_py([2**63 - 1], [None], [b"v"], [None], [0], -10)
+    with pytest.raises(TypeError, match="value must be bytes or None, not str"):
+        c.encode_records([0], None, ["text"], None, None, 0)
+    with pytest.raises(TypeError, match="header's key must not be None"):
+        c.encode_records([0], None, [b"v"], [[(None, b"x")]], None, 0)
+    with pytest.raises(ValueError, match="of one length"):
+        c.encode_records([0, 1], None, [b"v"], None, None, 0)
+    # Any bytes-like value is taken, as the Python encoder takes it.
+    assert c.encode_records(
+        [0], None, [bytearray(b"x")], [[(b"k", memoryview(b"v"))]], None, 0
+    ) == (varint_records._encode_records_py([0], [None], [b"x"], [[(b"k", b"v")]], [0], 0))
