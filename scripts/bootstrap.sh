@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv (Python >= 3.11) and install spark-mq with the given extras, once per
-# pyproject.toml version: a stamp file records what was installed, so re-runs are instant.
+# version of pyproject.toml, setup.py and the C extension's source: a stamp file records what
+# was installed, so re-runs are instant.
 # Usage: source scripts/bootstrap.sh dev        (sets $PY to the venv's python)
 set -euo pipefail
 extras="${1:-dev}"
@@ -22,7 +23,9 @@ if [ ! -x .venv/bin/python ]; then
   "$(pick_python)" -m venv .venv
   .venv/bin/python -m pip install --quiet --upgrade pip
 fi
-stamp=".venv/.spark-mq-installed-${extras//,/-}-$(sha256sum pyproject.toml | cut -c1-16)"
+# The C extension is built by the install: a change to its source (or to setup.py) must
+# install again, or the checkout would import a stale build.
+stamp=".venv/.spark-mq-installed-${extras//,/-}-$(cat pyproject.toml setup.py spark_mq/storage/_varint_scan.c | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "installing spark-mq[$extras] into .venv ..."
   # compat mode puts the checkout on sys.path (a .pth file), so that pkgutil.iter_modules()

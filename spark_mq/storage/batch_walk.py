@@ -98,9 +98,9 @@ def seek_batch(buf: Any, pos: int, target_offset: int, *, use_c: bool = True) ->
     >>> seek_batch(one + two, 0, 9)
     Seek(status=1, position=138, size=0)
     """
-    ext = c_extension() if use_c else None
-    if ext is not None:
-        return Seek(*ext.seek(buf, pos, target_offset))
+    seek = getattr(c_extension(), "seek", None) if use_c else None  # None: not built
+    if seek is not None:
+        return Seek(*seek(buf, pos, target_offset))
     size_all = len(buf)
     while size_all - pos >= _HEADER_SIZE:
         base_offset, length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)

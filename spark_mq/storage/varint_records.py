@@ -44,6 +44,9 @@ try:
     from spark_mq.storage import _varint_scan as _c  # type: ignore[attr-defined]
 except ImportError:  # the optional extension was not built: the Python fallback decodes
     _c = None
+#: The C encoder, if the extension was built from a source that has it (a checkout updated
+#: without installing again keeps an older build; scripts/bootstrap.sh reinstalls then).
+_c_encode: Any = getattr(_c, "encode_records", None)
 
 #: Attribute bit 6: the body is varint records, not an Arrow IPC message.
 ATTR_VARINT_BODY: Final = 0x40
@@ -125,14 +128,14 @@ def encode_records(
     are: about 0.2 us a record against 1.7 in Python), else in Python, byte for byte alike.
     """
     if (
-        _c is not None
+        _c_encode is not None
         and type(timestamps) is list
         and type(values) is list
         and (keys is None or type(keys) is list)
         and (headers is None or type(headers) is list)
         and (offset_deltas is None or type(offset_deltas) is list)
     ):
-        encoded: bytearray = _c.encode_records(
+        encoded: bytearray = _c_encode(
             timestamps, keys, values, headers, offset_deltas, base_timestamp
         )
         return encoded
