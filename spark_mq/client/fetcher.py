@@ -229,8 +229,12 @@ class Fetcher:
     def send_fetches(self) -> None:
         """Send a Fetch to every leader with no fetch in flight, for its partitions that
         have a position and room in the buffer."""
-        now = self._cluster.clock()
         fetching = {tp for requested in self._in_flight.values() for tp in requested}
+        if len(fetching) >= self._subs.assigned_count and not self._cluster.update_requested:
+            # Every assigned partition is being fetched already: the common case, as poll()
+            # calls this around each collect and after each response.
+            return
+        now = self._cluster.clock()
         candidates = self._subs.fetchable()
         if candidates:
             # Rotate the order so that every partition gets to be first, which the broker

@@ -161,6 +161,10 @@ class SubscriptionState:
     def partitions(self) -> list[TopicPartition]:
         return list(self._assignment)
 
+    @property
+    def assigned_count(self) -> int:
+        return len(self._assignment)
+
     def state(self, tp: TopicPartition) -> PartitionState:
         try:
             return self._assignment[tp]

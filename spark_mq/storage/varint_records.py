@@ -240,12 +240,22 @@ def _arrays(cols: _Columns) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array, pa.
     offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(cols.offsets)])
     stamps = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(cols.timestamps)])
     ts_types = pa.Array.from_buffers(pa.int8(), n, [None, pa.py_buffer(cols.ts_types)])
-    keys = pa.Array.from_buffers(
-        pa.binary(),
-        n,
-        [_buf(cols.key_validity), pa.py_buffer(cols.key_offsets), pa.py_buffer(cols.key_data)],
-        null_count=cols.key_nulls,
-    )
+    # Keyless records and records without headers are the common case, and one call makes
+    # such a column (the arrays below cost several calls each: a fetch of a few small
+    # records pays them per fetch).
+    if cols.key_nulls == n:
+        keys = pa.nulls(n, pa.binary())
+    else:
+        keys = pa.Array.from_buffers(
+            pa.binary(),
+            n,
+            [
+                _buf(cols.key_validity),
+                pa.py_buffer(cols.key_offsets),
+                pa.py_buffer(cols.key_data),
+            ],
+            null_count=cols.key_nulls,
+        )
     values = pa.Array.from_buffers(
         pa.binary(),
         n,
@@ -256,6 +266,8 @@ def _arrays(cols: _Columns) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array, pa.
         ],
         null_count=cols.value_nulls,
     )
+    if cols.headers_nulls == n:
+        return offsets, stamps, ts_types, keys, values, pa.nulls(n, HEADER_TYPE)
     entry_type = HEADER_TYPE.value_type
     entries = pa.StructArray.from_arrays(
         [
