@@ -252,6 +252,7 @@ def resolve_executor_endpoint(
 ) -> ExecutorEndpoint:
     """On the driver: find or start the broker of ``path`` and, unless ``mode`` is unix,
     have it open its token listener on ``host`` (default :func:`driver_host`)."""
+    from spark_mq.broker.embedded_token import TOKEN_FILE  # noqa: PLC0415
     from spark_mq.broker.local import open_token_listener  # noqa: PLC0415
 
     log_dir = os.path.abspath(path)
@@ -277,6 +278,8 @@ def resolve_executor_endpoint(
         )
         return _unix_only(path, log_dir, mode, timeout_ms=timeout_ms, create=create)
     except CorruptCheckpointError as exc:
+        if os.path.basename(exc.path) != TOKEN_FILE:
+            raise  # another file of the directory: the broker itself cannot serve
         if mode == "tcp":
             raise CorruptCheckpointError(
                 f"{MODE_OPTION}=tcp: executors reach the broker of {log_dir} only through "
