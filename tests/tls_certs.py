@@ -52,9 +52,9 @@ class Issued:
 
 @dataclasses.dataclass(frozen=True)
 class TestCa:
-    __test__ = False  # a helper, not a test class
-
     """A self-signed CA whose certificate is ``cert`` (the ``ssl.ca.location`` file)."""
+
+    __test__ = False  # a helper, not a test class
 
     cert: Path
     _key: ec.EllipticCurvePrivateKey

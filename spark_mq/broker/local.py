@@ -68,6 +68,7 @@ from spark_mq.broker.persisted_config import load_persisted
 from spark_mq.errors import (
     BrokerNotAvailableError,
     ConfigError,
+    CorruptCheckpointError,
     RequestTimedOutError,
     SparkMQError,
 )
@@ -410,12 +411,17 @@ def open_token_listener(
     ``tokenauth=true``; docs/security.md, "The embedded broker's token"). Asking again
     returns the same listener while the broker runs. Raises what :func:`ensure_broker`
     raises, :class:`~spark_mq.errors.ConfigError` for a host the broker cannot listen on,
-    and :class:`~spark_mq.errors.ClusterAuthorizationError` if the broker refuses (a
-    cluster broker holds the directory).
+    :class:`~spark_mq.errors.CorruptCheckpointError` naming ``DIR/embedded-token.json`` if
+    that cannot be read as a token (the broker could not renew it either; deleting it makes
+    the broker issue a new one), and :class:`~spark_mq.errors.ClusterAuthorizationError` if
+    the broker refuses (a cluster broker holds the directory).
     """
     root = Path(path).resolve()
     deadline = time.monotonic() + timeout_ms / 1000
     unix = ensure_broker(root, timeout_ms=timeout_ms, create=create)
+    # Read here first: the broker would fail on it too, but its answer is a storage error
+    # code, and the caller must tell a token it cannot use from a broker it cannot reach.
+    _read_token(root)
     response: OpenTokenListenerResponse = _round_trip(
         unix,
         OpenTokenListenerRequest(host),
@@ -430,13 +436,27 @@ def open_token_listener(
         )
     if response.error_code:
         raise error_from_code(response.error_code, response.error_message)
-    token = EmbeddedToken.read(root)
+    token = _read_token(root)
     if token is None:
         raise BrokerNotAvailableError(
             f"the broker of {root} opened a token listener but {root / TOKEN_FILE} is gone "
             "(deleted meanwhile?); retry"
         )
     return unix, BrokerAddress(host=response.host, port=response.port), token
+
+
+def _read_token(root: Path) -> EmbeddedToken | None:
+    """The directory's token; CorruptCheckpointError naming the file if it is not one or
+    cannot be read."""
+    try:
+        return EmbeddedToken.read(root)
+    except OSError as exc:
+        path = root / TOKEN_FILE
+        raise CorruptCheckpointError(
+            f"{path} cannot be read ({exc.strerror or exc}); delete it and the broker makes a "
+            "new one when a Spark query next needs its TCP listener",
+            path=str(path),
+        ) from exc
 
 
 def broker_status(path: str | os.PathLike[str]) -> BrokerStatus | None:

@@ -356,16 +356,16 @@ async def serve(config: ServerConfig, logs: LogManager, meta: BrokerMeta) -> str
         if not broker.in_cluster:
             # A single node may open token listeners for Spark executors (OpenTokenListener);
             # broker.json lists them too, for `spark-mq broker status`.
-            # The file as last written: a listener already open (every micro-batch asks
-            # again) rewrites nothing.
-            written = [endpoint]
 
             async def open_for_executors(host: str) -> BrokerAddress:
+                # ``endpoint`` is the file as last written: a listener already open (every
+                # micro-batch asks again) rewrites nothing.
+                nonlocal endpoint
                 address = await server.open_token_listener(host, root)
                 listed = tuple(str(a) for a in server.token_listeners.values())
-                if listed != written[0].token_listeners:
-                    written[0] = dataclasses.replace(written[0], token_listeners=listed)
-                    await asyncio.to_thread(written[0].write, root)
+                if listed != endpoint.token_listeners:
+                    endpoint = dataclasses.replace(endpoint, token_listeners=listed)
+                    await asyncio.to_thread(endpoint.write, root)
                 return address
 
             core.open_token_listener = open_for_executors

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import time
 from pathlib import Path
@@ -122,8 +123,7 @@ def cluster_reassign_partitions(args: argparse.Namespace) -> int:
             return _execute(admin, args, plan)
         if args.verify:
             if args.wait:
-                timeout_s = None if args.timeout_ms is None else args.timeout_ms / 1000
-                _wait(admin, plan, enabled=progress_wanted(args), timeout_s=timeout_s)
+                _wait(admin, plan, enabled=progress_wanted(args), timeout_ms=args.timeout_ms)
             return _verify(admin, args, plan)
         return _cancel(admin, args, plan)
 
@@ -203,14 +203,14 @@ def _wait(
     plan: dict[TopicPartition, list[int]],
     *,
     enabled: bool,
-    timeout_s: float | None = None,
+    timeout_ms: int | None = None,
 ) -> None:
     """Wait until no partition of ``plan`` is moving; RequestTimedOutError naming those
-    still moving (and the brokers adding them) after ``timeout_s``. The bar's total is what
-    the new replicas had to copy when the wait began (each moving partition's leader size,
-    once per replica it adds); a replica counts up to that size, a finished move as all of
-    it."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    still moving (and the brokers adding them) after ``timeout_ms`` (None: no limit). The
+    bar's total is what the new replicas had to copy when the wait began (each moving
+    partition's leader size, once per replica it adds); a replica counts up to that size, a
+    finished move as all of it."""
+    deadline = math.inf if timeout_ms is None else time.monotonic() + timeout_ms / 1000
     ongoing = admin.list_partition_reassignments(list(plan))
     leaders: dict[TopicPartition, int] = {}
     for topic in sorted({tp.topic for tp in ongoing}):
@@ -236,13 +236,13 @@ def _wait(
             bar.update(copied)
             if not ongoing:
                 return
-            if timeout_s is not None and deadline is not None and time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 moving = ", ".join(
                     f"{tp} (adding replicas on brokers {sorted(move.adding_replicas)})"
                     for tp, move in sorted(ongoing.items())
                 )
                 raise RequestTimedOutError(
-                    f"after {timeout_s * 1000:.0f} ms (--timeout-ms) still moving: {moving}. "
+                    f"after {timeout_ms} ms (--timeout-ms) still moving: {moving}. "
                     "Each broker adding a replica must be running to copy it; run --verify "
                     "--wait again to go on waiting, or --cancel to go back"
                 )

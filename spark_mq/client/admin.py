@@ -12,14 +12,13 @@ operations to each partition's leader.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from typing import Any
 
 from spark_mq.client import quota_admin, reassignments, scram_users
 from spark_mq.client.acl_admin import AclAdmin, AclBinding, AclBindingFilter
-from spark_mq.client.cluster import ANY_NODE, LEADER_MOVED, Cluster
+from spark_mq.client.cluster import ANY_NODE, Cluster
 from spark_mq.client.config import AdminConfig, client_config_props
 from spark_mq.client.descriptions import (
     ClusterDescription,
@@ -35,9 +34,10 @@ from spark_mq.client.group.admin_groups import (
 from spark_mq.client.group.offsets import OffsetAndMetadata, OffsetsArg, normalize_offsets
 from spark_mq.client.leader_election import election_request, election_results, response_codes
 from spark_mq.client.log_dirs import LogDirDescription, describe_log_dirs
-from spark_mq.client.offset_lookup import list_offsets
+from spark_mq.client.offset_lookup import OFFSET_SPECS, list_offsets, resolve_specs
 from spark_mq.client.reassignments import PartitionReassignment, ReassignmentPlan
-from spark_mq.client.records import EARLIEST, LATEST, OffsetAndTimestamp, TopicPartition
+from spark_mq.client.record_deletion import delete_records
+from spark_mq.client.records import LATEST, OffsetAndTimestamp, TopicPartition
 from spark_mq.client.retry import Again, Retry, sent
 from spark_mq.client.transactions import (
     CompletionResult,
@@ -57,24 +57,11 @@ from spark_mq.protocol import admin as msg
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
 from spark_mq.protocol.fetch import READ_COMMITTED, READ_UNCOMMITTED
 from spark_mq.protocol.metadata import MetadataResponse, TopicMetadata
-from spark_mq.protocol.offsets import (
-    EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    MAX_TIMESTAMP,
-    DeleteRecordsPartition,
-    DeleteRecordsRequest,
-    DeleteRecordsResponse,
-    DeleteRecordsTopic,
-)
 from spark_mq.protocol.quotas import FilterComponent
 from spark_mq.protocol.sasl import ScramCredentialInfo
 
-#: ``list_offsets`` spec names, besides a timestamp in ms.
-OFFSET_SPECS = {
-    EARLIEST: EARLIEST_TIMESTAMP,
-    LATEST: LATEST_TIMESTAMP,
-    "max_timestamp": MAX_TIMESTAMP,
-}
+# OFFSET_SPECS moved to client/offset_lookup.py; re-exported for callers that import it here.
+__all__ = ["OFFSET_SPECS", "Admin"]
 
 
 def _as_tp(item: TopicPartition | tuple[str, int]) -> TopicPartition:
@@ -120,9 +107,12 @@ class Admin:
         self._acls = AclAdmin(self._request)
         self._closed = False
 
-    def _request(self, request: Any, *, controller: bool = False) -> Any:
+    def _check_open(self) -> None:
         if self._closed:
             raise UsageError("the admin client is closed")
+
+    def _request(self, request: Any, *, controller: bool = False) -> Any:
+        self._check_open()
         node = ANY_NODE
         if controller:
             if self._cluster.controller_id == ANY_NODE or self._cluster.update_requested:
@@ -377,20 +367,7 @@ class Admin:
         ms (the first offset at or after it; offset -1 when every record is older)."""
         if isolation_level not in ("read_committed", "read_uncommitted"):
             raise UsageError("isolation_level must be read_committed or read_uncommitted")
-        resolved: dict[TopicPartition, int] = {}
-        for key, spec in specs.items():
-            tp = key if isinstance(key, TopicPartition) else TopicPartition(*key)
-            if isinstance(spec, str):
-                if spec not in OFFSET_SPECS:
-                    raise UsageError(
-                        f"list_offsets spec {spec!r} for {tp}: use earliest, latest, "
-                        "max_timestamp or a timestamp in ms"
-                    )
-                resolved[tp] = OFFSET_SPECS[spec]
-            elif isinstance(spec, int) and spec >= 0:
-                resolved[tp] = spec
-            else:
-                raise UsageError(f"list_offsets spec {spec!r} for {tp} is not valid")
+        resolved = resolve_specs({_as_tp(key): spec for key, spec in specs.items()})
         level = READ_COMMITTED if isolation_level == "read_committed" else READ_UNCOMMITTED
         answers = list_offsets(
             self._cluster,
@@ -404,76 +381,14 @@ class Admin:
         self, offsets: Mapping[TopicPartition | tuple[str, int], int]
     ) -> dict[TopicPartition, int]:
         """Delete every record below each offset (-1: up to the high watermark); returns
-        each partition's new log start offset."""
-        tps = {
-            (k if isinstance(k, TopicPartition) else TopicPartition(*k)): v
-            for k, v in offsets.items()
-        }
-        pending = dict(tps)
-        out: dict[TopicPartition, int] = {}
-        retry = self._retry()
-        while True:
-            last = self._delete_records_round(pending, out)
-            if not pending:
-                return out
-            if not retry.backoff():
-                raise RequestTimedOutError(
-                    f"DeleteRecords for {', '.join(map(str, pending))} found no leader "
-                    f"within default.api.timeout.ms={self.config.default_api_timeout_ms} "
-                    f"(last error: {last})"
-                )
-
-    def _delete_records_round(
-        self, pending: dict[TopicPartition, int], out: dict[TopicPartition, int]
-    ) -> SparkMQError | None:
-        """Send each pending partition's DeleteRecords to its leader once; move the answered
-        ones to ``out``. A leader that moved or a lost connection leaves the partition
-        pending (the metadata is refreshed before the next round); any other error raises.
-        Returns the last retriable error."""
-        cluster = self._cluster
-        unknown = [tp for tp in pending if cluster.leader(tp.topic, tp.partition) is None]
-        if unknown or cluster.update_requested:
-            cluster.refresh(sorted({tp.topic for tp in pending}))
-        by_node: dict[int, dict[str, list[DeleteRecordsPartition]]] = {}
-        for tp, offset in pending.items():
-            node = cluster.leader(tp.topic, tp.partition)
-            topics = by_node.setdefault(ANY_NODE if node is None else node, {})
-            topics.setdefault(tp.topic, []).append(DeleteRecordsPartition(tp.partition, offset))
-        last: SparkMQError | None = None
-        for node, topics in by_node.items():
-            request = DeleteRecordsRequest(
-                [DeleteRecordsTopic(name, parts) for name, parts in topics.items()],
-                timeout_ms=self.config.default_api_timeout_ms,
-            )
-            if self._closed:
-                raise UsageError("the admin client is closed")
-            response: DeleteRecordsResponse | Again = sent(
-                functools.partial(
-                    cluster.request,
-                    request,
-                    node_id=node,
-                    timeout_ms=self.config.default_api_timeout_ms,
-                )
-            )
-            if isinstance(response, Again):
-                cluster.request_update()
-                last = response.error
-                continue
-            for topic in response.topics:
-                for part in topic.partitions:
-                    tp = TopicPartition(topic.name, part.partition)
-                    if part.error_code == ErrorCode.NONE:
-                        out[tp] = part.low_watermark
-                        pending.pop(tp, None)
-                        continue
-                    error = error_from_code(
-                        part.error_code, part.error_message, topic=tp.topic, partition=tp.partition
-                    )
-                    if part.error_code not in LEADER_MOVED:
-                        raise error
-                    cluster.request_update()
-                    last = error
-        return last
+        each partition's new log start offset (:mod:`spark_mq.client.record_deletion`)."""
+        return delete_records(
+            self._cluster,
+            {_as_tp(k): v for k, v in offsets.items()},
+            retry=self._retry(),
+            timeout_ms=self.config.default_api_timeout_ms,
+            check_open=self._check_open,
+        )
 
     # -- consumer groups ------------------------------------------------------------------
 

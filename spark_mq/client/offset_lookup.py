@@ -13,11 +13,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from spark_mq.client.cluster import ANY_NODE, Cluster
-from spark_mq.client.records import TopicPartition
+from spark_mq.client.records import EARLIEST, LATEST, TopicPartition
 from spark_mq.client.retry import Retry
-from spark_mq.errors import RequestTimedOutError, SparkMQError, UnknownTopicOrPartitionError
+from spark_mq.errors import (
+    RequestTimedOutError,
+    SparkMQError,
+    UnknownTopicOrPartitionError,
+    UsageError,
+)
 from spark_mq.protocol.error_codes import ErrorCode, error_from_code
 from spark_mq.protocol.offsets import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -26,6 +34,32 @@ from spark_mq.protocol.offsets import (
 
 #: (offset, timestamp) per partition; offset -1 when no record matches a timestamp.
 OffsetAnswer = tuple[int, int]
+
+#: ``Admin.list_offsets`` spec names, besides a timestamp in ms.
+OFFSET_SPECS = {
+    EARLIEST: EARLIEST_TIMESTAMP,
+    LATEST: LATEST_TIMESTAMP,
+    "max_timestamp": MAX_TIMESTAMP,
+}
+
+
+def resolve_specs(specs: Mapping[TopicPartition, str | int]) -> dict[TopicPartition, int]:
+    """Each partition's spec as ListOffsets carries it: a name of :data:`OFFSET_SPECS` or a
+    timestamp in ms (UsageError naming the partition for anything else)."""
+    resolved: dict[TopicPartition, int] = {}
+    for tp, spec in specs.items():
+        if isinstance(spec, str):
+            if spec not in OFFSET_SPECS:
+                raise UsageError(
+                    f"list_offsets spec {spec!r} for {tp}: use earliest, latest, "
+                    "max_timestamp or a timestamp in ms"
+                )
+            resolved[tp] = OFFSET_SPECS[spec]
+        elif isinstance(spec, int) and spec >= 0:
+            resolved[tp] = spec
+        else:
+            raise UsageError(f"list_offsets spec {spec!r} for {tp} is not valid")
+    return resolved
 
 
 def _leaders(cluster: Cluster, partitions: list[TopicPartition]) -> dict[int, list[TopicPartition]]:

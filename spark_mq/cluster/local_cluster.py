@@ -41,14 +41,13 @@ Threads: one LocalCluster is used from one thread.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -56,8 +55,9 @@ from spark_mq.broker.config import ServerConfig
 from spark_mq.broker.dir_files import Endpoint
 from spark_mq.broker.inter_broker import InterBrokerTransport, inter_broker_transport
 from spark_mq.broker.properties_file import read_properties_file
-from spark_mq.broker.zk import partition_states, znodes
+from spark_mq.broker.zk import znodes
 from spark_mq.broker.zk.client import ZkClient, ZkClientConfig
+from spark_mq.cluster import zk_view
 from spark_mq.cluster.inter_broker_user import (
     broker_user_properties,
     needs_broker_user,
@@ -65,11 +65,24 @@ from spark_mq.cluster.inter_broker_user import (
     password_in,
     register_broker_user,
 )
+from spark_mq.cluster.processes import POLL_S, cmdline, process_is, tail, wait_gone
+from spark_mq.cluster.zk_view import PartitionView
 from spark_mq.cluster.zookeeper_server import MAIN_CLASS, ZooKeeperServer, ZooKeeperServerConfig
 from spark_mq.errors import LocalClusterError, SparkMQError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.metadata import MetadataRequest, MetadataResponse
 from spark_mq.storage.checkpoint_file import atomic_write_bytes
+
+# Re-exported: callers import these from here.
+__all__ = [
+    "CLUSTER_FILE",
+    "DEFAULT_SESSION_TIMEOUT_MS",
+    "DEFAULT_START_TIMEOUT_MS",
+    "STOP_TIMEOUT_S",
+    "LocalCluster",
+    "PartitionView",
+    "process_is",
+]
 
 CLUSTER_FILE: Final = "cluster.json"
 #: Kafka's default zookeeper.session.timeout.ms; tests pass a few seconds.
@@ -79,58 +92,6 @@ DEFAULT_START_TIMEOUT_MS: Final = 60_000
 #: How long a broker may take to stop after SIGTERM before it is killed. Its own
 #: broker.shutdown.timeout.ms is 10 s by default.
 STOP_TIMEOUT_S: Final = 30.0
-_POLL_S: Final = 0.05
-
-
-def _cmdline(pid: int) -> list[str]:
-    """The arguments of process ``pid`` ([] if it is gone, or a zombie)."""
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [arg.decode("utf-8", "replace") for arg in raw.split(b"\0") if arg]
-
-
-def process_is(pid: int | None, marker: str) -> bool:
-    """Whether ``pid`` runs and is the process we started: its command line names ``marker``
-    (a broker's properties file, ZooKeeper's zoo.cfg). A reused pid is some other process."""
-    return pid is not None and pid > 0 and marker in _cmdline(pid)
-
-
-def _wait_gone(pid: int, marker: str, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while process_is(pid, marker):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(_POLL_S)
-    return True
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        return f"(could not read {path}: {exc})"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PartitionView:
-    """One partition as ZooKeeper describes it (``state`` None: not online yet)."""
-
-    topic: str
-    partition: int
-    replicas: tuple[int, ...]
-    state: znodes.PartitionState | None
-
-    def is_offline(self, live_brokers: Collection[int]) -> bool:
-        """No leader, or a leader that is not alive (Kafka's offline partition)."""
-        return self.state is None or self.state.leader not in live_brokers
-
-    @property
-    def is_under_replicated(self) -> bool:
-        """Fewer in-sync replicas than assigned ones."""
-        return self.state is not None and len(self.state.isr) < len(self.replicas)
 
 
 class LocalCluster:
@@ -355,37 +316,19 @@ class LocalCluster:
 
     def controller_id(self) -> int | None:
         """The broker id ``/controller`` names now; None while there is no controller."""
-        found = self._zk_session().get(znodes.CONTROLLER)
-        return None if found is None else znodes.ControllerRegistration.decode(found[0]).broker_id
+        return zk_view.controller_id(self._zk_session())
 
     def controller_epoch(self) -> int | None:
-        found = self._zk_session().get(znodes.CONTROLLER_EPOCH)
-        return None if found is None else znodes.decode_controller_epoch(found[0])
+        return zk_view.controller_epoch(self._zk_session())
 
     def registered_brokers(self) -> dict[int, znodes.BrokerRegistration]:
         """The brokers registered under ``/brokers/ids`` now."""
-        zk = self._zk_session()
-        out = {}
-        for child in zk.children(znodes.BROKER_IDS):
-            found = zk.get(znodes.broker_path(int(child)))
-            if found is not None:
-                out[int(child)] = znodes.BrokerRegistration.decode(int(child), found[0])
-        return out
+        return zk_view.registered_brokers(self._zk_session())
 
     def partitions(self) -> list[PartitionView]:
-        """Every partition of every topic as ZooKeeper holds it now: its assigned replicas
-        and, once the controller has brought it online, its leader and ISR."""
-        zk = self._zk_session()
-        out = []
-        for topic in sorted(partition_states.list_topics(zk)):
-            assignment = partition_states.read_topic_assignment(zk, topic)
-            if assignment is None:  # deleted meanwhile
-                continue
-            for partition, replicas in sorted(assignment.partitions.items()):
-                found = partition_states.read_partition_state(zk, topic, partition)
-                state = None if found is None else found.value
-                out.append(PartitionView(topic, partition, replicas, state))
-        return out
+        """Every partition of every topic as ZooKeeper holds it now
+        (:func:`~spark_mq.cluster.zk_view.partitions`)."""
+        return zk_view.partitions(self._zk_session())
 
     # -----------------------------------------------------------------------------------------
     # Start
@@ -519,7 +462,7 @@ class LocalCluster:
                 raise LocalClusterError(
                     f"broker {broker_id} exited{status} while starting; "
                     f"{self.output_path(broker_id)} ends with:\n"
-                    f"{_tail(self.output_path(broker_id))}",
+                    f"{tail(self.output_path(broker_id))}",
                     log_path=str(self.output_path(broker_id)),
                 )
             data = zk.get(znodes.broker_path(broker_id))
@@ -591,7 +534,7 @@ class LocalCluster:
                     f"timed out after {limit_s:g} s waiting for {what} (cluster in "
                     f"{self.directory}; each broker's output is in broker-<id>/broker.out)"
                 )
-            time.sleep(_POLL_S)
+            time.sleep(POLL_S)
 
     def start_broker(self, broker_id: int, *, new_port: bool = False) -> None:
         """Start broker ``broker_id`` again with the same settings (after a stop or kill),
@@ -646,7 +589,7 @@ class LocalCluster:
                 return False
             del self._children[broker_id]
             return True
-        return _wait_gone(pid, str(self.properties_path(broker_id)), timeout_s)
+        return wait_gone(pid, str(self.properties_path(broker_id)), timeout_s)
 
     def kill(self, broker_id: int) -> None:
         """SIGKILL the broker: no clean shutdown; its registration lasts until its session
@@ -718,11 +661,11 @@ class LocalCluster:
         else:
             pid = self.state.get("zookeeper_pid")
             marker = str(self.zookeeper_dir / "zoo.cfg")
-            if isinstance(pid, int) and process_is(pid, marker) and MAIN_CLASS in _cmdline(pid):
+            if isinstance(pid, int) and process_is(pid, marker) and MAIN_CLASS in cmdline(pid):
                 os.kill(pid, signal.SIGTERM)
-                if not _wait_gone(pid, marker, STOP_TIMEOUT_S):
+                if not wait_gone(pid, marker, STOP_TIMEOUT_S):
                     os.kill(pid, signal.SIGKILL)
-                    _wait_gone(pid, marker, STOP_TIMEOUT_S)
+                    wait_gone(pid, marker, STOP_TIMEOUT_S)
         if self.state.get("zookeeper_pid") is not None:
             self.state["zookeeper"], self.state["zookeeper_pid"] = None, None
 

@@ -14,11 +14,15 @@ silently, as a second owner of a directory on a shared filesystem).
   address (:func:`driver_host`). An executor on the driver's host (same host name, socket
   file present) uses the socket; any other uses TCP with the token. (Spark's master is not
   known where the source and sink plan, so the listener is opened for every query; if the
-  guessed address cannot be bound, a warning says so and executors get the socket only.)
+  guessed address cannot be bound, or the directory's token file cannot be read, a warning
+  says so and executors get the socket only.)
 - ``unix``: the socket only; no TCP listener is opened. For ``local`` and ``local-cluster``
   masters, or any cluster whose executors all run on the driver's host.
 - ``tcp``: the token listener only, also for executors on the driver's host: for executors
   that share the host but not its filesystem (containers), and to test the other-host path.
+  A token file that cannot be read fails the query with
+  :class:`~spark_mq.errors.CorruptCheckpointError` naming it (delete it: the broker makes a
+  new token).
 
 ``executor.endpoint.host`` names the address the token listener binds and executors dial
 (default :func:`driver_host`, the address Spark itself defaults ``spark.driver.host`` to; set
@@ -59,7 +63,12 @@ from typing import Final, Literal
 
 from spark_mq.client.sasl import Password
 from spark_mq.datasource.connection import PATH_OPTION, lookup
-from spark_mq.errors import ConfigError, ExecutorEndpointError, SparkMQError
+from spark_mq.errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    ExecutorEndpointError,
+    SparkMQError,
+)
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.protocol.token_listener import is_wildcard
 
@@ -243,13 +252,12 @@ def resolve_executor_endpoint(
 ) -> ExecutorEndpoint:
     """On the driver: find or start the broker of ``path`` and, unless ``mode`` is unix,
     have it open its token listener on ``host`` (default :func:`driver_host`)."""
-    from spark_mq.broker.local import ensure_broker, open_token_listener  # noqa: PLC0415
+    from spark_mq.broker.embedded_token import TOKEN_FILE  # noqa: PLC0415
+    from spark_mq.broker.local import open_token_listener  # noqa: PLC0415
 
     log_dir = os.path.abspath(path)
-    here = socket.gethostname()
     if mode == "unix":
-        unix = ensure_broker(path, timeout_ms=timeout_ms, create=create)
-        return ExecutorEndpoint(log_dir, mode, here, unix_path=unix.unix_path)
+        return _unix_only(path, log_dir, mode, timeout_ms=timeout_ms, create=create)
     listen_on = host or driver_host()
     try:
         unix, tcp, token = open_token_listener(
@@ -268,13 +276,39 @@ def resolve_executor_endpoint(
             exc,
             HOST_OPTION,
         )
-        unix = ensure_broker(path, timeout_ms=timeout_ms, create=create)
-        return ExecutorEndpoint(log_dir, mode, here, unix_path=unix.unix_path)
+        return _unix_only(path, log_dir, mode, timeout_ms=timeout_ms, create=create)
+    except CorruptCheckpointError as exc:
+        if os.path.basename(exc.path) != TOKEN_FILE:
+            raise  # another file of the directory: the broker itself cannot serve
+        if mode == "tcp":
+            raise CorruptCheckpointError(
+                f"{MODE_OPTION}=tcp: executors reach the broker of {log_dir} only through "
+                f"its token listener, which needs the directory's token, but {exc}",
+                path=exc.path,
+            ) from exc
+        # auto promises the socket at least: the query runs for executors on this host.
+        log.warning(
+            "spark_mq: %s. Executors get the broker's Unix socket only (%s=auto): those on "
+            "other hosts cannot reach it until the file is deleted",
+            exc,
+            MODE_OPTION,
+        )
+        return _unix_only(path, log_dir, mode, timeout_ms=timeout_ms, create=create)
     return ExecutorEndpoint(
         log_dir,
         mode,
-        here,
+        socket.gethostname(),
         unix_path=unix.unix_path if mode == "auto" else None,
         tcp_address=str(tcp),
         token_jaas=Password(token.jaas_config()),
     )
+
+
+def _unix_only(
+    path: str, log_dir: str, mode: EndpointMode, *, timeout_ms: int, create: bool
+) -> ExecutorEndpoint:
+    """The broker's Unix socket alone, for executors on the driver's host."""
+    from spark_mq.broker.local import ensure_broker  # noqa: PLC0415
+
+    unix = ensure_broker(path, timeout_ms=timeout_ms, create=create)
+    return ExecutorEndpoint(log_dir, mode, socket.gethostname(), unix_path=unix.unix_path)

@@ -179,8 +179,11 @@ def test_quotas_are_described_altered_and_kept_in_the_log_directory(start_broker
             admin.alter_client_quotas(
                 [ClientQuotaAlteration(alice, {"producer_byte_rate": 5, "bogus_rate": 1})]
             )
-        with pytest.raises(InvalidRequestError, match="positive"):
-            admin.alter_client_quotas([ClientQuotaAlteration(alice, {"producer_byte_rate": 0})])
+        for bad in (0, -1, float("nan"), float("inf")):
+            with pytest.raises(InvalidRequestError, match="positive"):
+                admin.alter_client_quotas(
+                    [ClientQuotaAlteration(alice, {"producer_byte_rate": bad})]
+                )
         assert admin.describe_client_quotas([filter_exact("user", "alice")], strict=True) == {
             alice: {"producer_byte_rate": 1024.0}
         }

@@ -20,7 +20,12 @@ from spark_mq.broker.local import broker_status
 from spark_mq.client.records import TopicPartition
 from spark_mq.client.sasl import Password
 from spark_mq.datasource.executor_endpoint import ExecutorEndpoint, parse_executor_endpoint
-from spark_mq.errors import AuthenticationError, ConfigError, ExecutorEndpointError
+from spark_mq.errors import (
+    AuthenticationError,
+    ConfigError,
+    CorruptCheckpointError,
+    ExecutorEndpointError,
+)
 
 TCP = {"executor.endpoint": "tcp", "executor.endpoint.host": "127.0.0.1"}
 
@@ -215,3 +220,41 @@ def test_auto_falls_back_to_the_socket_when_the_guessed_address_cannot_be_bound(
     assert "executor.endpoint.host" in caplog.text
     with pytest.raises(ConfigError, match="cannot listen"):
         executor_endpoint.resolve_executor_endpoint(str(mq_dir), "tcp", None, create=False)
+
+
+def _spoil_token_file(mq_dir: Path, how: str) -> None:
+    if how == "not json":
+        (mq_dir / TOKEN_FILE).write_text("{not json")
+    else:  # unreadable: a directory where the file should be
+        (mq_dir / TOKEN_FILE).mkdir()
+
+
+@pytest.mark.parametrize("how", ["not json", "unreadable"])
+def test_auto_falls_back_to_the_socket_when_the_token_file_is_bad(
+    mq_dir: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from spark_mq.datasource import executor_endpoint
+
+    create_topic(mq_dir, "t", 1)
+    _spoil_token_file(mq_dir, how)
+    caplog.set_level("WARNING", logger=executor_endpoint.__name__)
+    for host in (None, "127.0.0.1"):
+        found = executor_endpoint.resolve_executor_endpoint(str(mq_dir), "auto", host, create=False)
+        assert found.unix_path is not None and found.tcp_address is None
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2, warnings  # one per resolution
+    assert all(TOKEN_FILE in w and "Unix socket only" in w for w in warnings)
+    with pytest.raises(CorruptCheckpointError, match="delete it") as refused:
+        executor_endpoint.resolve_executor_endpoint(str(mq_dir), "tcp", "127.0.0.1", create=False)
+    assert refused.value.path == str(mq_dir / TOKEN_FILE)
+    assert "executor.endpoint=tcp" in str(refused.value)
+
+
+def test_a_query_in_auto_mode_runs_over_the_socket_when_the_token_file_is_corrupt(
+    spark: Any, mq_dir: Path
+) -> None:
+    create_topic(mq_dir, "t", 1)
+    produce(mq_dir, "t", [b"a", b"b", b"c"])
+    _spoil_token_file(mq_dir, "not json")
+    rows = spark.read.format("spark_mq").option("path", str(mq_dir)).option("subscribe", "t")
+    assert rows.load().count() == 3

@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Final
 from spark_mq.broker.coordinator_leadership import LeadershipChange
 from spark_mq.broker.half.config import HalfMessageConfig
 from spark_mq.broker.half.half_log import DISCARD_TOPIC
+from spark_mq.broker.half.pending import PendingMessage, log_discard
 from spark_mq.broker.half.placement import HalfPlacement
+from spark_mq.broker.half.real_record import real_batch
 from spark_mq.broker.half.records import HalfRecord
 from spark_mq.broker.half.service import (
     HalfMessageService,
     RunBlocking,
-    _log_discard,
-    _Pending,
     wall_clock_ms,
 )
 from spark_mq.broker.internal_topics import HALF_MESSAGES_TOPIC
@@ -128,7 +128,7 @@ class ClusterHalfMessageService(HalfMessageService):
     def _partitions_served(self) -> int:
         return sum(1 for index in self.placement.led if self.placement.loaded(index))
 
-    def _finish(self, pending: _Pending, state: HalfState, offset: int) -> None:
+    def _finish(self, pending: PendingMessage, state: HalfState, offset: int) -> None:
         super()._finish(pending, state, offset)
         self._ending.pop(pending.record.message_id, None)
 
@@ -200,14 +200,14 @@ class ClusterHalfMessageService(HalfMessageService):
         self._wake(groups)
         logger.info("no longer serving the half messages of %s-%d", HALF_MESSAGES_TOPIC, index)
 
-    def _index_of_record(self, pending: _Pending) -> int:
+    def _index_of_record(self, pending: PendingMessage) -> int:
         try:
             return self.log.index_of(pending.record.producer_group)
         except CoordinatorNotAvailableError:
             return -1
 
     async def _end_pending(
-        self, pending: _Pending, request: EndHalfMessageRequest, wanted: HalfState
+        self, pending: PendingMessage, request: EndHalfMessageRequest, wanted: HalfState
     ) -> tuple[HalfState, int]:
         """End a message on a cluster, where the real record may go to another broker.
 
@@ -220,7 +220,7 @@ class ClusterHalfMessageService(HalfMessageService):
         lock = self._ending.setdefault(message_id, asyncio.Lock())
         async with lock:
             found = self._to_end(request, wanted)
-            if not isinstance(found, _Pending):
+            if not isinstance(found, PendingMessage):
                 return found
             offset = -1
             if wanted is HalfState.COMMITTED:
@@ -242,7 +242,7 @@ class ClusterHalfMessageService(HalfMessageService):
             raise CoordinatorNotAvailableError(
                 "this broker is still joining the cluster (no inter-broker writes yet); retry"
             )
-        target, partition, batch = self._real_batch(record, topic)
+        target, partition, batch = real_batch(record, topic, self._clock())
         return await self.writer.write(target, partition, batch)
 
     async def _check_real_partition(self, topic: str, partition: int) -> None:
@@ -268,7 +268,7 @@ class ClusterHalfMessageService(HalfMessageService):
                 if self.pending.get(message_id) is not pending:
                     continue  # unloaded meanwhile: the next leader discards it again
                 self._finish(pending, HalfState.DISCARDED, -1)
-            _log_discard(pending)
+            log_discard(pending)
             await self.log.replicated(pending.record.producer_group)
 
     async def _forget(self, expired: list[str], now: int) -> None:

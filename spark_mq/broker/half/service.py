@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -76,6 +75,8 @@ from spark_mq.broker.half.half_log import (
     HalfLog,
     LoadedHalfMessages,
 )
+from spark_mq.broker.half.pending import Outcome, PendingMessage, log_discard, to_message
+from spark_mq.broker.half.real_record import real_batch
 from spark_mq.broker.half.records import (
     VERSION,
     HalfOp,
@@ -102,13 +103,9 @@ from spark_mq.protocol.half_messages import (
     HalfState,
     SendHalfMessageRequest,
 )
-from spark_mq.storage.arrow_arrays import binary_array
-from spark_mq.storage.record_batch import encode_batch
 
 logger = logging.getLogger("spark_mq.broker.half")
 
-#: Headers the service adds to a discarded record, so whoever handles it knows its origin.
-DISCARD_HEADERS: Final = ("half.message.id", "half.topic", "half.partition", "half.group")
 #: Longest a CheckHalfMessages request may wait (a bound on every poll, whatever it asks).
 MAX_CHECK_WAIT_MS: Final = 30_000
 
@@ -117,34 +114,6 @@ RunBlocking = Callable[..., Awaitable[Any]]
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclasses.dataclass
-class _Pending:
-    record: HalfRecord
-    #: Checks whose answer was due and did not come (as ``__half_ops`` has it).
-    check_count: int
-    #: Wall-clock ms when the check now out was handed to a producer; -1 when none is out
-    #: (none since this broker started, or the last one was counted).
-    check_out_ms: int = -1
-
-    @property
-    def checks_asked(self) -> int:
-        """How many times a producer was asked: the counted checks and the one out."""
-        return self.check_count + (1 if self.check_out_ms >= 0 else 0)
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """How a message ended, kept for ``transaction.half.op.retention.ms``."""
-
-    state: HalfState
-    #: The real record's offset when COMMITTED, else -1.
-    offset: int
-    #: The service's clock when it ended.
-    ended_ms: int
-    #: The ``__half_messages`` partition the message lives in (0 on one node).
-    index: int = 0
 
 
 class HalfMessageService:
@@ -170,12 +139,12 @@ class HalfMessageService:
         self.log = HalfLog(config, replicas, metadata)
         self.halves = self.log.halves
         self.ops = self.log.ops
-        self.pending: dict[str, _Pending] = {}
+        self.pending: dict[str, PendingMessage] = {}
         #: Ended messages (discarded ones too) in the order they ended, which is the order
         #: they expire in: the front is the next to be forgotten.
         self.ended: dict[str, Outcome] = {}
         #: The discarded messages among ``ended``, with their records, for the listing.
-        self.discarded: dict[str, _Pending] = {}
+        self.discarded: dict[str, PendingMessage] = {}
         self._wakeups: dict[str, asyncio.Event] = {}
         self._ready = RetriedStep(self._load, what="loading half messages", owner="half messages")
         self._job: asyncio.Task[None] | None = None
@@ -231,12 +200,12 @@ class HalfMessageService:
             record = loaded.records.get(message_id)
             if state is HalfState.DISCARDED and record is not None:
                 # (Without its record, its expiry was under way: the next pass finishes it.)
-                self.discarded[message_id] = _Pending(record, op.check_count)
+                self.discarded[message_id] = PendingMessage(record, op.check_count)
         for message_id, record in loaded.records.items():
             op_loaded = loaded.ops.get(message_id)
             if op_loaded is None or op_loaded.state == HalfState.PENDING:
                 count = 0 if op_loaded is None else op_loaded.check_count
-                self.pending[message_id] = _Pending(record, count)
+                self.pending[message_id] = PendingMessage(record, count)
         logger.info(
             "half messages loaded from %s-%d: %d live records, %d outcomes",
             HALF_MESSAGES_TOPIC,
@@ -305,7 +274,7 @@ class HalfMessageService:
         self.log.append_record(
             record.producer_group, record.message_id, encode_record(record), self._clock()
         )
-        self.pending[record.message_id] = _Pending(record, 0)
+        self.pending[record.message_id] = PendingMessage(record, 0)
         await self.log.replicated(record.producer_group)
         return record.partition
 
@@ -339,7 +308,7 @@ class HalfMessageService:
         wanted = HalfState.COMMITTED if action is HalfAction.COMMIT else HalfState.ROLLED_BACK
         await self.serving(request.producer_group)
         found = self._to_end(request, wanted)
-        if not isinstance(found, _Pending):
+        if not isinstance(found, PendingMessage):
             # A repeated end is answered once the first one's op is replicated.
             await self.log.replicated(request.producer_group)
             return found
@@ -349,7 +318,7 @@ class HalfMessageService:
         return state, offset
 
     async def _end_pending(
-        self, pending: _Pending, request: EndHalfMessageRequest, wanted: HalfState
+        self, pending: PendingMessage, request: EndHalfMessageRequest, wanted: HalfState
     ) -> tuple[HalfState, int]:
         """End ``pending`` as ``wanted``. One node: no await from here on, so the appends
         and the state change are one step on the loop."""
@@ -359,7 +328,7 @@ class HalfMessageService:
 
     def _to_end(
         self, request: EndHalfMessageRequest, wanted: HalfState
-    ) -> _Pending | tuple[HalfState, int]:
+    ) -> PendingMessage | tuple[HalfState, int]:
         """The pending message ``request`` ends, or the outcome a repeated end answers;
         the typed error of an end that does not fit."""
         message_id = request.message_id
@@ -398,39 +367,13 @@ class HalfMessageService:
     def _write_real(self, record: HalfRecord, *, topic: str | None = None) -> int:
         """Append the message's record to ``topic`` (its own by default) idempotently
         (one node: the partition is this broker's)."""
-        target, partition, batch = self._real_batch(record, topic)
+        target, partition, batch = real_batch(record, topic, self._clock())
         part = self.replicas.partition(target, partition)
         info = part.append(batch)
         self.replicas.notify([part])
         return int(info.first_offset)
 
-    def _real_batch(self, record: HalfRecord, topic: str | None) -> tuple[str, int, bytes]:
-        """Where the message's real record goes, and its batch: the message's own producer
-        id, epoch 0, sequence 0, so that a repeat is recognised as a duplicate."""
-        headers = [(h.key, h.value) for h in record.headers]
-        target, partition = record.topic, record.partition
-        if topic is not None:
-            target, partition = topic, 0
-            headers += [
-                (name, str(value).encode())
-                for name, value in zip(
-                    DISCARD_HEADERS,
-                    (record.message_id, record.topic, record.partition, record.producer_group),
-                    strict=True,
-                )
-            ]
-        batch = encode_batch(
-            binary_array([record.value]),
-            key=binary_array([record.key]),
-            headers=[headers or None],
-            producer_id=record.producer_id,
-            producer_epoch=0,
-            base_sequence=0,
-            now_ms=self._clock(),
-        )
-        return target, partition, bytes(batch)
-
-    def _finish(self, pending: _Pending, state: HalfState, offset: int) -> None:
+    def _finish(self, pending: PendingMessage, state: HalfState, offset: int) -> None:
         record = pending.record
         # Only a pending message is finished here (the callers found it in ``pending``);
         # a bug that finished one twice would rewrite a final outcome.
@@ -451,7 +394,7 @@ class HalfMessageService:
 
     # -- CheckHalfMessages ------------------------------------------------------------------
 
-    def _settle(self, pending: _Pending, now: int) -> None:
+    def _settle(self, pending: PendingMessage, now: int) -> None:
         """Count the check that is out if its answer is due and has not come (a COMMIT or
         ROLLBACK would have ended the message), and record the count in ``__half_ops``."""
         if pending.check_out_ms < 0:
@@ -464,7 +407,7 @@ class HalfMessageService:
         op = HalfOp(VERSION, record.message_id, HalfState.PENDING, pending.check_count, -1, now)
         self.log.append_op(record.producer_group, record.message_id, encode_op(op), now)
 
-    def _due(self, pending: _Pending, now: int) -> bool:
+    def _due(self, pending: PendingMessage, now: int) -> bool:
         """Whether a check of ``pending`` may be handed out (after :meth:`_settle`)."""
         if pending.check_out_ms >= 0:
             return False  # its answer has until the interval ends
@@ -511,7 +454,7 @@ class HalfMessageService:
                 continue
             # Not recorded: a check counts when its answer is overdue (see _settle).
             pending.check_out_ms = now
-            out.append(_message(pending, HalfState.PENDING))
+            out.append(to_message(pending, HalfState.PENDING))
         return out
 
     async def _check_job(self) -> None:
@@ -547,13 +490,13 @@ class HalfMessageService:
         for pending in to_discard:
             self._write_real(pending.record, topic=DISCARD_TOPIC)
             self._finish(pending, HalfState.DISCARDED, -1)
-            _log_discard(pending)
+            log_discard(pending)
         return len(to_discard)
 
-    def _sweep(self, now: int) -> list[_Pending]:
+    def _sweep(self, now: int) -> list[PendingMessage]:
         """Count the overdue checks, wake the pollers of the groups with a message due; the
         messages whose last check went unanswered, to be discarded."""
-        to_discard: list[_Pending] = []
+        to_discard: list[PendingMessage] = []
         groups: set[str] = set()
         for pending in list(self.pending.values()):
             self._settle(pending, now)
@@ -635,39 +578,13 @@ class HalfMessageService:
         table = self.discarded if discarded else self.pending
         state = HalfState.DISCARDED if discarded else HalfState.PENDING
         return [
-            _message(p, state)
+            to_message(p, state)
             for p in table.values()
             if group is None or p.record.producer_group == group
         ]
-
-
-def _log_discard(pending: _Pending) -> None:
-    logger.warning(
-        "half message %s of group %s moved to %s after %d unanswered checks",
-        pending.record.message_id,
-        pending.record.producer_group,
-        DISCARD_TOPIC,
-        pending.check_count,
-    )
 
 
 def _state_error(message: str, producer_id: int = -1) -> InvalidTxnStateError:
     """INVALID_TXN_STATE for an end that does not fit the message's state; the producer id
     is the message's own (its real record's), -1 when the broker does not have it."""
     return InvalidTxnStateError(message, producer_id=producer_id, producer_epoch=0)
-
-
-def _message(pending: _Pending, state: HalfState) -> HalfMessage:
-    r = pending.record
-    return HalfMessage(
-        r.message_id,
-        r.producer_group,
-        r.topic,
-        r.partition,
-        r.key,
-        r.value,
-        list(r.headers),
-        r.created_ms,
-        pending.checks_asked,
-        state,
-    )

@@ -92,9 +92,11 @@ class ClientQuotaManager:
 
     def update_configs(self, configs: QuotaConfigs) -> None:
         """Make ``configs`` the quotas in force (any thread). A value no quota can be (zero,
-        negative, NaN, infinite) is left out with a warning: the APIs and the command line
-        refuse one, but a znode or file edited by hand can hold it, and the throttle math
-        would divide by it (zero), throttle by a negative time, or mute every client."""
+        negative, NaN, infinite) is left out with a warning: the throttle math would divide
+        by it (zero), throttle by a negative time, or mute every client. The APIs and the
+        command line refuse one, and the stores leave out one a znode or file edited by hand
+        holds (store.py's decode_values, warning once per load), so this is the last guard,
+        for configs built any other way."""
         fresh: dict[QuotaEntity, dict[str, float]] = {}
         for entity, values in configs.items():
             kept = {}

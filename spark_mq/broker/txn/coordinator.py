@@ -18,7 +18,8 @@ written once every marker is. So after a restart (:meth:`TransactionCoordinator.
 Markers that cannot be written now leave the transaction decided; they are retried by the
 periodic job and before any later request of the same transactional id, which meanwhile
 gets CONCURRENT_TRANSACTIONS (retriable). Two-phase commit lives in
-:mod:`~spark_mq.broker.txn.two_phase`.
+:mod:`~spark_mq.broker.txn.two_phase`; what the coordinator aborts and forgets on its own
+(timeouts, quiet two-phase owners, expired ids) in :mod:`~spark_mq.broker.txn.timeouts`.
 
 In a cluster the coordinator holds the transactional ids of the ``__transaction_state``
 partitions this broker leads (:mod:`~spark_mq.broker.txn.placement` loads and unloads them),
@@ -33,12 +34,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol
 
 from spark_mq import crash_points
 from spark_mq.broker.coordinator_topic import Record
 from spark_mq.broker.producer_ids import MAX_PRODUCER_EPOCH
+from spark_mq.broker.txn import timeouts
 from spark_mq.broker.txn.config import TxnConfig
 from spark_mq.broker.txn.guards import TwoPhaseGuards
 from spark_mq.broker.txn.owners import OwnerRegistry
@@ -74,8 +76,8 @@ logger = logging.getLogger("spark_mq.broker.txn")
 #: Failures to write __transaction_state, logged once per kind with a count of repeats.
 _FAILURES: Final = RateLimitedLog(logger)
 
-#: What a failed write of __transaction_state raises (nothing changed; retried later).
-WRITE_FAILED: Final = (CoordinatorNotAvailableError, NotCoordinatorError)
+#: What a failed write of __transaction_state raises (defined with the jobs that retry it).
+WRITE_FAILED: Final = timeouts.WRITE_FAILED
 
 #: The crash point between a durable decision and its markers.
 CRASH_AFTER_DECISION: Final = "txn.after_decision"
@@ -628,119 +630,22 @@ class TransactionCoordinator:
         return out
 
     # -----------------------------------------------------------------------------------------
-    # Timeouts and expiry
+    # Timeouts and expiry (spark_mq/broker/txn/timeouts.py)
 
     def abort_timed_out(self, now_ms: int) -> int:
-        """Abort Ongoing transactions past their ``transaction.timeout.ms`` and Prepared ones
-        past ``transaction.prepared.max.timeout.ms`` (fencing their producers); retry
-        pending completions. How many were aborted.
-
-        A Prepared transaction whose prepare named an ``owner_prefix`` is also aborted once
-        its owner has gone quiet for that transaction's ``transaction.timeout.ms``: no client
-        request for a transactional id under the prefix (InitProducerId, AddPartitionsToTxn,
-        AddOffsetsToTxn, EndTxn, PrepareTxn: the other tasks of the same Spark job or
-        micro-batch, and their retries), no OwnerHeartbeat for the prefix (a write task sends
-        them while it runs, also before its first record), and no load of this coordinator
-        since. Every task of the owner has then ended and the decision, due right after the
-        last one, has not come: the decider (a Spark driver) is presumed gone, and holding
-        the transaction would stall every ``read_committed`` reader of its partitions until
-        the prepared limit."""
-        self.retry_pending(now_ms)
-        quiet_since = self.owners.last_active(
-            t.owner_prefix for t in self._waiting_on_owners() if t.owner_prefix
-        )
-        due = [
-            (t, why)
-            for t in self.txns.values()
-            if (why := self._timed_out(t, now_ms, quiet_since)) is not None
-        ]
-        for txn, why in due:
-            logger.warning(
-                "aborting the %s transaction of %r (producer %d epoch %d): %s",
-                txn.state.value,
-                txn.transactional_id,
-                txn.producer_id,
-                txn.producer_epoch,
-                why,
-            )
-            try:
-                self.decide([(txn, False)], now_ms, fence=True, from_request=False)
-            except WRITE_FAILED:
-                continue  # retried at the next check
-        return len(due)
-
-    def _timed_out(self, txn: TxnMetadata, now_ms: int, quiet_since: dict[str, int]) -> str | None:
-        """Why :meth:`abort_timed_out` aborts ``txn`` now, None if it does not."""
-        if txn.state is TxnState.ONGOING:
-            return "it timed out" if now_ms - txn.txn_start_ms > txn.timeout_ms else None
-        if txn.state is not TxnState.PREPARED:
-            return None
-        if now_ms - txn.prepared_ms > self.config.transaction_prepared_max_timeout_ms:
-            return "it timed out (transaction.prepared.max.timeout.ms)"
-        if self.guards.held(txn.transactional_id, now_ms):
-            return None  # it voted for a decision on its way
-        if txn.owner_prefix is not None and now_ms - quiet_since[txn.owner_prefix] > txn.timeout_ms:
-            if self.guards.presume_abort is not None and not self.guards.presume_abort(txn, now_ms):
-                return None  # asking the other coordinators first
-            return (
-                f"its owner {txn.owner_prefix!r} has been quiet for {txn.timeout_ms} ms "
-                "(transaction.timeout.ms: no request for an id under it, no heartbeat): its "
-                "decider is presumed gone"
-            )
-        return None
-
-    def _waiting_on_owners(self) -> Iterator[TxnMetadata]:
-        """The Prepared transactions that named an owner prefix."""
-        return (
-            t
-            for t in self.txns.values()
-            if t.state is TxnState.PREPARED and t.owner_prefix is not None
-        )
+        """Abort the transactions past their timeouts (or whose two-phase owner went quiet);
+        how many: :func:`~spark_mq.broker.txn.timeouts.abort_timed_out`."""
+        return timeouts.abort_timed_out(self, now_ms)
 
     def waits_on_owners(self) -> int:
-        """How many Prepared transactions named an owner prefix: the owner-prefix rule of
-        :meth:`abort_timed_out` may still have to end them, and its record of their owners'
-        activity is in memory only, so a broker that holds them should not idle-exit."""
-        return sum(1 for _ in self._waiting_on_owners())
+        """How many Prepared transactions named an owner prefix:
+        :func:`~spark_mq.broker.txn.timeouts.waits_on_owners`."""
+        return timeouts.waits_on_owners(self)
 
     def expire_ids(self, now_ms: int) -> int:
-        """Forget transactional ids idle for ``transactional.id.expiration.ms``, and closed
-        two-phase owners as old (tombstones); how many."""
-        limit = self.config.transactional_id_expiration_ms
-        expired = 0
-        self.owners.expire_heartbeats(now_ms, limit)
-        for txn in list(self.txns.values()):
-            if not txn.state.is_complete or now_ms - txn.last_update_ms < limit:
-                continue
-            txn.transition(TxnState.DEAD, now_ms)  # validates the move
-            try:
-                self._append(txn.transactional_id, [(txn_key(txn.transactional_id), None)], now_ms)
-            except WRITE_FAILED:
-                continue
-            del self.txns[txn.transactional_id]
-            self.owners.forget_id(txn.transactional_id)
-            expired += 1
-        if expired:
-            logger.info("forgot %d expired transactional ids", expired)
-        return expired + self._expire_closed_owners(now_ms, limit)
-
-    def _expire_closed_owners(self, now_ms: int, limit: int) -> int:
-        """Forget closed two-phase owners (finished batch jobs) whose last record is older
-        than ``transactional.id.expiration.ms`` and under whose prefix nothing is open or
-        still completing: no attempt of such a job can still be running. An owner that is
-        not closed (a stream's sink id) is kept: its sequence guards against a replay."""
-        forgotten = 0
-        unfinished = [tid for tid, txn in self.txns.items() if not txn.state.is_complete]
-        for owner in self.owners.expirable(now_ms, limit, unfinished):
-            try:
-                self._append(owner, [(owner_key(owner), None)], now_ms)
-            except WRITE_FAILED:
-                continue
-            self.owners.forget(owner)
-            forgotten += 1
-        if forgotten:
-            logger.info("forgot %d closed two-phase owners past their expiration", forgotten)
-        return forgotten
+        """Forget expired transactional ids and closed owners; how many:
+        :func:`~spark_mq.broker.txn.timeouts.expire_ids`."""
+        return timeouts.expire_ids(self, now_ms)
 
 
 def check_producer(txn: TxnMetadata, producer_id: int, producer_epoch: int) -> None:

@@ -32,7 +32,13 @@ from typing import Any, Final
 from kazoo.exceptions import NodeExistsError
 
 from spark_mq.broker.quotas.entity import QuotaEntity
-from spark_mq.broker.quotas.store import QuotaStore, QuotasUpdate, decode_values, encode_values
+from spark_mq.broker.quotas.store import (
+    QuotaStore,
+    QuotasUpdate,
+    decode_values,
+    encode_values,
+    parse_values,
+)
 from spark_mq.errors import CorruptZnodeError
 from spark_mq.protocol.quotas import QUOTA_KEYS
 
@@ -100,7 +106,7 @@ class ZkQuotaBackend:
         def change(current: dict[str, Any] | None) -> dict[str, Any]:
             config = current or {}
             try:
-                values = decode_values(path, config)
+                values = parse_values(path, config)[0]
             except ValueError:
                 values = {}  # a value no broker could read: the alteration replaces it
             new = update(values)
