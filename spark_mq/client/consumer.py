@@ -12,13 +12,11 @@ is fine. See ``docs/clients.md`` for settings, positions and ``read_committed``,
 
 from __future__ import annotations
 
-import functools
-import gc
-import itertools
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from os import PathLike
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -51,8 +49,8 @@ PartitionsArg = Iterable[TopicPartition | tuple[str, int]]
 #: While in a group, poll() waits for fetch responses in slices this long, so that a
 #: rebalance the heartbeat thread learned of is taken up promptly.
 _GROUP_WAIT_SLICE_S = 0.1
-_make_record = functools.partial(tuple.__new__, ConsumerRecord)
-_NO_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
+#: What one poll hands out per partition: a table (poll_batch) or records (poll).
+_Taken = TypeVar("_Taken")
 
 
 def _tp(item: TopicPartition | tuple[str, int]) -> TopicPartition:
@@ -62,45 +60,6 @@ def _tp(item: TopicPartition | tuple[str, int]) -> TopicPartition:
     if not isinstance(topic, str) or not isinstance(partition, int) or partition < 0:
         raise UsageError(f"{item!r} is not a (topic, partition) pair")
     return TopicPartition(topic, partition)
-
-
-def _header_tuples(column: pa.Array) -> Iterable[tuple[tuple[str, bytes | None], ...]]:
-    if column.null_count == len(column):
-        return itertools.repeat(_NO_HEADERS, len(column))
-    return [
-        _NO_HEADERS if row is None else tuple((h["key"], h["value"]) for h in row)
-        for row in column.to_pylist()
-    ]
-
-
-def records_from_table(tp: TopicPartition, table: pa.Table) -> list[ConsumerRecord]:
-    """Python records from one partition's table of ``RECORD_SCHEMA``: one ``to_pylist``
-    per column, then ``zip`` into tuples built by ``tuple.__new__`` (no Python per field).
-
-    The garbage collector is paused meanwhile: building many tuples at once otherwise sets
-    off collection after collection, each scanning every tracked object (several times
-    slower: see ``docs/benchmarks.md``), and these tuples of bytes and ints cannot form
-    reference cycles.
-    """
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        return list(
-            map(
-                _make_record,
-                zip(
-                    itertools.repeat(tp.topic),
-                    itertools.repeat(tp.partition),
-                    *(table.column(i).to_pylist() for i in range(5)),
-                    _header_tuples(table.column(5).combine_chunks()),
-                    strict=False,
-                ),
-            )
-        )
-    finally:
-        if paused:
-            gc.enable()
 
 
 class Consumer:
@@ -307,8 +266,7 @@ class Consumer:
         at most ``max_records`` (default ``max.poll.records``)."""
         limit = self.config.max_poll_records if max_records is None else max_records
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
-        for tp, table in self._poll_tables(timeout_ms, limit):
-            records = records_from_table(tp, table)
+        for tp, records in self._poll(timeout_ms, limit, self._fetcher.collect_records):
             out.setdefault(tp, []).extend(records)
         if self._interceptors and out:
             out = self._interceptors.on_consume(out)
@@ -320,7 +278,7 @@ class Consumer:
         ``CONSUMER_SCHEMA``), rows of a partition in offset order. Waits up to
         ``timeout_ms`` for some; ``max_records`` None returns everything buffered."""
         pieces = []
-        for tp, table in self._poll_tables(timeout_ms, max_records):
+        for tp, table in self._poll(timeout_ms, max_records, self._fetcher.collect):
             n = table.num_rows
             columns = [
                 constant_string(tp.topic, n),
@@ -338,9 +296,14 @@ class Consumer:
             result = self._interceptors.on_consume(result)
         return result
 
-    def _poll_tables(
-        self, timeout_ms: int, max_records: int | None
-    ) -> list[tuple[TopicPartition, pa.Table]]:
+    def _poll(
+        self,
+        timeout_ms: int,
+        max_records: int | None,
+        collect: Callable[[int | None], list[tuple[TopicPartition, _Taken]]],
+    ) -> list[tuple[TopicPartition, _Taken]]:
+        """The poll loop; ``collect`` hands out what was fetched: tables
+        (``Fetcher.collect``, for poll_batch) or records (``Fetcher.collect_records``)."""
         self._check_open()
         subscribed = self._subs.is_auto_subscribed
         if not subscribed and not self._subs.partitions():
@@ -369,11 +332,11 @@ class Consumer:
                 # fetch goes out now rather than after the caller is done with this data.
                 self._fetcher.poll_network(0.0)
             self._fetcher.send_fetches()
-            tables = self._fetcher.collect(max_records)
+            taken = collect(max_records)
             # Keep the pipeline full: fetch the next data while the caller processes this.
             self._fetcher.send_fetches()
-            if tables:
-                return tables
+            if taken:
+                return taken
             remaining = deadline - self._cluster.clock()
             if self._fetcher.has_in_flight:
                 wait_s = remaining if coordinator is None else min(remaining, _GROUP_WAIT_SLICE_S)
@@ -384,7 +347,7 @@ class Consumer:
                 # Nothing can be fetched now (no leader, no position, a backoff): wait a bit.
                 self._cluster.sleep(min(remaining, self.config.retry_backoff_ms / 1000))
             if self._cluster.clock() >= deadline:
-                return self._fetcher.collect(max_records)
+                return collect(max_records)
 
     # -- positions ------------------------------------------------------------------------
 

@@ -38,15 +38,17 @@ from __future__ import annotations
 import collections
 import logging
 import select
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
 
 import pyarrow as pa
 
 from spark_mq.client.cluster import Cluster
 from spark_mq.client.config import ConsumerConfig
 from spark_mq.client.connection import BrokerConnection, Response
+from spark_mq.client.fetched_records import records_from_table, records_of_fetch
 from spark_mq.client.metrics import ConsumerMetrics
-from spark_mq.client.records import TopicPartition
+from spark_mq.client.records import ConsumerRecord, TopicPartition
 from spark_mq.client.subscription_state import SubscriptionState
 from spark_mq.errors import (
     AuthenticationError,
@@ -74,6 +76,8 @@ log = logging.getLogger(__name__)
 
 #: Responses buffered per partition before no more are fetched for it.
 MAX_BUFFERED_FETCHES: Final = 2
+#: What a collect hands out per partition: a table, or the records poll() returns.
+_Taken = TypeVar("_Taken")
 
 
 def end_of_last_batch(data: memoryview) -> int | None:
@@ -127,6 +131,7 @@ class CompletedFetch:
         "_consumed",
         "_corrupt",
         "_data",
+        "_records",
         "_table",
         "error",
         "fetch_offset",
@@ -148,6 +153,9 @@ class CompletedFetch:
         self._data = data
         self._aborted = aborted
         self._table: pa.Table | None = None
+        #: The records decoded straight from varint batches for poll() (fetched_records),
+        #: when it took them before a table was decoded; ``_consumed`` counts in either.
+        self._records: list[ConsumerRecord] | None = None
         self._consumed = 0
         self._corrupt: CorruptRecordError | None = None
         #: The corrupt batch the data ends at, once every record before it was taken.
@@ -155,12 +163,17 @@ class CompletedFetch:
 
     def expected_position(self) -> int:
         """The partition position at which this data is next in line."""
-        if self._table is None or self._consumed == 0:
+        if self._consumed == 0:
             return self.fetch_offset
         return self._position_after()
 
     def _position_after(self) -> int:
-        assert self._table is not None
+        if self._table is None:
+            records = self._records
+            assert records is not None
+            if self._consumed < len(records):
+                return records[self._consumed].offset
+            return self.next_offset
         if self._consumed < self._table.num_rows:
             return int(self._table.column(0)[self._consumed].as_py())
         if self._corrupt is not None:
@@ -169,8 +182,32 @@ class CompletedFetch:
             return self.fetch_offset if base is None else max(base, self.fetch_offset)
         return self.next_offset
 
+    def take_records(
+        self, max_records: int | None, *, verify_crc: bool
+    ) -> tuple[list[ConsumerRecord], int, bool]:
+        """:meth:`take` as the records ``poll()`` returns: decoded straight from the data
+        when it is all uncompressed varint batches (and no aborted transaction is to be left
+        out), else through the table."""
+        if self._table is None and self._records is None and not self._aborted:
+            self._records = records_of_fetch(
+                self.tp, self._data, self.fetch_offset, verify_crc=verify_crc
+            )
+        records = self._records
+        if self._table is not None or records is None:
+            table, position, used_up = self.take(max_records, verify_crc=verify_crc)
+            return records_from_table(self.tp, table), position, used_up
+        start = self._consumed
+        count = len(records) - start
+        if max_records is not None:
+            count = min(count, max_records)
+        part = records if start == 0 and count == len(records) else records[start : start + count]
+        self._consumed = start + count
+        return part, self._position_after(), self._consumed >= len(records)
+
     def take(self, max_records: int | None, *, verify_crc: bool) -> tuple[pa.Table, int, bool]:
-        """Up to ``max_records`` records: (table, position after them, used up)."""
+        """Up to ``max_records`` records: (table, position after them, used up). After
+        :meth:`take_records`, the table decoded from the same data holds the same records
+        in the same order, so the count taken carries over."""
         if self._table is None:
             self._table, corrupt = decode_records_until_corrupt(
                 self._data,
@@ -181,6 +218,7 @@ class CompletedFetch:
             if corrupt is not None:
                 self._corrupt = corrupt_batch_error(self.tp, self.fetch_offset, corrupt)
             self._data = memoryview(b"")
+        self._records = None
         table = self._table
         start = self._consumed
         count = table.num_rows - start
@@ -455,8 +493,33 @@ class Fetcher:
         dropped; a fetch from the position, when the partition gets there, reports it again.
         A corrupt batch met while taking records is reported the same way: raised now if no
         records were taken, else by the next call."""
+        verify_crc = self._config.check_crcs
+        return self._collect(
+            max_records,
+            lambda completed, n: completed.take(n, verify_crc=verify_crc),
+            lambda table: table.num_rows,
+        )
+
+    def collect_records(
+        self, max_records: int | None
+    ) -> list[tuple[TopicPartition, list[ConsumerRecord]]]:
+        """:meth:`collect` as the records ``poll()`` returns
+        (:meth:`CompletedFetch.take_records`)."""
+        verify_crc = self._config.check_crcs
+        return self._collect(
+            max_records,
+            lambda completed, n: completed.take_records(n, verify_crc=verify_crc),
+            len,
+        )
+
+    def _collect(
+        self,
+        max_records: int | None,
+        take: Callable[[CompletedFetch, int | None], tuple[_Taken, int, bool]],
+        count: Callable[[_Taken], int],
+    ) -> list[tuple[TopicPartition, _Taken]]:
         self._raise_pending_error()
-        out: list[tuple[TopicPartition, pa.Table]] = []
+        out: list[tuple[TopicPartition, _Taken]] = []
         remaining = max_records
         for tp in list(self._buffered):
             queue = self._buffered[tp]
@@ -468,17 +531,16 @@ class Fetcher:
                 if self._subs.position(tp) != completed.expected_position():
                     queue.clear()  # stale: the application moved the position
                     break
-                table, position, used_up = completed.take(
-                    remaining, verify_crc=self._config.check_crcs
-                )
+                taken, position, used_up = take(completed, remaining)
                 self._subs.seek(tp, position)
                 if used_up:
                     queue.popleft()
-                if table.num_rows:
-                    self.metrics.records.record(table.num_rows)
-                    out.append((tp, table))
+                n = count(taken)
+                if n:
+                    self.metrics.records.record(n)
+                    out.append((tp, taken))
                     if remaining is not None:
-                        remaining -= table.num_rows
+                        remaining -= n
                 if completed.error is not None:
                     # Later responses start past the corrupt batch: stale now.
                     queue.clear()

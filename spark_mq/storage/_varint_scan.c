@@ -412,13 +412,96 @@ static int16_t be16(const uint8_t *p) { return (int16_t)(((uint16_t)p[0] << 8) |
 #define STOP_END 0      /* the buffer ends, or a partial batch follows: the normal end */
 #define STOP_BATCH 1    /* a batch the caller handles (any other kind, or corrupt) */
 
-static PyObject *scan(PyObject *self, PyObject *args) {
+/* A binary entry of a decoded column as a Python object: bytes, or None when null. */
+static PyObject *binary_at(const Out *o, int valid_i, int offsets_i, int data_i, Py_ssize_t i) {
+    if (!o->b[valid_i].p[i]) Py_RETURN_NONE;
+    const int32_t *offsets = (const int32_t *)o->b[offsets_i].p;
+    return PyBytes_FromStringAndSize(o->b[data_i].p + offsets[i], offsets[i + 1] - offsets[i]);
+}
+
+/* The decoded rows as records of ``record_type`` (a tuple subclass of 8 fields: topic,
+ * partition, offset, timestamp, timestamp type, key, value, headers), what a consumer's
+ * poll() returns, built here instead of through Arrow arrays and back: for the few records of
+ * a low-latency fetch that round trip costs several times the decoding. Headers are a tuple of
+ * (key str, value bytes or None) pairs, () when the record has none. */
+static PyObject *out_rows(const Out *o, PyTypeObject *record_type, PyObject *topic,
+                          PyObject *partition) {
+    PyObject *rows = PyList_New(o->rows);
+    if (rows == NULL) return NULL;
+    const int64_t *offsets = (const int64_t *)o->b[B_OFFSET].p;
+    const int64_t *stamps = (const int64_t *)o->b[B_TIMESTAMP].p;
+    const int8_t *ts_types = (const int8_t *)o->b[B_TS_TYPE].p;
+    const int32_t *hoffsets = (const int32_t *)o->b[B_HEADERS_OFFSETS].p;
+    const int32_t *hk_offsets = (const int32_t *)o->b[B_HKEY_OFFSETS].p;
+    for (Py_ssize_t i = 0; i < o->rows; i++) {
+        PyObject *fields[8] = {NULL};
+        Py_INCREF(topic);
+        fields[0] = topic;
+        Py_INCREF(partition);
+        fields[1] = partition;
+        fields[2] = PyLong_FromLongLong(offsets[i]);
+        fields[3] = PyLong_FromLongLong(stamps[i]);
+        fields[4] = PyLong_FromLong(ts_types[i]);
+        fields[5] = binary_at(o, B_KEY_VALID, B_KEY_OFFSETS, B_KEY_DATA, i);
+        fields[6] = binary_at(o, B_VALUE_VALID, B_VALUE_OFFSETS, B_VALUE_DATA, i);
+        int32_t h0 = hoffsets[i], h1 = hoffsets[i + 1];
+        fields[7] = PyTuple_New(h1 - h0);
+        if (fields[7] != NULL) {
+            for (int32_t h = h0; h < h1; h++) {
+                PyObject *key = PyUnicode_DecodeUTF8(o->b[B_HKEY_DATA].p + hk_offsets[h],
+                                                     hk_offsets[h + 1] - hk_offsets[h], "strict");
+                PyObject *value = binary_at(o, B_HVALUE_VALID, B_HVALUE_OFFSETS, B_HVALUE_DATA, h);
+                PyObject *pair = key && value ? PyTuple_Pack(2, key, value) : NULL;
+                Py_XDECREF(key);
+                Py_XDECREF(value);
+                if (pair == NULL) {
+                    Py_CLEAR(fields[7]);
+                    break;
+                }
+                PyTuple_SET_ITEM(fields[7], h - h0, pair);
+            }
+        }
+        PyObject *record = NULL;
+        int ok = 1;
+        for (int f = 0; f < 8; f++) ok &= fields[f] != NULL;
+        if (ok) record = record_type->tp_alloc(record_type, 8);
+        if (record == NULL) {
+            for (int f = 0; f < 8; f++) Py_XDECREF(fields[f]);
+            Py_DECREF(rows);
+            return NULL;
+        }
+        for (int f = 0; f < 8; f++) PyTuple_SET_ITEM(record, f, fields[f]);
+        PyList_SET_ITEM(rows, i, record);
+    }
+    return rows;
+}
+
+static PyObject *scan_impl(PyObject *args, int as_rows);
+
+static PyObject *scan(PyObject *self, PyObject *args) { return scan_impl(args, 0); }
+
+static PyObject *scan_rows(PyObject *self, PyObject *args) { return scan_impl(args, 1); }
+
+static PyObject *scan_impl(PyObject *args, int as_rows) {
     Py_buffer view;
     Py_ssize_t pos;
     long long start, end;
     int verify_crc, stop_at_txn;
-    if (!PyArg_ParseTuple(args, "y*nLLpp", &view, &pos, &start, &end, &verify_crc, &stop_at_txn))
+    PyTypeObject *record_type = NULL;
+    PyObject *topic = NULL, *partition = NULL;
+    if (as_rows) {
+        if (!PyArg_ParseTuple(args, "y*nLLppO!OO", &view, &pos, &start, &end, &verify_crc,
+                              &stop_at_txn, &PyType_Type, &record_type, &topic, &partition))
+            return NULL;
+        if (!PyType_IsSubtype(record_type, &PyTuple_Type)) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_TypeError, "scan_rows: the record type must be a tuple type");
+            return NULL;
+        }
+    } else if (!PyArg_ParseTuple(args, "y*nLLpp", &view, &pos, &start, &end, &verify_crc,
+                                 &stop_at_txn)) {
         return NULL;
+    }
     const uint8_t *buf = view.buf;
     Py_ssize_t size_all = view.len;
     Out o;
@@ -471,7 +554,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         out_free(&o);
         return PyErr_NoMemory();
     }
-    PyObject *cols = out_result(&o);
+    PyObject *cols = as_rows ? out_rows(&o, record_type, topic, partition) : out_result(&o);
     out_free(&o);
     if (cols == NULL) return NULL;
     return Py_BuildValue("(niN)", pos, reason, cols);
@@ -781,6 +864,9 @@ static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(buf, pos, start_offset, end_offset, verify_crc, stop_at_transactional) -> "
      "(stop_pos, reason, columns)"},
+    {"scan_rows", scan_rows, METH_VARARGS,
+     "scan_rows(buf, pos, start_offset, end_offset, verify_crc, stop_at_transactional, "
+     "record_type, topic, partition) -> (stop_pos, reason, [record_type(...), ...])"},
     {"parse_body", parse_body, METH_VARARGS,
      "parse_body(body, record_count, last_offset_delta, base_timestamp, max_timestamp, "
      "log_append_time) -> columns, or None if the body is corrupt"},
