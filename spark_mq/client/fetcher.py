@@ -10,7 +10,9 @@ responses per partition wait here, which bounds memory.
 Decoding is lazy and columnar: a buffered partition response becomes one Arrow table with
 :func:`~spark_mq.storage.batch_decoder.decode_records` (records below the fetch offset cut
 off, control batches and, for ``read_committed``, the batches of aborted transactions dropped)
-only when ``poll`` takes records from it. The consumer's position then moves to the offset
+only when ``poll_batch`` takes records from it. ``poll``, which returns Python records, takes
+a response of uncompressed varint batches straight as records instead
+(:mod:`~spark_mq.client.fetched_records`), and any other through the table. The consumer's position then moves to the offset
 of the next record not yet returned, or, once a response is used up, to the end of its last
 batch from the batch header, never to the last record's offset + 1: compaction leaves
 batches whose last records, or all of them, are gone.
