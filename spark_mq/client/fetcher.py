@@ -12,10 +12,10 @@ Decoding is lazy and columnar: a buffered partition response becomes one Arrow t
 off, control batches and, for ``read_committed``, the batches of aborted transactions dropped)
 only when ``poll_batch`` takes records from it. ``poll``, which returns Python records, takes
 a response of uncompressed varint batches straight as records instead
-(:mod:`~spark_mq.client.fetched_records`), and any other through the table. The consumer's position then moves to the offset
-of the next record not yet returned, or, once a response is used up, to the end of its last
-batch from the batch header, never to the last record's offset + 1: compaction leaves
-batches whose last records, or all of them, are gone.
+(:mod:`~spark_mq.client.fetched_records`), and any other through the table. The consumer's
+position then moves to the offset of the next record not yet returned, or, once a response
+is used up, to the end of its last batch from the batch header, never to the last record's
+offset + 1: compaction leaves batches whose last records, or all of them, are gone.
 
 A buffered response is valid only while the partition's position is where the response
 starts; a ``seek``, a ``pause`` or a reset makes it stale and it is dropped when met. Errors:

@@ -232,6 +232,24 @@ def _buf(data: bytes | None) -> pa.Buffer | None:
     return None if data is None else pa.py_buffer(data)
 
 
+def _binary(  # noqa: PLR0917 (the four buffers of one column, in Arrow's order)
+    kind: pa.DataType,
+    n: int,
+    validity: bytes | None,
+    offsets: bytes,
+    data: bytes,
+    nulls: int,
+) -> pa.Array:
+    """A binary (or string) column of ``n`` entries from its buffers; all null: one call."""
+    if nulls == n:
+        # Keyless records are the common case, and the buffers cost several calls each (a
+        # fetch of a few small records pays them per fetch).
+        return pa.nulls(n, kind)
+    return pa.Array.from_buffers(
+        kind, n, [_buf(validity), pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls
+    )
+
+
 def _arrays(cols: _Columns) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]:
     """offsets, timestamps, timestamp types, keys, values, headers as Arrow arrays."""
     from spark_mq.storage.record_batch import HEADER_TYPE  # noqa: PLC0415 (import cycle)
@@ -240,55 +258,28 @@ def _arrays(cols: _Columns) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array, pa.
     offsets = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(cols.offsets)])
     stamps = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(cols.timestamps)])
     ts_types = pa.Array.from_buffers(pa.int8(), n, [None, pa.py_buffer(cols.ts_types)])
-    # Keyless records and records without headers are the common case, and one call makes
-    # such a column (the arrays below cost several calls each: a fetch of a few small
-    # records pays them per fetch).
-    if cols.key_nulls == n:
-        keys = pa.nulls(n, pa.binary())
-    else:
-        keys = pa.Array.from_buffers(
-            pa.binary(),
-            n,
-            [
-                _buf(cols.key_validity),
-                pa.py_buffer(cols.key_offsets),
-                pa.py_buffer(cols.key_data),
-            ],
-            null_count=cols.key_nulls,
-        )
-    values = pa.Array.from_buffers(
-        pa.binary(),
-        n,
-        [
-            _buf(cols.value_validity),
-            pa.py_buffer(cols.value_offsets),
-            pa.py_buffer(cols.value_data),
-        ],
-        null_count=cols.value_nulls,
+    keys = _binary(
+        pa.binary(), n, cols.key_validity, cols.key_offsets, cols.key_data, cols.key_nulls
+    )
+    values = _binary(
+        pa.binary(), n, cols.value_validity, cols.value_offsets, cols.value_data, cols.value_nulls
     )
     if cols.headers_nulls == n:
+        # Records without headers (the common case): one call, as for keys.
         return offsets, stamps, ts_types, keys, values, pa.nulls(n, HEADER_TYPE)
-    entry_type = HEADER_TYPE.value_type
     entries = pa.StructArray.from_arrays(
         [
-            pa.Array.from_buffers(
-                pa.string(),
-                h,
-                [None, pa.py_buffer(cols.hkey_offsets), pa.py_buffer(cols.hkey_data)],
-                null_count=0,
-            ),
-            pa.Array.from_buffers(
+            _binary(pa.string(), h, None, cols.hkey_offsets, cols.hkey_data, 0),
+            _binary(
                 pa.binary(),
                 h,
-                [
-                    _buf(cols.hvalue_validity),
-                    pa.py_buffer(cols.hvalue_offsets),
-                    pa.py_buffer(cols.hvalue_data),
-                ],
-                null_count=cols.hvalue_nulls,
+                cols.hvalue_validity,
+                cols.hvalue_offsets,
+                cols.hvalue_data,
+                cols.hvalue_nulls,
             ),
         ],
-        fields=list(entry_type),
+        fields=list(HEADER_TYPE.value_type),
     )
     header_lists = pa.ListArray.from_buffers(
         HEADER_TYPE,
