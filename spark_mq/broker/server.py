@@ -38,9 +38,10 @@ from spark_mq.broker.config import advertised
 from spark_mq.broker.connection import RECEIVE_BUFFER_BYTES, Connection
 from spark_mq.broker.connection_quotas import ConnectionQuotas, open_file_limit
 from spark_mq.broker.core import BrokerCore
-from spark_mq.broker.embedded_token import EmbeddedToken, TokenKeeper
+from spark_mq.broker.embedded_token import TOKEN_FILE, EmbeddedToken, TokenKeeper
 from spark_mq.broker.listeners import Listener
 from spark_mq.broker.request_memory import FrameBufferPool, RequestMemoryPool
+from spark_mq.errors import CorruptCheckpointError
 from spark_mq.protocol.address import BrokerAddress
 from spark_mq.rate_limited_log import RateLimitedLog
 from spark_mq.tls import server_context
@@ -210,17 +211,27 @@ class BrokerServer:
         # Renewed (this request is the owner's), or made again if it was deleted (revoked)
         # or expired: the driver reads it back from the file, and the keeper gives the
         # listeners the new one from their next accept.
-        await asyncio.to_thread(
-            EmbeddedToken.issue_or_renew,
-            root,
-            self.core.config.sasl.delegation_token_expiry_time_ms,
-            time.time_ns() // 1_000_000,
-        )
         keeper = self._token_keeper
         if keeper is None:
             keeper = self._token_keeper = TokenKeeper(root)
-        # Derived here, off the event loop (PBKDF2, some 15 ms), rather than at an accept.
-        await asyncio.to_thread(keeper.current)
+        try:
+            await asyncio.to_thread(
+                EmbeddedToken.issue_or_renew,
+                root,
+                self.core.config.sasl.delegation_token_expiry_time_ms,
+                time.time_ns() // 1_000_000,
+            )
+            # Derived here, off the event loop (PBKDF2, some 15 ms), rather than at an accept.
+            await asyncio.to_thread(keeper.current)
+        except OSError as exc:
+            # The token file, not the address: the handler answers an OSError from binding
+            # as a host the executors cannot reach, which this is not.
+            path = root / TOKEN_FILE
+            raise CorruptCheckpointError(
+                f"{path} cannot be read or written ({exc.strerror or exc}); delete it and "
+                "the broker makes a new one when a Spark query next needs its TCP listener",
+                path=str(path),
+            ) from exc
         if host in self.token_listeners:
             return self.token_listeners[host]
         sock = _bind_tcp(host, 0)

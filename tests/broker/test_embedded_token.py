@@ -219,3 +219,18 @@ def test_drivers_asking_at_once_share_one_listener(directory: Path) -> None:
         opened = list(pool.map(lambda _: open_token_listener(directory, "127.0.0.1"), range(4)))
     assert len({tcp for _, tcp, _ in opened}) == 1
     assert len({token.token_id for _, _, token in opened}) == 1
+
+
+def test_an_unusable_token_file_is_answered_as_the_file_not_as_the_host(directory: Path) -> None:
+    """Asked straight over the Unix socket (Spark's driver reads the file first and never
+    gets here): a directory where the token file belongs is a storage error naming the file
+    and saying to delete it, not "cannot listen on" the host, which would send the user to
+    spark.driver.host."""
+    ensure_broker(directory)
+    (directory / TOKEN_FILE).mkdir()
+    with Admin(path=str(directory)) as admin:
+        response = admin._cluster.request(OpenTokenListenerRequest("127.0.0.1"))
+    assert response.error_code == ErrorCode.KAFKA_STORAGE_ERROR, response
+    assert TOKEN_FILE in response.error_message and "delete it" in response.error_message
+    assert "cannot listen" not in response.error_message
+    assert json.loads((directory / "broker.json").read_text())["token_listeners"] == []
