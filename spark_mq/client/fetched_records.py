@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from spark_mq.client.records import ConsumerRecord, TopicPartition
 from spark_mq.storage.record_batch import HEADER_SIZE
-from spark_mq.storage.varint_records import ATTR_VARINT_BODY, c_extension
+from spark_mq.storage.varint_records import ATTR_VARINT_BODY, c_function
 
 _make_record = functools.partial(tuple.__new__, ConsumerRecord)
 _NO_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
@@ -81,7 +81,7 @@ def records_of_fetch(
     from its varint batches; None when the data holds anything else (see the module
     docstring), which the caller then decodes through a table. A partial batch at the end
     (a fetch cut by its size limit) is left out, as the table path leaves it out."""
-    scan_rows = getattr(c_extension(), "scan_rows", None)  # None: the extension is not built
+    scan_rows = c_function("scan_rows")
     if scan_rows is None or len(data) < HEADER_SIZE or not data[22] & ATTR_VARINT_BODY:
         return None
     paused = gc.isenabled()

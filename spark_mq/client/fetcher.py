@@ -270,7 +270,7 @@ class Fetcher:
         """Send a Fetch to every leader with no fetch in flight, for its partitions that
         have a position and room in the buffer."""
         fetching = {tp for requested in self._in_flight.values() for tp in requested}
-        if len(fetching) >= self._subs.assigned_count and not self._cluster.update_requested:
+        if self._subs.all_in(fetching) and not self._cluster.update_requested:
             # Every assigned partition is being fetched already: the common case, as poll()
             # calls this around each collect and after each response.
             return

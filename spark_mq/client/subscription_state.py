@@ -161,9 +161,9 @@ class SubscriptionState:
     def partitions(self) -> list[TopicPartition]:
         return list(self._assignment)
 
-    @property
-    def assigned_count(self) -> int:
-        return len(self._assignment)
+    def all_in(self, partitions: set[TopicPartition]) -> bool:
+        """Whether every assigned partition is in ``partitions``."""
+        return self._assignment.keys() <= partitions
 
     def state(self, tp: TopicPartition) -> PartitionState:
         try:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Final, NamedTuple
 
-from spark_mq.storage.varint_records import c_extension
+from spark_mq.storage.varint_records import c_extension, c_function
 
 _HEADER_SIZE: Final = 61
 _LOG_OVERHEAD: Final = 12
@@ -98,7 +98,7 @@ def seek_batch(buf: Any, pos: int, target_offset: int, *, use_c: bool = True) ->
     >>> seek_batch(one + two, 0, 9)
     Seek(status=1, position=138, size=0)
     """
-    seek = getattr(c_extension(), "seek", None) if use_c else None  # None: not built
+    seek = c_function("seek") if use_c else None
     if seek is not None:
         return Seek(*seek(buf, pos, target_offset))
     size_all = len(buf)

@@ -44,9 +44,6 @@ try:
     from spark_mq.storage import _varint_scan as _c  # type: ignore[attr-defined]
 except ImportError:  # the optional extension was not built: the Python fallback decodes
     _c = None
-#: The C encoder, if the extension was built from a source that has it (a checkout updated
-#: without installing again keeps an older build; scripts/bootstrap.sh reinstalls then).
-_c_encode: Any = getattr(_c, "encode_records", None)
 
 #: Attribute bit 6: the body is varint records, not an Arrow IPC message.
 ATTR_VARINT_BODY: Final = 0x40
@@ -79,6 +76,18 @@ def has_c_decoder() -> bool:
 def c_extension() -> Any:
     """The C extension module, or None when it is not built."""
     return _c
+
+
+def c_function(name: str) -> Any:
+    """The C extension's function ``name``, or None when the extension is not built or was
+    built from a source without it (a checkout updated without installing again keeps its
+    older build; scripts/bootstrap.sh reinstalls when the source changes): its callers then
+    take their Python path."""
+    return getattr(_c, name, None)
+
+
+#: The C encoder (see :func:`c_function`).
+_c_encode: Any = c_function("encode_records")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from spark_mq.storage.record_batch import (
 )
 
 pytestmark = pytest.mark.skipif(
-    getattr(varint_records.c_extension(), "scan_rows", None) is None,
+    varint_records.c_function("scan_rows") is None,
     reason="the C extension is not built: poll() decodes through tables",
 )
 

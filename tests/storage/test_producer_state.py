@@ -947,3 +947,18 @@ def test_read_committed_is_unaffected_by_idempotent_non_transactional_writes(
     assert log.last_stable_offset == log.high_watermark == 3
     table = log.read_records(0, isolation=FetchIsolation.TXN_COMMITTED)
     assert table.num_rows == 3
+
+
+def test_an_entry_copy_keeps_every_field_and_owns_its_batches() -> None:
+    """copy() lists the fields one by one (the append path copies an entry per batch): a
+    field added to ProducerStateEntry and left out there would come back as its default."""
+    entry = ProducerStateEntry(7, 3, [BatchMetadata(0, 4, 100, 104, 1)], 9, 1234, 100)
+    assert all(
+        getattr(entry, f.name) != f.default
+        for f in dataclasses.fields(entry)
+        if f.default is not dataclasses.MISSING
+    ), "give every field a non-default value here"
+    copied = entry.copy()
+    assert copied == entry
+    copied.batches.append(BatchMetadata(5, 5, 105, 105, 2))
+    assert len(entry.batches) == 1
