@@ -161,8 +161,8 @@ class FrameErrorBody(msgspec.Struct, array_like=True):
     error_message: str
 
 
-#: What decoding a body can raise. msgspec raises UnicodeDecodeError, not DecodeError, for
-#: a MessagePack string that is not valid UTF-8; all of them mean a corrupt frame.
+#: What decoding a body can raise. For a MessagePack string that is not valid UTF-8 msgspec
+#: up to 0.22 raises UnicodeDecodeError, 0.23 DecodeError; all of them mean a corrupt frame.
 _BODY_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
 
 Req = TypeVar("Req", bound=msgspec.Struct)

@@ -108,11 +108,12 @@ def test_topic_browser_from_a_time(browser, console, mq_dir) -> None:
     assert len(browser.find_elements(By.CSS_SELECTOR, "tr.record")) == 1
 
 
-def test_unknown_names_are_404_pages(browser, console) -> None:
+def test_unknown_names_are_404_pages(browser, console, admin: Admin) -> None:
+    admin.create_topic("two-partitions", partitions=2)
     for path, message in (
         ("/topics/no-such-topic", "topic 'no-such-topic' does not exist"),
         ("/group?id=no-such-group", "group 'no-such-group' does not exist"),
-        ("/topics/orders/browse?partition=7", "has no partition 7"),
+        ("/topics/two-partitions/browse?partition=7", "has no partition 7"),
     ):
         assert status_of(console.url + path) == 404, path
         browser.get(console.url + path)
