@@ -50,10 +50,18 @@ class ConsoleServer:
         return f"http://{host}:{port}"
 
     def serve_forever(self) -> None:
-        """Sample and serve on this thread until interrupted (then :meth:`close`)."""
-        self.sampler.start(self.config.sample_interval_ms / 1000)
+        """Sample and serve until interrupted (then :meth:`close`).
+
+        waitress's loop runs on a thread of its own and this thread only waits: the loop
+        catches every exception raised inside its handlers (asyncore's bare ``except``), so
+        the exception a SIGTERM handler raises in the main thread would be swallowed whenever
+        the signal came while the loop was handling a connection, and the console would keep
+        serving."""
+        self.start()
+        assert self._thread is not None
         try:
-            self._server.run()
+            while self._thread.is_alive():
+                self._thread.join(timeout=1.0)
         finally:
             self.close()
 

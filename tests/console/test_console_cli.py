@@ -8,6 +8,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -19,9 +22,10 @@ from spark_mq import Admin, UserScramCredentialUpsertion
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _topics_page_of_console(*where: str) -> str:
-    """Start ``spark-mq console`` with ``where`` (its broker options), read its topics page,
-    stop it with SIGTERM (exit 143) and return the page."""
+def _start_console(*where: str) -> tuple[subprocess.Popen[str], str]:
+    """Start ``spark-mq console`` with ``where`` (its broker options); return the process
+    and its URL. Its stderr after the first line is drained, so that warnings cannot fill the
+    pipe and block it."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     process = subprocess.Popen(
@@ -30,12 +34,23 @@ def _topics_page_of_console(*where: str) -> str:
         text=True,
         env=env,
     )
+    assert process.stderr is not None
+    line = process.stderr.readline()  # blocks until the console says where it listens
+    found = re.search(r"on (http://127\.0\.0\.1:\d+)/ \(read-only", line)
+    if not found:
+        process.kill()
+        process.wait()
+    assert found, line
+    threading.Thread(target=process.stderr.read, daemon=True).start()
+    return process, found.group(1)
+
+
+def _topics_page_of_console(*where: str) -> str:
+    """Start ``spark-mq console`` with ``where`` (its broker options), read its topics page,
+    stop it with SIGTERM (exit 143) and return the page."""
+    process, url = _start_console(*where)
     try:
-        assert process.stderr is not None
-        line = process.stderr.readline()  # blocks until the console says where it listens
-        found = re.search(r"on (http://127\.0\.0\.1:\d+)/ \(read-only", line)
-        assert found, line
-        with urllib.request.urlopen(found.group(1) + "/topics", timeout=60) as response:
+        with urllib.request.urlopen(url + "/topics", timeout=60) as response:
             assert response.status == 200
             page = response.read().decode()
         process.send_signal(signal.SIGTERM)
@@ -50,6 +65,44 @@ def _topics_page_of_console(*where: str) -> str:
 def test_console_command_serves_until_sigterm(mq_dir: Path, admin: Admin) -> None:
     admin.create_topic("from-the-cli", partitions=1)
     assert "from-the-cli" in _topics_page_of_console("--path", str(mq_dir))
+
+
+def test_sigterm_stops_a_console_that_is_serving_pages(mq_dir: Path, admin: Admin) -> None:
+    # waitress's loop swallows any exception raised while it handles a connection, so a
+    # SIGTERM that came then left the console serving. The signal is sent while three
+    # clients keep requesting pages, several times, each at a different moment.
+    admin.create_topic("busy", partitions=1)
+    for trial in range(8):
+        process, url = _start_console("--path", str(mq_dir))
+        stop = threading.Event()
+        served = [0]
+
+        def request_pages(
+            url: str = url, stop: threading.Event = stop, served: list[int] = served
+        ) -> None:
+            while not stop.is_set():
+                try:
+                    with urllib.request.urlopen(url + "/topics", timeout=10) as response:
+                        response.read()
+                    served[0] += 1
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    pass  # the console stopped
+
+        clients = [threading.Thread(target=request_pages) for _ in range(3)]
+        try:
+            for client in clients:
+                client.start()
+            time.sleep(0.4 + 0.05 * trial)
+            assert served[0] > 0, "no page was served before the signal"
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=20) == 143, f"trial {trial}"
+        finally:
+            stop.set()
+            for client in clients:
+                client.join()
+            if process.poll() is None:
+                process.kill()
+                process.wait()
 
 
 def test_console_reaches_a_sasl_listener_with_a_command_config(tmp_path: Path) -> None:
