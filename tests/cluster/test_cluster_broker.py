@@ -78,8 +78,10 @@ def test_a_cluster_broker_registers_its_real_port_and_leaves_on_a_clean_stop(
         assert json.loads(zk_root.get("/controller")[0])["brokerid"] == 7
         cluster = json.loads(zk_root.get("/cluster/id")[0])
         assert cluster["version"] == "1"
+        # The /controller znode is written before the broker's own metadata cache hears of
+        # it (its watch), so the broker may answer -1 for a moment.
+        wait_for(lambda: _metadata(endpoint.port).controller_id == 7)
         metadata = _metadata(endpoint.port)
-        assert metadata.controller_id == 7
         # The cluster's id, not the one the directory made for itself.
         assert metadata.cluster_id == cluster["id"]
         meta = BrokerMeta.read(tmp_path / "b7")
