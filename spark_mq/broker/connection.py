@@ -660,12 +660,10 @@ class Connection(asyncio.BufferedProtocol):
         previous = self._waiting[-1] if self._waiting else None
         task = loop.create_task(self._serve_in_turn(frame, previous, release))
         task.add_done_callback(release)
-        # In the queue at once: if the connection closes meanwhile, its end cancels it.
-        self._waiting.append(task)
         await appended
         if task.done():
-            self._waiting.pop()  # answered already: the last one, nothing came since
             return task.result()
+        self._waiting.append(task)
         task.add_done_callback(self._waited)
         return True
 
