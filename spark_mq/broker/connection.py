@@ -2,15 +2,7 @@
 
 Requests on a connection are handled one at a time and answered in the order they came, as
 Kafka guarantees; a long-polling fetch therefore delays later responses on its connection
-only. One exception, which keeps both orders: an acks=all produce request that has been
-appended and only waits for its followers lets the connection append the produce requests
-queued behind it meanwhile (at most :data:`MAX_WAITING_PRODUCES` wait at once), each answered
-after the one before it. Kafka's broker holds the whole connection while one waits, so a
-single producer's requests each wait a full replication round trip before the next is even
-read. Appends still happen in request order, so the log holds what it would have held, and
-any request but a produce first waits until every earlier response is sent; with client
-quotas configured nothing overlaps (a throttle mutes the connection after its response).
-What the broker does with bad input:
+only. What the broker does with bad input:
 
 - bytes that are not a frame (a size out of range, a header cut short): log, close this
   connection (after answering the whole frames that came before), keep serving the others;
@@ -77,7 +69,6 @@ import ssl
 import struct
 import sys
 import termios
-from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, Final, cast
 
 from spark_mq.broker.connection_quotas import UNIX_PEER, peer_host
@@ -116,13 +107,6 @@ READ_AHEAD_BYTES: Final = 8 * 1024 * 1024
 #: SO_SNDBUF of accepted sockets (the kernel caps it at net.core.wmem_max). A Unix socket's
 #: default (about 200 KiB) would hold a 1 MB fetch response back until the client reads.
 SEND_BUFFER_BYTES: Final = 4 * 1024 * 1024
-
-#: Appended acks=all produce requests of one connection that may wait for their followers at
-#: once (the producer's max.in.flight.requests.per.connection default, and the most an
-#: idempotent producer sends); the next request is read when the oldest is answered.
-MAX_WAITING_PRODUCES: Final = 5
-_API_KEY = struct.Struct(">h")
-_PRODUCE = int(ApiKey.PRODUCE)
 
 
 class _RangeFile:
@@ -250,9 +234,6 @@ class Connection(asyncio.BufferedProtocol):
         #: When each queued frame's last byte came (loop time), for the queue-time metric.
         self._received_at: collections.deque[float] = collections.deque()
         self._frame_received = 0.0
-        #: Produce requests being served while the connection reads on: appended, waiting
-        #: for their followers, each to answer after the one before it (oldest first).
-        self._waiting: collections.deque[asyncio.Task[bool]] = collections.deque()
         self._frames_bytes = 0
         self._frame_waiter: asyncio.Future[None] | None = None
         self._reading = True
@@ -530,7 +511,7 @@ class Connection(asyncio.BufferedProtocol):
             if self._bad_prefix is not None:
                 logger.warning("closing connection from %s: %s", self.peer, self._bad_prefix)
                 return None
-            if self._eof or self._lost or self.server.stopping:
+            if self._eof or self._lost:
                 return None
             waiter = self._loop.create_future()
             self._frame_waiter = waiter
@@ -584,31 +565,15 @@ class Connection(asyncio.BufferedProtocol):
             while not self.server.stopping:
                 frame = await self._next_frame()
                 if frame is None:
-                    await self._settle_waiting(0)
                     return
                 self.busy = True
                 self.last_activity = self._loop.time()
                 self.core.touch()
                 try:
-                    overlap = (
-                        len(frame) >= _API_KEY.size
-                        and _API_KEY.unpack_from(frame)[0] == _PRODUCE
-                        and not self.core.quotas.enabled
-                    )
-                    keep_open = await self._settle_waiting(
-                        MAX_WAITING_PRODUCES - 1 if overlap else 0
-                    )
-                    if not keep_open:
-                        self._release(frame)
-                    elif overlap:
-                        keep_open = await self._serve_produce(frame)
-                    else:
-                        try:
-                            keep_open = await self._serve(frame, self._frame_received)
-                        finally:
-                            self._release(frame)
+                    keep_open = await self._serve(frame)
                 finally:
-                    self.busy = any(not task.done() for task in self._waiting)
+                    self._release(frame)
+                    self.busy = False
                     self.core.touch()
                 if not keep_open:
                     return
@@ -616,8 +581,6 @@ class Connection(asyncio.BufferedProtocol):
                     await self._drain()
                 if self._throttle_ms:
                     await self._mute()
-            # The server is stopping: answer the produce requests still waiting first.
-            await self._settle_waiting(0)
         except (ConnectionError, OSError) as exc:
             logger.debug("connection from %s failed: %s", self.peer, exc)
         except StorageError as exc:
@@ -626,10 +589,6 @@ class Connection(asyncio.BufferedProtocol):
         except Exception:
             logger.exception("connection from %s failed unexpectedly; closing it", self.peer)
         finally:
-            for task in self._waiting:
-                task.cancel()
-            self._waiting.clear()
-            self.busy = False
             self._flush()
             if self._transport is not None:
                 self._transport.close()
@@ -637,72 +596,8 @@ class Connection(asyncio.BufferedProtocol):
             self.server.forget(self)
             self.core.touch()
 
-    async def _settle_waiting(self, keep: int) -> bool:
-        """Until at most ``keep`` produce requests wait (oldest answered first); False when
-        one of them closed the connection."""
-        waiting = self._waiting
-        while len(waiting) > keep or (waiting and waiting[0].done()):
-            if not await waiting.popleft():
-                return False
-        return True
-
-    async def _serve_produce(self, frame: memoryview) -> bool:
-        """Serve a produce frame on a task of its own, and return as soon as it is answered
-        or only waits for its followers (it was appended): the connection reads on while
-        it waits, and it answers after the requests before it."""
-        loop = self._loop
-        appended: asyncio.Future[None] = loop.create_future()
-
-        def release(_: object = None) -> None:
-            if not appended.done():
-                appended.set_result(None)
-
-        previous = self._waiting[-1] if self._waiting else None
-        task = loop.create_task(self._serve_in_turn(frame, previous, release))
-        task.add_done_callback(release)
-        await appended
-        if task.done():
-            return task.result()
-        self._waiting.append(task)
-        task.add_done_callback(self._waited)
-        return True
-
-    def _waited(self, _: object) -> None:
-        """A produce request that waited while the connection read on was answered: the
-        connection is idle again if nothing else waits, and a stopping server's connection
-        waiting for its next frame stops waiting."""
-        if any(not task.done() for task in self._waiting):
-            return
-        if self._frame_waiter is not None and not self._frame_waiter.done():
-            self.busy = False  # the loop waits for a frame: nothing is being served
-            if self.server.stopping:
-                self._wake_reader()
-
-    async def _serve_in_turn(
-        self,
-        frame: memoryview,
-        previous: asyncio.Task[bool] | None,
-        on_waiting: Callable[[], None],
-    ) -> bool:
-        try:
-            return await self._serve(
-                frame, self._frame_received, on_waiting=on_waiting, previous=previous
-            )
-        finally:
-            self._release(frame)
-
-    async def _serve(
-        self,
-        data: memoryview,
-        received: float,
-        *,
-        on_waiting: Callable[[], None] | None = None,
-        previous: asyncio.Task[bool] | None = None,
-    ) -> bool:
-        """Handle one frame; returns False when the connection must be closed. A produce
-        request served while the connection reads on (:meth:`_serve_produce`) gets
-        ``on_waiting`` (called once it only waits for its followers) and answers after
-        ``previous``, the request before it."""
+    async def _serve(self, data: memoryview) -> bool:
+        """Handle one frame; returns False when the connection must be closed."""
         loop = self._loop
         started = loop.time()
         try:
@@ -724,7 +619,7 @@ class Connection(asyncio.BufferedProtocol):
             if (
                 sasl is not None
                 and spec.key is not ApiKey.SASL_HANDSHAKE
-                and sasl.expired(received)
+                and sasl.expired(self._frame_received)
             ):
                 return self._close_expired(spec.key)
             request = spec.decode_request(frame.body)
@@ -748,7 +643,6 @@ class Connection(asyncio.BufferedProtocol):
             inter_broker=session.broker_id is not None,
             session=session,
             listener_name=self.listener_name,
-            on_waiting=on_waiting,
         )
         try:
             # Every error a handler raises is answered there, once (handlers.errors).
@@ -761,17 +655,11 @@ class Connection(asyncio.BufferedProtocol):
         if self.core.quotas.enabled and spec.key not in PRE_AUTHENTICATION_APIS:
             self._throttle_ms = throttle_of(ctx, response, handled - started)
         body = None if response is None or response.silent else response.body
-        if previous is not None:
-            # Answer in request order; nothing more after a request that closed the
-            # connection (or failed: its error surfaces where the connection awaits it).
-            await asyncio.wait((previous,))
-            if previous.cancelled() or previous.exception() is not None or not previous.result():
-                return False
         keep_open = True if response is None else await self._send(cid, response)
         self.core.metrics.requests.observe(
             spec.key,
             body,
-            received=received,
+            received=self._frame_received,
             started=started,
             handled=handled,
             sent=loop.time(),

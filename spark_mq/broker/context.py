@@ -105,10 +105,6 @@ class RequestContext:
     #: The name of the listener the request came through (Metadata answers with every
     #: broker's endpoint of this listener, as Kafka's does).
     listener_name: str = "PLAINTEXT"
-    #: Called by a handler that has done all it must do in request order and now only waits
-    #: on others (an acks=all produce after its append): the connection may serve its next
-    #: produce request meanwhile (broker/connection.py). None: the connection waits.
-    on_waiting: Callable[[], None] | None = None
 
 
 Handler = Callable[[RequestContext, Any, memoryview], Awaitable[Response | None]]

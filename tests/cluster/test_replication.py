@@ -7,17 +7,12 @@ through the controller (AlterPartition, KIP-497): a follower that stops fetching
 leaves the ISR after replica.lag.time.max.ms in the same leader epoch, and rejoins once it
 catches up; the controller refuses a proposal at a stale partition or leader epoch.
 
-A connection's acks=all produce requests overlap their waits for the followers: each is
-appended as it comes while the ones before it wait, and they are answered in request order.
-
 One cluster is shared by the tests of this module: each uses topics of its own.
 """
 
 from __future__ import annotations
 
-import select
 import struct
-import time
 import urllib.request
 
 import pyarrow as pa
@@ -32,7 +27,6 @@ from spark_mq.broker.zk.partition_states import read_partition_state
 from spark_mq.client.broker_auth import authenticate_as_broker
 from spark_mq.cluster.local_cluster import LocalCluster
 from spark_mq.protocol.admin import CreatableTopic, CreateTopicsRequest, CreateTopicsResponse
-from spark_mq.protocol.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from spark_mq.protocol.controller import (
     AlterPartitionRequest,
     AlterPartitionResponse,
@@ -309,57 +303,3 @@ def test_the_controller_refuses_stale_isr_proposals(cluster: LocalCluster, zk: Z
         conn.close()
     after = read_partition_state(zk, topic, 0)
     assert after is not None and after.version == current.version
-
-
-def test_acks_all_produces_on_one_connection_are_appended_while_the_first_waits(
-    cluster: LocalCluster, zk: ZkClient
-) -> None:
-    topic = "overlapped"
-    leader = create_topic(cluster, zk, topic, {})
-    followers = [b for b in cluster.broker_ids if b != leader]
-    wait_for(lambda: produce(cluster, leader, topic, [b"first"], acks=-1)[0] == 0, 30)
-    before = len(batch_heads(segment_bytes(cluster, leader, topic)))
-    conn = connect_to(cluster, leader)
-    paused = time.monotonic()
-    for follower in followers:
-        cluster.pause(follower)
-    try:
-        sent = []
-        for i in range(4):
-            records = encode_batch(pa.array([b"overlapped-%d" % i]))
-            body = ProduceRequest(
-                -1, 20_000, [ProduceTopic(topic, [ProducePartition(0, len(records))])]
-            )
-            sent.append(conn.send(body, records=[records]))
-        sent.append(conn.send(ApiVersionsRequest()))
-        # With both followers stopped the high watermark cannot move, so no request is
-        # answered; yet all four were appended (the old broker read the second only after
-        # answering the first, once the followers left the ISR).
-        wait_for(
-            lambda: len(batch_heads(segment_bytes(cluster, leader, topic))) == before + 4,
-            LAG_TIME_MAX_MS / 1000 / 2,
-        )
-        assert not select.select([conn.fileno()], [], [], 0.2)[0], "answered too early"
-        assert time.monotonic() - paused < LAG_TIME_MAX_MS / 1000, "the test was too slow"
-    finally:
-        for follower in followers:
-            cluster.resume(follower)
-    try:
-        # The followers catch up (or leave the ISR): every request is answered, in order
-        # (the connection checks correlation ids), the ApiVersions sent last too.
-        answers = []
-        for correlation_id in sent:
-            received = conn.receive(30)
-            assert received is not None
-            assert received.correlation_id == correlation_id
-            answers.append(received.result())
-    finally:
-        conn.close()
-    offsets = []
-    for answer in answers[:4]:
-        assert isinstance(answer, ProduceResponse)
-        part = answer.topics[0].partitions[0]
-        assert part.error_code == 0, part.error_message
-        offsets.append(part.base_offset)
-    assert offsets == sorted(offsets) and len(set(offsets)) == 4
-    assert isinstance(answers[4], ApiVersionsResponse)

@@ -195,8 +195,6 @@ async def handle_produce(
             _append_all(core, jobs, request.acks)
         core.replicas.notify(job.appended for job in jobs if job.appended is not None)
         if request.acks == -1:
-            if ctx.on_waiting is not None:
-                ctx.on_waiting()
             waited = asyncio.get_running_loop().time()
             await _wait_for_replication(core, jobs, request.timeout_ms / 1000)
             ctx.timing.remote_s += asyncio.get_running_loop().time() - waited
