@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Final, NamedTuple
 
-from spark_mq.storage.varint_records import c_extension, c_function
+from spark_mq.storage.varint_records import c_function
 
 _HEADER_SIZE: Final = 61
 _LOG_OVERHEAD: Final = 12
@@ -47,9 +47,9 @@ def walk_batches(buf: Any, pos: int, limit_bytes: int, *, use_c: bool = True) ->
     >>> walk_batches(one + one[:20], 0, 1 << 20)
     Walk(position=69, batches=1, next_offset=8)
     """
-    ext = c_extension() if use_c else None
-    if ext is not None:
-        end, count, next_offset = ext.walk(buf, pos, limit_bytes)
+    walk = c_function("walk") if use_c else None
+    if walk is not None:
+        end, count, next_offset = walk(buf, pos, limit_bytes)
         return Walk(end, count, None if count == 0 else next_offset)
     start = pos
     count = 0

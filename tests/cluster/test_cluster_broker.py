@@ -82,6 +82,7 @@ def test_a_cluster_broker_registers_its_real_port_and_leaves_on_a_clean_stop(
         # it (its watch), so the broker may answer -1 for a moment.
         wait_for(lambda: _metadata(endpoint.port).controller_id == 7)
         metadata = _metadata(endpoint.port)
+        assert metadata.controller_id == 7
         # The cluster's id, not the one the directory made for itself.
         assert metadata.cluster_id == cluster["id"]
         meta = BrokerMeta.read(tmp_path / "b7")

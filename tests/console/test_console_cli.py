@@ -67,6 +67,17 @@ def test_console_command_serves_until_sigterm(mq_dir: Path, admin: Admin) -> Non
     assert "from-the-cli" in _topics_page_of_console("--path", str(mq_dir))
 
 
+def _request_pages(url: str, stop: threading.Event, served: list[int]) -> None:
+    """Request the topics page until ``stop``, counting the pages served in ``served[0]``."""
+    while not stop.is_set():
+        try:
+            with urllib.request.urlopen(url + "/topics", timeout=10) as response:
+                response.read()
+            served[0] += 1
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass  # the console stopped
+
+
 def test_sigterm_stops_a_console_that_is_serving_pages(mq_dir: Path, admin: Admin) -> None:
     # waitress's loop swallows any exception raised while it handles a connection, so a
     # SIGTERM that came then left the console serving. The signal is sent while three
@@ -76,19 +87,9 @@ def test_sigterm_stops_a_console_that_is_serving_pages(mq_dir: Path, admin: Admi
         process, url = _start_console("--path", str(mq_dir))
         stop = threading.Event()
         served = [0]
-
-        def request_pages(
-            url: str = url, stop: threading.Event = stop, served: list[int] = served
-        ) -> None:
-            while not stop.is_set():
-                try:
-                    with urllib.request.urlopen(url + "/topics", timeout=10) as response:
-                        response.read()
-                    served[0] += 1
-                except (urllib.error.URLError, ConnectionError, TimeoutError):
-                    pass  # the console stopped
-
-        clients = [threading.Thread(target=request_pages) for _ in range(3)]
+        clients = [
+            threading.Thread(target=_request_pages, args=(url, stop, served)) for _ in range(3)
+        ]
         try:
             for client in clients:
                 client.start()
